@@ -1,0 +1,304 @@
+//! Every decision the gate makes, as a function of what it has read. The I/O layers gather the
+//! inputs (journal state, lease verdict, premises, liveness, lookup answers) and carry out the
+//! answer; nothing here can observe the world, so the same inputs always give the same step.
+
+use serde_json::Value;
+
+use super::record::{Ambiguous, Change, LeaseVerdict, Premises, Recheck, RefusalCode, Repair, Via};
+use super::state::{Claim, EffectState, Resolution};
+use super::tier::Effective;
+
+/// What to do with a submission, given the key's state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubmitPlan {
+    /// Nothing recorded: propose, authorize, check, dispatch.
+    Fresh,
+    /// Proposed earlier but never dispatched (a crash, or a non-final refusal): check and dispatch.
+    Continue,
+    /// The key is bound to another payload (R3): refuse this one, change nothing else.
+    Conflict {
+        /// Hash of the payload the key is bound to.
+        recorded: String,
+    },
+    /// Resolved: answer from the journal without sending.
+    Replay(Resolution),
+    /// In flight: resolve it by the recovery table.
+    Recover(Claim),
+}
+
+/// Decide what a submission of `payload_hash` does.
+pub fn plan_submit(state: &EffectState, payload_hash: &str) -> SubmitPlan {
+    if let Some(first) = state.first() {
+        if first.payload_hash != payload_hash {
+            return SubmitPlan::Conflict { recorded: first.payload_hash.clone() };
+        }
+    }
+    match state {
+        EffectState::Absent => SubmitPlan::Fresh,
+        EffectState::Proposed { .. } => SubmitPlan::Continue,
+        EffectState::InFlight { claim, .. } => SubmitPlan::Recover(claim.clone()),
+        EffectState::Resolved { resolution, .. } => SubmitPlan::Replay(resolution.clone()),
+    }
+}
+
+/// The premises that moved between the decision and now. A premise that can no longer be read
+/// counts as moved to `null`.
+pub fn diff(decided: &Premises, now: &Premises) -> Vec<Change> {
+    decided
+        .iter()
+        .filter_map(|(field, was)| {
+            let now = now.get(field).cloned().unwrap_or(Value::Null);
+            (now != *was).then(|| Change { field: field.clone(), was: was.clone(), now })
+        })
+        .collect()
+}
+
+/// A refusal before it is written: code, reason, changes. Repairs are added by whoever knows
+/// the target (the premise reader), never invented here.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefusalDraft {
+    /// Code.
+    pub code: RefusalCode,
+    /// Reason, for a person.
+    pub reason: String,
+    /// Premises that moved.
+    pub changes: Vec<Change>,
+}
+
+/// The re-check at submit or dispatch (R4 before R5): `None` means send.
+pub fn check_fresh(recheck: &Recheck) -> Option<RefusalDraft> {
+    refusal_for(recheck, false)
+}
+
+fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
+    let (code, reason) = match (&recheck.lease, &recheck.premise_error) {
+        (LeaseVerdict::Error { message }, _) => (
+            pick(at_recovery, RefusalCode::LeaseError, RefusalCode::LeaseErrorAtRecovery),
+            format!("the lease store could not answer ({message}); nothing is sent on doubt"),
+        ),
+        (LeaseVerdict::Dead { reason }, _) => (
+            pick(at_recovery, RefusalCode::Lease, RefusalCode::LeaseAtRecovery),
+            format!("the lease does not allow this effect: {reason}"),
+        ),
+        (LeaseVerdict::Live, Some(err)) => (
+            pick(at_recovery, RefusalCode::PremiseError, RefusalCode::PremiseErrorAtRecovery),
+            format!("the premises could not be read ({err}); nothing is sent on doubt"),
+        ),
+        (LeaseVerdict::Live, None) if !recheck.changes.is_empty() => (
+            pick(at_recovery, RefusalCode::StalePremise, RefusalCode::StalePremiseAtRecovery),
+            format!("the facts it was decided on moved: {}", describe(&recheck.changes)),
+        ),
+        (LeaseVerdict::Live, None) => return None,
+    };
+    Some(RefusalDraft { code, reason, changes: recheck.changes.clone() })
+}
+
+fn pick(at_recovery: bool, fresh: RefusalCode, recovery: RefusalCode) -> RefusalCode {
+    if at_recovery { recovery } else { fresh }
+}
+
+/// `field: was X, now Y` for each change, joined.
+pub fn describe(changes: &[Change]) -> String {
+    changes
+        .iter()
+        .map(|c| format!("{}: was {}, now {}", c.field, c.was, c.now))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether a recoverer may take an in-flight claim now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakeoverPlan {
+    /// Take it, for this reason.
+    Take(super::record::TakeoverReason),
+    /// The holder may still be sending: wait until this time at the latest.
+    Wait {
+        /// Milliseconds since the epoch.
+        until_ms: i64,
+    },
+}
+
+/// Claims are released by evidence that the holder cannot be sending, not by the clock alone:
+/// a free liveness lock, or a passed deadline (the holder's send is cut off there), or a tier-1
+/// target inside its window, where a resend under the same key is deduplicated anyway.
+pub fn plan_takeover(
+    claim: &Claim,
+    now_ms: i64,
+    holder_lock_free: bool,
+    effective: Effective,
+) -> TakeoverPlan {
+    use super::record::TakeoverReason as R;
+    if holder_lock_free {
+        TakeoverPlan::Take(R::HolderDead)
+    } else if now_ms >= claim.deadline_ms {
+        TakeoverPlan::Take(R::DeadlinePassed)
+    } else if effective == Effective::DedupeInWindow {
+        TakeoverPlan::Take(R::Tier1InWindow)
+    } else {
+        TakeoverPlan::Wait { until_ms: claim.deadline_ms }
+    }
+}
+
+/// What a lookup by key answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LookupAnswer {
+    /// The effect is at the target; the value is what was found.
+    Found(Value),
+    /// The target has no effect with this key.
+    NotFound,
+    /// The target could not be asked.
+    Unknown(String),
+}
+
+/// One step of recovery for an in-flight effect whose claim this recoverer now holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecoveryPlan {
+    /// Ask the target by key first.
+    Lookup,
+    /// Send again under the same key (after a durable `DISPATCHED`), recorded with this via.
+    Resend(Via),
+    /// It landed: commit with what the lookup found.
+    CommitFound(Value),
+    /// It did not land and must not be sent: refuse, closing the effect.
+    Refuse(RefusalDraft),
+    /// Unknowable: surface to a person.
+    Ambiguous(Ambiguous),
+    /// Cannot decide now (the lookup failed): leave it in flight and retry later.
+    Wait(String),
+}
+
+/// The recovery table of DESIGN §4. Call with `lookup: None` first; if the answer is
+/// [`RecoveryPlan::Lookup`], ask the target and call again with its answer.
+pub fn plan_recovery(
+    effective: Effective,
+    recheck: &Recheck,
+    has_lookup: bool,
+    lookup: Option<&LookupAnswer>,
+) -> RecoveryPlan {
+    let holds = recheck.holds();
+    match effective {
+        Effective::Blind => RecoveryPlan::Ambiguous(Ambiguous {
+            reason: blind_reason(recheck),
+            changes: recheck.changes.clone(),
+        }),
+        Effective::DedupeInWindow if holds => RecoveryPlan::Resend(Via::IdempotentResend),
+        Effective::DedupeInWindow if !has_lookup => RecoveryPlan::Ambiguous(Ambiguous {
+            reason: blind_reason(recheck),
+            changes: recheck.changes.clone(),
+        }),
+        Effective::DedupeInWindow | Effective::LookupOnly => match lookup {
+            None => RecoveryPlan::Lookup,
+            Some(LookupAnswer::Found(v)) => RecoveryPlan::CommitFound(v.clone()),
+            Some(LookupAnswer::Unknown(why)) => {
+                RecoveryPlan::Wait(format!("the target could not be asked whether it landed: {why}"))
+            }
+            Some(LookupAnswer::NotFound) => match refusal_for(recheck, true) {
+                None => RecoveryPlan::Resend(Via::ReappliedAfterLookup),
+                Some(draft) => RecoveryPlan::Refuse(draft),
+            },
+        },
+    }
+}
+
+fn blind_reason(recheck: &Recheck) -> String {
+    let base = "a send may have gone out and the target can neither dedupe nor be asked: \
+                'sent, answer lost' and 'never sent' look the same from here";
+    match refusal_for(recheck, true) {
+        Some(r) => format!("{base}; also {}", r.reason),
+        None => base.to_owned(),
+    }
+}
+
+/// What a send answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SendAnswer {
+    /// Success, with the target's result.
+    Done(Value),
+    /// Definitely not done (e.g. HTTP 4xx).
+    Definite {
+        /// The target's error code.
+        code: String,
+        /// The target's message.
+        message: String,
+    },
+    /// The key was used before with other parameters.
+    Conflict(String),
+    /// Unknown: timeout, 5xx, connection lost, same key still in use.
+    Unknown(String),
+}
+
+/// What to record after a send under the current claim.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterSend {
+    /// Commit with this via and result.
+    Commit(Via, Value),
+    /// Ask the target before deciding.
+    Lookup,
+    /// The target said no: `FAILED`.
+    Fail {
+        /// Code.
+        code: String,
+        /// Message.
+        message: String,
+    },
+    /// Refuse: the target holds this key for other parameters.
+    Refuse(RefusalDraft),
+    /// Leave it in flight for recovery.
+    StayInFlight(String),
+}
+
+/// Map a send's answer (and, after [`AfterSend::Lookup`], the lookup's) to what is recorded.
+/// A definite failure is looked up first where possible, since "failed" can still have landed;
+/// an unknown answer is looked up once under the claim, and stays in flight when not found.
+pub fn after_send(
+    answer: &SendAnswer,
+    via: Via,
+    has_lookup: bool,
+    lookup: Option<&LookupAnswer>,
+) -> AfterSend {
+    match (answer, lookup) {
+        (SendAnswer::Done(v), _) => AfterSend::Commit(via, v.clone()),
+        (SendAnswer::Conflict(msg), _) => AfterSend::Refuse(RefusalDraft {
+            code: RefusalCode::TargetConflict,
+            reason: format!("the target holds this key for other parameters: {msg}"),
+            changes: Vec::new(),
+        }),
+        (SendAnswer::Definite { .. } | SendAnswer::Unknown(_), None) if has_lookup => {
+            AfterSend::Lookup
+        }
+        (SendAnswer::Definite { .. }, Some(LookupAnswer::Found(v))) => {
+            AfterSend::Commit(Via::FailedButLanded, v.clone())
+        }
+        (SendAnswer::Unknown(_), Some(LookupAnswer::Found(v))) => {
+            AfterSend::Commit(Via::FoundByLookup, v.clone())
+        }
+        (SendAnswer::Definite { code, message }, None | Some(LookupAnswer::NotFound)) => {
+            AfterSend::Fail { code: code.clone(), message: message.clone() }
+        }
+        (SendAnswer::Definite { code, message }, Some(LookupAnswer::Unknown(why))) => {
+            AfterSend::StayInFlight(format!(
+                "the target refused ({code}: {message}) but could not be asked whether it \
+                 landed: {why}"
+            ))
+        }
+        (SendAnswer::Unknown(why), _) => AfterSend::StayInFlight(why.clone()),
+    }
+}
+
+/// A refund-shaped repair: the amount still fits in what is left to refund, if the other
+/// refund was not this one.
+pub fn still_fits(amount: i64, paid: i64, refunded_now: i64, payload: &Value) -> Option<Repair> {
+    let left = paid.checked_sub(refunded_now)?;
+    (amount > 0 && left >= amount).then(|| Repair {
+        kind: "still_fits".into(),
+        summary: format!(
+            "{amount} still fits: {left} of {paid} is left to refund, if the other refund was \
+             not this one"
+        ),
+        payload: payload.clone(),
+    })
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

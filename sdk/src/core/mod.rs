@@ -1,0 +1,19 @@
+//! The decision core: pure functions from what was read to what to do. No I/O, no clock, no
+//! randomness — the journal, the targets, the Temporal activity, the CLI and the tests all wrap
+//! these, so the rules are decided in exactly one place and can be tested exhaustively.
+
+pub mod decide;
+pub mod record;
+pub mod state;
+pub mod tier;
+
+pub use decide::{
+    AfterSend, LookupAnswer, RecoveryPlan, RefusalDraft, SendAnswer, SubmitPlan, TakeoverPlan,
+};
+pub use record::{
+    Ambiguous, Authorized, Change, Claimed, Committed, Dispatched, Event, Failed, Holder,
+    LateResult, LeaseVerdict, Premises, Proposed, Recheck, Refused, RefusalCode, Repair,
+    TakeoverReason, Via,
+};
+pub use state::{Claim, EffectState, HistoryError, Resolution};
+pub use tier::{Effective, MarginError, Tier};

@@ -1,0 +1,204 @@
+//! Folding a key's history into the one state the rules are decided on. A history that no honest
+//! gate could have written (a commit without a dispatch, a token that skips) is a typed error, so
+//! a tampered or foreign journal is refused instead of being read as something plausible.
+
+use super::record::{Ambiguous, Committed, Event, Failed, Holder, Proposed, Refused};
+
+/// The live claim on an in-flight effect.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claim {
+    /// Fencing token; increases at each takeover.
+    pub token: u64,
+    /// Who holds it.
+    pub holder: Holder,
+    /// When the holder's send is cut off and the claim may be taken regardless of liveness.
+    pub deadline_ms: i64,
+    /// When the first `DISPATCHED` for this key was written: the dedupe window counts from here.
+    pub first_dispatch_ms: i64,
+    /// Whether a `DISPATCHED` exists under this token (a send may have gone out under it).
+    pub dispatched: bool,
+}
+
+/// How an effect ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolution {
+    /// It landed once.
+    Committed(Committed),
+    /// A check failed; nothing was sent on the refusing path.
+    Refused(Refused),
+    /// The target definitively said no.
+    Failed(Failed),
+    /// Unknowable from here.
+    Ambiguous(Ambiguous),
+}
+
+impl Resolution {
+    /// Record kind of the resolution.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Committed(_) => "COMMITTED",
+            Self::Refused(_) => "REFUSED",
+            Self::Failed(_) => "FAILED",
+            Self::Ambiguous(_) => "AMBIGUOUS",
+        }
+    }
+}
+
+/// Where one key stands.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum EffectState {
+    /// Nothing recorded.
+    #[default]
+    Absent,
+    /// Proposed, not dispatched.
+    Proposed {
+        /// The first proposal: its payload is the only one ever sent (R3).
+        first: Proposed,
+    },
+    /// Dispatched and not resolved: a send may be in flight.
+    InFlight {
+        /// The first proposal.
+        first: Proposed,
+        /// The current claim.
+        claim: Claim,
+    },
+    /// Resolved.
+    Resolved {
+        /// The first proposal.
+        first: Proposed,
+        /// How it ended.
+        resolution: Resolution,
+    },
+}
+
+impl EffectState {
+    /// The first proposal, if any.
+    pub fn first(&self) -> Option<&Proposed> {
+        match self {
+            Self::Absent => None,
+            Self::Proposed { first } | Self::InFlight { first, .. } | Self::Resolved { first, .. } => {
+                Some(first)
+            }
+        }
+    }
+}
+
+/// A history that breaks the journal's own grammar.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("record {index} ({kind}) cannot follow the records before it: {why}")]
+pub struct HistoryError {
+    /// 0-based position of the offending record in the key's chain.
+    pub index: usize,
+    /// Its kind.
+    pub kind: &'static str,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// Fold a key's records, oldest first, each with the time it was appended.
+pub fn fold<'a>(
+    history: impl IntoIterator<Item = (i64, &'a Event)>,
+) -> Result<EffectState, HistoryError> {
+    let mut state = EffectState::Absent;
+    for (index, (at_ms, event)) in history.into_iter().enumerate() {
+        state = step(state, at_ms, event).map_err(|why| HistoryError {
+            index,
+            kind: event.kind(),
+            why,
+        })?;
+    }
+    Ok(state)
+}
+
+fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, String> {
+    use EffectState as S;
+    Ok(match (state, event) {
+        (S::Absent, Event::Proposed(p)) => S::Proposed { first: p.clone() },
+        (S::Absent, _) => return Err("the first record of a key must be PROPOSED".into()),
+        // Later proposals, authorizations, notes and late answers leave the state as it is.
+        (s, Event::Proposed(_) | Event::Authorized(_) | Event::LateResult(_)) => s,
+        (s, Event::Refused(r)) if !r.is_final => s,
+        (S::Proposed { first }, Event::Dispatched(d)) => {
+            if d.token != 1 {
+                return Err(format!("first dispatch must carry token 1, not {}", d.token));
+            }
+            check_payload(&first, &d.payload_hash)?;
+            S::InFlight {
+                claim: Claim {
+                    token: 1,
+                    holder: d.holder.clone(),
+                    deadline_ms: d.deadline_ms,
+                    first_dispatch_ms: at_ms,
+                    dispatched: true,
+                },
+                first,
+            }
+        }
+        (S::InFlight { first, mut claim }, Event::Dispatched(d)) => {
+            if d.token != claim.token || d.holder != claim.holder {
+                return Err(format!(
+                    "a resend must go out under the current claim (token {}), not token {}",
+                    claim.token, d.token
+                ));
+            }
+            check_payload(&first, &d.payload_hash)?;
+            claim.dispatched = true;
+            claim.deadline_ms = d.deadline_ms;
+            S::InFlight { first, claim }
+        }
+        (S::InFlight { first, claim }, Event::Claimed(c)) => {
+            if c.token != claim.token + 1 {
+                return Err(format!(
+                    "a takeover must carry token {}, not {}",
+                    claim.token + 1,
+                    c.token
+                ));
+            }
+            S::InFlight {
+                first,
+                claim: Claim {
+                    token: c.token,
+                    holder: c.holder.clone(),
+                    deadline_ms: c.deadline_ms,
+                    first_dispatch_ms: claim.first_dispatch_ms,
+                    dispatched: false,
+                },
+            }
+        }
+        (S::InFlight { first, claim }, Event::Committed(c)) => {
+            check_token(&claim, c.token)?;
+            S::Resolved { first, resolution: Resolution::Committed(c.clone()) }
+        }
+        (S::InFlight { first, claim }, Event::Failed(f)) => {
+            check_token(&claim, f.token)?;
+            S::Resolved { first, resolution: Resolution::Failed(f.clone()) }
+        }
+        (S::InFlight { first, .. }, Event::Ambiguous(a)) => {
+            S::Resolved { first, resolution: Resolution::Ambiguous(a.clone()) }
+        }
+        (S::Proposed { first } | S::InFlight { first, .. }, Event::Refused(r)) => {
+            S::Resolved { first, resolution: Resolution::Refused(r.clone()) }
+        }
+        (S::Resolved { .. }, _) => return Err("the effect was already resolved".into()),
+        (S::Proposed { .. }, _) => return Err("nothing was dispatched yet".into()),
+    })
+}
+
+fn check_payload(first: &Proposed, hash: &str) -> Result<(), String> {
+    if first.payload_hash == hash {
+        Ok(())
+    } else {
+        Err(format!(
+            "dispatched payload {hash} differs from the first proposal's {}",
+            first.payload_hash
+        ))
+    }
+}
+
+fn check_token(claim: &Claim, token: u64) -> Result<(), String> {
+    if claim.token == token {
+        Ok(())
+    } else {
+        Err(format!("resolved under token {token}, but the claim is token {}", claim.token))
+    }
+}

@@ -1,0 +1,162 @@
+//! The durable record of every effect's life. Each key's records form a hash chain, so an edited,
+//! dropped or reordered record is detected on read and named, never silently skipped. Appends go
+//! through [`Journal::append_with`], which reads the key's state and writes in one transaction:
+//! that is what makes "dispatch unless in flight, resolved or bound to another payload" atomic
+//! across worker processes.
+
+mod chain;
+mod sqlite;
+mod sqlite_leases;
+
+use serde::{Deserialize, Serialize};
+
+pub use chain::{record_hash, verify_chain};
+pub use sqlite::{Durability, SCHEMA_VERSION, SqliteJournal};
+
+use crate::core::{EffectState, Event, HistoryError};
+use crate::effect::EffectKey;
+
+/// One stored record.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Global append order.
+    pub seq: i64,
+    /// The effect's key.
+    pub key: String,
+    /// Position in the key's chain, from 0.
+    pub n: u32,
+    /// When it was appended (ms since the epoch).
+    pub at_ms: i64,
+    /// Hash of the key's previous record (`None` for the first).
+    pub prev: Option<String>,
+    /// SHA-256 over key, n, at_ms, prev and the event's canonical JSON.
+    pub hash: String,
+    /// What happened.
+    pub event: Event,
+}
+
+/// What an atomic read-decide-append did.
+#[derive(Clone, Debug)]
+pub struct AppendOutcome {
+    /// The key's state before the append.
+    pub before: EffectState,
+    /// The records appended (possibly none).
+    pub appended: Vec<Record>,
+    /// The key's state after.
+    pub after: EffectState,
+}
+
+/// Errors from a journal. Every one names where it happened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// The file is not an SQLite database.
+    #[error(
+        "{path} is not an Interlock journal (not an SQLite database): point the journal at a new \
+         path or at the journal file itself"
+    )]
+    NotADatabase {
+        /// The file.
+        path: String,
+    },
+    /// An SQLite database that some other program owns.
+    #[error(
+        "{path} is an SQLite database but not an Interlock journal ({why}): use a separate file \
+         for the journal"
+    )]
+    Foreign {
+        /// The file.
+        path: String,
+        /// What gave it away.
+        why: String,
+    },
+    /// A journal written by a newer or older schema.
+    #[error(
+        "{path} has journal schema version {found}; this build reads version {supported}: use \
+         the Interlock version that wrote it"
+    )]
+    SchemaVersion {
+        /// The file.
+        path: String,
+        /// Version found.
+        found: String,
+        /// Version this build supports.
+        supported: u32,
+    },
+    /// Damaged storage or a broken chain.
+    #[error("journal {path} is damaged at {place}: {what}. Nothing was skipped; restore the file from a backup or inspect it with `sqlite3`")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Where: a record (`key … record n (seq s)`) or a storage page.
+        place: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A history that breaks the journal's own grammar.
+    #[error("journal {path}, key {key}: {source}")]
+    History {
+        /// The file.
+        path: String,
+        /// The key.
+        key: String,
+        /// The grammar error.
+        source: HistoryError,
+    },
+    /// The journal is locked by others for longer than the busy timeout.
+    #[error("journal {path} stayed busy for {waited_ms} ms: another process holds a long write; retry")]
+    Busy {
+        /// The file.
+        path: String,
+        /// How long this call waited.
+        waited_ms: u64,
+    },
+    /// Any other storage failure (disk full, read-only file, permissions).
+    #[error("journal {path}: {what}")]
+    Storage {
+        /// The file.
+        path: String,
+        /// What failed.
+        what: String,
+    },
+}
+
+impl JournalError {
+    /// True when trying again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Busy { .. })
+    }
+}
+
+/// A decision made inside the journal's transaction: what to append, given the key's state.
+pub type Decide<'a> = dyn FnMut(&EffectState) -> Vec<Event> + 'a;
+
+/// A durable, append-only store of effect histories shared by every worker on a host (SQLite) or
+/// across hosts (PostgreSQL).
+pub trait Journal: Send + Sync {
+    /// Where this journal lives, for messages.
+    fn location(&self) -> &str;
+
+    /// The key's records, oldest first, with the chain verified.
+    fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError>;
+
+    /// In one transaction: read the key's state, ask `decide` what to append, append it. A record
+    /// is on stable storage when this returns.
+    fn append_with(&self, key: &EffectKey, decide: &mut Decide<'_>)
+    -> Result<AppendOutcome, JournalError>;
+
+    /// Every key with at least one record, in first-append order.
+    fn keys(&self) -> Result<Vec<String>, JournalError>;
+
+    /// The key's folded state.
+    fn state(&self, key: &EffectKey) -> Result<EffectState, JournalError> {
+        let records = self.history(key)?;
+        crate::core::state::fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| {
+            JournalError::History {
+                path: self.location().to_owned(),
+                key: key.to_string(),
+                source,
+            }
+        })
+    }
+}

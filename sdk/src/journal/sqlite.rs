@@ -1,0 +1,362 @@
+//! The default journal: one SQLite file shared by every worker process on a host. WAL with
+//! `synchronous=FULL` and one `BEGIN IMMEDIATE` transaction per append, so a record is on disk
+//! when `append_with` returns and two processes never decide on the same state.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params};
+
+use super::chain::{record_hash, verify_chain};
+use super::{AppendOutcome, Decide, Journal, JournalError, Record};
+use crate::clock::Clock;
+use crate::core::{EffectState, Event, state::fold};
+use crate::effect::EffectKey;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+const FORMAT: &str = "interlock-journal";
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How hard an append works to be durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync on every commit (`synchronous=FULL`). The only setting for real effects.
+    Full,
+    /// No fsync (`synchronous=OFF`): a power cut may lose records. For property tests only.
+    RelaxedForTests,
+}
+
+/// An SQLite journal.
+pub struct SqliteJournal {
+    conn: Mutex<Connection>,
+    path: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal").field("path", &self.path).finish()
+    }
+}
+
+impl SqliteJournal {
+    /// Open (or create) the journal at `path` with full durability.
+    pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
+        Self::open_with(path, clock, Durability::Full)
+    }
+
+    /// Open with a chosen durability.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        durability: Durability,
+    ) -> Result<Self, JournalError> {
+        let shown = path.as_ref().display().to_string();
+        let conn = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
+        Self::init(conn, shown, clock, durability, true)
+    }
+
+    /// A private in-memory journal (tests and benchmarks of the decision path).
+    pub fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
+        let conn = Connection::open_in_memory().map_err(|e| map_err(":memory:", e))?;
+        Self::init(conn, ":memory:".into(), clock, Durability::RelaxedForTests, false)
+    }
+
+    fn init(
+        conn: Connection,
+        path: String,
+        clock: Arc<dyn Clock>,
+        durability: Durability,
+        wal: bool,
+    ) -> Result<Self, JournalError> {
+        let err = |e| map_err(&path, e);
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+        // Reading the schema forces SQLite to read the header: a foreign file fails here.
+        let _: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(err)?;
+        if wal {
+            set_wal(&conn, &path)?;
+        }
+        let sync = match durability {
+            Durability::Full => "FULL",
+            Durability::RelaxedForTests => "OFF",
+        };
+        conn.pragma_update(None, "synchronous", sync).map_err(err)?;
+        let check: String =
+            conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(err)?;
+        if check != "ok" {
+            return Err(JournalError::Corrupt { path, place: "storage".into(), what: check });
+        }
+        let journal = Self { conn: Mutex::new(conn), path, clock };
+        journal.ensure_schema()?;
+        Ok(journal)
+    }
+
+    fn ensure_schema(&self) -> Result<(), JournalError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let tables: Vec<String> = {
+            let mut st = tx
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .map_err(|e| self.err(e))?;
+            st.query_map([], |r| r.get(0))
+                .and_then(|rows| rows.collect::<Result<_, _>>())
+                .map_err(|e| self.err(e))?
+        };
+        if tables.iter().any(|t| t == "interlock_meta") {
+            let get = |name: &str| -> Result<Option<String>, JournalError> {
+                tx.query_row("SELECT value FROM interlock_meta WHERE name = ?1", [name], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(|e| self.err(e))
+            };
+            let format = get("format")?;
+            if format.as_deref() != Some(FORMAT) {
+                return Err(JournalError::Foreign {
+                    path: self.path.clone(),
+                    why: format!("its format marker is {format:?}"),
+                });
+            }
+            let version = get("schema_version")?.unwrap_or_default();
+            if version != SCHEMA_VERSION.to_string() {
+                return Err(JournalError::SchemaVersion {
+                    path: self.path.clone(),
+                    found: version,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+        } else if let Some(other) = tables.iter().find(|t| !t.starts_with("sqlite_")) {
+            return Err(JournalError::Foreign {
+                path: self.path.clone(),
+                why: format!("it holds a table named {other:?} and no journal marker"),
+            });
+        } else {
+            tx.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO interlock_meta (name, value) VALUES ('format', ?1), ('schema_version', ?2)",
+                params![FORMAT, SCHEMA_VERSION.to_string()],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves the connection usable: SQLite rolls back an open
+        // transaction when its handle is next used or dropped.
+        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn err(&self, e: rusqlite::Error) -> JournalError {
+        map_err(&self.path, e)
+    }
+
+    pub(super) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn read(&self, tx: &Connection, key: &str) -> Result<Vec<Record>, JournalError> {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([key], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, String>(7)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, key, n, kind, at_ms, prev, hash, body) = row.map_err(|e| self.err(e))?;
+            let place = format!("key {key} record {n} (seq {seq})");
+            let corrupt = |what: String| JournalError::Corrupt {
+                path: self.path.clone(),
+                place: place.clone(),
+                what,
+            };
+            let event: Event = serde_json::from_str(&body)
+                .map_err(|e| corrupt(format!("its body is not a valid record: {e}")))?;
+            if event.kind() != kind {
+                return Err(corrupt(format!(
+                    "its kind column says {kind} but its body is {}",
+                    event.kind()
+                )));
+            }
+            let n = u32::try_from(n).map_err(|_| corrupt(format!("position {n} is out of range")))?;
+            out.push(Record { seq, key, n, at_ms, prev, hash, event });
+        }
+        verify_chain(&out).map_err(|(i, what)| {
+            let r = &out[i];
+            JournalError::Corrupt {
+                path: self.path.clone(),
+                place: format!("key {} record {} (seq {})", r.key, i, r.seq),
+                what,
+            }
+        })?;
+        Ok(out)
+    }
+
+    fn fold(&self, key: &str, records: &[Record]) -> Result<EffectState, JournalError> {
+        fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| JournalError::History {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            source,
+        })
+    }
+
+    fn insert(
+        &self,
+        tx: &Transaction<'_>,
+        key: &str,
+        records: &mut Vec<Record>,
+        event: Event,
+    ) -> Result<Record, JournalError> {
+        let n = u32::try_from(records.len()).map_err(|_| JournalError::Storage {
+            path: self.path.clone(),
+            what: format!("key {key} has too many records"),
+        })?;
+        let at_ms = self.now_ms();
+        let prev = records.last().map(|r| r.hash.clone());
+        let hash = record_hash(key, n, at_ms, prev.as_deref(), &event);
+        let body = serde_json::to_string(&event).map_err(|e| JournalError::Storage {
+            path: self.path.clone(),
+            what: format!("cannot encode a {} record: {e}", event.kind()),
+        })?;
+        tx.execute(
+            "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![key, n, event.kind(), at_ms, prev, hash, body],
+        )
+        .map_err(|e| self.err(e))?;
+        let record = Record { seq: tx.last_insert_rowid(), key: key.to_owned(), n, at_ms, prev, hash, event };
+        records.push(record.clone());
+        Ok(record)
+    }
+}
+
+impl Journal for SqliteJournal {
+    fn location(&self) -> &str {
+        &self.path
+    }
+
+    fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
+        let conn = self.conn();
+        self.read(&conn, key.as_str())
+    }
+
+    fn append_with(
+        &self,
+        key: &EffectKey,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let mut records = self.read(&tx, key.as_str())?;
+        let before = self.fold(key.as_str(), &records)?;
+        let mut appended = Vec::new();
+        for event in decide(&before) {
+            appended.push(self.insert(&tx, key.as_str(), &mut records, event)?);
+        }
+        // Refuse to commit anything that would make the history unreadable.
+        let after = self.fold(key.as_str(), &records)?;
+        if !appended.is_empty() {
+            tx.commit().map_err(|e| self.err(e))?;
+        }
+        Ok(AppendOutcome { before, appended, after })
+    }
+
+    fn keys(&self) -> Result<Vec<String>, JournalError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT key FROM records WHERE n = 0 ORDER BY seq")
+            .map_err(|e| self.err(e))?;
+        st.query_map([], |r| r.get(0))
+            .and_then(|rows| rows.collect::<Result<_, _>>())
+            .map_err(|e| self.err(e))
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE interlock_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE records (
+    seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+    key   TEXT NOT NULL,
+    n     INTEGER NOT NULL,
+    kind  TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    prev  TEXT,
+    hash  TEXT NOT NULL,
+    body  TEXT NOT NULL,
+    UNIQUE (key, n)
+);
+CREATE TABLE leases (
+    id         TEXT PRIMARY KEY,
+    approver   TEXT NOT NULL,
+    scope      TEXT NOT NULL,
+    cap_field  TEXT,
+    cap        INTEGER,
+    granted_ms INTEGER NOT NULL,
+    expires_ms INTEGER,
+    revoked_ms INTEGER
+);
+";
+
+fn set_wal(conn: &Connection, path: &str) -> Result<(), JournalError> {
+    // Switching to WAL needs a moment of exclusive access; many workers opening a new journal at
+    // once can see SQLITE_BUSY here, which the busy handler does not cover.
+    let start = Instant::now();
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(JournalError::Storage {
+                    path: path.to_owned(),
+                    what: format!("could not switch to WAL mode (still {mode})"),
+                });
+            }
+            Err(e) if is_busy(&e) && start.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(map_err(path, e)),
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+fn map_err(path: &str, e: rusqlite::Error) -> JournalError {
+    let path = path.to_owned();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => JournalError::NotADatabase { path },
+        Some(ErrorCode::DatabaseCorrupt) => {
+            JournalError::Corrupt { path, place: "storage".into(), what: e.to_string() }
+        }
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => JournalError::Busy {
+            path,
+            waited_ms: u64::try_from(BUSY_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+        },
+        _ => JournalError::Storage { path, what: e.to_string() },
+    }
+}

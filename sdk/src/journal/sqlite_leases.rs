@@ -1,0 +1,108 @@
+//! Leases kept in the journal's own file, so a grant, a revocation and the dispatch that checks
+//! them are all on the same disk under the same locks.
+
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+
+use super::sqlite::SqliteJournal;
+use crate::core::LeaseVerdict;
+use crate::lease::{Grant, LeaseError, LeaseStore};
+
+fn store_err(e: impl std::fmt::Display) -> LeaseError {
+    LeaseError::Store(e.to_string())
+}
+
+impl SqliteJournal {
+    /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
+    pub fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
+        if grant.id.is_empty() {
+            return Err(LeaseError::Invalid("a lease needs a non-empty id".into()));
+        }
+        let scope = serde_json::to_string(&grant.scope).map_err(store_err)?;
+        let (cap_field, cap) = match &grant.cap {
+            Some((f, c)) => (Some(f.clone()), Some(*c)),
+            None => (None, None),
+        };
+        let conn = self.conn();
+        let done = conn
+            .execute(
+                "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![grant.id, grant.approver, scope, cap_field, cap, grant.granted_ms, grant.expires_ms, grant.revoked_ms],
+            )
+            .map_err(|e| store_err(self.err(e)))?;
+        if done == 0 {
+            return Err(LeaseError::Invalid(format!(
+                "lease {} already exists: revoke it and grant a new id",
+                grant.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Revoke a lease now. Returns false when no live lease has that id.
+    pub fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError> {
+        let now = self.now_ms();
+        let conn = self.conn();
+        let n = conn
+            .execute(
+                "UPDATE leases SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
+                params![id, now],
+            )
+            .map_err(|e| store_err(self.err(e)))?;
+        Ok(n > 0)
+    }
+
+    /// Every grant, oldest first.
+    pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
+            .map_err(|e| store_err(self.err(e)))?;
+        let rows = st.query_map([], row_to_parts).map_err(|e| store_err(self.err(e)))?;
+        rows.map(|r| r.map_err(|e| store_err(self.err(e))).and_then(parts_to_grant)).collect()
+    }
+
+    fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        let conn = self.conn();
+        let parts = conn
+            .query_row(
+                "SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases WHERE id = ?1",
+                [id],
+                row_to_parts,
+            )
+            .optional()
+            .map_err(|e| store_err(self.err(e)))?;
+        parts.map(parts_to_grant).transpose()
+    }
+}
+
+type Parts = (String, String, String, Option<String>, Option<i64>, i64, Option<i64>, Option<i64>);
+
+fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<Parts> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+}
+
+fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
+    let (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms) = p;
+    let scope: serde_json::Map<String, Value> = serde_json::from_str(&scope)
+        .map_err(|e| LeaseError::Store(format!("lease {id} has an unreadable scope: {e}")))?;
+    let cap = match (cap_field, cap) {
+        (Some(f), Some(c)) => Some((f, c)),
+        _ => None,
+    };
+    Ok(Grant { id, approver, scope, cap, granted_ms, expires_ms, revoked_ms })
+}
+
+impl LeaseStore for SqliteJournal {
+    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
+        Ok(match self.lease(id)? {
+            Some(g) => g.verdict(payload, now_ms),
+            None => LeaseVerdict::Dead { reason: format!("no lease named {id} was ever granted") },
+        })
+    }
+
+    fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        self.lease(id)
+    }
+}

@@ -1,0 +1,114 @@
+//! Authority, checked live. A lease is looked up at submit, at dispatch and before every resend,
+//! so revoking it stops every send that has not yet gone out — including resends after a crash.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::core::LeaseVerdict;
+
+/// One grant of authority.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// Lease id.
+    pub id: String,
+    /// Who approved it.
+    pub approver: String,
+    /// Fields the payload must carry with exactly these values (e.g. the payment intent).
+    pub scope: serde_json::Map<String, Value>,
+    /// A numeric payload field the lease caps, and the cap (e.g. `amount` ≤ 2000).
+    pub cap: Option<(String, i64)>,
+    /// When granted (ms since the epoch).
+    pub granted_ms: i64,
+    /// When it lapses, if ever.
+    pub expires_ms: Option<i64>,
+    /// When revoked, if it was.
+    pub revoked_ms: Option<i64>,
+}
+
+impl Grant {
+    /// Whether this grant allows `payload` at `now_ms`, and if not, why.
+    pub fn verdict(&self, payload: &Value, now_ms: i64) -> LeaseVerdict {
+        let dead = |reason: String| LeaseVerdict::Dead { reason };
+        if let Some(at) = self.revoked_ms {
+            return dead(format!("lease {} was revoked at {at}", self.id));
+        }
+        if let Some(at) = self.expires_ms.filter(|at| now_ms >= *at) {
+            return dead(format!("lease {} expired at {at}", self.id));
+        }
+        for (field, want) in &self.scope {
+            let got = payload.get(field).unwrap_or(&Value::Null);
+            if got != want {
+                return dead(format!(
+                    "lease {} covers {field} = {want}, not {got}",
+                    self.id
+                ));
+            }
+        }
+        if let Some((field, cap)) = &self.cap {
+            match payload.get(field).and_then(Value::as_i64) {
+                Some(v) if v <= *cap => {}
+                Some(v) => return dead(format!("lease {} caps {field} at {cap}; asked {v}", self.id)),
+                None => {
+                    return dead(format!(
+                        "lease {} caps {field}, but the payload has no integer {field}",
+                        self.id
+                    ));
+                }
+            }
+        }
+        LeaseVerdict::Live
+    }
+}
+
+/// Errors from a lease store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// The store could not be read or written.
+    #[error("lease store failed: {0}")]
+    Store(String),
+    /// A grant that cannot be made (bad scope, bad cap).
+    #[error("invalid lease: {0}")]
+    Invalid(String),
+}
+
+/// Where leases live.
+pub trait LeaseStore: Send + Sync {
+    /// Whether lease `id` is live at `now_ms` and covers `payload`. Unknown ids are dead.
+    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError>;
+
+    /// The grant as recorded, for the journal's `AUTHORIZED` record.
+    fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn grant() -> Grant {
+        Grant {
+            id: "case-4471".into(),
+            approver: "ana@support".into(),
+            scope: json!({"payment_intent": "pi_1"}).as_object().cloned().unwrap_or_default(),
+            cap: Some(("amount".into(), 2000)),
+            granted_ms: 0,
+            expires_ms: Some(100),
+            revoked_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_grant_covers_only_its_scope_up_to_its_cap_until_it_lapses() {
+        let g = grant();
+        let ok = json!({"payment_intent": "pi_1", "amount": 2000});
+        assert_eq!(g.verdict(&ok, 0), LeaseVerdict::Live);
+        assert!(matches!(g.verdict(&ok, 100), LeaseVerdict::Dead { .. }));
+        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_2", "amount": 1}), 0), LeaseVerdict::Dead { .. }));
+        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_1", "amount": 3000}), 0), LeaseVerdict::Dead { .. }));
+        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_1"}), 0), LeaseVerdict::Dead { .. }));
+        let revoked = Grant { revoked_ms: Some(5), ..g };
+        assert!(matches!(revoked.verdict(&ok, 0), LeaseVerdict::Dead { .. }));
+    }
+}

@@ -1,0 +1,51 @@
+//! Targets: the services effects land on. A target says what it can do after a crash (its tier),
+//! sends under the effect's key, and — if it can — looks an effect up by that key. Its answers are
+//! the core's [`SendAnswer`] and [`LookupAnswer`], so every target is judged by the same table.
+
+pub mod sim;
+pub mod stripe;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use crate::core::{LookupAnswer, SendAnswer, Tier};
+use crate::effect::EffectKey;
+
+/// One send.
+#[derive(Clone, Copy, Debug)]
+pub struct SendRequest<'a> {
+    /// The key; also the idempotency key.
+    pub key: &'a EffectKey,
+    /// The arguments.
+    pub payload: &'a Value,
+    /// Cut the send off after this long; the gate's claim deadline depends on it.
+    pub timeout: Duration,
+}
+
+/// A service effects land on.
+pub trait Target: Send + Sync {
+    /// Name for the journal and messages.
+    fn name(&self) -> &str;
+
+    /// What the target offers after a crash.
+    fn tier(&self) -> Tier;
+
+    /// How long the target remembers an idempotency key (tier 1).
+    fn dedupe_window(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether [`Target::lookup`] can answer.
+    fn has_lookup(&self) -> bool {
+        false
+    }
+
+    /// Send once, under the request's key. Must not retry by itself.
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer;
+
+    /// Ask whether an effect with this key landed.
+    fn lookup(&self, _key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        LookupAnswer::Unknown(format!("target {} offers no lookup", self.name()))
+    }
+}

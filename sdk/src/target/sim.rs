@@ -1,0 +1,417 @@
+//! An in-process payments service for tests and the simulated fault matrix. It behaves the way
+//! Stripe's refunds are documented to: idempotency keys replay the first answer (a saved 500
+//! included), a key reused with other parameters is an error, a key still being processed is a
+//! 409, keys are forgotten after a window, refunds are listed by payment with their metadata, and
+//! over-refunds are refused. It adds what only a simulator can: tiers, hand refunds without a key,
+//! order eligibility, held requests and a 5xx after applying.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{SendRequest, Target};
+use crate::clock::Clock;
+use crate::core::decide::still_fits;
+use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
+use crate::effect::{EffectKey, canonical_json, sha256_hex};
+use crate::faults::Stall;
+use crate::premise::{PremiseError, PremiseReader};
+
+/// Metadata field that carries the effect key on every refund the gate creates.
+pub const KEY_FIELD: &str = "interlock_key";
+
+/// A refund as the service keeps it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SimRefund {
+    /// `re_…`.
+    pub id: String,
+    /// The payment refunded.
+    pub payment_intent: String,
+    /// Cents.
+    pub amount: i64,
+    /// The idempotency key it was created under, if any.
+    pub idempotency_key: Option<String>,
+    /// Metadata as sent.
+    pub metadata: BTreeMap<String, String>,
+    /// When (ms).
+    pub created_ms: i64,
+}
+
+/// How the service answers a create-refund call, in HTTP terms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SimResponse {
+    /// 200 with the refund.
+    Created(Value),
+    /// 200 replayed from the key (`Idempotent-Replayed: true`).
+    Replayed(Value),
+    /// 4xx: nothing happened.
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// Stripe error code.
+        code: String,
+        /// Message.
+        message: String,
+    },
+    /// 400 `idempotency_error`: the key was used with other parameters.
+    KeyReused,
+    /// 409: a request with this key is still being processed.
+    KeyInUse,
+    /// 5xx (possibly after applying).
+    ServerError(u16),
+}
+
+#[derive(Clone, Debug)]
+struct Intent {
+    amount: i64,
+    eligible: bool,
+    disputed: bool,
+}
+
+#[derive(Clone, Debug)]
+struct KeyEntry {
+    params: String,
+    response: SimResponse,
+    at_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct World {
+    intents: BTreeMap<String, Intent>,
+    refunds: Vec<SimRefund>,
+    keys: HashMap<String, KeyEntry>,
+    in_progress: HashSet<String>,
+    next_id: u64,
+    error_after_apply: u32,
+    hold_next: Option<Arc<Stall>>,
+    requests: u64,
+}
+
+/// The simulated payments service.
+pub struct SimPayments {
+    world: Mutex<World>,
+    clock: Arc<dyn Clock>,
+    tier: Tier,
+    window: Duration,
+}
+
+impl std::fmt::Debug for SimPayments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPayments").field("tier", &self.tier).finish()
+    }
+}
+
+impl SimPayments {
+    /// A service acting as a target of `tier`, forgetting keys after `window` (Stripe: 24 h).
+    pub fn new(tier: Tier, window: Duration, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self { world: Mutex::new(World::default()), clock, tier, window })
+    }
+
+    fn world(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Create a payment of `amount` cents.
+    pub fn add_payment(&self, id: &str, amount: i64) {
+        self.world()
+            .intents
+            .insert(id.to_owned(), Intent { amount, eligible: true, disputed: false });
+    }
+
+    /// Support refunds by hand from a dashboard: no key, no metadata.
+    pub fn hand_refund(&self, payment_intent: &str, amount: i64) {
+        let now = self.clock.now_ms();
+        let mut w = self.world();
+        let id = next_id(&mut w);
+        w.refunds.push(SimRefund {
+            id,
+            payment_intent: payment_intent.to_owned(),
+            amount,
+            idempotency_key: None,
+            metadata: BTreeMap::new(),
+            created_ms: now,
+        });
+    }
+
+    /// The shop marks an order (in)eligible for refunds.
+    pub fn set_eligible(&self, payment_intent: &str, eligible: bool) {
+        if let Some(i) = self.world().intents.get_mut(payment_intent) {
+            i.eligible = eligible;
+        }
+    }
+
+    /// A dispute: every refund on this payment is refused with a 400 until cleared.
+    pub fn set_disputed(&self, payment_intent: &str, disputed: bool) {
+        if let Some(i) = self.world().intents.get_mut(payment_intent) {
+            i.disputed = disputed;
+        }
+    }
+
+    /// Forget every idempotency key now, as the provider does after its window.
+    pub fn expire_keys(&self) {
+        self.world().keys.clear();
+    }
+
+    /// The next `n` successful creates answer 500 after applying (and save the 500 under the key).
+    pub fn error_after_apply(&self, n: u32) {
+        self.world().error_after_apply = n;
+    }
+
+    /// Hold the next create inside the service, before it applies, until `stall` is released.
+    pub fn hold_next(&self, stall: Arc<Stall>) {
+        self.world().hold_next = Some(stall);
+    }
+
+    /// Every refund on a payment, oldest first.
+    pub fn refunds(&self, payment_intent: &str) -> Vec<SimRefund> {
+        self.world().refunds.iter().filter(|r| r.payment_intent == payment_intent).cloned().collect()
+    }
+
+    /// Sum refunded on a payment.
+    pub fn refunded(&self, payment_intent: &str) -> i64 {
+        self.refunds(payment_intent).iter().map(|r| r.amount).sum()
+    }
+
+    /// How many create calls reached the service.
+    pub fn requests(&self) -> u64 {
+        self.world().requests
+    }
+
+    /// `POST /v1/refunds`, as Stripe documents it.
+    pub fn create_refund(
+        &self,
+        payment_intent: &str,
+        amount: i64,
+        idempotency_key: Option<&str>,
+        metadata: BTreeMap<String, String>,
+    ) -> SimResponse {
+        let params = sha256_hex(&canonical_json(&json!({
+            "payment_intent": payment_intent, "amount": amount, "metadata": metadata,
+        })));
+        let stall = {
+            let mut w = self.world();
+            w.requests += 1;
+            let now = self.clock.now_ms();
+            let window = i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX);
+            w.keys.retain(|_, e| now < e.at_ms.saturating_add(window));
+            if let (Tier::One, Some(k)) = (self.tier, idempotency_key) {
+                if w.in_progress.contains(k) {
+                    return SimResponse::KeyInUse;
+                }
+                if let Some(e) = w.keys.get(k) {
+                    return if e.params != params {
+                        SimResponse::KeyReused
+                    } else {
+                        match &e.response {
+                            SimResponse::Created(v) => SimResponse::Replayed(v.clone()),
+                            other => other.clone(),
+                        }
+                    };
+                }
+                w.in_progress.insert(k.to_owned());
+            }
+            w.hold_next.take()
+        };
+        if let Some(stall) = stall {
+            stall.hold();
+        }
+        let now = self.clock.now_ms();
+        let mut w = self.world();
+        if let Some(k) = idempotency_key {
+            w.in_progress.remove(k);
+        }
+        let response = apply(&mut w, payment_intent, amount, idempotency_key, metadata, now);
+        let save = matches!(response, SimResponse::Created(_) | SimResponse::ServerError(_));
+        if let (Tier::One, Some(k), true) = (self.tier, idempotency_key, save) {
+            w.keys.insert(k.to_owned(), KeyEntry { params, response: response.clone(), at_ms: now });
+        }
+        response
+    }
+
+    /// `GET /v1/refunds?payment_intent=…`, filtered on the key in metadata.
+    pub fn find_by_key(&self, payment_intent: &str, key: &str) -> Option<SimRefund> {
+        self.refunds(payment_intent)
+            .into_iter()
+            .find(|r| r.metadata.get(KEY_FIELD).map(String::as_str) == Some(key))
+    }
+
+    /// The refund premises of a payment: refunds by others (excluding `key`'s), eligibility, amount.
+    pub fn refund_premises(&self, payment_intent: &str, key: Option<&str>) -> Option<Premises> {
+        let w = self.world();
+        let intent = w.intents.get(payment_intent)?;
+        let others: i64 = w
+            .refunds
+            .iter()
+            .filter(|r| r.payment_intent == payment_intent)
+            .filter(|r| key.is_none() || r.metadata.get(KEY_FIELD).map(String::as_str) != key)
+            .map(|r| r.amount)
+            .sum();
+        Some(
+            [
+                ("refunded_by_others".to_owned(), json!(others)),
+                ("order_eligible".to_owned(), json!(intent.eligible)),
+                ("amount_paid".to_owned(), json!(intent.amount)),
+            ]
+            .into_iter()
+            .collect(),
+        )
+    }
+}
+
+fn next_id(w: &mut World) -> String {
+    w.next_id += 1;
+    format!("re_sim{:06}", w.next_id)
+}
+
+fn apply(
+    w: &mut World,
+    payment_intent: &str,
+    amount: i64,
+    key: Option<&str>,
+    metadata: BTreeMap<String, String>,
+    now: i64,
+) -> SimResponse {
+    let refused = |status, code: &str, message: String| SimResponse::Refused {
+        status,
+        code: code.into(),
+        message,
+    };
+    let Some(intent) = w.intents.get(payment_intent).cloned() else {
+        return refused(404, "resource_missing", format!("No such payment_intent: '{payment_intent}'"));
+    };
+    if intent.disputed {
+        return refused(400, "charge_disputed", "the charge is disputed".into());
+    }
+    let refunded: i64 =
+        w.refunds.iter().filter(|r| r.payment_intent == payment_intent).map(|r| r.amount).sum();
+    if amount <= 0 || refunded + amount > intent.amount {
+        return refused(
+            400,
+            "amount_too_large",
+            format!("refund of {amount} exceeds the {} left", intent.amount - refunded),
+        );
+    }
+    let id = next_id(w);
+    let refund = SimRefund {
+        id,
+        payment_intent: payment_intent.to_owned(),
+        amount,
+        idempotency_key: key.map(str::to_owned),
+        metadata,
+        created_ms: now,
+    };
+    let body = json!({
+        "id": refund.id, "object": "refund", "amount": amount, "payment_intent": payment_intent,
+        "status": "succeeded", "metadata": refund.metadata,
+    });
+    w.refunds.push(refund);
+    if w.error_after_apply > 0 {
+        w.error_after_apply -= 1;
+        return SimResponse::ServerError(500);
+    }
+    SimResponse::Created(body)
+}
+
+/// The refund effect's payload.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RefundPayload {
+    /// The payment refunded.
+    pub payment_intent: String,
+    /// Cents.
+    pub amount: i64,
+    /// ISO currency.
+    pub currency: String,
+}
+
+fn parse_payload(payload: &Value) -> Result<RefundPayload, String> {
+    serde_json::from_value(payload.clone()).map_err(|e| format!("not a refund payload: {e}"))
+}
+
+/// [`SimPayments`] as a gate target.
+#[derive(Clone, Debug)]
+pub struct SimTarget(pub Arc<SimPayments>);
+
+impl Target for SimTarget {
+    fn name(&self) -> &str {
+        "sim-payments"
+    }
+
+    fn tier(&self) -> Tier {
+        self.0.tier
+    }
+
+    fn dedupe_window(&self) -> Option<Duration> {
+        (self.0.tier == Tier::One).then_some(self.0.window)
+    }
+
+    fn has_lookup(&self) -> bool {
+        self.0.tier != Tier::Three
+    }
+
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        let p = match parse_payload(req.payload) {
+            Ok(p) => p,
+            Err(e) => return SendAnswer::Definite { code: "invalid_payload".into(), message: e },
+        };
+        let metadata = [(KEY_FIELD.to_owned(), req.key.to_string())].into_iter().collect();
+        let key = (self.0.tier == Tier::One).then_some(req.key.as_str());
+        match self.0.create_refund(&p.payment_intent, p.amount, key, metadata) {
+            SimResponse::Created(v) | SimResponse::Replayed(v) => SendAnswer::Done(v),
+            SimResponse::Refused { code, message, .. } => SendAnswer::Definite { code, message },
+            SimResponse::KeyReused => SendAnswer::Conflict(
+                "Keys for idempotent requests can only be used with the same parameters".into(),
+            ),
+            SimResponse::KeyInUse => {
+                SendAnswer::Unknown("409: a request with this key is still in progress".into())
+            }
+            SimResponse::ServerError(s) => SendAnswer::Unknown(format!("HTTP {s}")),
+        }
+    }
+
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        if self.0.tier == Tier::Three {
+            return LookupAnswer::Unknown("tier-3 target: no lookup".into());
+        }
+        match parse_payload(payload) {
+            Ok(p) => match self.0.find_by_key(&p.payment_intent, key.as_str()) {
+                Some(r) => LookupAnswer::Found(json!({
+                    "id": r.id, "object": "refund", "amount": r.amount,
+                    "payment_intent": r.payment_intent, "status": "succeeded",
+                })),
+                None => LookupAnswer::NotFound,
+            },
+            Err(e) => LookupAnswer::Unknown(e),
+        }
+    }
+}
+
+/// Refund premises read from [`SimPayments`], with the `still_fits` repair.
+#[derive(Clone, Debug)]
+pub struct SimRefundPremises(pub Arc<SimPayments>);
+
+impl PremiseReader for SimRefundPremises {
+    fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
+        let p = parse_payload(payload).map_err(PremiseError::Invalid)?;
+        self.0.refund_premises(&p.payment_intent, Some(key.as_str())).ok_or_else(|| {
+            PremiseError::Invalid(format!("no such payment_intent: {}", p.payment_intent))
+        })
+    }
+
+    fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
+        refund_repairs(payload, now)
+    }
+}
+
+/// `still_fits` for a refund payload, from premises named as [`SimRefundPremises`] names them.
+pub fn refund_repairs(payload: &Value, now: &Premises) -> Vec<Repair> {
+    let get = |k: &str| now.get(k).and_then(Value::as_i64);
+    let eligible = now.get("order_eligible").and_then(Value::as_bool).unwrap_or(true);
+    match (parse_payload(payload), get("amount_paid"), get("refunded_by_others")) {
+        (Ok(p), Some(paid), Some(others)) if eligible => {
+            still_fits(p.amount, paid, others, payload).into_iter().collect()
+        }
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,9 @@
+//! Shared evidence machinery: the simulated refund world, the systems compared in the fault
+//! matrix, and the judge that scores each cell against the payments service's own records.
+
+pub mod baselines;
+pub mod cases;
+pub mod gated;
+pub mod matrix;
+pub mod system;
+pub mod world;
