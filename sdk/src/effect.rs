@@ -64,7 +64,10 @@ impl EffectKey {
         };
         match why {
             None => Ok(Self(key)),
-            Some(why) => Err(EffectError::BadKey { key: key.chars().take(80).collect(), why }),
+            Some(why) => Err(EffectError::BadKey {
+                key: key.chars().take(80).collect(),
+                why,
+            }),
         }
     }
 
@@ -147,7 +150,12 @@ impl Effect {
     ) -> Result<Self, EffectError> {
         let payload =
             serde_json::to_value(payload).map_err(|e| EffectError::Payload(e.to_string()))?;
-        Ok(Self { key, payload, decided: Premises::new(), lease: lease.into() })
+        Ok(Self {
+            key,
+            payload,
+            decided: Premises::new(),
+            lease: lease.into(),
+        })
     }
 
     /// Add a premise with the value seen at decision time.
@@ -186,7 +194,10 @@ mod tests {
     fn fixed_keys_are_validated_with_a_reason() {
         assert!(EffectKey::fixed("case-4471/refund").is_ok());
         for bad in ["", "has space", "é", &"x".repeat(256)] {
-            let err = EffectKey::fixed(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            let err = EffectKey::fixed(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(err.contains("not usable"), "{bad:?}: {err}");
         }
     }
@@ -197,7 +208,10 @@ mod tests {
         let a = Effect::new(k.clone(), &json!({"a": 1, "b": {"y": 2, "x": [3, 4]}}), "l")?;
         let b = Effect::new(k, &json!({"b": {"x": [3, 4], "y": 2}, "a": 1}), "l")?;
         assert_eq!(a.payload_hash(), b.payload_hash());
-        assert_eq!(canonical_json(&a.payload), br#"{"a":1,"b":{"x":[3,4],"y":2}}"#.to_vec());
+        assert_eq!(
+            canonical_json(&a.payload),
+            br#"{"a":1,"b":{"x":[3,4],"y":2}}"#.to_vec()
+        );
         Ok(())
     }
 }

@@ -62,26 +62,41 @@ impl Stall {
 
     /// Let the stalled attempt go on.
     pub fn release(&self) {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.1 = true;
         self.cv.notify_all();
     }
 
     /// Block until some attempt is stalled here.
     pub fn wait_reached(&self) {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while !s.0 {
-            s = self.cv.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
+            s = self
+                .cv
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 
     /// Called by the stalled attempt: announce arrival, wait for release.
     pub fn hold(&self) {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.0 = true;
         self.cv.notify_all();
         while !s.1 {
-            s = self.cv.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
+            s = self
+                .cv
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }
@@ -100,19 +115,28 @@ impl ScriptedFaults {
 
     /// Arm `action` at `point`.
     pub fn arm(&self, point: FaultPoint, action: Action) {
-        self.armed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((point, action));
+        self.armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((point, action));
     }
 
     /// Whether anything is still armed.
     pub fn pending(&self) -> usize {
-        self.armed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
 
 impl Faults for ScriptedFaults {
     fn at(&self, point: FaultPoint, _key: &str) -> Result<(), Crash> {
         let action = {
-            let mut armed = self.armed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut armed = self
+                .armed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let i = armed.iter().position(|(p, _)| *p == point);
             i.map(|i| armed.remove(i).1)
         };

@@ -17,8 +17,8 @@ use crate::core::decide::{
 use crate::core::{
     AfterSend, Ambiguous, Authorized, Claim, Claimed, Committed, Dispatched, EffectState, Event,
     Failed, Holder, LateResult, LeaseVerdict, LookupAnswer, MarginError, Premises, Proposed,
-    Recheck, RecoveryPlan, RefusalCode, RefusalDraft, Refused, Resolution, SendAnswer, SubmitPlan,
-    TakeoverPlan, Via, tier,
+    Recheck, RecoveryInput, RecoveryPlan, RefusalCode, RefusalDraft, Refused, Resolution,
+    SendAnswer, SubmitPlan, TakeoverPlan, TakeoverReason, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
 use crate::faults::{Crash, FaultPoint, Faults, NoFaults};
@@ -55,7 +55,11 @@ impl GateConfig {
         let mut lock_dir = journal_path.into().into_os_string();
         lock_dir.push(".locks");
         Self {
-            holder: Holder { host: host_name(), pid: std::process::id(), attempt: "1".into() },
+            holder: Holder {
+                host: host_name(),
+                pid: std::process::id(),
+                attempt: "1".into(),
+            },
             send_timeout: Duration::from_secs(30),
             settle: Duration::from_secs(5),
             dedupe_margin: Duration::from_secs(3600),
@@ -117,7 +121,11 @@ impl Outcome {
     /// A short stable label, e.g. `COMMITTED/idempotent_resend`, `REFUSED:stale_premise`.
     pub fn label(&self) -> String {
         match self {
-            Self::Committed { via, replayed: true, .. } => {
+            Self::Committed {
+                via,
+                replayed: true,
+                ..
+            } => {
                 format!("COMMITTED/{}(replayed)", via_str(*via))
             }
             Self::Committed { via, .. } => format!("COMMITTED/{}", via_str(*via)),
@@ -132,7 +140,10 @@ impl Outcome {
 
     /// True for outcomes that will not change on another attempt.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Self::InFlight { .. } | Self::Retry { .. } | Self::Superseded { .. })
+        !matches!(
+            self,
+            Self::InFlight { .. } | Self::Retry { .. } | Self::Superseded { .. }
+        )
     }
 }
 
@@ -143,6 +154,7 @@ fn via_str(via: Via) -> &'static str {
         Via::FoundByLookup => "found_by_lookup",
         Via::ReappliedAfterLookup => "reapplied_after_lookup",
         Via::FailedButLanded => "failed_but_landed",
+        Via::LateAnswer => "late_answer",
     }
 }
 
@@ -177,6 +189,18 @@ pub enum GateError {
     },
 }
 
+/// A decision could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// The key or payload is unusable.
+    #[error(transparent)]
+    Effect(#[from] crate::effect::EffectError),
+    /// The premises could not be read.
+    #[error(transparent)]
+    Premises(#[from] PremiseError),
+}
+
 /// The gate, shared by every effect a worker runs.
 #[derive(Clone)]
 pub struct Gate {
@@ -209,7 +233,14 @@ impl Gate {
             dir: cfg.lock_dir.display().to_string(),
             source,
         })?;
-        Ok(Self { journal, leases, clock, faults: Arc::new(NoFaults), cfg, locks })
+        Ok(Self {
+            journal,
+            leases,
+            clock,
+            faults: Arc::new(NoFaults),
+            cfg,
+            locks,
+        })
     }
 
     /// Inject faults (tests and the kill-matrix harness).
@@ -248,10 +279,25 @@ impl Gate {
                 ms(self.cfg.send_timeout),
                 ms(self.cfg.settle),
             )
-            .map_err(|source| GateError::Margin { target: target.name().to_owned(), source })?;
+            .map_err(|source| GateError::Margin {
+                target: target.name().to_owned(),
+                source,
+            })?;
         }
-        Ok(Bound { gate: self.clone(), target, premises })
+        Ok(Bound {
+            gate: self.clone(),
+            target,
+            premises,
+        })
     }
+}
+
+fn wait_until(until_ms: i64, now_ms: i64) -> Duration {
+    Duration::from_millis(
+        u64::try_from(until_ms.saturating_sub(now_ms))
+            .unwrap_or(0)
+            .max(1),
+    )
 }
 
 fn ms(d: Duration) -> i64 {
@@ -289,8 +335,12 @@ impl Bound {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
                 EffectState::Proposed { first } => self.dispatch_fresh(key, &first)?,
-                EffectState::InFlight { first, claim } => self.recover_claim(key, &first, &claim)?,
-                EffectState::Resolved { resolution, .. } => Step::Done(outcome_of(resolution, true)),
+                EffectState::InFlight { first, claim } => {
+                    self.recover_claim(key, &first, &claim)?
+                }
+                EffectState::Resolved { resolution, .. } => {
+                    Step::Done(outcome_of(resolution, true))
+                }
             };
             if let Step::Done(o) = step {
                 return Ok(o);
@@ -304,8 +354,23 @@ impl Bound {
         &self.target
     }
 
+    /// Make a decision: the effect with its premises read now by this gate's premise reader.
+    pub fn decide(
+        &self,
+        key: EffectKey,
+        payload: &impl serde::Serialize,
+        lease: impl Into<String>,
+    ) -> Result<Effect, DecideError> {
+        let effect = Effect::new(key, payload, lease)?;
+        let premises = self.premises.read(&effect.key, &effect.payload)?;
+        Ok(effect.premises(premises))
+    }
+
     fn busy(&self, reason: &str) -> Outcome {
-        Outcome::InFlight { retry_after: self.gate.cfg.retry_after, reason: reason.to_owned() }
+        Outcome::InFlight {
+            retry_after: self.gate.cfg.retry_after,
+            reason: reason.to_owned(),
+        }
     }
 
     fn now(&self) -> i64 {
@@ -327,11 +392,16 @@ impl Bound {
             target: self.target.name().to_owned(),
             tier: self.target.tier().into(),
         };
-        let out = self.gate.journal.append_with(key, &mut |s| match plan_submit(s, &hash) {
-            SubmitPlan::Fresh => vec![Event::Proposed(proposal.clone())],
-            SubmitPlan::Conflict { recorded } => vec![Event::Refused(conflict_note(&hash, &recorded))],
-            _ => Vec::new(),
-        })?;
+        let out = self
+            .gate
+            .journal
+            .append_with(key, &mut |s| match plan_submit(s, &hash) {
+                SubmitPlan::Fresh => vec![Event::Proposed(proposal.clone())],
+                SubmitPlan::Conflict { recorded } => {
+                    vec![Event::Refused(conflict_note(&hash, &recorded))]
+                }
+                _ => Vec::new(),
+            })?;
         let first = out.after.first().cloned();
         Ok(match (plan_submit(&out.before, &hash), first) {
             (SubmitPlan::Conflict { recorded }, _) => {
@@ -368,7 +438,10 @@ impl Bound {
             return self.resolve_proposed(key, first, draft, Vec::new());
         }
         if authorize {
-            let event = Event::Authorized(Authorized { lease: first.lease.clone(), grant });
+            let event = Event::Authorized(Authorized {
+                lease: first.lease.clone(),
+                grant,
+            });
             let out = self.gate.journal.append_with(key, &mut |s| match s {
                 EffectState::Proposed { .. } => vec![event.clone()],
                 _ => Vec::new(),
@@ -379,7 +452,9 @@ impl Bound {
         }
         self.fault(FaultPoint::BeforeDispatch, key)?;
         let Some(lock) = self.hold(key, 1)? else {
-            return Ok(Step::Done(self.busy("another attempt is dispatching this effect")));
+            return Ok(Step::Done(
+                self.busy("another attempt is dispatching this effect"),
+            ));
         };
         let (recheck, transient) = self.recheck(key, first);
         if let Some(err) = transient {
@@ -396,12 +471,17 @@ impl Bound {
             recheck: recheck.clone(),
             resend: false,
         });
-        let refused = draft.as_ref().map(|d| final_refusal(d, repairs.clone(), &first.payload_hash));
-        let out = self.gate.journal.append_with(key, &mut |s| match (s, &refused) {
-            (EffectState::Proposed { .. }, Some(r)) => vec![Event::Refused(r.clone())],
-            (EffectState::Proposed { .. }, None) => vec![dispatched.clone()],
-            _ => Vec::new(),
-        })?;
+        let refused = draft
+            .as_ref()
+            .map(|d| final_refusal(d, repairs.clone(), &first.payload_hash));
+        let out = self
+            .gate
+            .journal
+            .append_with(key, &mut |s| match (s, &refused) {
+                (EffectState::Proposed { .. }, Some(r)) => vec![Event::Refused(r.clone())],
+                (EffectState::Proposed { .. }, None) => vec![dispatched.clone()],
+                _ => Vec::new(),
+            })?;
         if out.appended.is_empty() {
             return Ok(Step::Again);
         }
@@ -423,14 +503,16 @@ impl Bound {
         via: Via,
         lock: HeldLock,
     ) -> Result<Step, GateError> {
-        match self.gate.journal.state(key)? {
-            EffectState::InFlight { claim, .. } if claim.token == token => {}
+        let quiet_after = match self.gate.journal.state(key)? {
+            EffectState::InFlight { claim, .. } if claim.token == token => {
+                claim.quiet_after(Some(token))
+            }
             _ => {
                 return Ok(Step::Done(Outcome::Superseded {
                     reason: format!("claim {token} was taken over before this attempt sent"),
                 }));
             }
-        }
+        };
         let budget = deadline_ms - ms(self.gate.cfg.settle) - self.now();
         if budget <= 0 {
             return Ok(Step::Done(self.busy(
@@ -442,7 +524,11 @@ impl Bound {
             .cfg
             .send_timeout
             .min(Duration::from_millis(u64::try_from(budget).unwrap_or(0)));
-        let req = SendRequest { key, payload: &first.payload, timeout };
+        let req = SendRequest {
+            key,
+            payload: &first.payload,
+            timeout,
+        };
         let target = &self.target;
         let answer = catch_unwind(AssertUnwindSafe(|| target.send(&req))).unwrap_or_else(|_| {
             SendAnswer::Unknown("the target panicked while sending; it may have sent".into())
@@ -450,20 +536,32 @@ impl Bound {
         tracing::debug!(key = %key, token, ?answer, "send answered");
         self.fault(FaultPoint::AfterSend, key)?;
         let has_lookup = self.target.has_lookup();
-        let mut plan = after_send(&answer, via, has_lookup, None);
+        let earlier_quiet = self.now() >= quiet_after;
+        let mut plan = after_send(&answer, via, has_lookup, earlier_quiet, None);
         if plan == AfterSend::Lookup {
             let found = self.lookup(key, &first.payload);
-            plan = after_send(&answer, via, has_lookup, Some(&found));
+            plan = after_send(&answer, via, has_lookup, earlier_quiet, Some(&found));
         }
         let event = match plan {
-            AfterSend::Commit(via, result) => Some(Event::Committed(Committed { token, via, result })),
-            AfterSend::Fail { code, message } => Some(Event::Failed(Failed { token, code, message })),
-            AfterSend::Refuse(d) => {
-                Some(Event::Refused(final_refusal(&d, Vec::new(), &first.payload_hash)))
+            AfterSend::Commit(via, result) => {
+                Some(Event::Committed(Committed { token, via, result }))
             }
+            AfterSend::Fail { code, message } => Some(Event::Failed(Failed {
+                token,
+                code,
+                message,
+            })),
+            AfterSend::Refuse(d) => Some(Event::Refused(final_refusal(
+                &d,
+                Vec::new(),
+                &first.payload_hash,
+            ))),
             AfterSend::StayInFlight(_) | AfterSend::Lookup => None,
         };
-        let late = Event::LateResult(LateResult { token, answer: answer_json(&answer) });
+        let late = Event::LateResult(LateResult {
+            token,
+            answer: answer_json(&answer),
+        });
         let out = self.gate.journal.append_with(key, &mut |s| match s {
             EffectState::InFlight { claim, .. } if claim.token == token => {
                 event.clone().into_iter().collect()
@@ -472,7 +570,10 @@ impl Bound {
         })?;
         self.fault(FaultPoint::AfterRecord, key)?;
         drop(lock);
-        let was_late = matches!(out.appended.first().map(|r| &r.event), Some(Event::LateResult(_)));
+        let was_late = matches!(
+            out.appended.first().map(|r| &r.event),
+            Some(Event::LateResult(_))
+        );
         Ok(Step::Done(match out.after {
             EffectState::Resolved { resolution, .. } => {
                 self.gate.locks.forget(key.as_str(), token);
@@ -506,12 +607,15 @@ impl Bound {
             self.target.has_lookup(),
         );
         let lock_free = claim.holder.host == self.gate.cfg.holder.host
-            && self.gate.locks.is_free(key.as_str(), claim.token).map_err(|e| self.lock_err(e))?;
+            && self
+                .gate
+                .locks
+                .is_free(key.as_str(), claim.token)
+                .map_err(|e| self.lock_err(e))?;
         let reason = match plan_takeover(claim, now, lock_free, effective) {
             TakeoverPlan::Wait { until_ms } => {
-                let wait = Duration::from_millis(u64::try_from(until_ms - now).unwrap_or(0));
                 return Ok(Step::Done(Outcome::InFlight {
-                    retry_after: wait.min(self.gate.cfg.retry_after),
+                    retry_after: wait_until(until_ms, now).min(self.gate.cfg.retry_after),
                     reason: format!(
                         "in flight under claim {} held by pid {} on {} until its deadline",
                         claim.token, claim.holder.pid, claim.holder.host
@@ -522,16 +626,29 @@ impl Bound {
         };
         let token = claim.token + 1;
         let Some(lock) = self.hold(key, token)? else {
-            return Ok(Step::Done(self.busy("another recoverer is taking this effect over")));
+            return Ok(Step::Done(
+                self.busy("another recoverer is taking this effect over"),
+            ));
+        };
+        // Until when the previous holder's send may still land: a holder proven dead can only
+        // have bytes in flight for the settle margin; otherwise its send runs to its deadline.
+        let prior_until_ms = match reason {
+            TakeoverReason::HolderDead => claim
+                .deadline_ms
+                .min(now.saturating_add(ms(self.gate.cfg.settle))),
+            TakeoverReason::DeadlinePassed | TakeoverReason::Tier1InWindow => claim.deadline_ms,
         };
         let claimed = Event::Claimed(Claimed {
             token,
             holder: self.gate.cfg.holder.clone(),
             deadline_ms: self.deadline(),
             reason,
+            prior_until_ms,
         });
         let out = self.gate.journal.append_with(key, &mut |s| match s {
-            EffectState::InFlight { claim: c, .. } if c.token == claim.token => vec![claimed.clone()],
+            EffectState::InFlight { claim: c, .. } if c.token == claim.token => {
+                vec![claimed.clone()]
+            }
             _ => Vec::new(),
         })?;
         if out.appended.is_empty() {
@@ -539,23 +656,34 @@ impl Bound {
         }
         tracing::info!(key = %key, token, ?reason, "took over an in-flight effect");
         self.fault(FaultPoint::AfterTakeover, key)?;
-        self.resolve_as_recoverer(key, first, token, effective, lock)
+        let EffectState::InFlight { claim, .. } = out.after else {
+            return Ok(Step::Again);
+        };
+        self.resolve_as_recoverer(key, first, &claim, effective, lock)
     }
 
     fn resolve_as_recoverer(
         &self,
         key: &EffectKey,
         first: &Proposed,
-        token: u64,
+        claim: &Claim,
         effective: tier::Effective,
         lock: HeldLock,
     ) -> Result<Step, GateError> {
+        let token = claim.token;
         let (recheck, _) = self.recheck(key, first);
-        let has_lookup = self.target.has_lookup();
-        let mut plan = plan_recovery(effective, &recheck, has_lookup, None);
+        let input = RecoveryInput {
+            effective,
+            recheck: recheck.clone(),
+            has_lookup: self.target.has_lookup(),
+            now_ms: self.now(),
+            quiet_after_ms: claim.quiet_after(None),
+            late_done: claim.late_done.clone(),
+        };
+        let mut plan = plan_recovery(&input, None);
         if plan == RecoveryPlan::Lookup {
             let found = self.lookup(key, &first.payload);
-            plan = plan_recovery(effective, &recheck, has_lookup, Some(&found));
+            plan = plan_recovery(&input, Some(&found));
         }
         let event = match plan {
             RecoveryPlan::Resend(via) => {
@@ -569,7 +697,9 @@ impl Bound {
                     resend: true,
                 });
                 let out = self.gate.journal.append_with(key, &mut |s| match s {
-                    EffectState::InFlight { claim, .. } if claim.token == token => vec![resend.clone()],
+                    EffectState::InFlight { claim, .. } if claim.token == token => {
+                        vec![resend.clone()]
+                    }
                     _ => Vec::new(),
                 })?;
                 if out.appended.is_empty() {
@@ -578,15 +708,24 @@ impl Bound {
                 self.fault(FaultPoint::AfterDispatch, key)?;
                 return self.send_under_claim(key, first, token, deadline, via, lock);
             }
-            RecoveryPlan::CommitFound(result) => {
-                Event::Committed(Committed { token, via: Via::FoundByLookup, result })
+            RecoveryPlan::CommitFound(via, result) => {
+                Event::Committed(Committed { token, via, result })
             }
             RecoveryPlan::Refuse(draft) => {
                 let repairs = self.repairs_for(first, &recheck, true);
                 Event::Refused(final_refusal(&draft, repairs, &first.payload_hash))
             }
             RecoveryPlan::Ambiguous(a) => Event::Ambiguous(a),
-            RecoveryPlan::Wait(reason) => return Ok(Step::Done(self.busy(&reason))),
+            RecoveryPlan::Wait { reason, until_ms } => {
+                let retry_after = match until_ms {
+                    Some(until) => wait_until(until, self.now()),
+                    None => self.gate.cfg.retry_after,
+                };
+                return Ok(Step::Done(Outcome::InFlight {
+                    retry_after,
+                    reason,
+                }));
+            }
             RecoveryPlan::Lookup => return Ok(Step::Done(self.busy("lookup did not settle"))),
         };
         let out = self.gate.journal.append_with(key, &mut |s| match s {
@@ -618,7 +757,11 @@ impl Bound {
             EffectState::Proposed { .. } => vec![event.clone()],
             _ => Vec::new(),
         })?;
-        Ok(if out.appended.is_empty() { Step::Again } else { Step::Done(Outcome::Refused(refused)) })
+        Ok(if out.appended.is_empty() {
+            Step::Again
+        } else {
+            Step::Done(Outcome::Refused(refused))
+        })
     }
 
     /// A transient failure to read the lease or the premises: record it, send nothing, retry.
@@ -638,8 +781,13 @@ impl Bound {
             payload_hash: first.payload_hash.clone(),
         };
         let reason = note.reason.clone();
-        self.gate.journal.append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
-        Ok(Step::Done(Outcome::Retry { retry_after: self.gate.cfg.retry_after, reason }))
+        self.gate
+            .journal
+            .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+        Ok(Step::Done(Outcome::Retry {
+            retry_after: self.gate.cfg.retry_after,
+            reason,
+        }))
     }
 
     fn deadline(&self) -> i64 {
@@ -647,20 +795,32 @@ impl Bound {
     }
 
     fn hold(&self, key: &EffectKey, token: u64) -> Result<Option<HeldLock>, GateError> {
-        self.gate.locks.try_hold(key.as_str(), token).map_err(|e| self.lock_err(e))
+        self.gate
+            .locks
+            .try_hold(key.as_str(), token)
+            .map_err(|e| self.lock_err(e))
     }
 
     fn lock_err(&self, source: std::io::Error) -> GateError {
-        GateError::Locks { dir: self.gate.locks.dir().display().to_string(), source }
+        GateError::Locks {
+            dir: self.gate.locks.dir().display().to_string(),
+            source,
+        }
     }
 
     fn lease_verdict(&self, first: &Proposed) -> LeaseVerdict {
         let now = self.now();
         let leases = &self.gate.leases;
-        match catch_unwind(AssertUnwindSafe(|| leases.check(&first.lease, &first.payload, now))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            leases.check(&first.lease, &first.payload, now)
+        })) {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => LeaseVerdict::Error { message: e.to_string() },
-            Err(_) => LeaseVerdict::Error { message: "the lease store panicked".into() },
+            Ok(Err(e)) => LeaseVerdict::Error {
+                message: e.to_string(),
+            },
+            Err(_) => LeaseVerdict::Error {
+                message: "the lease store panicked".into(),
+            },
         }
     }
 
@@ -694,11 +854,25 @@ impl Bound {
                 }
                 (Premises::new(), Some(e.to_string()))
             }
-            Err(_) => (Premises::new(), Some("the premise reader panicked".to_owned())),
+            Err(_) => (
+                Premises::new(),
+                Some("the premise reader panicked".to_owned()),
+            ),
         };
-        let changes =
-            if premise_error.is_none() { diff(&first.premises, &premises_now) } else { Vec::new() };
-        (Recheck { lease, premises_now, changes, premise_error }, transient)
+        let changes = if premise_error.is_none() {
+            diff(&first.premises, &premises_now)
+        } else {
+            Vec::new()
+        };
+        (
+            Recheck {
+                lease,
+                premises_now,
+                changes,
+                premise_error,
+            },
+            transient,
+        )
     }
 
     fn repairs_for(
@@ -711,8 +885,10 @@ impl Bound {
             return Vec::new();
         }
         let premises = &self.premises;
-        catch_unwind(AssertUnwindSafe(|| premises.repairs(&first.payload, &recheck.premises_now)))
-            .unwrap_or_default()
+        catch_unwind(AssertUnwindSafe(|| {
+            premises.repairs(&first.payload, &recheck.premises_now)
+        }))
+        .unwrap_or_default()
     }
 
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
@@ -749,7 +925,11 @@ fn final_refusal(d: &RefusalDraft, repairs: Vec<crate::core::Repair>, hash: &str
 
 fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
     match res {
-        Resolution::Committed(c) => Outcome::Committed { via: c.via, result: c.result, replayed },
+        Resolution::Committed(c) => Outcome::Committed {
+            via: c.via,
+            result: c.result,
+            replayed,
+        },
         Resolution::Refused(r) => Outcome::Refused(r),
         Resolution::Failed(f) => Outcome::Failed(f),
         Resolution::Ambiguous(a) => Outcome::Ambiguous(a),
@@ -759,7 +939,9 @@ fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
 fn answer_json(a: &SendAnswer) -> Value {
     match a {
         SendAnswer::Done(v) => json!({ "done": v }),
-        SendAnswer::Definite { code, message } => json!({ "failed": { "code": code, "message": message } }),
+        SendAnswer::Definite { code, message } => {
+            json!({ "failed": { "code": code, "message": message } })
+        }
         SendAnswer::Conflict(m) => json!({ "conflict": m }),
         SendAnswer::Unknown(m) => json!({ "unknown": m }),
     }

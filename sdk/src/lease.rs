@@ -26,6 +26,37 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// A grant with no scope, no cap and no expiry, made now (`granted_ms`).
+    pub fn new(id: impl Into<String>, approver: impl Into<String>, granted_ms: i64) -> Self {
+        Self {
+            id: id.into(),
+            approver: approver.into(),
+            scope: serde_json::Map::new(),
+            cap: None,
+            granted_ms,
+            expires_ms: None,
+            revoked_ms: None,
+        }
+    }
+
+    /// Require the payload's `field` to equal `value`.
+    pub fn scope(mut self, field: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.scope.insert(field.into(), value.into());
+        self
+    }
+
+    /// Cap the payload's integer `field` at `max`.
+    pub fn cap(mut self, field: impl Into<String>, max: i64) -> Self {
+        self.cap = Some((field.into(), max));
+        self
+    }
+
+    /// Lapse at `expires_ms`.
+    pub fn expires(mut self, expires_ms: i64) -> Self {
+        self.expires_ms = Some(expires_ms);
+        self
+    }
+
     /// Whether this grant allows `payload` at `now_ms`, and if not, why.
     pub fn verdict(&self, payload: &Value, now_ms: i64) -> LeaseVerdict {
         let dead = |reason: String| LeaseVerdict::Dead { reason };
@@ -47,7 +78,12 @@ impl Grant {
         if let Some((field, cap)) = &self.cap {
             match payload.get(field).and_then(Value::as_i64) {
                 Some(v) if v <= *cap => {}
-                Some(v) => return dead(format!("lease {} caps {field} at {cap}; asked {v}", self.id)),
+                Some(v) => {
+                    return dead(format!(
+                        "lease {} caps {field} at {cap}; asked {v}",
+                        self.id
+                    ));
+                }
                 None => {
                     return dead(format!(
                         "lease {} caps {field}, but the payload has no integer {field}",
@@ -91,7 +127,10 @@ mod tests {
         Grant {
             id: "case-4471".into(),
             approver: "ana@support".into(),
-            scope: json!({"payment_intent": "pi_1"}).as_object().cloned().unwrap_or_default(),
+            scope: json!({"payment_intent": "pi_1"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
             cap: Some(("amount".into(), 2000)),
             granted_ms: 0,
             expires_ms: Some(100),
@@ -105,10 +144,22 @@ mod tests {
         let ok = json!({"payment_intent": "pi_1", "amount": 2000});
         assert_eq!(g.verdict(&ok, 0), LeaseVerdict::Live);
         assert!(matches!(g.verdict(&ok, 100), LeaseVerdict::Dead { .. }));
-        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_2", "amount": 1}), 0), LeaseVerdict::Dead { .. }));
-        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_1", "amount": 3000}), 0), LeaseVerdict::Dead { .. }));
-        assert!(matches!(g.verdict(&json!({"payment_intent": "pi_1"}), 0), LeaseVerdict::Dead { .. }));
-        let revoked = Grant { revoked_ms: Some(5), ..g };
+        assert!(matches!(
+            g.verdict(&json!({"payment_intent": "pi_2", "amount": 1}), 0),
+            LeaseVerdict::Dead { .. }
+        ));
+        assert!(matches!(
+            g.verdict(&json!({"payment_intent": "pi_1", "amount": 3000}), 0),
+            LeaseVerdict::Dead { .. }
+        ));
+        assert!(matches!(
+            g.verdict(&json!({"payment_intent": "pi_1"}), 0),
+            LeaseVerdict::Dead { .. }
+        ));
+        let revoked = Grant {
+            revoked_ms: Some(5),
+            ..g
+        };
         assert!(matches!(revoked.verdict(&ok, 0), LeaseVerdict::Dead { .. }));
     }
 }

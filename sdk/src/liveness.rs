@@ -33,7 +33,10 @@ impl LockDir {
 
     fn path(&self, key: &str, token: u64) -> PathBuf {
         // Keys a caller fixed may hold characters a file name cannot.
-        self.dir.join(format!("{}.{token}.lock", &sha256_hex(key.as_bytes())[..32]))
+        self.dir.join(format!(
+            "{}.{token}.lock",
+            &sha256_hex(key.as_bytes())[..32]
+        ))
     }
 
     /// Take the lock for `key`/`token` if nobody holds it.

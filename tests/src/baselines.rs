@@ -31,12 +31,22 @@ pub struct Baseline {
 impl Baseline {
     /// A baseline of `kind` against `sim`.
     pub fn new(kind: Kind, sim: Arc<SimPayments>) -> Self {
-        Self { kind, sim, steps: Mutex::new(HashMap::new()) }
+        Self {
+            kind,
+            sim,
+            steps: Mutex::new(HashMap::new()),
+        }
     }
 }
 
 fn answer(label: String, says: Says, is_final: bool) -> Answer {
-    Answer { label, says, is_final, repair_offered: false }
+    Answer {
+        label,
+        says,
+        is_final,
+        repair_offered: false,
+        retry_after_ms: None,
+    }
 }
 
 impl System for Baseline {
@@ -72,7 +82,9 @@ impl System for Baseline {
             Kind::Naive => None,
             Kind::KeyOnly | Kind::Replay => Some(step.as_str()),
         };
-        let response = self.sim.create_refund(&p.payment_intent, p.amount, key, BTreeMap::new());
+        let response = self
+            .sim
+            .create_refund(&p.payment_intent, p.amount, key, BTreeMap::new());
         if faults.iter().any(|f| matches!(f, Fault::CrashAfterApply)) {
             return Ok(Attempt::Crashed);
         }
@@ -80,7 +92,9 @@ impl System for Baseline {
             SimResponse::Created(_) => answer("APPLIED".into(), Says::Done, true),
             SimResponse::Replayed(_) => answer("APPLIED(replayed)".into(), Says::Done, true),
             SimResponse::KeyReused => answer("ERROR:idempotency_error".into(), Says::NotDone, true),
-            SimResponse::Refused { code, .. } => answer(format!("ERROR:{code}"), Says::NotDone, false),
+            SimResponse::Refused { code, .. } => {
+                answer(format!("ERROR:{code}"), Says::NotDone, false)
+            }
             SimResponse::KeyInUse => answer("ERROR:409".into(), Says::NotDone, false),
             SimResponse::ServerError(s) => answer(format!("ERROR:{s}"), Says::NotDone, false),
         };

@@ -39,7 +39,13 @@ impl Gated {
         cfg.settle = SETTLE;
         cfg.retry_after = Duration::from_secs(1);
         let gate = Gate::new(journal.clone(), journal.clone(), clock, cfg)?;
-        Ok(Self { tier, gate, journal, sim: world.sim.clone(), _dir: dir })
+        Ok(Self {
+            tier,
+            gate,
+            journal,
+            sim: world.sim.clone(),
+            _dir: dir,
+        })
     }
 
     /// The journal, for inspection.
@@ -56,7 +62,19 @@ pub fn answer_of(o: &Outcome) -> Answer {
         _ => Says::Unknown,
     };
     let repair_offered = matches!(o, Outcome::Refused(r) if !r.repairs.is_empty());
-    Answer { label: o.label(), says, is_final: o.is_final(), repair_offered }
+    let retry_after_ms = match o {
+        Outcome::InFlight { retry_after, .. } | Outcome::Retry { retry_after, .. } => {
+            i64::try_from(retry_after.as_millis()).ok()
+        }
+        _ => None,
+    };
+    Answer {
+        label: o.label(),
+        says,
+        is_final: o.is_final(),
+        repair_offered,
+        retry_after_ms,
+    }
 }
 
 impl System for Gated {
@@ -74,7 +92,11 @@ impl System for Gated {
             };
             scripted.arm(point, action);
         }
-        let gate = self.gate.clone().with_faults(scripted).with_attempt(n.to_string());
+        let gate = self
+            .gate
+            .clone()
+            .with_faults(scripted)
+            .with_attempt(n.to_string());
         let bound = gate.bind(
             Arc::new(SimTarget(self.sim.clone())),
             Arc::new(SimRefundPremises(self.sim.clone())),

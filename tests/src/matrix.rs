@@ -15,7 +15,7 @@ use crate::system::{Answer, Attempt, Fault, Says, System};
 use crate::world::{AMOUNT, PAYMENT, REDECIDED, UNRELATED, World};
 
 /// Attempts a system gets per request (Temporal-style retries).
-pub const MAX_ATTEMPTS: u32 = 6;
+pub const MAX_ATTEMPTS: u32 = 12;
 /// The retry interval, on the manual clock.
 const RETRY_MS: i64 = 1_000;
 
@@ -118,26 +118,35 @@ impl Driver<'_> {
         faults: &[Vec<Fault>],
         mut outage: impl FnMut(),
     ) -> anyhow::Result<(Answer, u32)> {
-        let mut last = None;
+        let mut last: Option<Answer> = None;
         let mut crashed = false;
         for n in first..first + MAX_ATTEMPTS {
-            let f = faults.get((n - first) as usize).cloned().unwrap_or_default();
+            let f = faults
+                .get((n - first) as usize)
+                .cloned()
+                .unwrap_or_default();
+            let mut asked = 0;
             match self.sys.attempt(effect, n, &f)? {
                 Attempt::Answered(a) if a.is_final => return Ok((a, n)),
-                Attempt::Answered(a) => last = Some(a),
+                Attempt::Answered(a) => {
+                    asked = a.retry_after_ms.unwrap_or(0);
+                    last = Some(a);
+                }
                 Attempt::Crashed if !crashed => {
                     crashed = true;
                     outage();
                 }
                 Attempt::Crashed => {}
             }
-            self.world.clock.advance(RETRY_MS);
+            // Temporal's retry interval, or the next-retry delay the attempt asked for.
+            self.world.clock.advance(RETRY_MS.max(asked));
         }
         let gave_up = last.unwrap_or(Answer {
             label: "GAVE_UP".into(),
             says: Says::Unknown,
             is_final: true,
             repair_offered: false,
+            retry_after_ms: None,
         });
         Ok((gave_up, first + MAX_ATTEMPTS - 1))
     }
@@ -161,7 +170,11 @@ fn script(case: Case, sys: &dyn System, w: &World) -> anyhow::Result<(Vec<Answer
             (vec![a1, a2], n)
         }
         Case::ModelRedecides | Case::SameRequestDifferentAmount => {
-            let faults = if case == Case::ModelRedecides { crash_after } else { Vec::new() };
+            let faults = if case == Case::ModelRedecides {
+                crash_after
+            } else {
+                Vec::new()
+            };
             let (a20, n) = d.drive(&e20, 1, &faults, nothing)?;
             let e30 = w.decide(REDECIDED)?;
             let (a30, _) = d.drive(&e30, 1, &[], nothing)?;
@@ -175,9 +188,9 @@ fn script(case: Case, sys: &dyn System, w: &World) -> anyhow::Result<(Vec<Answer
             w.sim.set_eligible(PAYMENT, false);
             one(d.drive(&e20, 1, &[], nothing)?)
         }
-        Case::HandRefundDuringOutage => {
-            one(d.drive(&e20, 1, &crash_before, || w.sim.hand_refund(PAYMENT, AMOUNT))?)
-        }
+        Case::HandRefundDuringOutage => one(d.drive(&e20, 1, &crash_before, || {
+            w.sim.hand_refund(PAYMENT, AMOUNT)
+        })?),
         Case::LeaseRevokedDuringOutage => {
             let mut err = None;
             let r = d.drive(&e20, 1, &crash_before, || err = sys.revoke_lease().err())?;
@@ -186,9 +199,9 @@ fn script(case: Case, sys: &dyn System, w: &World) -> anyhow::Result<(Vec<Answer
             }
             one(r)
         }
-        Case::UnrelatedRefundDuringOutage => {
-            one(d.drive(&e20, 1, &crash_before, || w.sim.hand_refund(PAYMENT, UNRELATED))?)
-        }
+        Case::UnrelatedRefundDuringOutage => one(d.drive(&e20, 1, &crash_before, || {
+            w.sim.hand_refund(PAYMENT, UNRELATED)
+        })?),
         Case::RecoveryAfterWindow => {
             one(d.drive(&e20, 1, &crash_after, || w.clock.advance(25 * 3_600_000))?)
         }
@@ -205,11 +218,33 @@ fn script(case: Case, sys: &dyn System, w: &World) -> anyhow::Result<(Vec<Answer
             // then attempt 1 wakes up and tries to send.
             let stall = Stall::new();
             let past = i64::try_from((SEND_TIMEOUT + SETTLE + Duration::from_secs(1)).as_millis())?;
-            overlap(&d, &e20, vec![Fault::StallBeforeSend(stall.clone())], &stall, past)?
+            overlap(
+                &d,
+                &e20,
+                vec![Fault::StallBeforeSend(stall.clone())],
+                &stall,
+                past,
+            )?
         }
         Case::RecoveryKilledMidResend => {
-            let faults = vec![vec![Fault::CrashBeforeSend], vec![Fault::CrashAfterApply]];
-            one(d.drive(&e20, 1, &faults, nothing)?)
+            // Attempt 1 dies before sending; the first recovery attempt that sends dies after the
+            // service applied its resend; then recovery runs again.
+            let mut n = 1;
+            let mut faults = vec![Fault::CrashBeforeSend];
+            loop {
+                let asked = match sys.attempt(&e20, n, &faults)? {
+                    Attempt::Answered(a) if a.is_final => return Ok((vec![a], n)),
+                    Attempt::Crashed if n > 1 => break,
+                    _ if n >= MAX_ATTEMPTS => break,
+                    Attempt::Answered(a) => a.retry_after_ms.unwrap_or(0),
+                    Attempt::Crashed => 0,
+                };
+                faults = vec![Fault::CrashAfterApply];
+                n += 1;
+                w.clock.advance(RETRY_MS.max(asked));
+            }
+            w.clock.advance(RETRY_MS);
+            one(d.drive(&e20, n + 1, &[], nothing)?)
         }
         Case::ServerErrorAfterApply => {
             w.sim.error_after_apply(1);
@@ -239,7 +274,9 @@ fn overlap(
         // then released, and any retries follow.
         let a2 = d.sys.attempt(effect, 2, &[]);
         stall.release();
-        let a1 = zombie.join().map_err(|_| anyhow::anyhow!("attempt 1 panicked"))??;
+        let a1 = zombie
+            .join()
+            .map_err(|_| anyhow::anyhow!("attempt 1 panicked"))??;
         let _ = a1;
         match a2? {
             Attempt::Answered(a) if a.is_final => Ok((vec![a], 2)),
@@ -258,7 +295,11 @@ fn judge(case: Case, col: Column, w: &World, answers: &[Answer], attempts: u32) 
     let ours = refunded - case.others_cents();
     // The approved request's answer: the duplicate's in a duplicate delivery, otherwise the
     // first (a re-decision that follows is judged by the money alone: no $30 may land).
-    let main = if case == Case::DuplicateSubmit { &answers[answers.len() - 1] } else { &answers[0] };
+    let main = if case == Case::DuplicateSubmit {
+        &answers[answers.len() - 1]
+    } else {
+        &answers[0]
+    };
     let answer_agrees = match main.says {
         Says::Done => ours > 0,
         Says::NotDone => ours == 0,
@@ -270,7 +311,11 @@ fn judge(case: Case, col: Column, w: &World, answers: &[Answer], attempts: u32) 
     Cell {
         system: col.name().into(),
         case: case.name().into(),
-        outcome: answers.iter().map(|a| a.label.as_str()).collect::<Vec<_>>().join(" + "),
+        outcome: answers
+            .iter()
+            .map(|a| a.label.as_str())
+            .collect::<Vec<_>>()
+            .join(" + "),
         refunded_cents: refunded,
         wanted_cents: wanted,
         says: main.says,
@@ -301,9 +346,15 @@ pub fn render_markdown(cells: &[Cell]) -> String {
     }
     out.push('\n');
     for case in Case::ALL {
-        out.push_str(&format!("| {} | ${} |", case.name(), dollars(case.wanted_cents())));
+        out.push_str(&format!(
+            "| {} | ${} |",
+            case.name(),
+            dollars(case.wanted_cents())
+        ));
         for col in Column::ALL {
-            let cell = cells.iter().find(|c| c.case == case.name() && c.system == col.name());
+            let cell = cells
+                .iter()
+                .find(|c| c.case == case.name() && c.system == col.name());
             match cell {
                 Some(c) => {
                     let mark = if !c.held {
@@ -313,8 +364,16 @@ pub fn render_markdown(cells: &[Cell]) -> String {
                     } else {
                         "✅"
                     };
-                    let disagree = if c.answer_agrees { "" } else { " (answer contradicts records)" };
-                    out.push_str(&format!(" {} ${} {mark}{disagree} |", c.outcome, dollars(c.refunded_cents)));
+                    let disagree = if c.answer_agrees {
+                        ""
+                    } else {
+                        " (answer contradicts records)"
+                    };
+                    out.push_str(&format!(
+                        " {} ${} {mark}{disagree} |",
+                        c.outcome,
+                        dollars(c.refunded_cents)
+                    ));
                 }
                 None => out.push_str(" – |"),
             }
@@ -331,5 +390,9 @@ pub fn render_markdown(cells: &[Cell]) -> String {
 }
 
 fn dollars(cents: i64) -> String {
-    if cents % 100 == 0 { format!("{}", cents / 100) } else { format!("{}.{:02}", cents / 100, cents % 100) }
+    if cents % 100 == 0 {
+        format!("{}", cents / 100)
+    } else {
+        format!("{}.{:02}", cents / 100, cents % 100)
+    }
 }

@@ -40,6 +40,8 @@ pub struct Answer {
     pub is_final: bool,
     /// Whether a repair was offered.
     pub repair_offered: bool,
+    /// For a non-final answer: how long the system asks to wait before the next attempt.
+    pub retry_after_ms: Option<i64>,
 }
 
 /// How one attempt ended.

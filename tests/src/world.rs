@@ -50,7 +50,11 @@ impl World {
 
     /// The refund payload for `amount`.
     pub fn payload(amount: i64) -> RefundPayload {
-        RefundPayload { payment_intent: PAYMENT.into(), amount, currency: "usd".into() }
+        RefundPayload {
+            payment_intent: PAYMENT.into(),
+            amount,
+            currency: "usd".into(),
+        }
     }
 
     /// The decision: the payload plus premises read by code at decision time.
@@ -66,7 +70,10 @@ impl World {
         Grant {
             id: LEASE.into(),
             approver: "ana@support".into(),
-            scope: json!({ "payment_intent": PAYMENT }).as_object().cloned().unwrap_or_default(),
+            scope: json!({ "payment_intent": PAYMENT })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
             cap: Some(("amount".into(), AMOUNT)),
             granted_ms: T0,
             expires_ms: None,

@@ -28,10 +28,10 @@ pub enum SubmitPlan {
 
 /// Decide what a submission of `payload_hash` does.
 pub fn plan_submit(state: &EffectState, payload_hash: &str) -> SubmitPlan {
-    if let Some(first) = state.first() {
-        if first.payload_hash != payload_hash {
-            return SubmitPlan::Conflict { recorded: first.payload_hash.clone() };
-        }
+    if let Some(first) = state.first().filter(|f| f.payload_hash != payload_hash) {
+        return SubmitPlan::Conflict {
+            recorded: first.payload_hash.clone(),
+        };
     }
     match state {
         EffectState::Absent => SubmitPlan::Fresh,
@@ -48,7 +48,11 @@ pub fn diff(decided: &Premises, now: &Premises) -> Vec<Change> {
         .iter()
         .filter_map(|(field, was)| {
             let now = now.get(field).cloned().unwrap_or(Value::Null);
-            (now != *was).then(|| Change { field: field.clone(), was: was.clone(), now })
+            (now != *was).then(|| Change {
+                field: field.clone(),
+                was: was.clone(),
+                now,
+            })
         })
         .collect()
 }
@@ -73,24 +77,47 @@ pub fn check_fresh(recheck: &Recheck) -> Option<RefusalDraft> {
 fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
     let (code, reason) = match (&recheck.lease, &recheck.premise_error) {
         (LeaseVerdict::Error { message }, _) => (
-            pick(at_recovery, RefusalCode::LeaseError, RefusalCode::LeaseErrorAtRecovery),
+            pick(
+                at_recovery,
+                RefusalCode::LeaseError,
+                RefusalCode::LeaseErrorAtRecovery,
+            ),
             format!("the lease store could not answer ({message}); nothing is sent on doubt"),
         ),
         (LeaseVerdict::Dead { reason }, _) => (
-            pick(at_recovery, RefusalCode::Lease, RefusalCode::LeaseAtRecovery),
+            pick(
+                at_recovery,
+                RefusalCode::Lease,
+                RefusalCode::LeaseAtRecovery,
+            ),
             format!("the lease does not allow this effect: {reason}"),
         ),
         (LeaseVerdict::Live, Some(err)) => (
-            pick(at_recovery, RefusalCode::PremiseError, RefusalCode::PremiseErrorAtRecovery),
+            pick(
+                at_recovery,
+                RefusalCode::PremiseError,
+                RefusalCode::PremiseErrorAtRecovery,
+            ),
             format!("the premises could not be read ({err}); nothing is sent on doubt"),
         ),
         (LeaseVerdict::Live, None) if !recheck.changes.is_empty() => (
-            pick(at_recovery, RefusalCode::StalePremise, RefusalCode::StalePremiseAtRecovery),
-            format!("the facts it was decided on moved: {}", describe(&recheck.changes)),
+            pick(
+                at_recovery,
+                RefusalCode::StalePremise,
+                RefusalCode::StalePremiseAtRecovery,
+            ),
+            format!(
+                "the facts it was decided on moved: {}",
+                describe(&recheck.changes)
+            ),
         ),
         (LeaseVerdict::Live, None) => return None,
     };
-    Some(RefusalDraft { code, reason, changes: recheck.changes.clone() })
+    Some(RefusalDraft {
+        code,
+        reason,
+        changes: recheck.changes.clone(),
+    })
 }
 
 fn pick(at_recovery: bool, fresh: RefusalCode, recovery: RefusalCode) -> RefusalCode {
@@ -135,7 +162,9 @@ pub fn plan_takeover(
     } else if effective == Effective::DedupeInWindow {
         TakeoverPlan::Take(R::Tier1InWindow)
     } else {
-        TakeoverPlan::Wait { until_ms: claim.deadline_ms }
+        TakeoverPlan::Wait {
+            until_ms: claim.deadline_ms,
+        }
     }
 }
 
@@ -157,40 +186,77 @@ pub enum RecoveryPlan {
     Lookup,
     /// Send again under the same key (after a durable `DISPATCHED`), recorded with this via.
     Resend(Via),
-    /// It landed: commit with what the lookup found.
-    CommitFound(Value),
+    /// It landed: commit with what was found (by a lookup, or a superseded send's late answer).
+    CommitFound(Via, Value),
     /// It did not land and must not be sent: refuse, closing the effect.
     Refuse(RefusalDraft),
     /// Unknowable: surface to a person.
     Ambiguous(Ambiguous),
-    /// Cannot decide now (the lookup failed): leave it in flight and retry later.
-    Wait(String),
+    /// Cannot decide now: leave it in flight and try again (not before `until_ms`, if given).
+    Wait {
+        /// Why.
+        reason: String,
+        /// When deciding may become possible.
+        until_ms: Option<i64>,
+    },
+}
+
+/// What recovery decides on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryInput {
+    /// The tier after demotion by the clock.
+    pub effective: Effective,
+    /// R4 and R5 as of now.
+    pub recheck: Recheck,
+    /// Whether the target can be asked by key.
+    pub has_lookup: bool,
+    /// Now.
+    pub now_ms: i64,
+    /// No earlier send can still land after this time ([`Claim::quiet_after`]).
+    pub quiet_after_ms: i64,
+    /// A superseded send's success answer, if one arrived.
+    pub late_done: Option<Value>,
 }
 
 /// The recovery table of DESIGN §4. Call with `lookup: None` first; if the answer is
 /// [`RecoveryPlan::Lookup`], ask the target and call again with its answer.
-pub fn plan_recovery(
-    effective: Effective,
-    recheck: &Recheck,
-    has_lookup: bool,
-    lookup: Option<&LookupAnswer>,
-) -> RecoveryPlan {
+///
+/// "Not found" only proves the effect did not land once no earlier send can still land: before
+/// that (a live holder inside its deadline, or a dead one inside the settle margin), a lookup
+/// that finds nothing leads to waiting, never to a refusal or a second send on a tier that
+/// cannot dedupe.
+pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> RecoveryPlan {
+    let recheck = &input.recheck;
+    if let Some(v) = &input.late_done {
+        return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone());
+    }
     let holds = recheck.holds();
-    match effective {
-        Effective::Blind => RecoveryPlan::Ambiguous(Ambiguous {
+    let blind = || {
+        RecoveryPlan::Ambiguous(Ambiguous {
             reason: blind_reason(recheck),
             changes: recheck.changes.clone(),
-        }),
+        })
+    };
+    match input.effective {
+        Effective::Blind => blind(),
         Effective::DedupeInWindow if holds => RecoveryPlan::Resend(Via::IdempotentResend),
-        Effective::DedupeInWindow if !has_lookup => RecoveryPlan::Ambiguous(Ambiguous {
-            reason: blind_reason(recheck),
-            changes: recheck.changes.clone(),
-        }),
+        Effective::DedupeInWindow if !input.has_lookup => blind(),
         Effective::DedupeInWindow | Effective::LookupOnly => match lookup {
             None => RecoveryPlan::Lookup,
-            Some(LookupAnswer::Found(v)) => RecoveryPlan::CommitFound(v.clone()),
-            Some(LookupAnswer::Unknown(why)) => {
-                RecoveryPlan::Wait(format!("the target could not be asked whether it landed: {why}"))
+            Some(LookupAnswer::Found(v)) => {
+                RecoveryPlan::CommitFound(Via::FoundByLookup, v.clone())
+            }
+            Some(LookupAnswer::Unknown(why)) => RecoveryPlan::Wait {
+                reason: format!("the target could not be asked whether it landed: {why}"),
+                until_ms: None,
+            },
+            Some(LookupAnswer::NotFound) if input.now_ms < input.quiet_after_ms => {
+                RecoveryPlan::Wait {
+                    reason: "not found yet, but an earlier send may still land; looking again \
+                             once it cannot"
+                        .into(),
+                    until_ms: Some(input.quiet_after_ms),
+                }
             }
             Some(LookupAnswer::NotFound) => match refusal_for(recheck, true) {
                 None => RecoveryPlan::Resend(Via::ReappliedAfterLookup),
@@ -249,11 +315,13 @@ pub enum AfterSend {
 
 /// Map a send's answer (and, after [`AfterSend::Lookup`], the lookup's) to what is recorded.
 /// A definite failure is looked up first where possible, since "failed" can still have landed;
-/// an unknown answer is looked up once under the claim, and stays in flight when not found.
+/// it is recorded as `FAILED` only once no earlier send can still land (`earlier_quiet`). An
+/// unknown answer is looked up once under the claim, and stays in flight when not found.
 pub fn after_send(
     answer: &SendAnswer,
     via: Via,
     has_lookup: bool,
+    earlier_quiet: bool,
     lookup: Option<&LookupAnswer>,
 ) -> AfterSend {
     match (answer, lookup) {
@@ -272,8 +340,17 @@ pub fn after_send(
         (SendAnswer::Unknown(_), Some(LookupAnswer::Found(v))) => {
             AfterSend::Commit(Via::FoundByLookup, v.clone())
         }
+        (SendAnswer::Definite { code, message }, _) if !earlier_quiet => {
+            AfterSend::StayInFlight(format!(
+                "the target refused this send ({code}: {message}), but an earlier send may \
+                 still land"
+            ))
+        }
         (SendAnswer::Definite { code, message }, None | Some(LookupAnswer::NotFound)) => {
-            AfterSend::Fail { code: code.clone(), message: message.clone() }
+            AfterSend::Fail {
+                code: code.clone(),
+                message: message.clone(),
+            }
         }
         (SendAnswer::Definite { code, message }, Some(LookupAnswer::Unknown(why))) => {
             AfterSend::StayInFlight(format!(

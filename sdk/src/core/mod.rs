@@ -8,11 +8,12 @@ pub mod state;
 pub mod tier;
 
 pub use decide::{
-    AfterSend, LookupAnswer, RecoveryPlan, RefusalDraft, SendAnswer, SubmitPlan, TakeoverPlan,
+    AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, SubmitPlan,
+    TakeoverPlan,
 };
 pub use record::{
     Ambiguous, Authorized, Change, Claimed, Committed, Dispatched, Event, Failed, Holder,
-    LateResult, LeaseVerdict, Premises, Proposed, Recheck, Refused, RefusalCode, Repair,
+    LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused, Repair,
     TakeoverReason, Via,
 };
 pub use state::{Claim, EffectState, HistoryError, Resolution};

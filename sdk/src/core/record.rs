@@ -46,6 +46,8 @@ pub enum Via {
     ReappliedAfterLookup,
     /// The target answered with a definite failure, but a lookup found the effect.
     FailedButLanded,
+    /// A superseded attempt's send answered with success after its claim was taken.
+    LateAnswer,
 }
 
 /// One premise that moved between the decision and a re-check.
@@ -214,6 +216,9 @@ pub struct Claimed {
     pub deadline_ms: i64,
     /// The evidence that allowed the takeover.
     pub reason: TakeoverReason,
+    /// After this time no send of the previous claim can still land: its deadline, or, for a
+    /// holder proven dead, the takeover time plus the settle margin, whichever is earlier.
+    pub prior_until_ms: i64,
 }
 
 /// `COMMITTED`: the effect landed, exactly once.

@@ -2,6 +2,10 @@
 //! gate could have written (a commit without a dispatch, a token that skips) is a typed error, so
 //! a tampered or foreign journal is refused instead of being read as something plausible.
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use super::record::{Ambiguous, Committed, Event, Failed, Holder, Proposed, Refused};
 
 /// The live claim on an in-flight effect.
@@ -17,6 +21,22 @@ pub struct Claim {
     pub first_dispatch_ms: i64,
     /// Whether a `DISPATCHED` exists under this token (a send may have gone out under it).
     pub dispatched: bool,
+    /// For every claim that dispatched, until when its send may still land at the target.
+    pub sends_until: BTreeMap<u64, i64>,
+    /// What a superseded send answered, if it answered success: proof the effect landed.
+    pub late_done: Option<Value>,
+}
+
+impl Claim {
+    /// After this time, no send of a claim other than `except` can still land.
+    pub fn quiet_after(&self, except: Option<u64>) -> i64 {
+        self.sends_until
+            .iter()
+            .filter(|(t, _)| Some(**t) != except)
+            .map(|(_, until)| *until)
+            .max()
+            .unwrap_or(i64::MIN)
+    }
 }
 
 /// How an effect ended.
@@ -76,9 +96,9 @@ impl EffectState {
     pub fn first(&self) -> Option<&Proposed> {
         match self {
             Self::Absent => None,
-            Self::Proposed { first } | Self::InFlight { first, .. } | Self::Resolved { first, .. } => {
-                Some(first)
-            }
+            Self::Proposed { first }
+            | Self::InFlight { first, .. }
+            | Self::Resolved { first, .. } => Some(first),
         }
     }
 }
@@ -115,12 +135,25 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
     Ok(match (state, event) {
         (S::Absent, Event::Proposed(p)) => S::Proposed { first: p.clone() },
         (S::Absent, _) => return Err("the first record of a key must be PROPOSED".into()),
+        // A late answer ends its send's window, and a late success proves the effect landed.
+        (S::InFlight { first, mut claim }, Event::LateResult(l)) => {
+            if let Some(until) = claim.sends_until.get_mut(&l.token) {
+                *until = (*until).min(at_ms);
+            }
+            if let Some(done) = l.answer.get("done") {
+                claim.late_done.get_or_insert_with(|| done.clone());
+            }
+            S::InFlight { first, claim }
+        }
         // Later proposals, authorizations, notes and late answers leave the state as it is.
         (s, Event::Proposed(_) | Event::Authorized(_) | Event::LateResult(_)) => s,
         (s, Event::Refused(r)) if !r.is_final => s,
         (S::Proposed { first }, Event::Dispatched(d)) => {
             if d.token != 1 {
-                return Err(format!("first dispatch must carry token 1, not {}", d.token));
+                return Err(format!(
+                    "first dispatch must carry token 1, not {}",
+                    d.token
+                ));
             }
             check_payload(&first, &d.payload_hash)?;
             S::InFlight {
@@ -130,6 +163,8 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
                     deadline_ms: d.deadline_ms,
                     first_dispatch_ms: at_ms,
                     dispatched: true,
+                    sends_until: [(1, d.deadline_ms)].into_iter().collect(),
+                    late_done: None,
                 },
                 first,
             }
@@ -144,15 +179,19 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             check_payload(&first, &d.payload_hash)?;
             claim.dispatched = true;
             claim.deadline_ms = d.deadline_ms;
+            claim.sends_until.insert(d.token, d.deadline_ms);
             S::InFlight { first, claim }
         }
-        (S::InFlight { first, claim }, Event::Claimed(c)) => {
+        (S::InFlight { first, mut claim }, Event::Claimed(c)) => {
             if c.token != claim.token + 1 {
                 return Err(format!(
                     "a takeover must carry token {}, not {}",
                     claim.token + 1,
                     c.token
                 ));
+            }
+            if let Some(until) = claim.sends_until.get_mut(&claim.token) {
+                *until = (*until).min(c.prior_until_ms);
             }
             S::InFlight {
                 first,
@@ -162,23 +201,33 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
                     deadline_ms: c.deadline_ms,
                     first_dispatch_ms: claim.first_dispatch_ms,
                     dispatched: false,
+                    sends_until: claim.sends_until,
+                    late_done: claim.late_done,
                 },
             }
         }
         (S::InFlight { first, claim }, Event::Committed(c)) => {
             check_token(&claim, c.token)?;
-            S::Resolved { first, resolution: Resolution::Committed(c.clone()) }
+            S::Resolved {
+                first,
+                resolution: Resolution::Committed(c.clone()),
+            }
         }
         (S::InFlight { first, claim }, Event::Failed(f)) => {
             check_token(&claim, f.token)?;
-            S::Resolved { first, resolution: Resolution::Failed(f.clone()) }
+            S::Resolved {
+                first,
+                resolution: Resolution::Failed(f.clone()),
+            }
         }
-        (S::InFlight { first, .. }, Event::Ambiguous(a)) => {
-            S::Resolved { first, resolution: Resolution::Ambiguous(a.clone()) }
-        }
-        (S::Proposed { first } | S::InFlight { first, .. }, Event::Refused(r)) => {
-            S::Resolved { first, resolution: Resolution::Refused(r.clone()) }
-        }
+        (S::InFlight { first, .. }, Event::Ambiguous(a)) => S::Resolved {
+            first,
+            resolution: Resolution::Ambiguous(a.clone()),
+        },
+        (S::Proposed { first } | S::InFlight { first, .. }, Event::Refused(r)) => S::Resolved {
+            first,
+            resolution: Resolution::Refused(r.clone()),
+        },
         (S::Resolved { .. }, _) => return Err("the effect was already resolved".into()),
         (S::Proposed { .. }, _) => return Err("nothing was dispatched yet".into()),
     })
@@ -199,6 +248,9 @@ fn check_token(claim: &Claim, token: u64) -> Result<(), String> {
     if claim.token == token {
         Ok(())
     } else {
-        Err(format!("resolved under token {token}, but the claim is token {}", claim.token))
+        Err(format!(
+            "resolved under token {token}, but the claim is token {}",
+            claim.token
+        ))
     }
 }

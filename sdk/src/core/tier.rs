@@ -56,10 +56,19 @@ pub fn effective(
     now_ms: i64,
     has_lookup: bool,
 ) -> Effective {
-    let fallback = if has_lookup { Effective::LookupOnly } else { Effective::Blind };
+    let fallback = if has_lookup {
+        Effective::LookupOnly
+    } else {
+        Effective::Blind
+    };
     match tier {
         Tier::One => match window_ms {
-            Some(w) if now_ms < first_dispatch_ms.saturating_add(w).saturating_sub(margin_ms) => {
+            Some(w)
+                if now_ms
+                    < first_dispatch_ms
+                        .saturating_add(w)
+                        .saturating_sub(margin_ms) =>
+            {
                 Effective::DedupeInWindow
             }
             _ => fallback,
@@ -97,7 +106,12 @@ pub fn check_margin(
     if margin_ms > send_timeout_ms.saturating_add(settle_ms) && margin_ms < window_ms {
         Ok(())
     } else {
-        Err(MarginError { window_ms, margin_ms, send_timeout_ms, settle_ms })
+        Err(MarginError {
+            window_ms,
+            margin_ms,
+            send_timeout_ms,
+            settle_ms,
+        })
     }
 }
 
@@ -113,14 +127,23 @@ mod tests {
         assert_eq!(eff(0), Effective::DedupeInWindow);
         assert_eq!(eff(23 * H - 1), Effective::DedupeInWindow);
         assert_eq!(eff(23 * H), Effective::LookupOnly);
-        assert_eq!(effective(Tier::One, Some(24 * H), H, 0, 25 * H, false), Effective::Blind);
+        assert_eq!(
+            effective(Tier::One, Some(24 * H), H, 0, 25 * H, false),
+            Effective::Blind
+        );
     }
 
     #[test]
     fn tier2_without_lookup_is_blind() {
         assert_eq!(effective(Tier::Two, None, 0, 0, 0, false), Effective::Blind);
-        assert_eq!(effective(Tier::Two, None, 0, 0, 0, true), Effective::LookupOnly);
-        assert_eq!(effective(Tier::Three, None, 0, 0, 0, true), Effective::Blind);
+        assert_eq!(
+            effective(Tier::Two, None, 0, 0, 0, true),
+            Effective::LookupOnly
+        );
+        assert_eq!(
+            effective(Tier::Three, None, 0, 0, 0, true),
+            Effective::Blind
+        );
     }
 
     #[test]

@@ -19,13 +19,25 @@ pub fn verify_chain(records: &[Record]) -> Result<(), (usize, String)> {
     let mut prev: Option<&str> = None;
     for (i, r) in records.iter().enumerate() {
         if usize::try_from(r.n).ok() != Some(i) {
-            return Err((i, format!("position {} where {i} was expected (a record is missing or moved)", r.n)));
+            return Err((
+                i,
+                format!(
+                    "position {} where {i} was expected (a record is missing or moved)",
+                    r.n
+                ),
+            ));
         }
         if r.prev.as_deref() != prev {
-            return Err((i, "its previous-hash does not match the record before it".into()));
+            return Err((
+                i,
+                "its previous-hash does not match the record before it".into(),
+            ));
         }
         if record_hash(&r.key, r.n, r.at_ms, r.prev.as_deref(), &r.event) != r.hash {
-            return Err((i, "its contents do not match its hash (a field was changed)".into()));
+            return Err((
+                i,
+                "its contents do not match its hash (a field was changed)".into(),
+            ));
         }
         prev = Some(&r.hash);
     }

@@ -84,7 +84,9 @@ pub enum JournalError {
         supported: u32,
     },
     /// Damaged storage or a broken chain.
-    #[error("journal {path} is damaged at {place}: {what}. Nothing was skipped; restore the file from a backup or inspect it with `sqlite3`")]
+    #[error(
+        "journal {path} is damaged at {place}: {what}. Nothing was skipped; restore the file from a backup or inspect it with `sqlite3`"
+    )]
     Corrupt {
         /// The file.
         path: String,
@@ -104,7 +106,9 @@ pub enum JournalError {
         source: HistoryError,
     },
     /// The journal is locked by others for longer than the busy timeout.
-    #[error("journal {path} stayed busy for {waited_ms} ms: another process holds a long write; retry")]
+    #[error(
+        "journal {path} stayed busy for {waited_ms} ms: another process holds a long write; retry"
+    )]
     Busy {
         /// The file.
         path: String,
@@ -142,8 +146,11 @@ pub trait Journal: Send + Sync {
 
     /// In one transaction: read the key's state, ask `decide` what to append, append it. A record
     /// is on stable storage when this returns.
-    fn append_with(&self, key: &EffectKey, decide: &mut Decide<'_>)
-    -> Result<AppendOutcome, JournalError>;
+    fn append_with(
+        &self,
+        key: &EffectKey,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError>;
 
     /// Every key with at least one record, in first-append order.
     fn keys(&self) -> Result<Vec<String>, JournalError>;

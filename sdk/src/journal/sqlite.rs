@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 
 use super::chain::{record_hash, verify_chain};
 use super::{AppendOutcome, Decide, Journal, JournalError, Record};
@@ -37,7 +39,9 @@ pub struct SqliteJournal {
 
 impl std::fmt::Debug for SqliteJournal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteJournal").field("path", &self.path).finish()
+        f.debug_struct("SqliteJournal")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -61,7 +65,13 @@ impl SqliteJournal {
     /// A private in-memory journal (tests and benchmarks of the decision path).
     pub fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
         let conn = Connection::open_in_memory().map_err(|e| map_err(":memory:", e))?;
-        Self::init(conn, ":memory:".into(), clock, Durability::RelaxedForTests, false)
+        Self::init(
+            conn,
+            ":memory:".into(),
+            clock,
+            Durability::RelaxedForTests,
+            false,
+        )
     }
 
     fn init(
@@ -85,12 +95,21 @@ impl SqliteJournal {
             Durability::RelaxedForTests => "OFF",
         };
         conn.pragma_update(None, "synchronous", sync).map_err(err)?;
-        let check: String =
-            conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(err)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(err)?;
         if check != "ok" {
-            return Err(JournalError::Corrupt { path, place: "storage".into(), what: check });
+            return Err(JournalError::Corrupt {
+                path,
+                place: "storage".into(),
+                what: check,
+            });
         }
-        let journal = Self { conn: Mutex::new(conn), path, clock };
+        let journal = Self {
+            conn: Mutex::new(conn),
+            path,
+            clock,
+        };
         journal.ensure_schema()?;
         Ok(journal)
     }
@@ -110,9 +129,11 @@ impl SqliteJournal {
         };
         if tables.iter().any(|t| t == "interlock_meta") {
             let get = |name: &str| -> Result<Option<String>, JournalError> {
-                tx.query_row("SELECT value FROM interlock_meta WHERE name = ?1", [name], |r| {
-                    r.get(0)
-                })
+                tx.query_row(
+                    "SELECT value FROM interlock_meta WHERE name = ?1",
+                    [name],
+                    |r| r.get(0),
+                )
                 .optional()
                 .map_err(|e| self.err(e))
             };
@@ -150,7 +171,9 @@ impl SqliteJournal {
     pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves the connection usable: SQLite rolls back an open
         // transaction when its handle is next used or dropped.
-        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(super) fn err(&self, e: rusqlite::Error) -> JournalError {
@@ -198,8 +221,17 @@ impl SqliteJournal {
                     event.kind()
                 )));
             }
-            let n = u32::try_from(n).map_err(|_| corrupt(format!("position {n} is out of range")))?;
-            out.push(Record { seq, key, n, at_ms, prev, hash, event });
+            let n =
+                u32::try_from(n).map_err(|_| corrupt(format!("position {n} is out of range")))?;
+            out.push(Record {
+                seq,
+                key,
+                n,
+                at_ms,
+                prev,
+                hash,
+                event,
+            });
         }
         verify_chain(&out).map_err(|(i, what)| {
             let r = &out[i];
@@ -243,7 +275,15 @@ impl SqliteJournal {
             params![key, n, event.kind(), at_ms, prev, hash, body],
         )
         .map_err(|e| self.err(e))?;
-        let record = Record { seq: tx.last_insert_rowid(), key: key.to_owned(), n, at_ms, prev, hash, event };
+        let record = Record {
+            seq: tx.last_insert_rowid(),
+            key: key.to_owned(),
+            n,
+            at_ms,
+            prev,
+            hash,
+            event,
+        };
         records.push(record.clone());
         Ok(record)
     }
@@ -279,7 +319,11 @@ impl Journal for SqliteJournal {
         if !appended.is_empty() {
             tx.commit().map_err(|e| self.err(e))?;
         }
-        Ok(AppendOutcome { before, appended, after })
+        Ok(AppendOutcome {
+            before,
+            appended,
+            after,
+        })
     }
 
     fn keys(&self) -> Result<Vec<String>, JournalError> {
@@ -350,13 +394,18 @@ fn map_err(path: &str, e: rusqlite::Error) -> JournalError {
     let path = path.to_owned();
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => JournalError::NotADatabase { path },
-        Some(ErrorCode::DatabaseCorrupt) => {
-            JournalError::Corrupt { path, place: "storage".into(), what: e.to_string() }
-        }
+        Some(ErrorCode::DatabaseCorrupt) => JournalError::Corrupt {
+            path,
+            place: "storage".into(),
+            what: e.to_string(),
+        },
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => JournalError::Busy {
             path,
             waited_ms: u64::try_from(BUSY_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
         },
-        _ => JournalError::Storage { path, what: e.to_string() },
+        _ => JournalError::Storage {
+            path,
+            what: e.to_string(),
+        },
     }
 }

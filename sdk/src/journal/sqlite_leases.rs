@@ -59,8 +59,14 @@ impl SqliteJournal {
         let mut st = conn
             .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
             .map_err(|e| store_err(self.err(e)))?;
-        let rows = st.query_map([], row_to_parts).map_err(|e| store_err(self.err(e)))?;
-        rows.map(|r| r.map_err(|e| store_err(self.err(e))).and_then(parts_to_grant)).collect()
+        let rows = st
+            .query_map([], row_to_parts)
+            .map_err(|e| store_err(self.err(e)))?;
+        rows.map(|r| {
+            r.map_err(|e| store_err(self.err(e)))
+                .and_then(parts_to_grant)
+        })
+        .collect()
     }
 
     fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
@@ -77,10 +83,28 @@ impl SqliteJournal {
     }
 }
 
-type Parts = (String, String, String, Option<String>, Option<i64>, i64, Option<i64>, Option<i64>);
+type Parts = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
 
 fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<Parts> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
 }
 
 fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
@@ -91,14 +115,24 @@ fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
         (Some(f), Some(c)) => Some((f, c)),
         _ => None,
     };
-    Ok(Grant { id, approver, scope, cap, granted_ms, expires_ms, revoked_ms })
+    Ok(Grant {
+        id,
+        approver,
+        scope,
+        cap,
+        granted_ms,
+        expires_ms,
+        revoked_ms,
+    })
 }
 
 impl LeaseStore for SqliteJournal {
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
         Ok(match self.lease(id)? {
             Some(g) => g.verdict(payload, now_ms),
-            None => LeaseVerdict::Dead { reason: format!("no lease named {id} was ever granted") },
+            None => LeaseVerdict::Dead {
+                reason: format!("no lease named {id} was ever granted"),
+            },
         })
     }
 

@@ -99,25 +99,39 @@ pub struct SimPayments {
 
 impl std::fmt::Debug for SimPayments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimPayments").field("tier", &self.tier).finish()
+        f.debug_struct("SimPayments")
+            .field("tier", &self.tier)
+            .finish()
     }
 }
 
 impl SimPayments {
     /// A service acting as a target of `tier`, forgetting keys after `window` (Stripe: 24 h).
     pub fn new(tier: Tier, window: Duration, clock: Arc<dyn Clock>) -> Arc<Self> {
-        Arc::new(Self { world: Mutex::new(World::default()), clock, tier, window })
+        Arc::new(Self {
+            world: Mutex::new(World::default()),
+            clock,
+            tier,
+            window,
+        })
     }
 
     fn world(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.world
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Create a payment of `amount` cents.
     pub fn add_payment(&self, id: &str, amount: i64) {
-        self.world()
-            .intents
-            .insert(id.to_owned(), Intent { amount, eligible: true, disputed: false });
+        self.world().intents.insert(
+            id.to_owned(),
+            Intent {
+                amount,
+                eligible: true,
+                disputed: false,
+            },
+        );
     }
 
     /// Support refunds by hand from a dashboard: no key, no metadata.
@@ -164,9 +178,19 @@ impl SimPayments {
         self.world().hold_next = Some(stall);
     }
 
+    /// The amount of a payment, if it exists.
+    pub fn payment(&self, id: &str) -> Option<i64> {
+        self.world().intents.get(id).map(|i| i.amount)
+    }
+
     /// Every refund on a payment, oldest first.
     pub fn refunds(&self, payment_intent: &str) -> Vec<SimRefund> {
-        self.world().refunds.iter().filter(|r| r.payment_intent == payment_intent).cloned().collect()
+        self.world()
+            .refunds
+            .iter()
+            .filter(|r| r.payment_intent == payment_intent)
+            .cloned()
+            .collect()
     }
 
     /// Sum refunded on a payment.
@@ -222,10 +246,27 @@ impl SimPayments {
         if let Some(k) = idempotency_key {
             w.in_progress.remove(k);
         }
-        let response = apply(&mut w, payment_intent, amount, idempotency_key, metadata, now);
-        let save = matches!(response, SimResponse::Created(_) | SimResponse::ServerError(_));
+        let response = apply(
+            &mut w,
+            payment_intent,
+            amount,
+            idempotency_key,
+            metadata,
+            now,
+        );
+        let save = matches!(
+            response,
+            SimResponse::Created(_) | SimResponse::ServerError(_)
+        );
         if let (Tier::One, Some(k), true) = (self.tier, idempotency_key, save) {
-            w.keys.insert(k.to_owned(), KeyEntry { params, response: response.clone(), at_ms: now });
+            w.keys.insert(
+                k.to_owned(),
+                KeyEntry {
+                    params,
+                    response: response.clone(),
+                    at_ms: now,
+                },
+            );
         }
         response
     }
@@ -279,18 +320,29 @@ fn apply(
         message,
     };
     let Some(intent) = w.intents.get(payment_intent).cloned() else {
-        return refused(404, "resource_missing", format!("No such payment_intent: '{payment_intent}'"));
+        return refused(
+            404,
+            "resource_missing",
+            format!("No such payment_intent: '{payment_intent}'"),
+        );
     };
     if intent.disputed {
         return refused(400, "charge_disputed", "the charge is disputed".into());
     }
-    let refunded: i64 =
-        w.refunds.iter().filter(|r| r.payment_intent == payment_intent).map(|r| r.amount).sum();
+    let refunded: i64 = w
+        .refunds
+        .iter()
+        .filter(|r| r.payment_intent == payment_intent)
+        .map(|r| r.amount)
+        .sum();
     if amount <= 0 || refunded + amount > intent.amount {
         return refused(
             400,
             "amount_too_large",
-            format!("refund of {amount} exceeds the {} left", intent.amount - refunded),
+            format!(
+                "refund of {amount} exceeds the {} left",
+                intent.amount - refunded
+            ),
         );
     }
     let id = next_id(w);
@@ -353,11 +405,21 @@ impl Target for SimTarget {
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
         let p = match parse_payload(req.payload) {
             Ok(p) => p,
-            Err(e) => return SendAnswer::Definite { code: "invalid_payload".into(), message: e },
+            Err(e) => {
+                return SendAnswer::Definite {
+                    code: "invalid_payload".into(),
+                    message: e,
+                };
+            }
         };
-        let metadata = [(KEY_FIELD.to_owned(), req.key.to_string())].into_iter().collect();
+        let metadata = [(KEY_FIELD.to_owned(), req.key.to_string())]
+            .into_iter()
+            .collect();
         let key = (self.0.tier == Tier::One).then_some(req.key.as_str());
-        match self.0.create_refund(&p.payment_intent, p.amount, key, metadata) {
+        match self
+            .0
+            .create_refund(&p.payment_intent, p.amount, key, metadata)
+        {
             SimResponse::Created(v) | SimResponse::Replayed(v) => SendAnswer::Done(v),
             SimResponse::Refused { code, message, .. } => SendAnswer::Definite { code, message },
             SimResponse::KeyReused => SendAnswer::Conflict(
@@ -394,9 +456,11 @@ pub struct SimRefundPremises(pub Arc<SimPayments>);
 impl PremiseReader for SimRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let p = parse_payload(payload).map_err(PremiseError::Invalid)?;
-        self.0.refund_premises(&p.payment_intent, Some(key.as_str())).ok_or_else(|| {
-            PremiseError::Invalid(format!("no such payment_intent: {}", p.payment_intent))
-        })
+        self.0
+            .refund_premises(&p.payment_intent, Some(key.as_str()))
+            .ok_or_else(|| {
+                PremiseError::Invalid(format!("no such payment_intent: {}", p.payment_intent))
+            })
     }
 
     fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
@@ -407,10 +471,19 @@ impl PremiseReader for SimRefundPremises {
 /// `still_fits` for a refund payload, from premises named as [`SimRefundPremises`] names them.
 pub fn refund_repairs(payload: &Value, now: &Premises) -> Vec<Repair> {
     let get = |k: &str| now.get(k).and_then(Value::as_i64);
-    let eligible = now.get("order_eligible").and_then(Value::as_bool).unwrap_or(true);
-    match (parse_payload(payload), get("amount_paid"), get("refunded_by_others")) {
+    let eligible = now
+        .get("order_eligible")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    match (
+        parse_payload(payload),
+        get("amount_paid"),
+        get("refunded_by_others"),
+    ) {
         (Ok(p), Some(paid), Some(others)) if eligible => {
-            still_fits(p.amount, paid, others, payload).into_iter().collect()
+            still_fits(p.amount, paid, others, payload)
+                .into_iter()
+                .collect()
         }
         _ => Vec::new(),
     }

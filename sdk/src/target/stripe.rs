@@ -1,0 +1,430 @@
+//! Refunds on Stripe's HTTP API, spoken as Stripe documents it: form-encoded `POST /v1/refunds`
+//! with an `Idempotency-Key` and the effect key in `metadata[interlock_key]`; lookup by listing a
+//! payment's refunds (following `has_more`/`starting_after`) and matching that metadata.
+//!
+//! Answers map onto the core's table: 2xx is done; 4xx is a definite failure, except a 409 (a
+//! request with this key is still being processed: unknown, try later), a 429 (rate limited:
+//! unknown, nothing to conclude) and an `idempotency_error` (the key was used with other
+//! parameters: a conflict); 5xx, timeouts, lost connections and unreadable bodies are unknown.
+//! The secret key is never logged or shown by `Debug`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{SendRequest, Target};
+use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
+use crate::effect::EffectKey;
+use crate::premise::{PremiseError, PremiseReader};
+use crate::target::sim::{KEY_FIELD, RefundPayload, refund_repairs};
+
+/// Stripe remembers idempotency keys for 24 hours.
+pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Refunds per page when listing.
+const PAGE: &str = "100";
+/// At most this many pages are read in one lookup (10,000 refunds on one payment).
+const MAX_PAGES: usize = 100;
+
+/// Connection settings.
+#[derive(Clone)]
+pub struct StripeConfig {
+    /// API base, e.g. `https://api.stripe.com` (env `STRIPE_API_BASE`).
+    pub base_url: String,
+    /// Secret key (env `STRIPE_SECRET_KEY`). Never logged.
+    pub secret_key: String,
+    /// Timeout for lookups and premise reads.
+    pub read_timeout: Duration,
+}
+
+impl std::fmt::Debug for StripeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripeConfig")
+            .field("base_url", &self.base_url)
+            .field("secret_key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StripeConfigError {
+    /// A required variable is missing.
+    #[error(
+        "{0} is not set: export it (the secret key of the Stripe account, or of the test payments API)"
+    )]
+    Missing(&'static str),
+    /// The base URL is not http(s).
+    #[error("STRIPE_API_BASE must start with http:// or https://, got {0:?}")]
+    BadBase(String),
+}
+
+impl StripeConfig {
+    /// From `STRIPE_API_BASE` (default `https://api.stripe.com`) and `STRIPE_SECRET_KEY`.
+    pub fn from_env() -> Result<Self, StripeConfigError> {
+        let base =
+            std::env::var("STRIPE_API_BASE").unwrap_or_else(|_| "https://api.stripe.com".into());
+        let secret = std::env::var("STRIPE_SECRET_KEY")
+            .map_err(|_| StripeConfigError::Missing("STRIPE_SECRET_KEY"))?;
+        Self::new(base, secret)
+    }
+
+    /// From explicit values.
+    pub fn new(
+        base_url: impl Into<String>,
+        secret_key: impl Into<String>,
+    ) -> Result<Self, StripeConfigError> {
+        let base_url = base_url.into().trim_end_matches('/').to_owned();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(StripeConfigError::BadBase(base_url));
+        }
+        let secret_key = secret_key.into();
+        if secret_key.is_empty() {
+            return Err(StripeConfigError::Missing("STRIPE_SECRET_KEY"));
+        }
+        Ok(Self {
+            base_url,
+            secret_key,
+            read_timeout: Duration::from_secs(10),
+        })
+    }
+}
+
+/// The Stripe refunds target (tier 1 with a lookup).
+#[derive(Debug, Clone)]
+pub struct StripeRefunds {
+    cfg: StripeConfig,
+    agent: ureq::Agent,
+}
+
+enum Http {
+    Answer { status: u16, body: Value },
+    Lost(String),
+}
+
+impl StripeRefunds {
+    /// A target talking to `cfg.base_url`.
+    pub fn new(cfg: StripeConfig) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self { cfg, agent }
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.cfg.secret_key)
+    }
+
+    fn get(&self, path: &str, query: &[(&str, &str)]) -> Http {
+        let mut req = self
+            .agent
+            .get(format!("{}{path}", self.cfg.base_url))
+            .header("Authorization", self.auth());
+        for (k, v) in query {
+            req = req.query(k, v);
+        }
+        let req = req
+            .config()
+            .timeout_global(Some(self.cfg.read_timeout))
+            .build();
+        read(req.call())
+    }
+
+    /// Every refund on a payment, following pagination.
+    pub fn list_refunds(&self, payment_intent: &str) -> Result<Vec<Value>, String> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut q = vec![("payment_intent", payment_intent), ("limit", PAGE)];
+            if let Some(a) = after.as_deref() {
+                q.push(("starting_after", a));
+            }
+            let body = match self.get("/v1/refunds", &q) {
+                Http::Answer { status: 200, body } => body,
+                Http::Answer { status, body } => {
+                    return Err(format!(
+                        "listing refunds answered {status}: {}",
+                        error_message(&body)
+                    ));
+                }
+                Http::Lost(why) => return Err(why),
+            };
+            let Some(data) = body.get("data").and_then(Value::as_array) else {
+                return Err("listing refunds answered without a data array".into());
+            };
+            all.extend(data.iter().cloned());
+            let more = body.get("has_more").and_then(Value::as_bool);
+            match (
+                more,
+                data.last()
+                    .and_then(|r| r.get("id"))
+                    .and_then(Value::as_str),
+            ) {
+                (Some(false), _) => return Ok(all),
+                (Some(true), Some(last)) => after = Some(last.to_owned()),
+                _ => return Err("listing refunds answered a page without has_more or ids".into()),
+            }
+        }
+        Err(format!(
+            "payment {payment_intent} has more than {} refunds",
+            MAX_PAGES * 100
+        ))
+    }
+
+    /// The amount of a payment intent.
+    pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, String> {
+        match self.get(&format!("/v1/payment_intents/{payment_intent}"), &[]) {
+            Http::Answer { status: 200, body } => body
+                .get("amount_received")
+                .or_else(|| body.get("amount"))
+                .and_then(Value::as_i64)
+                .ok_or_else(|| "payment intent answered without an amount".into()),
+            Http::Answer { status, body } => Err(format!(
+                "payment intent {payment_intent}: {status} {}",
+                error_message(&body)
+            )),
+            Http::Lost(why) => Err(why),
+        }
+    }
+}
+
+fn read(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Http {
+    match res {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            match resp.into_body().read_to_string() {
+                Ok(text) => match serde_json::from_str(&text) {
+                    Ok(body) => Http::Answer { status, body },
+                    Err(_) if status >= 500 => Http::Answer {
+                        status,
+                        body: Value::Null,
+                    },
+                    Err(e) => {
+                        Http::Lost(format!("HTTP {status} with a body that is not JSON ({e})"))
+                    }
+                },
+                Err(e) => Http::Lost(format!("HTTP {status}, body lost: {e}")),
+            }
+        }
+        Err(e) => Http::Lost(format!("no answer: {e}")),
+    }
+}
+
+fn error_message(body: &Value) -> String {
+    body.pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("no message")
+        .to_owned()
+}
+
+fn counts(refund: &Value) -> bool {
+    !matches!(
+        refund.get("status").and_then(Value::as_str),
+        Some("failed" | "canceled")
+    )
+}
+
+fn parse(payload: &Value) -> Result<RefundPayload, String> {
+    serde_json::from_value(payload.clone()).map_err(|e| format!("not a refund payload: {e}"))
+}
+
+impl Target for StripeRefunds {
+    fn name(&self) -> &str {
+        "stripe-refunds"
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::One
+    }
+
+    fn dedupe_window(&self) -> Option<Duration> {
+        Some(STRIPE_KEY_WINDOW)
+    }
+
+    fn has_lookup(&self) -> bool {
+        true
+    }
+
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        let p = match parse(req.payload) {
+            Ok(p) => p,
+            Err(e) => {
+                return SendAnswer::Definite {
+                    code: "invalid_payload".into(),
+                    message: e,
+                };
+            }
+        };
+        let amount = p.amount.to_string();
+        let form = [
+            ("payment_intent", p.payment_intent.as_str()),
+            ("amount", amount.as_str()),
+            ("metadata[interlock_key]", req.key.as_str()),
+        ];
+        let request = self
+            .agent
+            .post(format!("{}/v1/refunds", self.cfg.base_url))
+            .header("Authorization", self.auth())
+            .header("Idempotency-Key", req.key.as_str())
+            .config()
+            .timeout_global(Some(req.timeout))
+            .build();
+        classify(read(request.send_form(form)))
+    }
+
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        let p = match parse(payload) {
+            Ok(p) => p,
+            Err(e) => return LookupAnswer::Unknown(e),
+        };
+        match self.list_refunds(&p.payment_intent) {
+            Ok(refunds) => refunds
+                .into_iter()
+                .find(|r| {
+                    r.pointer(&format!("/metadata/{KEY_FIELD}"))
+                        .and_then(Value::as_str)
+                        == Some(key.as_str())
+                        && counts(r)
+                })
+                .map_or(LookupAnswer::NotFound, LookupAnswer::Found),
+            Err(why) => LookupAnswer::Unknown(why),
+        }
+    }
+}
+
+/// Map an HTTP answer to a send answer.
+fn classify(http: Http) -> SendAnswer {
+    match http {
+        Http::Lost(why) => SendAnswer::Unknown(why),
+        Http::Answer { status, body } if (200..300).contains(&status) => {
+            if body
+                .get("id")
+                .and_then(Value::as_str)
+                .is_some_and(|id| id.starts_with("re_"))
+            {
+                SendAnswer::Done(body)
+            } else {
+                SendAnswer::Unknown(format!("HTTP {status} without a refund in the body"))
+            }
+        }
+        Http::Answer { status: 409, body } => SendAnswer::Unknown(format!(
+            "409: a request with this key is still in progress ({})",
+            error_message(&body)
+        )),
+        Http::Answer { status: 429, .. } => SendAnswer::Unknown("429: rate limited".into()),
+        Http::Answer { status, body } if (400..500).contains(&status) => {
+            let kind = body.pointer("/error/type").and_then(Value::as_str);
+            if kind == Some("idempotency_error") {
+                SendAnswer::Conflict(error_message(&body))
+            } else {
+                let code = body
+                    .pointer("/error/code")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("http_{status}"), str::to_owned);
+                SendAnswer::Definite {
+                    code,
+                    message: error_message(&body),
+                }
+            }
+        }
+        Http::Answer { status, .. } => SendAnswer::Unknown(format!("HTTP {status}")),
+    }
+}
+
+/// Refund premises read from Stripe: the amount paid and the refunds by others (every refund on
+/// the payment that does not carry this effect's key). Order eligibility is the shop's fact and
+/// is added by the caller's own reader.
+#[derive(Debug, Clone)]
+pub struct StripeRefundPremises(pub StripeRefunds);
+
+impl PremiseReader for StripeRefundPremises {
+    fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
+        let p = parse(payload).map_err(PremiseError::Invalid)?;
+        let paid = self
+            .0
+            .payment_amount(&p.payment_intent)
+            .map_err(PremiseError::Unavailable)?;
+        let refunds = self
+            .0
+            .list_refunds(&p.payment_intent)
+            .map_err(PremiseError::Unavailable)?;
+        let mut others = 0i64;
+        for r in refunds.iter().filter(|r| counts(r)) {
+            let mine = r
+                .pointer(&format!("/metadata/{KEY_FIELD}"))
+                .and_then(Value::as_str)
+                == Some(key.as_str());
+            if !mine {
+                others += r.get("amount").and_then(Value::as_i64).ok_or_else(|| {
+                    PremiseError::Invalid(format!(
+                        "refund {} has no integer amount",
+                        r.get("id").unwrap_or(&Value::Null)
+                    ))
+                })?;
+            }
+        }
+        Ok([
+            ("refunded_by_others".to_owned(), json!(others)),
+            ("amount_paid".to_owned(), json!(paid)),
+        ]
+        .into_iter()
+        .collect())
+    }
+
+    fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
+        refund_repairs(payload, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_onto_the_core_table() {
+        let ans = |status, body| classify(Http::Answer { status, body });
+        assert!(matches!(
+            ans(200, json!({"id": "re_1"})),
+            SendAnswer::Done(_)
+        ));
+        assert!(matches!(
+            ans(200, json!({"nope": 1})),
+            SendAnswer::Unknown(_)
+        ));
+        assert!(matches!(ans(409, json!({})), SendAnswer::Unknown(_)));
+        assert!(matches!(ans(429, json!({})), SendAnswer::Unknown(_)));
+        assert!(matches!(ans(500, Value::Null), SendAnswer::Unknown(_)));
+        assert!(matches!(
+            ans(
+                400,
+                json!({"error": {"type": "idempotency_error", "message": "m"}})
+            ),
+            SendAnswer::Conflict(_)
+        ));
+        assert_eq!(
+            ans(
+                400,
+                json!({"error": {"type": "invalid_request_error", "code": "charge_disputed", "message": "m"}})
+            ),
+            SendAnswer::Definite {
+                code: "charge_disputed".into(),
+                message: "m".into()
+            }
+        );
+        assert!(matches!(ans(404, json!({})), SendAnswer::Definite { .. }));
+        assert!(matches!(
+            classify(Http::Lost("reset".into())),
+            SendAnswer::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn the_secret_key_never_shows_in_debug_output() -> Result<(), StripeConfigError> {
+        let cfg = StripeConfig::new("http://127.0.0.1:1", "sk_test_very_secret")?;
+        assert!(!format!("{cfg:?}").contains("very_secret"));
+        assert!(!format!("{:?}", StripeRefunds::new(cfg)).contains("very_secret"));
+        assert!(StripeConfig::new("ftp://x", "k").is_err());
+        Ok(())
+    }
+}

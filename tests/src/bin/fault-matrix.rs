@@ -12,13 +12,19 @@ fn main() -> anyhow::Result<()> {
     let md = render_markdown(&cells);
     let json = serde_json::to_string_pretty(&serde_json::json!({ "cells": cells }))? + "\n";
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../results");
-    let files = [(dir.join("fault_matrix.md"), md), (dir.join("fault_matrix.json"), json)];
+    let files = [
+        (dir.join("fault_matrix.md"), md),
+        (dir.join("fault_matrix.json"), json),
+    ];
     if check {
         let mut drift = false;
         for (path, want) in &files {
             let have = std::fs::read_to_string(path).unwrap_or_default();
             if &have != want {
-                eprintln!("{} drifted from the code: run `cargo run -p interlock-tests --bin fault-matrix`", path.display());
+                eprintln!(
+                    "{} drifted from the code: run `cargo run -p interlock-tests --bin fault-matrix`",
+                    path.display()
+                );
                 drift = true;
             }
         }

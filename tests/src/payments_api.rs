@@ -1,0 +1,239 @@
+//! The simulated payments service over HTTP, speaking the subset of Stripe's API the refunds
+//! target uses, with Stripe's documented shapes: form-encoded creates, `Idempotency-Key` replay
+//! with `Idempotent-Replayed`, `idempotency_error` for reused keys, 409 for a key in progress,
+//! refunds listed newest first with `has_more` and `starting_after`, Bearer authentication.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use interlock::target::sim::{SimPayments, SimResponse};
+use serde_json::{Value, json};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+/// A running server; stops when dropped.
+pub struct PaymentsApi {
+    server: Arc<Server>,
+    thread: Option<JoinHandle<()>>,
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+}
+
+impl Drop for PaymentsApi {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl PaymentsApi {
+    /// Serve `sim` on a free loopback port, accepting `secret` as the Bearer key.
+    pub fn start(sim: Arc<SimPayments>, secret: &str) -> anyhow::Result<Self> {
+        let server = Arc::new(Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?);
+        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+        let secret = format!("Bearer {secret}");
+        let s = server.clone();
+        let thread = std::thread::spawn(move || {
+            for req in s.incoming_requests() {
+                let sim = sim.clone();
+                let secret = secret.clone();
+                // One thread per request: a request held inside the service must not block others.
+                std::thread::spawn(move || handle(&sim, &secret, req));
+            }
+        });
+        Ok(Self {
+            server,
+            thread: Some(thread),
+            base_url: format!("http://127.0.0.1:{port}"),
+        })
+    }
+}
+
+fn json_response(status: u16, body: &Value, replayed: bool) -> Response<std::io::Cursor<Vec<u8>>> {
+    let mut r = Response::from_data(body.to_string().into_bytes()).with_status_code(status);
+    if let Ok(h) = Header::from_bytes("Content-Type", "application/json") {
+        r = r.with_header(h);
+    }
+    if let (true, Ok(h)) = (replayed, Header::from_bytes("Idempotent-Replayed", "true")) {
+        r = r.with_header(h);
+    }
+    r
+}
+
+fn error(status: u16, kind: &str, code: Option<&str>, message: &str) -> (u16, Value, bool) {
+    let mut e = json!({ "type": kind, "message": message });
+    if let Some(c) = code {
+        e["code"] = json!(c);
+    }
+    (status, json!({ "error": e }), false)
+}
+
+fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    req.headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+fn handle(sim: &SimPayments, secret: &str, mut req: Request) {
+    let (status, body, replayed) = if header(&req, "Authorization") != Some(secret) {
+        error(
+            401,
+            "invalid_request_error",
+            None,
+            "Invalid API Key provided",
+        )
+    } else {
+        route(sim, &mut req)
+    };
+    let _ = req.respond(json_response(status, &body, replayed));
+}
+
+fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
+    let url = req.url().to_owned();
+    let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
+    let query: BTreeMap<String, String> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    match (req.method(), path) {
+        (Method::Post, "/v1/refunds") => {
+            let mut raw = String::new();
+            if std::io::Read::read_to_string(req.as_reader(), &mut raw).is_err() {
+                return error(400, "invalid_request_error", None, "unreadable body");
+            }
+            let form: Vec<(String, String)> = form_urlencoded::parse(raw.as_bytes())
+                .into_owned()
+                .collect();
+            let key = header(req, "Idempotency-Key").map(str::to_owned);
+            create(sim, &form, key.as_deref())
+        }
+        (Method::Get, "/v1/refunds") => list(sim, &query),
+        (Method::Get, p) if p.starts_with("/v1/payment_intents/") => {
+            let id = &p["/v1/payment_intents/".len()..];
+            match sim.payment(id) {
+                Some(amount) => (
+                    200,
+                    json!({
+                        "id": id, "object": "payment_intent", "amount": amount,
+                        "amount_received": amount, "currency": "usd", "status": "succeeded",
+                    }),
+                    false,
+                ),
+                None => error(
+                    404,
+                    "invalid_request_error",
+                    Some("resource_missing"),
+                    &format!("No such payment_intent: '{id}'"),
+                ),
+            }
+        }
+        _ => error(
+            404,
+            "invalid_request_error",
+            None,
+            &format!("Unrecognized request URL ({path})"),
+        ),
+    }
+}
+
+fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u16, Value, bool) {
+    let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let Some(pi) = get("payment_intent") else {
+        return error(
+            400,
+            "invalid_request_error",
+            Some("parameter_missing"),
+            "Missing required param: payment_intent.",
+        );
+    };
+    let amount = match get("amount").map(|a| a.parse::<i64>()) {
+        Some(Ok(a)) => a,
+        _ => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_invalid_integer"),
+                "Invalid integer: amount",
+            );
+        }
+    };
+    let metadata: BTreeMap<String, String> = form
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("metadata[")
+                .and_then(|r| r.strip_suffix(']'))
+                .map(|k| (k.to_owned(), v.clone()))
+        })
+        .collect();
+    match sim.create_refund(&pi, amount, key, metadata) {
+        SimResponse::Created(v) => (200, v, false),
+        SimResponse::Replayed(v) => (200, v, true),
+        SimResponse::Refused {
+            status,
+            code,
+            message,
+        } => error(status, "invalid_request_error", Some(&code), &message),
+        SimResponse::KeyReused => error(
+            400,
+            "idempotency_error",
+            None,
+            "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+        ),
+        SimResponse::KeyInUse => error(
+            409,
+            "idempotency_error",
+            None,
+            "There is currently another in-progress request using this Idempotent Key.",
+        ),
+        SimResponse::ServerError(s) => error(s, "api_error", None, "An unexpected error occurred."),
+    }
+}
+
+fn list(sim: &SimPayments, q: &BTreeMap<String, String>) -> (u16, Value, bool) {
+    let Some(pi) = q.get("payment_intent") else {
+        return error(
+            400,
+            "invalid_request_error",
+            None,
+            "this test API lists refunds by payment_intent only",
+        );
+    };
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(10)
+        .clamp(1, 100);
+    let mut refunds = sim.refunds(pi);
+    refunds.reverse(); // newest first, as Stripe lists
+    let start = match q.get("starting_after") {
+        Some(after) => match refunds.iter().position(|r| &r.id == after) {
+            Some(i) => i + 1,
+            None => {
+                return error(
+                    400,
+                    "invalid_request_error",
+                    Some("resource_missing"),
+                    "No such refund for starting_after",
+                );
+            }
+        },
+        None => 0,
+    };
+    let page: Vec<Value> = refunds
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|r| json!({
+            "id": r.id, "object": "refund", "amount": r.amount, "payment_intent": r.payment_intent,
+            "status": "succeeded", "metadata": r.metadata, "created": r.created_ms / 1000,
+        }))
+        .collect();
+    let has_more = start + page.len() < refunds.len();
+    (
+        200,
+        json!({ "object": "list", "url": "/v1/refunds", "has_more": has_more, "data": page }),
+        false,
+    )
+}

@@ -1,0 +1,443 @@
+//! Randomized schedules through the real gate and journal: tier × crash point × world events
+//! before the decision and during the outage × duplicate deliveries × recoverers × zombie
+//! completions. After each schedule, R1–R7 are checked, and the journal must agree with the
+//! payments service's own records. Prints how many ran; a failure prints the seed that replays it
+//! (`INTERLOCK_SEED=<seed> cargo test -p interlock-tests --test gate_properties`).
+//! `INTERLOCK_SCHEDULES` sets the count (default 100,000).
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use interlock::core::{EffectState, Event, LookupAnswer, Resolution, SendAnswer};
+use interlock::faults::{Action, FaultPoint, ScriptedFaults, Stall};
+use interlock::journal::{Journal, SqliteJournal};
+use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
+use interlock::target::{SendRequest, Target};
+use interlock::{
+    Clock, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, Tier,
+};
+use interlock_tests::world::{
+    AMOUNT, LEASE, PAID, PAYMENT, REDECIDED, T0, UNRELATED, WINDOW, World,
+};
+use serde_json::Value;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Wraps the simulated target and checks R1–R5 at the instant of every send.
+struct Watch {
+    inner: SimTarget,
+    journal: Arc<SqliteJournal>,
+    first_payload: Value,
+    sending: AtomicI32,
+    violations: Mutex<Vec<String>>,
+    sends: AtomicI32,
+}
+
+impl Watch {
+    fn violate(&self, what: String) {
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+}
+
+impl Target for Watch {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn tier(&self) -> Tier {
+        self.inner.tier()
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        self.inner.dedupe_window()
+    }
+    fn has_lookup(&self) -> bool {
+        self.inner.has_lookup()
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        match self.journal.history(req.key) {
+            Ok(records) => {
+                let state = self.journal.state(req.key);
+                let token = match state {
+                    Ok(EffectState::InFlight { claim, .. }) if claim.dispatched => claim.token,
+                    other => {
+                        self.violate(format!("R1/R2: send while the journal says {other:?}"));
+                        0
+                    }
+                };
+                let last = records.iter().rev().find_map(|r| match &r.event {
+                    Event::Dispatched(d) if d.token == token => Some(d.clone()),
+                    _ => None,
+                });
+                match last {
+                    Some(d) if d.recheck.holds() => {}
+                    Some(d) => {
+                        self.violate(format!("R4/R5: sent on a failed re-check {:?}", d.recheck))
+                    }
+                    None => self.violate("R1: no DISPATCHED for the sending claim".into()),
+                }
+            }
+            Err(e) => self.violate(format!("journal unreadable at send: {e}")),
+        }
+        if *req.payload != self.first_payload {
+            self.violate("R3: sent a payload other than the first proposed".into());
+        }
+        let concurrent = self.sending.fetch_add(1, Ordering::SeqCst);
+        if concurrent > 0 && self.tier() != Tier::One {
+            self.violate("R2: two sends of one key in flight at a tier without dedupe".into());
+        }
+        let answer = self.inner.send(req);
+        self.sending.fetch_sub(1, Ordering::SeqCst);
+        answer
+    }
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        self.inner.lookup(key, payload)
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    sends: u64,
+    committed: u64,
+    refused: u64,
+    failed: u64,
+    ambiguous: u64,
+}
+
+fn attempt(
+    gate: &Gate,
+    watch: &Arc<Watch>,
+    sim: &Arc<SimPayments>,
+    effect: &Effect,
+    n: u32,
+    faults: Arc<ScriptedFaults>,
+) -> Result<Option<Outcome>, String> {
+    let bound = gate
+        .clone()
+        .with_faults(faults)
+        .with_attempt(n.to_string())
+        .bind(watch.clone(), Arc::new(SimRefundPremises(sim.clone())))
+        .map_err(|e| e.to_string())?;
+    match bound.submit(effect) {
+        Ok(o) => Ok(Some(o)),
+        Err(GateError::Crashed(_)) => Ok(None),
+        Err(e) => Err(format!("gate error: {e}")),
+    }
+}
+
+fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(), String> {
+    let mut rng = Rng(seed);
+    let tier = [Tier::One, Tier::Two, Tier::Three][rng.below(3) as usize];
+    let clock = ManualClock::at(T0);
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let sim = SimPayments::new(tier, WINDOW, dyn_clock.clone());
+    sim.add_payment(PAYMENT, PAID);
+    let journal = Arc::new(SqliteJournal::in_memory(dyn_clock.clone()).map_err(|e| e.to_string())?);
+    journal
+        .grant_lease(&World::grant())
+        .map_err(|e| e.to_string())?;
+    let mut cfg = GateConfig::beside(dir.join("journal"));
+    cfg.send_timeout = Duration::from_secs(30);
+    cfg.settle = Duration::from_secs(5);
+    let gate =
+        Gate::new(journal.clone(), journal.clone(), dyn_clock, cfg).map_err(|e| e.to_string())?;
+
+    // World events before the decision are part of what the decision sees.
+    if rng.chance(20) {
+        sim.hand_refund(PAYMENT, 700);
+    }
+    let key = EffectKey::derive(&["schedule".to_owned(), seed.to_string()]);
+    let decide = |amount: i64| -> Result<Effect, String> {
+        let e =
+            Effect::new(key.clone(), &World::payload(amount), LEASE).map_err(|e| e.to_string())?;
+        let p = interlock::PremiseReader::read(&SimRefundPremises(sim.clone()), &key, &e.payload)
+            .map_err(|e| e.to_string())?;
+        Ok(e.premises(p))
+    };
+    let effect = decide(AMOUNT)?;
+    let watch = Arc::new(Watch {
+        inner: SimTarget(sim.clone()),
+        journal: journal.clone(),
+        first_payload: effect.payload.clone(),
+        sending: AtomicI32::new(0),
+        violations: Mutex::new(Vec::new()),
+        sends: AtomicI32::new(0),
+    });
+    let points = [
+        FaultPoint::BeforeDispatch,
+        FaultPoint::AfterDispatch,
+        FaultPoint::AfterSend,
+        FaultPoint::AfterRecord,
+    ];
+    let first = rng.below(7);
+    let mut n = 1;
+    let run =
+        |n: u32, faults: Arc<ScriptedFaults>| attempt(&gate, &watch, &sim, &effect, n, faults);
+    let outage = |rng: &mut Rng, may_jump_time: bool| -> Result<(), String> {
+        if rng.chance(15) {
+            sim.hand_refund(PAYMENT, AMOUNT);
+        }
+        if rng.chance(15) {
+            sim.hand_refund(PAYMENT, UNRELATED);
+        }
+        if rng.chance(15) {
+            journal.revoke_lease(LEASE).map_err(|e| e.to_string())?;
+        }
+        if rng.chance(10) {
+            sim.set_eligible(PAYMENT, false);
+        }
+        if rng.chance(10) && may_jump_time {
+            clock.advance(25 * 3_600_000);
+        }
+        if rng.chance(10) {
+            sim.error_after_apply(1);
+        }
+        if rng.chance(5) {
+            sim.set_disputed(PAYMENT, true);
+        }
+        Ok(())
+    };
+    match first {
+        0..=3 => {
+            let f = ScriptedFaults::new();
+            f.arm(points[first as usize], Action::Crash);
+            run(n, f)?;
+        }
+        4 | 5 => {
+            // A zombie: attempt 1 stalls (before its send, or with its request held inside the
+            // service) while other attempts run; then it completes.
+            let stall = Stall::new();
+            let f = ScriptedFaults::new();
+            let held_at_service = first == 5;
+            if held_at_service {
+                sim.hold_next(stall.clone());
+            } else {
+                f.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
+            }
+            std::thread::scope(|s| -> Result<(), String> {
+                let zombie = s.spawn(|| run(1, f));
+                stall.wait_reached();
+                // A request held at the service is cut off at the holder's deadline in real
+                // life; only a stall before sending may outlive it here.
+                if !held_at_service && rng.chance(50) {
+                    clock.advance(36_000);
+                }
+                outage(&mut rng, !held_at_service)?;
+                for _ in 0..=rng.below(3) {
+                    n += 1;
+                    run(n, ScriptedFaults::new())?;
+                }
+                stall.release();
+                zombie.join().map_err(|_| "zombie panicked".to_owned())??;
+                Ok(())
+            })?;
+        }
+        _ => {
+            run(n, ScriptedFaults::new())?;
+        }
+    }
+    if first <= 3 {
+        outage(&mut rng, true)?;
+    }
+    // Duplicate deliveries and a conflicting re-decision, some crashing in recovery.
+    for _ in 0..rng.below(3) {
+        n += 1;
+        let f = ScriptedFaults::new();
+        if rng.chance(30) {
+            let p = [
+                FaultPoint::AfterTakeover,
+                FaultPoint::AfterDispatch,
+                FaultPoint::AfterSend,
+            ][rng.below(3) as usize];
+            f.arm(p, Action::Crash);
+        }
+        run(n, f)?;
+    }
+    if rng.chance(10) {
+        let e30 = decide(REDECIDED)?;
+        let bound = gate
+            .bind(watch.clone(), Arc::new(SimRefundPremises(sim.clone())))
+            .map_err(|e| e.to_string())?;
+        match bound.submit(&e30) {
+            Ok(Outcome::Refused(r))
+                if r.code == interlock::core::RefusalCode::ConflictingPayload => {}
+            other => {
+                return Err(format!(
+                    "R3: a second payload under the key was not refused: {other:?}"
+                ));
+            }
+        }
+    }
+    // R7: with no more crashes, the effect ends in one of the four resolutions.
+    let mut resolved = None;
+    for _ in 0..12 {
+        n += 1;
+        if let Some(o) = run(n, ScriptedFaults::new())?.filter(Outcome::is_final) {
+            resolved = Some(o);
+            break;
+        }
+        clock.advance(36_000);
+    }
+    let Some(_) = resolved else {
+        return Err("R7: no resolution after 12 fault-free attempts".into());
+    };
+
+    let violations = watch
+        .violations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if let Some(v) = violations.first() {
+        return Err(v.clone());
+    }
+    // The journal agrees with the service's own records (R2, R6).
+    let tagged: Vec<_> = sim
+        .refunds(PAYMENT)
+        .into_iter()
+        .filter(|r| r.metadata.get("interlock_key").map(String::as_str) == Some(key.as_str()))
+        .collect();
+    if std::env::var("INTERLOCK_SEED").is_ok() {
+        for r in journal.history(&key).map_err(|e| e.to_string())? {
+            eprintln!(
+                "{} +{}ms {}",
+                r.n,
+                r.at_ms - T0,
+                serde_json::to_string(&r.event).unwrap_or_default()
+            );
+        }
+        eprintln!("service refunds: {:?}", sim.refunds(PAYMENT));
+    }
+    let state = journal.state(&key).map_err(|e| format!("journal: {e}"))?;
+    let EffectState::Resolved { resolution, .. } = state else {
+        return Err("R7: not resolved".into());
+    };
+    match &resolution {
+        Resolution::Committed(c) => {
+            tally.committed += 1;
+            if tagged.len() != 1 {
+                return Err(format!(
+                    "R2/R6: COMMITTED but the service holds {} refunds with the key",
+                    tagged.len()
+                ));
+            }
+            if c.result.get("id").and_then(Value::as_str) != Some(tagged[0].id.as_str()) {
+                return Err(
+                    "R6: the committed result names another refund than the service holds".into(),
+                );
+            }
+        }
+        Resolution::Refused(_) | Resolution::Failed(_) => {
+            if matches!(resolution, Resolution::Refused(_)) {
+                tally.refused += 1
+            } else {
+                tally.failed += 1
+            }
+            if !tagged.is_empty() {
+                return Err(format!(
+                    "R6: {} but the service holds a refund with the key",
+                    resolution.kind()
+                ));
+            }
+        }
+        Resolution::Ambiguous(_) => {
+            tally.ambiguous += 1;
+            if tagged.len() > 1 {
+                return Err("R2: AMBIGUOUS with two refunds at the service".into());
+            }
+        }
+    }
+    let late_commits = journal
+        .history(&key)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter(|r| matches!(r.event, Event::Committed(_)))
+        .count();
+    if late_commits > 1 {
+        return Err("a late answer became a second COMMITTED".into());
+    }
+    tally.sends += u64::try_from(watch.sends.load(Ordering::SeqCst)).unwrap_or(0);
+    tally.schedules += 1;
+    Ok(())
+}
+
+#[test]
+fn randomized_schedules_keep_r1_to_r7_and_agree_with_the_service() {
+    let count: u64 = std::env::var("INTERLOCK_SCHEDULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let seeds: Vec<u64> = match std::env::var("INTERLOCK_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(seed) => vec![seed],
+        None => (0..count)
+            .map(|i| 0x1A7E_u64.wrapping_mul(1_000_003).wrapping_add(i))
+            .collect(),
+    };
+    let threads = 2;
+    let results: Vec<Result<Tally, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let seeds = &seeds;
+                s.spawn(move || -> Result<Tally, String> {
+                    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                    let mut tally = Tally::default();
+                    for seed in seeds.iter().skip(t).step_by(threads) {
+                        run_schedule(*seed, dir.path(), &mut tally)
+                            .map_err(|e| format!("seed {seed}: {e}\nreplay: INTERLOCK_SEED={seed} cargo test -p interlock-tests --test gate_properties -- --nocapture"))?;
+                    }
+                    Ok(tally)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut total = Tally::default();
+    for r in results {
+        match r {
+            Ok(t) => {
+                total.schedules += t.schedules;
+                total.sends += t.sends;
+                total.committed += t.committed;
+                total.refused += t.refused;
+                total.failed += t.failed;
+                total.ambiguous += t.ambiguous;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    eprintln!(
+        "property: {} schedules ran, {} sends; resolved {} committed, {} refused, {} failed, {} ambiguous",
+        total.schedules, total.sends, total.committed, total.refused, total.failed, total.ambiguous
+    );
+    assert_eq!(total.schedules, seeds.len() as u64);
+}

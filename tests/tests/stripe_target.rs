@@ -1,0 +1,158 @@
+//! The Stripe refunds target against the payments API over real HTTP: idempotent replay, reused
+//! keys, 409s, 5xx, pagination in lookups and premises, authentication, and a dead server.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::core::{LookupAnswer, SendAnswer};
+use interlock::faults::Stall;
+use interlock::premise::PremiseReader;
+use interlock::target::sim::SimPayments;
+use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock::target::{SendRequest, Target};
+use interlock::{EffectKey, ManualClock, Tier};
+use interlock_tests::payments_api::PaymentsApi;
+use serde_json::json;
+
+const SECRET: &str = "sk_test_interlock";
+
+fn setup(tier: Tier) -> (Arc<SimPayments>, PaymentsApi, StripeRefunds) {
+    let sim = SimPayments::new(
+        tier,
+        Duration::from_secs(86_400),
+        Arc::new(ManualClock::at(0)),
+    );
+    sim.add_payment("pi_1", 10_000);
+    let api = PaymentsApi::start(sim.clone(), SECRET).expect("server");
+    let target = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).expect("config"));
+    (sim, api, target)
+}
+
+fn send(t: &StripeRefunds, key: &EffectKey, amount: i64) -> SendAnswer {
+    let payload = json!({"payment_intent": "pi_1", "amount": amount, "currency": "usd"});
+    t.send(&SendRequest {
+        key,
+        payload: &payload,
+        timeout: Duration::from_secs(5),
+    })
+}
+
+#[test]
+fn a_resend_under_the_same_key_replays_and_another_amount_is_a_conflict() {
+    let (sim, _api, t) = setup(Tier::One);
+    let key = EffectKey::derive(&["a"]);
+    let SendAnswer::Done(first) = send(&t, &key, 2000) else {
+        panic!("first send")
+    };
+    let SendAnswer::Done(again) = send(&t, &key, 2000) else {
+        panic!("resend")
+    };
+    assert_eq!(first["id"], again["id"]);
+    assert!(matches!(send(&t, &key, 3000), SendAnswer::Conflict(_)));
+    assert_eq!(sim.refunded("pi_1"), 2000);
+}
+
+#[test]
+fn lookup_and_premises_follow_pagination_past_the_first_hundred() {
+    let (sim, _api, t) = setup(Tier::One);
+    let key = EffectKey::derive(&["b"]);
+    assert!(matches!(send(&t, &key, 2000), SendAnswer::Done(_)));
+    for _ in 0..250 {
+        sim.hand_refund("pi_1", 1);
+    }
+    let payload = json!({"payment_intent": "pi_1", "amount": 2000, "currency": "usd"});
+    assert!(matches!(t.lookup(&key, &payload), LookupAnswer::Found(_)));
+    assert_eq!(
+        t.lookup(&EffectKey::derive(&["other"]), &payload),
+        LookupAnswer::NotFound
+    );
+    let premises = StripeRefundPremises(t.clone())
+        .read(&key, &payload)
+        .expect("premises");
+    assert_eq!(premises["refunded_by_others"], json!(250));
+    assert_eq!(premises["amount_paid"], json!(10_000));
+}
+
+#[test]
+fn a_definite_4xx_a_5xx_and_a_409_map_to_failed_unknown_and_unknown() {
+    let (sim, _api, t) = setup(Tier::One);
+    sim.set_disputed("pi_1", true);
+    let SendAnswer::Definite { code, .. } = send(&t, &EffectKey::derive(&["c"]), 2000) else {
+        panic!()
+    };
+    assert_eq!(code, "charge_disputed");
+    sim.set_disputed("pi_1", false);
+    sim.error_after_apply(1);
+    assert!(matches!(
+        send(&t, &EffectKey::derive(&["d"]), 2000),
+        SendAnswer::Unknown(_)
+    ));
+    assert_eq!(sim.refunded("pi_1"), 2000, "the 500 came after applying");
+    // A request held at the service keeps its key in use: a concurrent send gets a 409.
+    let stall = Stall::new();
+    sim.hold_next(stall.clone());
+    let key = EffectKey::derive(&["e"]);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| send(&t, &key, 1000));
+        stall.wait_reached();
+        let second = send(&t, &key, 1000);
+        assert!(
+            matches!(&second, SendAnswer::Unknown(m) if m.contains("409")),
+            "{second:?}"
+        );
+        stall.release();
+        assert!(matches!(first.join().expect("join"), SendAnswer::Done(_)));
+    });
+}
+
+#[test]
+fn a_wrong_secret_is_a_definite_401_and_a_dead_server_is_unknown() {
+    let (_sim, api, _t) = setup(Tier::One);
+    let bad = StripeRefunds::new(StripeConfig::new(&api.base_url, "sk_wrong").expect("config"));
+    assert!(
+        matches!(send(&bad, &EffectKey::derive(&["f"]), 100), SendAnswer::Definite { code, .. } if code == "http_401")
+    );
+    let base = api.base_url.clone();
+    drop(api);
+    let dead = StripeRefunds::new(StripeConfig::new(base, SECRET).expect("config"));
+    assert!(matches!(
+        send(&dead, &EffectKey::derive(&["g"]), 100),
+        SendAnswer::Unknown(_)
+    ));
+    let payload = json!({"payment_intent": "pi_1", "amount": 100, "currency": "usd"});
+    assert!(matches!(
+        dead.lookup(&EffectKey::derive(&["g"]), &payload),
+        LookupAnswer::Unknown(_)
+    ));
+}
+
+#[test]
+fn a_server_answering_garbage_is_unknown_never_done_or_failed() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = std::thread::spawn(move || {
+        for _ in 0..2 {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{not json");
+            }
+        }
+    });
+    let t = StripeRefunds::new(
+        StripeConfig::new(format!("http://127.0.0.1:{port}"), SECRET).expect("config"),
+    );
+    assert!(matches!(
+        send(&t, &EffectKey::derive(&["h"]), 100),
+        SendAnswer::Unknown(_)
+    ));
+    let payload = json!({"payment_intent": "pi_1", "amount": 100, "currency": "usd"});
+    assert!(matches!(
+        t.lookup(&EffectKey::derive(&["h"]), &payload),
+        LookupAnswer::Unknown(_)
+    ));
+    let _ = server.join();
+}
