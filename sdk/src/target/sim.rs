@@ -87,6 +87,7 @@ struct World {
     error_after_apply: u32,
     hold_next: Option<Arc<Stall>>,
     requests: u64,
+    delay: Duration,
 }
 
 /// The simulated payments service.
@@ -173,6 +174,11 @@ impl SimPayments {
         self.world().error_after_apply = n;
     }
 
+    /// Make every create take `delay` (real time) inside the service before it applies.
+    pub fn set_delay(&self, delay: Duration) {
+        self.world().delay = delay;
+    }
+
     /// Hold the next create inside the service, before it applies, until `stall` is released.
     pub fn hold_next(&self, stall: Arc<Stall>) {
         self.world().hold_next = Some(stall);
@@ -236,10 +242,13 @@ impl SimPayments {
                 }
                 w.in_progress.insert(k.to_owned());
             }
-            w.hold_next.take()
+            (w.hold_next.take(), w.delay)
         };
-        if let Some(stall) = stall {
+        if let Some(stall) = stall.0 {
             stall.hold();
+        }
+        if !stall.1.is_zero() {
+            std::thread::sleep(stall.1);
         }
         let now = self.clock.now_ms();
         let mut w = self.world();

@@ -90,11 +90,13 @@ impl StripeConfig {
     }
 }
 
-/// The Stripe refunds target (tier 1 with a lookup).
+/// The Stripe refunds target: tier 1 with a lookup, or, for a service that speaks the same API
+/// without deduplicating keys, tier 2 (lookup only) or tier 3 (neither).
 #[derive(Debug, Clone)]
 pub struct StripeRefunds {
     cfg: StripeConfig,
     agent: ureq::Agent,
+    tier: Tier,
 }
 
 enum Http {
@@ -109,7 +111,19 @@ impl StripeRefunds {
             .http_status_as_error(false)
             .build()
             .into();
-        Self { cfg, agent }
+        Self {
+            cfg,
+            agent,
+            tier: Tier::One,
+        }
+    }
+
+    /// Treat the service as offering only `tier`: tier 2 sends no `Idempotency-Key` and trusts
+    /// no dedupe window; tier 3 also offers no lookup. For services that speak this API without
+    /// Stripe's guarantees (and for tests of the lower tiers).
+    pub fn assume_tier(mut self, tier: Tier) -> Self {
+        self.tier = tier;
+        self
     }
 
     fn auth(&self) -> String {
@@ -235,15 +249,15 @@ impl Target for StripeRefunds {
     }
 
     fn tier(&self) -> Tier {
-        Tier::One
+        self.tier
     }
 
     fn dedupe_window(&self) -> Option<Duration> {
-        Some(STRIPE_KEY_WINDOW)
+        (self.tier == Tier::One).then_some(STRIPE_KEY_WINDOW)
     }
 
     fn has_lookup(&self) -> bool {
-        true
+        self.tier != Tier::Three
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
@@ -262,18 +276,21 @@ impl Target for StripeRefunds {
             ("amount", amount.as_str()),
             ("metadata[interlock_key]", req.key.as_str()),
         ];
-        let request = self
+        let mut request = self
             .agent
             .post(format!("{}/v1/refunds", self.cfg.base_url))
-            .header("Authorization", self.auth())
-            .header("Idempotency-Key", req.key.as_str())
-            .config()
-            .timeout_global(Some(req.timeout))
-            .build();
+            .header("Authorization", self.auth());
+        if self.tier == Tier::One {
+            request = request.header("Idempotency-Key", req.key.as_str());
+        }
+        let request = request.config().timeout_global(Some(req.timeout)).build();
         classify(read(request.send_form(form)))
     }
 
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        if self.tier == Tier::Three {
+            return LookupAnswer::Unknown("tier-3 target: no lookup".into());
+        }
         let p = match parse(payload) {
             Ok(p) => p,
             Err(e) => return LookupAnswer::Unknown(e),

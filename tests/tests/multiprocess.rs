@@ -1,0 +1,214 @@
+//! Many OS processes (not threads) on one SQLite journal, against a slow refunds service over
+//! HTTP: one dispatch and one refund however many submit at once; one resolution however many
+//! recover at once; a SIGKILLed sender's claim taken over at once, a live sender's never.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use interlock::core::Event;
+use interlock::journal::{Journal, Record};
+use interlock::premise::PremiseReader;
+use interlock::target::sim::SimPayments;
+use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock::{Clock, EffectKey, Grant, SqliteJournal, SystemClock, Tier};
+use interlock_tests::payments_api::PaymentsApi;
+use serde_json::{Value, json};
+
+const SECRET: &str = "sk_test_race";
+const KEY: &str = "race-refund-1";
+
+struct Race {
+    _dir: tempfile::TempDir,
+    journal: PathBuf,
+    sim: Arc<SimPayments>,
+    api: PaymentsApi,
+    premises: String,
+    settle_ms: u64,
+    send_timeout_ms: u64,
+}
+
+impl Race {
+    fn new(service_delay: Duration, settle_ms: u64, send_timeout_ms: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal.db");
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let j = SqliteJournal::open(&journal, clock.clone()).unwrap();
+        j.grant_lease(
+            &Grant::new("race-lease", "ops", clock.now_ms()).scope("payment_intent", "pi_race"),
+        )
+        .unwrap();
+        let sim = SimPayments::new(Tier::Two, Duration::from_secs(86_400), clock);
+        sim.add_payment("pi_race", 10_000);
+        let api = PaymentsApi::start(sim.clone(), SECRET).unwrap();
+        let target = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).unwrap())
+            .assume_tier(Tier::Two);
+        let payload = json!({"payment_intent": "pi_race", "amount": 2000, "currency": "usd"});
+        let decided = StripeRefundPremises(target)
+            .read(&EffectKey::fixed(KEY).unwrap(), &payload)
+            .unwrap();
+        sim.set_delay(service_delay);
+        Self {
+            _dir: dir,
+            journal,
+            sim,
+            api,
+            premises: serde_json::to_string(&decided).unwrap(),
+            settle_ms,
+            send_timeout_ms,
+        }
+    }
+
+    fn worker(&self, mode: &str, start_at_ms: i64, extra: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_race-worker"))
+            .arg(format!("journal={}", self.journal.display()))
+            .arg(format!("api={}", self.api.base_url))
+            .arg(format!("secret={SECRET}"))
+            .arg("tier=2")
+            .arg(format!("mode={mode}"))
+            .arg(format!("key={KEY}"))
+            .arg("amount=2000")
+            .arg(format!("premises={}", self.premises))
+            .arg(format!("start_at_ms={start_at_ms}"))
+            .arg(format!("settle_ms={}", self.settle_ms))
+            .arg(format!("send_timeout_ms={}", self.send_timeout_ms))
+            .arg("poll_ms=20")
+            .arg("give_up_ms=20000")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn race-worker")
+    }
+
+    fn history(&self) -> Vec<Record> {
+        let j = SqliteJournal::open(&self.journal, Arc::new(SystemClock)).unwrap();
+        j.history(&EffectKey::fixed(KEY).unwrap()).unwrap()
+    }
+}
+
+fn outcome(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "worker failed: {:?}", out.status);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn count(records: &[Record], kind: &str) -> usize {
+    records.iter().filter(|r| r.event.kind() == kind).count()
+}
+
+fn soon() -> i64 {
+    SystemClock.now_ms() + 700
+}
+
+#[test]
+fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund() {
+    let race = Race::new(Duration::from_millis(400), 300, 3000);
+    let at = soon();
+    let workers: Vec<_> = (0..8).map(|_| race.worker("submit", at, &[])).collect();
+    let outcomes: Vec<Value> = workers.into_iter().map(outcome).collect();
+    let h = race.history();
+    assert_eq!(count(&h, "DISPATCHED"), 1, "{h:#?}");
+    assert_eq!(count(&h, "COMMITTED"), 1);
+    assert_eq!(race.sim.refunds("pi_race").len(), 1);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["outcome"].as_str().unwrap().starts_with("COMMITTED")),
+        "{outcomes:?}"
+    );
+    let firsts = outcomes
+        .iter()
+        .filter(|o| o["outcome"] == "COMMITTED/first_send")
+        .count();
+    assert_eq!(firsts, 1, "{outcomes:?}");
+}
+
+#[test]
+fn after_a_crash_before_send_eight_recoverers_make_one_resolution() {
+    let race = Race::new(Duration::from_millis(200), 300, 3000);
+    let dying = race.worker("submit", 0, &["die_at=after_dispatch"]);
+    let status = dying.wait_with_output().unwrap().status;
+    assert_eq!(status.signal(), Some(9), "the sender died by SIGKILL");
+    assert_eq!(count(&race.history(), "DISPATCHED"), 1);
+    assert_eq!(
+        race.sim.refunds("pi_race").len(),
+        0,
+        "it died before sending"
+    );
+    let at = soon();
+    let workers: Vec<_> = (0..8).map(|_| race.worker("recover", at, &[])).collect();
+    let outcomes: Vec<Value> = workers.into_iter().map(outcome).collect();
+    let h = race.history();
+    assert_eq!(count(&h, "COMMITTED"), 1, "{h:#?}");
+    assert_eq!(race.sim.refunds("pi_race").len(), 1);
+    let resends = h
+        .iter()
+        .filter(|r| matches!(&r.event, Event::Dispatched(d) if d.resend))
+        .count();
+    assert_eq!(resends, 1, "exactly one recoverer resent");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["outcome"].as_str().unwrap().starts_with("COMMITTED")),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+fn a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice() {
+    // The service takes 1 s to apply a request; the settle margin (1.5 s) covers it.
+    let race = Race::new(Duration::from_millis(1000), 1500, 5000);
+    let mut sender = race.worker("submit", 0, &[]);
+    let recoverer = race.worker("recover", 0, &[]);
+    let t0 = Instant::now();
+    while race.sim.requests() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the sender never reached the service"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let killed_at = SystemClock.now_ms();
+    sender.kill().unwrap();
+    assert_eq!(sender.wait().unwrap().signal(), Some(9));
+    let o = outcome(recoverer);
+    let h = race.history();
+    let claimed = h.iter().find_map(|r| match &r.event {
+        Event::Claimed(_) => Some(r.at_ms),
+        _ => None,
+    });
+    let takeover_ms = claimed.expect("a recoverer took the claim") - killed_at;
+    eprintln!(
+        "takeover {takeover_ms} ms after SIGKILL; recoverer answered {}",
+        o["outcome"]
+    );
+    assert!(takeover_ms < 500, "takeover took {takeover_ms} ms");
+    assert_eq!(o["outcome"], "COMMITTED/found_by_lookup", "{h:#?}");
+    assert_eq!(race.sim.refunds("pi_race").len(), 1);
+}
+
+#[test]
+fn a_live_slow_senders_claim_is_never_taken_before_its_deadline() {
+    let race = Race::new(Duration::from_millis(1500), 500, 3000);
+    let sender = race.worker("submit", 0, &[]);
+    let t0 = Instant::now();
+    while race.sim.requests() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the sender never reached the service"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let recoverers: Vec<_> = (0..3).map(|_| race.worker("recover", 0, &[])).collect();
+    assert_eq!(outcome(sender)["outcome"], "COMMITTED/first_send");
+    for r in recoverers {
+        assert_eq!(outcome(r)["outcome"], "COMMITTED/first_send(replayed)");
+    }
+    let h = race.history();
+    assert_eq!(count(&h, "CLAIMED"), 0, "{h:#?}");
+    assert_eq!(race.sim.refunds("pi_race").len(), 1);
+}
