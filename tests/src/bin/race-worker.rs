@@ -6,6 +6,8 @@
 //! (JSON), `start_at_ms`, `settle_ms`, `send_timeout_ms`, `poll_ms`, `give_up_ms`, and optionally
 //! `die_at` (after_dispatch|after_send): SIGKILL this process at that point.
 
+#![allow(clippy::print_stdout)] // its one JSON line is its answer
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
