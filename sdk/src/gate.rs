@@ -334,7 +334,7 @@ impl Bound {
         for _ in 0..MAX_ROUNDS {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
-                EffectState::Proposed { first } => self.dispatch_fresh(key, &first)?,
+                EffectState::Proposed { first } => self.authorize(key, &first, false)?,
                 EffectState::InFlight { first, claim } => {
                     self.recover_claim(key, &first, &claim)?
                 }
@@ -384,72 +384,92 @@ impl Bound {
     fn submit_once(&self, effect: &Effect) -> Result<Step, GateError> {
         let key = &effect.key;
         let hash = effect.payload_hash();
-        let proposal = Proposed {
-            payload: effect.payload.clone(),
-            payload_hash: hash.clone(),
-            premises: effect.decided.clone(),
-            lease: effect.lease.clone(),
-            target: self.target.name().to_owned(),
-            tier: self.target.tier().into(),
-        };
-        let out = self
-            .gate
-            .journal
-            .append_with(key, &mut |s| match plan_submit(s, &hash) {
-                SubmitPlan::Fresh => vec![Event::Proposed(proposal.clone())],
-                SubmitPlan::Conflict { recorded } => {
-                    vec![Event::Refused(conflict_note(&hash, &recorded))]
-                }
-                _ => Vec::new(),
-            })?;
-        let first = out.after.first().cloned();
-        Ok(match (plan_submit(&out.before, &hash), first) {
+        let state = self.gate.journal.state(key)?;
+        let first = state.first().cloned();
+        Ok(match (plan_submit(&state, &hash), first) {
             (SubmitPlan::Conflict { recorded }, _) => {
-                Step::Done(Outcome::Refused(conflict_note(&hash, &recorded)))
+                let note = conflict_note(&hash, &recorded);
+                self.gate
+                    .journal
+                    .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+                Step::Done(Outcome::Refused(note))
             }
             (SubmitPlan::Replay(res), _) => Step::Done(outcome_of(res, true)),
             (SubmitPlan::Recover(claim), Some(first)) => self.recover_claim(key, &first, &claim)?,
-            (SubmitPlan::Fresh | SubmitPlan::Continue, Some(first)) => {
-                self.dispatch_fresh(key, &first)?
+            (SubmitPlan::Continue, Some(first)) => self.authorize(key, &first, false)?,
+            (SubmitPlan::Fresh, _) => {
+                let proposal = Proposed {
+                    payload: effect.payload.clone(),
+                    payload_hash: hash,
+                    premises: effect.decided.clone(),
+                    lease: effect.lease.clone(),
+                    target: self.target.name().to_owned(),
+                    tier: self.target.tier().into(),
+                };
+                self.authorize(key, &proposal, true)?
             }
             (_, None) => Step::Again,
         })
     }
 
-    /// The fresh path: R4 at submit, then under the liveness lock R4 and R5 again and the atomic
-    /// dispatch, then the send.
-    fn dispatch_fresh(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
+    /// R4 at submit, written in one transaction with the proposal when it is fresh: the lease
+    /// authorizes the effect, refuses it, or (store unreachable) is noted for a retry.
+    fn authorize(&self, key: &EffectKey, first: &Proposed, fresh: bool) -> Result<Step, GateError> {
         let verdict = self.lease_verdict(first);
-        if let LeaseVerdict::Error { message } = &verdict {
-            return self.note_and_retry(key, RefusalCode::LeaseError, message, first);
+        let mut events = Vec::new();
+        if fresh {
+            events.push(Event::Proposed(first.clone()));
         }
-        let grant = match &verdict {
-            LeaseVerdict::Live => self.describe_lease(&first.lease),
-            _ => Value::Null,
-        };
-        let authorize = verdict == LeaseVerdict::Live;
         let refusal = check_fresh(&Recheck {
-            lease: verdict,
+            lease: verdict.clone(),
             premises_now: Premises::new(),
             changes: Vec::new(),
             premise_error: None,
-        });
-        if let Some(draft) = refusal {
-            return self.resolve_proposed(key, first, draft, Vec::new());
-        }
-        if authorize {
-            let event = Event::Authorized(Authorized {
-                lease: first.lease.clone(),
-                grant,
-            });
-            let out = self.gate.journal.append_with(key, &mut |s| match s {
-                EffectState::Proposed { .. } => vec![event.clone()],
-                _ => Vec::new(),
-            })?;
-            if out.appended.is_empty() {
-                return Ok(Step::Again);
+        })
+        .map(|draft| final_refusal(&draft, Vec::new(), &first.payload_hash));
+        let note = match &verdict {
+            LeaseVerdict::Error { message } => {
+                Some(retry_note(RefusalCode::LeaseError, message, first))
             }
+            _ => None,
+        };
+        match (&verdict, &note, &refusal) {
+            (LeaseVerdict::Live, _, _) => {
+                let grant = self.describe_lease(&first.lease);
+                events.push(Event::Authorized(Authorized {
+                    lease: first.lease.clone(),
+                    grant,
+                }));
+            }
+            (_, Some(n), _) => events.push(Event::Refused(n.clone())),
+            (_, None, Some(r)) => events.push(Event::Refused(r.clone())),
+            (_, None, None) => {}
         }
+        let out = self.gate.journal.append_with(key, &mut |s| {
+            let still = match s {
+                EffectState::Absent => fresh,
+                EffectState::Proposed { first: f } => {
+                    !fresh && f.payload_hash == first.payload_hash
+                }
+                _ => false,
+            };
+            if still { events.clone() } else { Vec::new() }
+        })?;
+        if out.appended.is_empty() {
+            return Ok(Step::Again);
+        }
+        match (note, refusal) {
+            (Some(n), _) => Ok(Step::Done(Outcome::Retry {
+                retry_after: self.gate.cfg.retry_after,
+                reason: n.reason,
+            })),
+            (None, Some(r)) => Ok(Step::Done(Outcome::Refused(r))),
+            (None, None) => self.dispatch(key, first),
+        }
+    }
+
+    /// Under the liveness lock: R4 and R5 again, the atomic dispatch, then the send.
+    fn dispatch(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
         self.fault(FaultPoint::BeforeDispatch, key)?;
         let Some(lock) = self.hold(key, 1)? else {
             return Ok(Step::Done(
@@ -743,27 +763,6 @@ impl Bound {
         })
     }
 
-    /// Close a proposal that was never dispatched with a final refusal.
-    fn resolve_proposed(
-        &self,
-        key: &EffectKey,
-        first: &Proposed,
-        draft: RefusalDraft,
-        repairs: Vec<crate::core::Repair>,
-    ) -> Result<Step, GateError> {
-        let refused = final_refusal(&draft, repairs, &first.payload_hash);
-        let event = Event::Refused(refused.clone());
-        let out = self.gate.journal.append_with(key, &mut |s| match s {
-            EffectState::Proposed { .. } => vec![event.clone()],
-            _ => Vec::new(),
-        })?;
-        Ok(if out.appended.is_empty() {
-            Step::Again
-        } else {
-            Step::Done(Outcome::Refused(refused))
-        })
-    }
-
     /// A transient failure to read the lease or the premises: record it, send nothing, retry.
     fn note_and_retry(
         &self,
@@ -772,14 +771,7 @@ impl Bound {
         message: &str,
         first: &Proposed,
     ) -> Result<Step, GateError> {
-        let note = Refused {
-            code,
-            reason: format!("{message}; nothing was sent, try again later"),
-            changes: Vec::new(),
-            repairs: Vec::new(),
-            is_final: false,
-            payload_hash: first.payload_hash.clone(),
-        };
+        let note = retry_note(code, message, first);
         let reason = note.reason.clone();
         self.gate
             .journal
@@ -895,6 +887,17 @@ impl Bound {
         let target = &self.target;
         catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
             .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+    }
+}
+
+fn retry_note(code: RefusalCode, message: &str, first: &Proposed) -> Refused {
+    Refused {
+        code,
+        reason: format!("{message}; nothing was sent, try again later"),
+        changes: Vec::new(),
+        repairs: Vec::new(),
+        is_final: false,
+        payload_hash: first.payload_hash.clone(),
     }
 }
 

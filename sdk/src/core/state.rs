@@ -254,3 +254,140 @@ fn check_token(claim: &Claim, token: u64) -> Result<(), String> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::record::{
+        Claimed, Dispatched, LateResult, LeaseVerdict, Premises, Recheck, TakeoverReason, Via,
+    };
+
+    fn holder(a: &str) -> Holder {
+        Holder {
+            host: "h".into(),
+            pid: 1,
+            attempt: a.into(),
+        }
+    }
+
+    fn proposed() -> Event {
+        Event::Proposed(Proposed {
+            payload: json!({}),
+            payload_hash: "p".into(),
+            premises: Premises::new(),
+            lease: "l".into(),
+            target: "t".into(),
+            tier: 2,
+        })
+    }
+
+    fn dispatched(token: u64, a: &str, deadline_ms: i64) -> Event {
+        Event::Dispatched(Dispatched {
+            token,
+            holder: holder(a),
+            deadline_ms,
+            payload_hash: "p".into(),
+            recheck: Recheck {
+                lease: LeaseVerdict::Live,
+                premises_now: Premises::new(),
+                changes: vec![],
+                premise_error: None,
+            },
+            resend: token > 1,
+        })
+    }
+
+    fn claimed(token: u64, a: &str, prior_until_ms: i64) -> Event {
+        Event::Claimed(Claimed {
+            token,
+            holder: holder(a),
+            deadline_ms: 10_000,
+            reason: TakeoverReason::HolderDead,
+            prior_until_ms,
+        })
+    }
+
+    fn committed(token: u64) -> Event {
+        Event::Committed(Committed {
+            token,
+            via: Via::FirstSend,
+            result: json!({}),
+        })
+    }
+
+    #[test]
+    fn a_takeover_narrows_the_dead_holders_window_and_a_late_answer_closes_it() {
+        let h = [
+            proposed(),
+            dispatched(1, "a", 5_000),
+            claimed(2, "b", 1_200),
+        ];
+        let Ok(EffectState::InFlight { claim, .. }) =
+            fold(h.iter().enumerate().map(|(i, e)| (i as i64 * 100, e)))
+        else {
+            panic!()
+        };
+        assert_eq!(claim.token, 2);
+        assert!(!claim.dispatched);
+        assert_eq!(claim.quiet_after(None), 1_200);
+        let late = Event::LateResult(LateResult {
+            token: 1,
+            answer: json!({"done": {"id": "re_1"}}),
+        });
+        let h = [
+            proposed(),
+            dispatched(1, "a", 5_000),
+            claimed(2, "b", 5_000),
+            late,
+        ];
+        let Ok(EffectState::InFlight { claim, .. }) = fold(h.iter().map(|e| (700, e))) else {
+            panic!()
+        };
+        assert_eq!(claim.quiet_after(None), 700);
+        assert_eq!(claim.late_done, Some(json!({"id": "re_1"})));
+    }
+
+    #[test]
+    fn histories_no_honest_gate_writes_are_rejected_with_their_position() {
+        let bad: [&[Event]; 5] = [
+            &[committed(1)],
+            &[proposed(), committed(1)],
+            &[proposed(), dispatched(2, "a", 0)],
+            &[proposed(), dispatched(1, "a", 0), claimed(3, "b", 0)],
+            &[
+                proposed(),
+                dispatched(1, "a", 0),
+                committed(1),
+                committed(1),
+            ],
+        ];
+        for h in bad {
+            let err = fold(h.iter().map(|e| (0, e))).unwrap_err();
+            assert_eq!(err.index, h.len() - 1, "{err}");
+        }
+    }
+
+    #[test]
+    fn a_resend_must_go_out_under_the_current_claim_by_its_holder() {
+        let h = [
+            proposed(),
+            dispatched(1, "a", 0),
+            claimed(2, "b", 0),
+            dispatched(2, "a", 0),
+        ];
+        assert!(fold(h.iter().map(|e| (0, e))).is_err());
+        let h = [
+            proposed(),
+            dispatched(1, "a", 0),
+            claimed(2, "b", 0),
+            dispatched(2, "b", 9),
+            committed(2),
+        ];
+        assert!(matches!(
+            fold(h.iter().map(|e| (0, e))),
+            Ok(EffectState::Resolved { .. })
+        ));
+    }
+}

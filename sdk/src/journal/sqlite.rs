@@ -62,6 +62,68 @@ impl SqliteJournal {
         Self::init(conn, shown, clock, durability, true)
     }
 
+    /// Open an existing journal for reading only (inspection, audits). Appends fail with a
+    /// storage error; nothing on disk changes.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, JournalError> {
+        let shown = path.as_ref().display().to_string();
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn =
+            Connection::open_with_flags(path.as_ref(), flags).map_err(|e| map_err(&shown, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| map_err(&shown, e))?;
+        let journal = Self {
+            conn: Mutex::new(conn),
+            path: shown,
+            clock,
+        };
+        journal.check_schema_read_only()?;
+        Ok(journal)
+    }
+
+    fn check_schema_read_only(&self) -> Result<(), JournalError> {
+        let conn = self.conn();
+        let format: Option<String> = conn
+            .query_row(
+                "SELECT value FROM interlock_meta WHERE name = 'format'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(ErrorCode::NotADatabase) => self.err(e),
+                _ => JournalError::Foreign {
+                    path: self.path.clone(),
+                    why: e.to_string(),
+                },
+            })?;
+        if format.as_deref() != Some(FORMAT) {
+            return Err(JournalError::Foreign {
+                path: self.path.clone(),
+                why: format!("its format marker is {format:?}"),
+            });
+        }
+        let version: Option<String> = conn
+            .query_row(
+                "SELECT value FROM interlock_meta WHERE name = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if version.as_deref() != Some(SCHEMA_VERSION.to_string().as_str()) {
+            return Err(JournalError::SchemaVersion {
+                path: self.path.clone(),
+                found: version.unwrap_or_default(),
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Ok(())
+    }
+
     /// A private in-memory journal (tests and benchmarks of the decision path).
     pub fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
         let conn = Connection::open_in_memory().map_err(|e| map_err(":memory:", e))?;
