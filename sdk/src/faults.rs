@@ -5,6 +5,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultPoint {
+    /// An attempt has started; it has read and written nothing.
+    Start,
     /// `PROPOSED`/`AUTHORIZED` are durable; nothing dispatched.
     BeforeDispatch,
     /// `DISPATCHED` is durable; the request has not been sent.

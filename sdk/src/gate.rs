@@ -320,6 +320,7 @@ enum Step {
 impl Bound {
     /// Run one attempt of `effect`: replay, recover, or check and send.
     pub fn submit(&self, effect: &Effect) -> Result<Outcome, GateError> {
+        self.fault(FaultPoint::Start, &effect.key)?;
         for _ in 0..MAX_ROUNDS {
             if let Step::Done(o) = self.submit_once(effect)? {
                 return Ok(o);
@@ -331,6 +332,7 @@ impl Bound {
     /// Resolve whatever the journal holds for `key`: continue a proposal, recover an in-flight
     /// send, or replay a resolution.
     pub fn recover(&self, key: &EffectKey) -> Result<Outcome, GateError> {
+        self.fault(FaultPoint::Start, key)?;
         for _ in 0..MAX_ROUNDS {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),

@@ -12,6 +12,8 @@ pub mod lease;
 mod liveness;
 pub mod premise;
 pub mod target;
+#[cfg(feature = "temporal")]
+pub mod temporal;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};

@@ -5,7 +5,6 @@ pub mod baselines;
 pub mod cases;
 pub mod gated;
 pub mod matrix;
-pub mod payments_api;
 pub mod raw_sql;
 pub mod system;
 pub mod world;

@@ -16,7 +16,7 @@ use interlock::premise::PremiseReader;
 use interlock::target::sim::SimPayments;
 use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{Clock, EffectKey, Grant, SqliteJournal, SystemClock, Tier};
-use interlock_tests::payments_api::PaymentsApi;
+use interlock_e2e::payments_api::PaymentsApi;
 use serde_json::{Value, json};
 
 const SECRET: &str = "sk_test_race";

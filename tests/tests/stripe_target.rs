@@ -13,7 +13,7 @@ use interlock::target::sim::SimPayments;
 use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::target::{SendRequest, Target};
 use interlock::{EffectKey, ManualClock, Tier};
-use interlock_tests::payments_api::PaymentsApi;
+use interlock_e2e::payments_api::PaymentsApi;
 use serde_json::json;
 
 const SECRET: &str = "sk_test_interlock";

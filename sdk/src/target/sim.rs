@@ -86,6 +86,8 @@ struct World {
     next_id: u64,
     error_after_apply: u32,
     hold_next: Option<Arc<Stall>>,
+    hold_after_apply: Option<Arc<Stall>>,
+    held_reached: bool,
     requests: u64,
     delay: Duration,
 }
@@ -94,14 +96,14 @@ struct World {
 pub struct SimPayments {
     world: Mutex<World>,
     clock: Arc<dyn Clock>,
-    tier: Tier,
+    tier: Mutex<Tier>,
     window: Duration,
 }
 
 impl std::fmt::Debug for SimPayments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimPayments")
-            .field("tier", &self.tier)
+            .field("tier", &self.tier())
             .finish()
     }
 }
@@ -112,9 +114,25 @@ impl SimPayments {
         Arc::new(Self {
             world: Mutex::new(World::default()),
             clock,
-            tier,
+            tier: Mutex::new(tier),
             window,
         })
+    }
+
+    /// The tier the service acts as.
+    pub fn tier(&self) -> Tier {
+        *self
+            .tier
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Act as another tier from now on (tier 1 dedupes keys; 2 and 3 ignore them).
+    pub fn set_tier(&self, tier: Tier) {
+        *self
+            .tier
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tier;
     }
 
     fn world(&self) -> MutexGuard<'_, World> {
@@ -184,9 +202,26 @@ impl SimPayments {
         self.world().hold_next = Some(stall);
     }
 
+    /// Whether the order behind a payment is eligible for refunds (the shop's fact).
+    pub fn eligible(&self, payment_intent: &str) -> Option<bool> {
+        self.world().intents.get(payment_intent).map(|i| i.eligible)
+    }
+
+    /// Whether a held request (or response) has reached its hold.
+    pub fn held_reached(&self) -> bool {
+        let w = self.world();
+        w.hold_next.is_none() && w.hold_after_apply.is_none() && w.held_reached
+    }
+
     /// The amount of a payment, if it exists.
     pub fn payment(&self, id: &str) -> Option<i64> {
         self.world().intents.get(id).map(|i| i.amount)
+    }
+
+    /// Apply the next create, then hold its response until `stall` is released: the request is
+    /// at the service, applied, and its answer not yet delivered.
+    pub fn hold_next_response(&self, stall: Arc<Stall>) {
+        self.world().hold_after_apply = Some(stall);
     }
 
     /// Every refund on a payment, oldest first.
@@ -226,7 +261,7 @@ impl SimPayments {
             let now = self.clock.now_ms();
             let window = i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX);
             w.keys.retain(|_, e| now < e.at_ms.saturating_add(window));
-            if let (Tier::One, Some(k)) = (self.tier, idempotency_key) {
+            if let (Tier::One, Some(k)) = (self.tier(), idempotency_key) {
                 if w.in_progress.contains(k) {
                     return SimResponse::KeyInUse;
                 }
@@ -242,7 +277,9 @@ impl SimPayments {
                 }
                 w.in_progress.insert(k.to_owned());
             }
-            (w.hold_next.take(), w.delay)
+            let stall = w.hold_next.take();
+            w.held_reached |= stall.is_some();
+            (stall, w.delay)
         };
         if let Some(stall) = stall.0 {
             stall.hold();
@@ -251,31 +288,37 @@ impl SimPayments {
             std::thread::sleep(stall.1);
         }
         let now = self.clock.now_ms();
-        let mut w = self.world();
-        if let Some(k) = idempotency_key {
-            w.in_progress.remove(k);
-        }
-        let response = apply(
-            &mut w,
-            payment_intent,
-            amount,
-            idempotency_key,
-            metadata,
-            now,
-        );
-        let save = matches!(
-            response,
-            SimResponse::Created(_) | SimResponse::ServerError(_)
-        );
-        if let (Tier::One, Some(k), true) = (self.tier, idempotency_key, save) {
-            w.keys.insert(
-                k.to_owned(),
-                KeyEntry {
+        let (response, held) = {
+            let mut w = self.world();
+            if let Some(k) = idempotency_key {
+                w.in_progress.remove(k);
+            }
+            let response = apply(
+                &mut w,
+                payment_intent,
+                amount,
+                idempotency_key,
+                metadata,
+                now,
+            );
+            let save = matches!(
+                response,
+                SimResponse::Created(_) | SimResponse::ServerError(_)
+            );
+            if let (Tier::One, Some(k), true) = (self.tier(), idempotency_key, save) {
+                let entry = KeyEntry {
                     params,
                     response: response.clone(),
                     at_ms: now,
-                },
-            );
+                };
+                w.keys.insert(k.to_owned(), entry);
+            }
+            let held = w.hold_after_apply.take();
+            w.held_reached |= held.is_some();
+            (response, held)
+        };
+        if let Some(stall) = held {
+            stall.hold();
         }
         response
     }
@@ -400,15 +443,15 @@ impl Target for SimTarget {
     }
 
     fn tier(&self) -> Tier {
-        self.0.tier
+        self.0.tier()
     }
 
     fn dedupe_window(&self) -> Option<Duration> {
-        (self.0.tier == Tier::One).then_some(self.0.window)
+        (self.0.tier() == Tier::One).then_some(self.0.window)
     }
 
     fn has_lookup(&self) -> bool {
-        self.0.tier != Tier::Three
+        self.0.tier() != Tier::Three
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
@@ -424,7 +467,7 @@ impl Target for SimTarget {
         let metadata = [(KEY_FIELD.to_owned(), req.key.to_string())]
             .into_iter()
             .collect();
-        let key = (self.0.tier == Tier::One).then_some(req.key.as_str());
+        let key = (self.0.tier() == Tier::One).then_some(req.key.as_str());
         match self
             .0
             .create_refund(&p.payment_intent, p.amount, key, metadata)
@@ -442,7 +485,7 @@ impl Target for SimTarget {
     }
 
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
-        if self.0.tier == Tier::Three {
+        if self.0.tier() == Tier::Three {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
         match parse_payload(payload) {

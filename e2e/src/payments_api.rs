@@ -2,11 +2,19 @@
 //! target uses, with Stripe's documented shapes: form-encoded creates, `Idempotency-Key` replay
 //! with `Idempotent-Replayed`, `idempotency_error` for reused keys, 409 for a key in progress,
 //! refunds listed newest first with `has_more` and `starting_after`, Bearer authentication.
+//!
+//! Beside Stripe's API it serves the shop's own fact (`GET /shop/orders/{payment_intent}`: is the
+//! order eligible for a refund) and admin endpoints for the harness, none of which a refund
+//! target ever calls: payments, hand refunds without a key, eligibility, disputes, expiring keys,
+//! the tier the service acts as, holding a request before or after applying it, a 5xx after
+//! applying, and the service's own full records.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use interlock::Tier;
+use interlock::faults::Stall;
 use interlock::target::sim::{SimPayments, SimResponse};
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -14,6 +22,8 @@ use tiny_http::{Header, Method, Request, Response, Server};
 /// A running server; stops when dropped.
 pub struct PaymentsApi {
     server: Arc<Server>,
+    /// The service behind the API.
+    pub sim: Arc<SimPayments>,
     thread: Option<JoinHandle<()>>,
     /// `http://127.0.0.1:PORT`.
     pub base_url: String,
@@ -34,17 +44,39 @@ impl PaymentsApi {
         let server = Arc::new(Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?);
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
         let secret = format!("Bearer {secret}");
+        Self::serve(server, sim, secret, port)
+    }
+
+    /// Serve on a given loopback port (0 picks a free one).
+    pub fn start_on(sim: Arc<SimPayments>, secret: &str, port: u16) -> anyhow::Result<Self> {
+        let server = Arc::new(
+            Server::http(("127.0.0.1", port)).map_err(|e| anyhow::anyhow!("port {port}: {e}"))?,
+        );
+        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+        Self::serve(server, sim, format!("Bearer {secret}"), port)
+    }
+
+    fn serve(
+        server: Arc<Server>,
+        sim: Arc<SimPayments>,
+        secret: String,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let s = server.clone();
+        let held: Arc<Held> = Arc::default();
+        let service = sim.clone();
         let thread = std::thread::spawn(move || {
             for req in s.incoming_requests() {
-                let sim = sim.clone();
+                let sim = service.clone();
                 let secret = secret.clone();
+                let held = held.clone();
                 // One thread per request: a request held inside the service must not block others.
-                std::thread::spawn(move || handle(&sim, &secret, req));
+                std::thread::spawn(move || handle(&sim, &secret, &held, req));
             }
         });
         Ok(Self {
             server,
+            sim,
             thread: Some(thread),
             base_url: format!("http://127.0.0.1:{port}"),
         })
@@ -77,8 +109,13 @@ fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-fn handle(sim: &SimPayments, secret: &str, mut req: Request) {
-    let (status, body, replayed) = if header(&req, "Authorization") != Some(secret) {
+type Held = std::sync::Mutex<Vec<Arc<Stall>>>;
+
+fn handle(sim: &SimPayments, secret: &str, held: &Held, mut req: Request) {
+    let path = req.url().split('?').next().unwrap_or_default().to_owned();
+    let (status, body, replayed) = if path.starts_with("/admin/") || path.starts_with("/shop/") {
+        admin(sim, held, &mut req, &path)
+    } else if header(&req, "Authorization") != Some(secret) {
         error(
             401,
             "invalid_request_error",
@@ -89,6 +126,105 @@ fn handle(sim: &SimPayments, secret: &str, mut req: Request) {
         route(sim, &mut req)
     };
     let _ = req.respond(json_response(status, &body, replayed));
+}
+
+fn read_json(req: &mut Request) -> Result<Value, (u16, Value, bool)> {
+    let mut raw = String::new();
+    std::io::Read::read_to_string(req.as_reader(), &mut raw)
+        .map_err(|_| error(400, "invalid_request_error", None, "unreadable body"))?;
+    if raw.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(&raw).map_err(|e| {
+        error(
+            400,
+            "invalid_request_error",
+            None,
+            &format!("body is not JSON: {e}"),
+        )
+    })
+}
+
+/// The harness's side door, and the shop's own order facts.
+fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16, Value, bool) {
+    if let Some(pi) = path.strip_prefix("/shop/orders/") {
+        return match sim.eligible(pi) {
+            Some(e) => (200, json!({ "payment_intent": pi, "eligible": e }), false),
+            None => error(
+                404,
+                "invalid_request_error",
+                Some("resource_missing"),
+                &format!("no order for {pi}"),
+            ),
+        };
+    }
+    if req.method() == &Method::Get && path == "/admin/refunds" {
+        let url = req.url().to_owned();
+        let query = url.split_once('?').map(|x| x.1).unwrap_or("");
+        let q: BTreeMap<String, String> = form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect();
+        let pi = q.get("payment_intent").cloned().unwrap_or_default();
+        return (
+            200,
+            json!({ "refunds": sim.refunds(&pi), "requests": sim.requests() }),
+            false,
+        );
+    }
+    let body = match read_json(req) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let s = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let n = |k: &str| body.get(k).and_then(Value::as_i64).unwrap_or_default();
+    let b = |k: &str| body.get(k).and_then(Value::as_bool).unwrap_or_default();
+    match path {
+        "/admin/payments" => sim.add_payment(&s("id"), n("amount")),
+        "/admin/refunds/hand" => sim.hand_refund(&s("payment_intent"), n("amount")),
+        "/admin/orders/eligible" => sim.set_eligible(&s("payment_intent"), b("eligible")),
+        "/admin/disputed" => sim.set_disputed(&s("payment_intent"), b("disputed")),
+        "/admin/keys/expire" => sim.expire_keys(),
+        "/admin/error_after_apply" => sim.error_after_apply(u32::try_from(n("count")).unwrap_or(0)),
+        "/admin/tier" => match u8::try_from(n("tier"))
+            .ok()
+            .and_then(|t| Tier::try_from(t).ok())
+        {
+            Some(t) => sim.set_tier(t),
+            None => return error(400, "invalid_request_error", None, "tier must be 1, 2 or 3"),
+        },
+        "/admin/hold_next_request" | "/admin/hold_next_response" => {
+            let stall = Stall::new();
+            if path.ends_with("request") {
+                sim.hold_next(stall.clone());
+            } else {
+                sim.hold_next_response(stall.clone());
+            }
+            if let Ok(mut h) = held.lock() {
+                h.push(stall);
+            }
+        }
+        "/admin/release" => {
+            if let Ok(mut h) = held.lock() {
+                for stall in h.drain(..) {
+                    stall.release();
+                }
+            }
+        }
+        _ => {
+            return error(
+                404,
+                "invalid_request_error",
+                None,
+                &format!("no admin endpoint {path}"),
+            );
+        }
+    }
+    (200, json!({ "ok": true }), false)
 }
 
 fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {

@@ -1,0 +1,202 @@
+//! The kill matrix's rows: where the worker dies (or stalls), and what the world does meanwhile.
+
+/// How the first worker is interrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kill {
+    /// Not at all.
+    None,
+    /// SIGKILL at a named point in the refund attempt.
+    At(&'static str),
+    /// SIGKILL while the payments API holds the response of a request it already applied.
+    AtService,
+    /// Pause at a point, let the world change, then let the attempt go on (no kill).
+    PauseThenGo(&'static str),
+    /// SIGKILL before the send; then SIGKILL the worker that recovers, during its recovery.
+    DuringRecovery,
+    /// Freeze the worker (SIGSTOP) before its send until the heartbeat times out and another
+    /// attempt runs, then thaw it: two attempts overlap.
+    Zombie,
+}
+
+/// What the world does while the worker is down (or paused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outage {
+    /// Nothing.
+    None,
+    /// Support refunds by hand, no key: the same $20, or an unrelated amount.
+    HandRefund(i64),
+    /// The approval is revoked.
+    RevokeLease,
+    /// The order becomes ineligible.
+    Ineligible,
+    /// A day passes: the payments API forgets its idempotency keys.
+    DayPasses,
+}
+
+/// Set-up before the workflow starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// Nothing special.
+    Plain,
+    /// The API answers 500 after applying the next refund.
+    ServerErrorAfterApply,
+    /// The payment is disputed: refunds are refused with a 400.
+    Disputed,
+    /// A second workflow for the same request starts at once.
+    SecondWorkflow,
+    /// After the first closes, a second workflow for the same request asks for $30.
+    SecondWorkflowOtherAmount,
+}
+
+/// One row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct E2eCase {
+    /// Stable name.
+    pub name: &'static str,
+    /// Interruption.
+    pub kill: Kill,
+    /// The world's action.
+    pub outage: Outage,
+    /// Set-up.
+    pub setup: Setup,
+}
+
+impl E2eCase {
+    /// Refunds made by others during the cell.
+    pub fn others_cents(&self) -> i64 {
+        match self.outage {
+            Outage::HandRefund(a) => a,
+            _ => 0,
+        }
+    }
+
+    /// What the approved refund itself should add.
+    pub fn ours_wanted_cents(&self) -> i64 {
+        match (self.outage, self.setup) {
+            (Outage::HandRefund(2000) | Outage::RevokeLease | Outage::Ineligible, _) => 0,
+            (_, Setup::Disputed) => 0,
+            _ => 2000,
+        }
+    }
+
+    /// Total the payment should show.
+    pub fn wanted_cents(&self) -> i64 {
+        self.others_cents() + self.ours_wanted_cents()
+    }
+}
+
+const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E2eCase {
+    E2eCase {
+        name,
+        kill,
+        outage,
+        setup,
+    }
+}
+
+/// Every row.
+pub const ALL: [E2eCase; 18] = [
+    case("happy_path", Kill::None, Outage::None, Setup::Plain),
+    case(
+        "crash_before_journal",
+        Kill::At("before_journal"),
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "crash_before_send",
+        Kill::At("after_dispatch"),
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "crash_in_flight",
+        Kill::AtService,
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "crash_after_response",
+        Kill::At("after_response"),
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "crash_after_journal",
+        Kill::At("after_journal"),
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "kill_during_recovery",
+        Kill::DuringRecovery,
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "two_workflows_same_request",
+        Kill::None,
+        Outage::None,
+        Setup::SecondWorkflow,
+    ),
+    case(
+        "same_request_other_amount",
+        Kill::None,
+        Outage::None,
+        Setup::SecondWorkflowOtherAmount,
+    ),
+    case(
+        "lease_revoked_before_send",
+        Kill::PauseThenGo("before_journal"),
+        Outage::RevokeLease,
+        Setup::Plain,
+    ),
+    case(
+        "order_ineligible_before_send",
+        Kill::PauseThenGo("before_journal"),
+        Outage::Ineligible,
+        Setup::Plain,
+    ),
+    case(
+        "hand_refund_during_outage",
+        Kill::At("after_dispatch"),
+        Outage::HandRefund(2000),
+        Setup::Plain,
+    ),
+    case(
+        "unrelated_5_refund_during_outage",
+        Kill::At("after_dispatch"),
+        Outage::HandRefund(500),
+        Setup::Plain,
+    ),
+    case(
+        "lease_revoked_during_outage",
+        Kill::At("after_dispatch"),
+        Outage::RevokeLease,
+        Setup::Plain,
+    ),
+    case(
+        "expired_key",
+        Kill::At("after_response"),
+        Outage::DayPasses,
+        Setup::Plain,
+    ),
+    case("zombie_attempt", Kill::Zombie, Outage::None, Setup::Plain),
+    case(
+        "5xx_after_apply",
+        Kill::None,
+        Outage::None,
+        Setup::ServerErrorAfterApply,
+    ),
+    case("definite_4xx", Kill::None, Outage::None, Setup::Disputed),
+];
+
+/// The CI subset.
+pub const QUICK: [&str; 6] = [
+    "crash_before_send",
+    "crash_in_flight",
+    "hand_refund_during_outage",
+    "lease_revoked_during_outage",
+    "expired_key",
+    "zombie_attempt",
+];

@@ -1,0 +1,421 @@
+//! One cell of the kill matrix: a fresh payment, a lease, a workflow on its own task queue, the
+//! interruption, the world's action, a fresh worker, and the verdict from the payments API's own
+//! records.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use interlock::faults::Stall;
+use interlock::target::sim::SimPayments;
+use interlock::{Clock, Grant, SqliteJournal, SystemClock, Tier};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cases::{E2eCase, Kill, Outage, Setup};
+use crate::procs::{DevServer, StarterProc, WorkerProc, now_ms};
+
+/// The system under test, by the worker's name for it.
+pub type SystemName = &'static str;
+
+/// Every system, in table order, with the tier the payments API acts as for it.
+pub const SYSTEMS: [(SystemName, u8); 6] = [
+    ("naive", 1),
+    ("keyed", 1),
+    ("checked", 1),
+    ("gated_t1", 1),
+    ("gated_t2", 2),
+    ("gated_t3", 3),
+];
+
+/// The harness's clock: the system clock plus a skew it shares with the workers through a file.
+#[derive(Debug)]
+pub struct SharedSkew {
+    skew: AtomicI64,
+    /// The file the workers read.
+    pub file: PathBuf,
+}
+
+impl SharedSkew {
+    /// A zero skew written to `file`.
+    pub fn new(file: PathBuf) -> anyhow::Result<Arc<Self>> {
+        std::fs::write(&file, "0")?;
+        Ok(Arc::new(Self {
+            skew: AtomicI64::new(0),
+            file,
+        }))
+    }
+
+    /// Set the skew for everyone.
+    pub fn set(&self, ms: i64) -> anyhow::Result<()> {
+        std::fs::write(&self.file, ms.to_string())?;
+        self.skew.store(ms, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Clock for SharedSkew {
+    fn now_ms(&self) -> i64 {
+        SystemClock.now_ms() + self.skew.load(Ordering::SeqCst)
+    }
+}
+
+/// What every cell shares.
+pub struct Env {
+    /// The dev server.
+    pub server: DevServer,
+    /// The payments service behind the API.
+    pub sim: Arc<SimPayments>,
+    /// The API's base URL.
+    pub base_url: String,
+    /// Its secret key.
+    pub secret: String,
+    /// The shared journal (leases are granted and revoked here).
+    pub journal: Arc<SqliteJournal>,
+    /// Its path.
+    pub journal_path: PathBuf,
+    /// Shared time.
+    pub skew: Arc<SharedSkew>,
+    /// `refund-worker`.
+    pub worker_bin: PathBuf,
+    /// `refund-starter`.
+    pub starter_bin: PathBuf,
+    /// Scratch space for cells.
+    pub work: PathBuf,
+}
+
+/// One judged cell.
+#[derive(Serialize, Clone, Debug)]
+pub struct CellResult {
+    /// System.
+    pub system: String,
+    /// Case.
+    pub case: String,
+    /// Repetition, from 1.
+    pub rep: u32,
+    /// The workflow's answer(s).
+    pub outcome: String,
+    /// Total refunded on the payment, from the API's records.
+    pub refunded_cents: i64,
+    /// What it should show.
+    pub wanted_cents: i64,
+    /// Refunds on the payment.
+    pub refunds: usize,
+    /// Refunds carrying the request's key in their metadata.
+    pub tagged: usize,
+    /// Whether the answer agrees with the records.
+    pub answer_agrees: bool,
+    /// Money right (or honestly short) and the answer agrees.
+    pub held: bool,
+    /// Held, but the approved refund did not happen (ambiguous, or refused with a repair).
+    pub short: bool,
+    /// Attempts of the refund activity (Temporal's count).
+    pub attempts: Option<u32>,
+    /// From the kill (or freeze) to the workflow's close.
+    pub crash_to_close_s: Option<f64>,
+    /// The cell's wall time.
+    pub wall_s: f64,
+}
+
+struct Cell<'a> {
+    env: &'a Env,
+    id: String,
+    dir: PathBuf,
+    queue: String,
+    workers: Vec<WorkerProc>,
+}
+
+impl Cell<'_> {
+    fn worker(&mut self, pause: Option<&str>) -> anyhow::Result<usize> {
+        let e = self.env;
+        let vars = vec![
+            (
+                "TEMPORAL_ADDRESS".to_owned(),
+                format!("http://{}", e.server.address),
+            ),
+            ("TASK_QUEUE".to_owned(), self.queue.clone()),
+            ("STRIPE_API_BASE".to_owned(), e.base_url.clone()),
+            ("STRIPE_SECRET_KEY".to_owned(), e.secret.clone()),
+            (
+                "INTERLOCK_JOURNAL".to_owned(),
+                e.journal_path.display().to_string(),
+            ),
+            (
+                "INTERLOCK_CLOCK_SKEW_FILE".to_owned(),
+                e.skew.file.display().to_string(),
+            ),
+            ("INTERLOCK_SETTLE_MS".to_owned(), "500".to_owned()),
+            ("INTERLOCK_SEND_TIMEOUT_MS".to_owned(), "10000".to_owned()),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+        ];
+        let n = self.workers.len();
+        let log = self.dir.join(format!("worker-{n}.log"));
+        self.workers.push(WorkerProc::spawn(
+            &e.worker_bin,
+            &vars,
+            pause,
+            &self.dir,
+            &log,
+        )?);
+        Ok(n)
+    }
+
+    fn starter(
+        &self,
+        workflow: &str,
+        pi: &str,
+        amount: i64,
+        lease: &str,
+        request: &str,
+        system: &str,
+    ) -> anyhow::Result<StarterProc> {
+        let e = self.env;
+        let args = [workflow, pi, &amount.to_string(), lease, request, system].map(str::to_owned);
+        let vars = [
+            (
+                "TEMPORAL_ADDRESS".to_owned(),
+                format!("http://{}", e.server.address),
+            ),
+            ("TASK_QUEUE".to_owned(), self.queue.clone()),
+        ];
+        StarterProc::spawn(&e.starter_bin, &args, &vars)
+    }
+}
+
+fn outage(env: &Env, o: Outage, pi: &str, lease: &str) -> anyhow::Result<()> {
+    match o {
+        Outage::None => {}
+        Outage::HandRefund(amount) => env.sim.hand_refund(pi, amount),
+        Outage::RevokeLease => {
+            env.journal.revoke_lease(lease)?;
+        }
+        Outage::Ineligible => env.sim.set_eligible(pi, false),
+        Outage::DayPasses => env.skew.set(25 * 3_600_000)?,
+    }
+    Ok(())
+}
+
+const PAUSE_WAIT: Duration = Duration::from_secs(60);
+const CLOSE_WAIT: Duration = Duration::from_secs(150);
+
+/// Run one cell.
+pub fn run_cell(
+    env: &Env,
+    case: &E2eCase,
+    system: SystemName,
+    tier: u8,
+    rep: u32,
+) -> anyhow::Result<CellResult> {
+    let t0 = now_ms();
+    let id = format!("{}-{}-{}-{}", case.name, system, rep, t0 % 1_000_000);
+    let dir = env.work.join(&id);
+    std::fs::create_dir_all(&dir)?;
+    let (pi, lease, request, wf) = (
+        format!("pi_{id}"),
+        format!("lease-{id}"),
+        format!("req-{id}"),
+        format!("wf-{id}"),
+    );
+    env.skew.set(0)?;
+    env.sim
+        .set_tier(Tier::try_from(tier).map_err(anyhow::Error::msg)?);
+    env.sim.add_payment(&pi, 10_000);
+    env.journal
+        .grant_lease(
+            &Grant::new(&lease, "ana@support", env.skew.now_ms())
+                .scope("payment_intent", pi.as_str())
+                .cap("amount", 2000),
+        )
+        .context("granting the cell's lease")?;
+    match case.setup {
+        Setup::ServerErrorAfterApply => env.sim.error_after_apply(1),
+        Setup::Disputed => env.sim.set_disputed(&pi, true),
+        _ => {}
+    }
+    let held_response = Stall::new();
+    if case.kill == Kill::AtService {
+        env.sim.hold_next_response(held_response.clone());
+    }
+    let mut cell = Cell {
+        env,
+        id: id.clone(),
+        dir,
+        queue: format!("q-{id}"),
+        workers: Vec::new(),
+    };
+    let first_pause = match case.kill {
+        Kill::At(p) | Kill::PauseThenGo(p) => Some(p),
+        Kill::DuringRecovery | Kill::Zombie => Some("after_dispatch"),
+        Kill::None | Kill::AtService => None,
+    };
+    let a = cell.worker(first_pause)?;
+    let s1 = cell.starter(&wf, &pi, 2000, &lease, &request, system)?;
+    let s2 = if case.setup == Setup::SecondWorkflow {
+        Some(cell.starter(&format!("{wf}-b"), &pi, 2000, &lease, &request, system)?)
+    } else {
+        None
+    };
+    let mut crashed_at = None;
+    match case.kill {
+        Kill::None => {}
+        Kill::At(_) => {
+            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            crashed_at = Some(now_ms());
+            cell.workers[a].kill9()?;
+            outage(env, case.outage, &pi, &lease)?;
+            cell.worker(None)?;
+        }
+        Kill::AtService => {
+            let started = std::time::Instant::now();
+            while !env.sim.held_reached() {
+                anyhow::ensure!(
+                    started.elapsed() < PAUSE_WAIT,
+                    "no request reached the payments API"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            crashed_at = Some(now_ms());
+            cell.workers[a].kill9()?;
+            held_response.release();
+            outage(env, case.outage, &pi, &lease)?;
+            cell.worker(None)?;
+        }
+        Kill::PauseThenGo(_) => {
+            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            outage(env, case.outage, &pi, &lease)?;
+            cell.workers[a].release()?;
+        }
+        Kill::DuringRecovery => {
+            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            crashed_at = Some(now_ms());
+            cell.workers[a].kill9()?;
+            let recovery_point = if system.starts_with("gated") {
+                "during_recovery"
+            } else {
+                "after_response"
+            };
+            let b = cell.worker(Some(recovery_point))?;
+            cell.workers[b].wait_paused(PAUSE_WAIT)?;
+            cell.workers[b].kill9()?;
+            cell.worker(None)?;
+        }
+        Kill::Zombie => {
+            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            crashed_at = Some(now_ms());
+            cell.workers[a].signal("STOP")?;
+            cell.worker(None)?;
+            // Past the 2 s heartbeat timeout and the 1 s retry: another attempt is running.
+            std::thread::sleep(Duration::from_secs(5));
+            cell.workers[a].signal("CONT")?;
+            cell.workers[a].release()?;
+        }
+    }
+    let r1 = s1
+        .wait(CLOSE_WAIT)
+        .with_context(|| format!("cell {}", cell.id))?;
+    let mut answers = vec![(r1.clone(), 2000)];
+    if let Some(s2) = s2 {
+        answers.push((s2.wait(CLOSE_WAIT)?, 2000));
+    }
+    if case.setup == Setup::SecondWorkflowOtherAmount {
+        let s = cell.starter(&format!("{wf}-30"), &pi, 3000, &lease, &request, system)?;
+        answers.push((s.wait(CLOSE_WAIT)?, 3000));
+    }
+    held_response.release();
+    let attempts = env.server.refund_attempts(&wf);
+    drop(cell);
+    let closed = r1.get("closed_at_ms").and_then(Value::as_i64);
+    let crash_to_close_s = crashed_at.zip(closed).map(|(k, c)| (c - k) as f64 / 1000.0);
+    Ok(judge(
+        env,
+        case,
+        system,
+        rep,
+        &pi,
+        &request,
+        &answers,
+        attempts,
+        crash_to_close_s,
+        t0,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn judge(
+    env: &Env,
+    case: &E2eCase,
+    system: &str,
+    rep: u32,
+    pi: &str,
+    request: &str,
+    answers: &[(Value, i64)],
+    attempts: Option<u32>,
+    crash_to_close_s: Option<f64>,
+    t0: i64,
+) -> CellResult {
+    let refunds = env.sim.refunds(pi);
+    let total: i64 = refunds.iter().map(|r| r.amount).sum();
+    let tagged = refunds
+        .iter()
+        .filter(|r| r.metadata.get("interlock_key").map(String::as_str) == Some(request))
+        .count();
+    let ours = total - case.others_cents();
+    let wanted = case.wanted_cents();
+    let mut agrees = true;
+    let mut labels = Vec::new();
+    let mut main_short_ok = false;
+    for (i, (answer, amount)) in answers.iter().enumerate() {
+        let report = answer.get("report");
+        let outcome = report
+            .and_then(|r| r.get("outcome"))
+            .and_then(Value::as_str)
+            .unwrap_or("NO_ANSWER");
+        let code = report.and_then(|r| r.get("code")).and_then(Value::as_str);
+        let repairs = report
+            .and_then(|r| r.get("repairs"))
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty());
+        labels.push(match code {
+            Some(c) if !c.is_empty() => format!("{outcome}:{c}"),
+            _ => outcome.to_owned(),
+        });
+        let says = match outcome {
+            "COMMITTED" | "REFUNDED" => Some(true),
+            "REFUSED" | "FAILED" | "ERROR" => Some(false),
+            _ => None,
+        };
+        // The approved $20 is judged by what the payment shows beyond others' refunds; a $30
+        // re-decision by whether a $30 refund exists.
+        let moved = if *amount == 2000 {
+            ours > 0
+        } else {
+            refunds.iter().any(|r| r.amount == *amount)
+        };
+        agrees &= match says {
+            Some(s) => s == moved,
+            None => true,
+        };
+        if i == 0 {
+            main_short_ok = outcome == "AMBIGUOUS" || repairs;
+        }
+    }
+    let short = total != wanted && ours == 0 && main_short_ok;
+    CellResult {
+        system: system.into(),
+        case: case.name.into(),
+        rep,
+        outcome: labels.join(" + "),
+        refunded_cents: total,
+        wanted_cents: wanted,
+        refunds: refunds.len(),
+        tagged,
+        answer_agrees: agrees,
+        held: (total == wanted || short) && agrees,
+        short,
+        attempts,
+        crash_to_close_s,
+        wall_s: (now_ms() - t0) as f64 / 1000.0,
+    }
+}

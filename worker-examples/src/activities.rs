@@ -1,0 +1,255 @@
+//! The activities: `decide` reads the premises; `refund_gated` runs the refund through the gate;
+//! `refund_naive`, `refund_keyed` and `refund_checked` run it the baselines' ways.
+
+#![allow(missing_docs)] // the Temporal macros generate undocumented marker items
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use interlock::premise::PremiseReader;
+use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock::temporal::{GatedEffect, gated};
+use interlock::{Bound, Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use serde_json::{Value, json};
+use temporalio_common::error::ApplicationFailure;
+use temporalio_macros::activities;
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
+
+use crate::baselines::{self, Attempt};
+use crate::model::{Decision, RefundReport, RefundRequest, System};
+use crate::pause::Pause;
+use crate::premises::RefundPremises;
+
+/// What every activity needs, built once per worker.
+pub struct Deps {
+    clock: Arc<dyn Clock>,
+    base: String,
+    secret: String,
+    journal: Arc<SqliteJournal>,
+    gates: [Bound; 3],
+    stripe: StripeRefunds,
+    premises: RefundPremises,
+    pause: Option<Arc<Pause>>,
+}
+
+impl Deps {
+    /// From the environment: `STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_JOURNAL`, and
+    /// optionally `INTERLOCK_SETTLE_MS`, `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let cfg = StripeConfig::from_env()?;
+        let journal_path =
+            std::env::var("INTERLOCK_JOURNAL").unwrap_or_else(|_| "interlock-journal.db".into());
+        let clock: Arc<dyn Clock> = match crate::clock::SkewClock::from_env() {
+            Some(c) => Arc::new(c),
+            None => Arc::new(SystemClock),
+        };
+        let journal = Arc::new(
+            SqliteJournal::open(&journal_path, clock.clone()).with_context(|| {
+                format!("opening the journal {journal_path} (INTERLOCK_JOURNAL)")
+            })?,
+        );
+        let env_ms = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(Duration::from_millis(d), Duration::from_millis)
+        };
+        let mut gate_cfg = GateConfig::beside(&journal_path);
+        gate_cfg.settle = env_ms("INTERLOCK_SETTLE_MS", 1_000);
+        gate_cfg.send_timeout = env_ms("INTERLOCK_SEND_TIMEOUT_MS", 10_000);
+        gate_cfg.retry_after = Duration::from_millis(500);
+        let pause = Pause::from_env().map(Arc::new);
+        let mut gate = Gate::new(journal.clone(), journal.clone(), clock.clone(), gate_cfg)?;
+        if let Some(p) = &pause {
+            gate = gate.with_faults(p.clone());
+        }
+        let stripe = StripeRefunds::new(cfg.clone());
+        let premises = RefundPremises {
+            stripe: StripeRefundPremises(stripe.clone()),
+            shop: cfg.base_url.clone(),
+        };
+        let bind = |tier| {
+            gate.bind(
+                Arc::new(stripe.clone().assume_tier(tier)),
+                Arc::new(premises.clone()),
+            )
+        };
+        let gates = [bind(Tier::One)?, bind(Tier::Two)?, bind(Tier::Three)?];
+        Ok(Self {
+            clock,
+            base: cfg.base_url.clone(),
+            secret: cfg.secret_key.clone(),
+            journal,
+            gates,
+            stripe,
+            premises,
+            pause,
+        })
+    }
+}
+
+/// The refund activities.
+pub struct RefundActivities {
+    /// Shared dependencies.
+    pub deps: Arc<Deps>,
+}
+
+fn payload(r: &RefundRequest) -> Value {
+    json!({ "payment_intent": r.payment_intent, "amount": r.amount, "currency": r.currency })
+}
+
+/// Run blocking work on tokio's blocking pool, heartbeating every 500 ms until it returns.
+async fn with_heartbeats<T: Send + 'static>(
+    ctx: &ActivityContext,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ActivityError> {
+    let attempt = ctx.info().attempt;
+    let mut task = tokio::task::spawn_blocking(work);
+    let _ = ctx.record_heartbeat(attempt).await;
+    loop {
+        tokio::select! {
+            r = &mut task => return r.map_err(|e| ApplicationFailure::new(format!("worker task died: {e}")).into()),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => { let _ = ctx.record_heartbeat(attempt).await; }
+        }
+    }
+}
+
+fn finish(a: Attempt) -> Result<RefundReport, ActivityError> {
+    match a {
+        Attempt::Report(r) => Ok(r),
+        Attempt::Retry(m) => Err(ApplicationFailure::new(m).into()),
+        Attempt::GiveUp(m) => Err(ApplicationFailure::builder(m)
+            .type_name("RefundRejected".to_owned())
+            .non_retryable(true)
+            .build()
+            .into()),
+    }
+}
+
+#[activities]
+impl RefundActivities {
+    /// Read the premises the refund is decided on.
+    #[activity(name = "decide")]
+    pub async fn decide(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        request: RefundRequest,
+    ) -> Result<Decision, ActivityError> {
+        let deps = self.deps.clone();
+        let r = request.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let key = EffectKey::fixed(r.request_id.clone()).map_err(|e| e.to_string())?;
+            deps.premises
+                .read(&key, &payload(&r))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| ApplicationFailure::new(e.to_string()))?;
+        let premises = read.map_err(ApplicationFailure::new)?;
+        Ok(Decision { request, premises })
+    }
+
+    /// The refund through the gate at the request's tier.
+    #[activity(name = "refund_gated")]
+    pub async fn refund_gated(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        d: Decision,
+    ) -> Result<RefundReport, ActivityError> {
+        let bound = match d.request.system {
+            System::GatedT2 => &self.deps.gates[1],
+            System::GatedT3 => &self.deps.gates[2],
+            _ => &self.deps.gates[0],
+        };
+        let effect = GatedEffect {
+            key: Some(d.request.request_id.clone()),
+            payload: payload(&d.request),
+            decided: d.premises.clone(),
+            lease: d.request.lease.clone(),
+        };
+        let receipt = gated(&ctx, bound, effect).await?;
+        Ok(RefundReport {
+            outcome: "COMMITTED".into(),
+            code: Some(
+                serde_json::to_value(receipt.via)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            ),
+            refund_id: receipt
+                .result
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            detail: if receipt.replayed {
+                "replayed from the journal".into()
+            } else {
+                String::new()
+            },
+            repairs: Vec::new(),
+        })
+    }
+
+    /// The refund with no idempotency key.
+    #[activity(name = "refund_naive")]
+    pub async fn refund_naive(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        d: Decision,
+    ) -> Result<RefundReport, ActivityError> {
+        let deps = self.deps.clone();
+        finish(
+            with_heartbeats(&ctx, move || {
+                baselines::naive(&deps.base, &deps.secret, &d, deps.pause.as_deref())
+            })
+            .await?,
+        )
+    }
+
+    /// The refund keyed by workflow run id + activity id.
+    #[activity(name = "refund_keyed")]
+    pub async fn refund_keyed(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        d: Decision,
+    ) -> Result<RefundReport, ActivityError> {
+        let info = ctx.info();
+        let key = format!(
+            "{}/{}",
+            info.workflow_run_id.as_deref().unwrap_or("standalone"),
+            info.activity_id
+        );
+        let deps = self.deps.clone();
+        finish(
+            with_heartbeats(&ctx, move || {
+                baselines::keyed(&deps.base, &deps.secret, &d, &key, deps.pause.as_deref())
+            })
+            .await?,
+        )
+    }
+
+    /// The refund with a careful hand-written re-check.
+    #[activity(name = "refund_checked")]
+    pub async fn refund_checked(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        d: Decision,
+    ) -> Result<RefundReport, ActivityError> {
+        let deps = self.deps.clone();
+        finish(
+            with_heartbeats(&ctx, move || {
+                let ctx = baselines::CheckedCtx {
+                    target: &deps.stripe,
+                    premises: &deps.premises,
+                    leases: deps.journal.as_ref(),
+                    now_ms: deps.clock.now_ms(),
+                    base: &deps.base,
+                    secret: &deps.secret,
+                };
+                baselines::checked(&ctx, &d, deps.pause.as_deref())
+            })
+            .await?,
+        )
+    }
+}

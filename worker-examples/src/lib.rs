@@ -1,0 +1,16 @@
+//! A refund workflow whose refund step is a gated Temporal activity: decide (read the premises)
+//! → refund (through `interlock::temporal::gated`) → report. The same workflow can run the refund
+//! through the baselines Interlock is measured against (a naive retry, Temporal's recommended
+//! idempotency key, a careful hand-written re-check), so the kill matrix compares like with like.
+
+pub mod activities;
+pub mod baselines;
+pub mod clock;
+pub mod model;
+pub mod pause;
+pub mod premises;
+pub mod workflow;
+
+pub use activities::{Deps, RefundActivities};
+pub use model::{Decision, RefundReport, RefundRequest, System};
+pub use workflow::RefundWorkflow;

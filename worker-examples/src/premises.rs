@@ -1,0 +1,68 @@
+//! The refund's premises: what Stripe says (amount paid, refunds by others) and what the shop
+//! says (is the order still eligible). Read by code at decision time and again before every send.
+
+use std::time::Duration;
+
+use interlock::EffectKey;
+use interlock::core::{Premises, Repair};
+use interlock::premise::{PremiseError, PremiseReader};
+use interlock::target::sim::refund_repairs;
+use interlock::target::stripe::StripeRefundPremises;
+use serde_json::{Value, json};
+
+/// Stripe's facts plus the shop's eligibility flag (`GET {shop}/shop/orders/{payment_intent}`).
+#[derive(Debug, Clone)]
+pub struct RefundPremises {
+    /// Stripe's side.
+    pub stripe: StripeRefundPremises,
+    /// Base URL of the shop's order service.
+    pub shop: String,
+}
+
+impl RefundPremises {
+    fn eligible(&self, payment_intent: &str) -> Result<bool, PremiseError> {
+        let url = format!("{}/shop/orders/{payment_intent}", self.shop);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let resp = agent
+            .get(&url)
+            .call()
+            .map_err(|e| PremiseError::Unavailable(format!("{url}: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .into_body()
+            .read_to_string()
+            .map_err(|e| PremiseError::Unavailable(format!("{url}: {e}")))?;
+        let body: Value = serde_json::from_str(&text)
+            .map_err(|e| PremiseError::Invalid(format!("{url}: {e}")))?;
+        match (status, body.get("eligible").and_then(Value::as_bool)) {
+            (200, Some(e)) => Ok(e),
+            (404, _) => Err(PremiseError::Invalid(format!(
+                "the shop has no order for {payment_intent}"
+            ))),
+            (s, _) if s >= 500 => Err(PremiseError::Unavailable(format!("{url}: HTTP {s}"))),
+            (s, _) => Err(PremiseError::Invalid(format!(
+                "{url}: HTTP {s} without an eligibility flag"
+            ))),
+        }
+    }
+}
+
+impl PremiseReader for RefundPremises {
+    fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
+        let mut p = self.stripe.read(key, payload)?;
+        let pi = payload
+            .get("payment_intent")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        p.insert("order_eligible".into(), json!(self.eligible(pi)?));
+        Ok(p)
+    }
+
+    fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
+        refund_repairs(payload, now)
+    }
+}

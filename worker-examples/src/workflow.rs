@@ -1,0 +1,107 @@
+//! The refund workflow: decide → refund (by the request's system) → report. It always closes with
+//! a report of what it believes happened, so the harness can compare that belief with the
+//! payments API's own records.
+
+#![allow(missing_docs)] // the Temporal macros generate undocumented marker items
+
+use std::time::Duration;
+
+use interlock::temporal::FailureDetails;
+use temporalio_common::RetryPolicy;
+use temporalio_common::error::IncomingError;
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_sdk::{ActivityExecutionError, ActivityOptions, WorkflowContext, WorkflowResult};
+
+use crate::activities::RefundActivities;
+use crate::model::{RefundReport, RefundRequest, System};
+
+/// The workflow.
+#[workflow]
+#[derive(Default)]
+pub struct RefundWorkflow;
+
+fn retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy::builder()
+        .initial_interval(Duration::from_secs(1))
+        .backoff_coefficient(1.0)
+        .maximum_attempts(max_attempts)
+        .build()
+}
+
+fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> RefundReport {
+    let err = match res {
+        Ok(r) => return r,
+        Err(e) => e,
+    };
+    let (kind, message, details) = match &err {
+        ActivityExecutionError::Failed(f) => match f.cause() {
+            Some(IncomingError::Application(app)) => (
+                app.type_name().unwrap_or_default().to_owned(),
+                app.to_string(),
+                app.details::<FailureDetails>().ok().flatten(),
+            ),
+            Some(other) => (String::new(), other.to_string(), None),
+            None => (String::new(), f.to_string(), None),
+        },
+        other => (String::new(), other.to_string(), None),
+    };
+    match details {
+        Some(d) => RefundReport {
+            outcome: d.outcome,
+            code: d.code,
+            refund_id: None,
+            detail: d.reason,
+            repairs: d.repairs.into_iter().map(|r| r.kind).collect(),
+        },
+        None => RefundReport {
+            outcome: "ERROR".into(),
+            code: (!kind.is_empty()).then_some(kind),
+            refund_id: None,
+            detail: message,
+            repairs: Vec::new(),
+        },
+    }
+}
+
+#[workflow_methods]
+impl RefundWorkflow {
+    /// Run the refund.
+    #[run(name = "RefundWorkflow")]
+    pub async fn run(
+        ctx: &mut WorkflowContext<Self>,
+        request: RefundRequest,
+    ) -> WorkflowResult<RefundReport> {
+        let decide = ActivityOptions::with_start_to_close_timeout(Duration::from_secs(10))
+            .activity_id("decide".to_owned())
+            .retry_policy(retry(5))
+            .build();
+        let decision = ctx
+            .execute_activity(RefundActivities::decide, request.clone(), decide)
+            .await?;
+        // The same timeouts for every system: heartbeat 2 s, retry every 1 s.
+        let opts = ActivityOptions::with_start_to_close_timeout(Duration::from_secs(60))
+            .activity_id("refund".to_owned())
+            .heartbeat_timeout(Duration::from_secs(2))
+            .retry_policy(retry(40))
+            .build();
+        let report = match request.system {
+            System::Naive => report_of(
+                ctx.execute_activity(RefundActivities::refund_naive, decision, opts)
+                    .await,
+            ),
+            System::Keyed => report_of(
+                ctx.execute_activity(RefundActivities::refund_keyed, decision, opts)
+                    .await,
+            ),
+            System::Checked => report_of(
+                ctx.execute_activity(RefundActivities::refund_checked, decision, opts)
+                    .await,
+            ),
+            System::GatedT1 | System::GatedT2 | System::GatedT3 => report_of(
+                ctx.execute_activity(RefundActivities::refund_gated, decision, opts)
+                    .await,
+            ),
+        };
+        Ok(report)
+    }
+}
