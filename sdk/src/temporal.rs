@@ -14,9 +14,12 @@ use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-use crate::core::{Change, Premises, RefusalCode, Repair, Via};
+use crate::core::{Change, Premises, Repair, Via};
+#[cfg(test)]
+use crate::core::RefusalCode;
 use crate::effect::{Effect, EffectKey};
 use crate::gate::{Bound, GateError, Outcome};
+use crate::journal::JournalError;
 
 /// Failure type of a refusal (non-retryable).
 pub const REFUSED: &str = "InterlockRefused";
@@ -77,7 +80,16 @@ pub struct FailureDetails {
 /// The key an activity's effect runs under.
 pub fn key_for(ctx: &ActivityContext, fixed: Option<&str>) -> Result<EffectKey, ActivityError> {
     if let Some(k) = fixed {
-        return EffectKey::fixed(k).map_err(|e| non_retryable(REFUSED, e.to_string(), None));
+        return EffectKey::fixed(k).map_err(|e| {
+            Failure {
+                type_name: REFUSED,
+                message: e.to_string(),
+                retryable: false,
+                next_retry_delay: None,
+                details: None,
+            }
+            .into()
+        });
     }
     let info = ctx.info();
     let workflow = info.workflow_id.as_deref().unwrap_or("standalone");
@@ -100,6 +112,98 @@ fn retryable(kind: &str, message: String, after: Duration) -> ActivityError {
         .next_retry_delay(after)
         .build()
         .into()
+}
+
+/// A failure, before it becomes the SDK's `ApplicationFailure`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    /// Stable type name the workflow (and `non_retryable_error_types`) can match.
+    pub type_name: &'static str,
+    /// For a person.
+    pub message: String,
+    /// Whether Temporal should try again.
+    pub retryable: bool,
+    /// When to try again, where the gate knows.
+    pub next_retry_delay: Option<Duration>,
+    /// Typed details for refusals, ambiguities and failures.
+    pub details: Option<FailureDetails>,
+}
+
+impl From<Failure> for ActivityError {
+    fn from(f: Failure) -> Self {
+        let b = ApplicationFailure::builder(f.message)
+            .type_name(f.type_name.to_owned())
+            .non_retryable(!f.retryable)
+            .maybe_next_retry_delay(f.next_retry_delay);
+        match f.details {
+            Some(d) => b.details(d).build().into(),
+            None => b.build().into(),
+        }
+    }
+}
+
+/// How an attempt's result reaches the workflow: a receipt, or a typed failure. Pure, so the
+/// mapping is tested without a Temporal server.
+pub fn verdict(
+    key: &EffectKey,
+    attempt: u32,
+    result: Result<Outcome, GateError>,
+) -> Result<GatedReceipt, Failure> {
+    let fail = |type_name, message: String, retryable, delay, details| Failure {
+        type_name,
+        message,
+        retryable,
+        next_retry_delay: delay,
+        details,
+    };
+    let details = |outcome: &str, code: Option<String>, reason: String, changes, repairs| {
+        Some(FailureDetails { key: key.to_string(), outcome: outcome.into(), code, reason, changes, repairs })
+    };
+    let outcome = match result {
+        Ok(o) => o,
+        // Nothing is sent without the journal; a busy or full disk may recover, a damaged or
+        // foreign journal will not by itself.
+        Err(GateError::Journal(e)) => {
+            let retryable = matches!(e, JournalError::Busy { .. } | JournalError::Storage { .. });
+            return Err(fail(JOURNAL, e.to_string(), retryable, retryable.then(|| Duration::from_secs(1)), None));
+        }
+        Err(e @ GateError::Crashed(_)) => {
+            return Err(fail(JOURNAL, e.to_string(), true, Some(Duration::from_millis(200)), None));
+        }
+        Err(e) => return Err(fail(JOURNAL, e.to_string(), false, None, None)),
+    };
+    match outcome {
+        Outcome::Committed { via, result, replayed } => {
+            Ok(GatedReceipt { key: key.to_string(), via, result, replayed, attempt })
+        }
+        Outcome::Refused(r) => Err(fail(
+            REFUSED,
+            format!("{}: {}", r.code, r.reason),
+            false,
+            None,
+            details("REFUSED", Some(r.code.as_str().to_owned()), r.reason, r.changes, r.repairs),
+        )),
+        Outcome::Ambiguous(a) => Err(fail(
+            AMBIGUOUS,
+            a.reason.clone(),
+            false,
+            None,
+            details("AMBIGUOUS", None, a.reason, a.changes, Vec::new()),
+        )),
+        Outcome::Failed(f) => Err(fail(
+            FAILED,
+            format!("{}: {}", f.code, f.message),
+            false,
+            None,
+            details("FAILED", Some(f.code), f.message, Vec::new(), Vec::new()),
+        )),
+        Outcome::InFlight { retry_after, reason } | Outcome::Retry { retry_after, reason } => {
+            Err(fail(IN_FLIGHT, reason, true, Some(retry_after), None))
+        }
+        Outcome::Superseded { reason } => {
+            Err(fail(IN_FLIGHT, reason, true, Some(Duration::from_millis(200)), None))
+        }
+    }
 }
 
 /// Run one attempt of `effect` through `bound` as the body of the activity.
@@ -133,87 +237,67 @@ pub async fn gated(
             }
         }
     };
-    let result = joined.map_err(|e| {
-        retryable(
-            JOURNAL,
-            format!("the gate's task died: {e}"),
-            Duration::from_secs(1),
-        )
+    let result = joined.map_err(|e| Failure {
+        type_name: JOURNAL,
+        message: format!("the gate's task died: {e}"),
+        retryable: true,
+        next_retry_delay: Some(Duration::from_secs(1)),
+        details: None,
     })?;
     tracing::info!(key = %key, attempt, outcome = ?result.as_ref().map(Outcome::label), "gated attempt");
-    let outcome = match result {
-        Ok(o) => o,
-        Err(GateError::Journal(e)) if e.is_transient() => {
-            return Err(retryable(
-                JOURNAL,
-                e.to_string(),
-                Duration::from_millis(500),
-            ));
-        }
-        Err(e) => return Err(non_retryable(JOURNAL, e.to_string(), None)),
-    };
-    let details =
-        |outcome: &str, code: Option<String>, reason: String, changes, repairs| FailureDetails {
-            key: key.to_string(),
-            outcome: outcome.into(),
-            code,
-            reason,
-            changes,
-            repairs,
-        };
-    match outcome {
-        Outcome::Committed {
-            via,
-            result,
-            replayed,
-        } => Ok(GatedReceipt {
-            key: key.to_string(),
-            via,
-            result,
-            replayed,
-            attempt,
-        }),
-        Outcome::Refused(r) => Err(non_retryable(
-            REFUSED,
-            format!("{}: {}", r.code, r.reason),
-            Some(details(
-                "REFUSED",
-                Some(code_str(r.code)),
-                r.reason,
-                r.changes,
-                r.repairs,
-            )),
-        )),
-        Outcome::Ambiguous(a) => Err(non_retryable(
-            AMBIGUOUS,
-            a.reason.clone(),
-            Some(details("AMBIGUOUS", None, a.reason, a.changes, Vec::new())),
-        )),
-        Outcome::Failed(f) => Err(non_retryable(
-            FAILED,
-            format!("{}: {}", f.code, f.message),
-            Some(details(
-                "FAILED",
-                Some(f.code),
-                f.message,
-                Vec::new(),
-                Vec::new(),
-            )),
-        )),
-        Outcome::InFlight {
-            retry_after,
-            reason,
-        }
-        | Outcome::Retry {
-            retry_after,
-            reason,
-        } => Err(retryable(IN_FLIGHT, reason, retry_after)),
-        Outcome::Superseded { reason } => {
-            Err(retryable(IN_FLIGHT, reason, Duration::from_millis(200)))
-        }
-    }
+    Ok(verdict(&key, attempt, result)?)
 }
 
-fn code_str(c: RefusalCode) -> String {
-    c.as_str().to_owned()
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::{Ambiguous, Refused};
+
+    fn key() -> EffectKey {
+        EffectKey::derive(&["wf", "refund"])
+    }
+
+    #[test]
+    fn refusals_ambiguity_and_failures_stop_retries_with_typed_details() {
+        let refused = Outcome::Refused(Refused {
+            code: RefusalCode::StalePremiseAtRecovery,
+            reason: "moved".into(),
+            changes: vec![Change { field: "refunded_by_others".into(), was: json!(0), now: json!(2000) }],
+            repairs: vec![],
+            is_final: true,
+            payload_hash: "h".into(),
+        });
+        let f = verdict(&key(), 2, Ok(refused)).unwrap_err();
+        assert_eq!((f.type_name, f.retryable), (REFUSED, false));
+        let d = f.details.unwrap();
+        assert_eq!(d.code.as_deref(), Some("stale_premise_at_recovery"));
+        assert_eq!(d.changes.len(), 1);
+        let amb = Outcome::Ambiguous(Ambiguous { reason: "tier 3".into(), changes: vec![] });
+        assert_eq!(verdict(&key(), 2, Ok(amb)).unwrap_err().type_name, AMBIGUOUS);
+    }
+
+    #[test]
+    fn in_flight_elsewhere_is_retryable_with_the_gates_delay() {
+        let o = Outcome::InFlight { retry_after: Duration::from_millis(700), reason: "held".into() };
+        let f = verdict(&key(), 1, Ok(o)).unwrap_err();
+        assert!(f.retryable);
+        assert_eq!(f.next_retry_delay, Some(Duration::from_millis(700)));
+    }
+
+    #[test]
+    fn an_unwritable_journal_is_retried_and_a_damaged_one_is_not() {
+        let storage = GateError::Journal(JournalError::Storage { path: "j".into(), what: "readonly".into() });
+        assert!(verdict(&key(), 1, Err(storage)).unwrap_err().retryable);
+        let corrupt = GateError::Journal(JournalError::Corrupt { path: "j".into(), place: "p".into(), what: "w".into() });
+        assert!(!verdict(&key(), 1, Err(corrupt)).unwrap_err().retryable);
+    }
+
+    #[test]
+    fn a_commit_is_a_receipt_naming_how_it_is_known() {
+        let o = Outcome::Committed { via: Via::IdempotentResend, result: json!({"id": "re_1"}), replayed: false };
+        let r = verdict(&key(), 3, Ok(o)).unwrap();
+        assert_eq!((r.via, r.attempt), (Via::IdempotentResend, 3));
+    }
 }
