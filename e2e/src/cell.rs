@@ -117,6 +117,12 @@ pub struct CellResult {
     pub crash_to_close_s: Option<f64>,
     /// The cell's wall time.
     pub wall_s: f64,
+    /// For gated cells: whether `verify` holds on the effect (journal + the API's records).
+    pub verified: Option<bool>,
+    /// The verify columns that failed.
+    pub verify_failed: Vec<String>,
+    /// For gated cells: whether the API's signed webhook was recorded as `CONFIRMED`.
+    pub confirmed: Option<bool>,
 }
 
 struct Cell<'a> {
@@ -328,7 +334,7 @@ pub fn run_cell(
     drop(cell);
     let closed = r1.get("closed_at_ms").and_then(Value::as_i64);
     let crash_to_close_s = crashed_at.zip(closed).map(|(k, c)| (c - k) as f64 / 1000.0);
-    Ok(judge(
+    let mut result = judge(
         env,
         case,
         system,
@@ -339,7 +345,11 @@ pub fn run_cell(
         attempts,
         crash_to_close_s,
         t0,
-    ))
+    );
+    if system.starts_with("gated") {
+        verify_cell(env, &request, &mut result)?;
+    }
+    Ok(result)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -417,5 +427,50 @@ fn judge(
         attempts,
         crash_to_close_s,
         wall_s: (now_ms() - t0) as f64 / 1000.0,
+        verified: None,
+        verify_failed: Vec::new(),
+        confirmed: None,
     }
+}
+
+/// Run `interlock::verify` on a gated cell's effect, against the journal and the payments API's
+/// own records, after giving the API's webhook a moment to be recorded.
+fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Result<()> {
+    let key = interlock::EffectKey::fixed(request)?;
+    let target = interlock::target::sim::SimTarget(env.sim.clone());
+    let committed = cell.outcome.starts_with("COMMITTED");
+    let t0 = std::time::Instant::now();
+    let v = loop {
+        let v = interlock::verify::verify(
+            env.journal.as_ref(),
+            &key,
+            &interlock::verify::Sources {
+                leases: Some(env.journal.as_ref()),
+                records: Some(&target),
+                receipt: None,
+                key: None,
+            },
+        );
+        let confirmed = v
+            .columns
+            .iter()
+            .any(|c| c.name == "confirmed by target" && c.holds == Some(true));
+        if confirmed || !committed || t0.elapsed() > Duration::from_secs(3) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    cell.verified = Some(v.holds());
+    cell.verify_failed = v
+        .columns
+        .iter()
+        .filter(|c| c.holds == Some(false))
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    cell.confirmed = Some(
+        v.columns
+            .iter()
+            .any(|c| c.name == "confirmed by target" && c.holds == Some(true)),
+    );
+    Ok(())
 }

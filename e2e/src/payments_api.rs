@@ -39,6 +39,42 @@ impl Drop for PaymentsApi {
 }
 
 impl PaymentsApi {
+    /// Send a signed `refund.created` event to `url` for every refund the service creates, as
+    /// Stripe does for a configured webhook endpoint (`Stripe-Signature: t=…,v1=…`).
+    pub fn send_webhooks(&self, url: &str, endpoint_secret: &str) {
+        let (url, secret) = (url.to_owned(), endpoint_secret.to_owned());
+        self.sim.on_refund(move |r| {
+            let now_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_secs()).unwrap_or(0))
+                .unwrap_or(0);
+            let body = json!({
+                "id": format!("evt_{}", r.id), "object": "event", "type": "refund.created", "created": now_s,
+                "data": { "object": {
+                    "id": r.id, "object": "refund", "amount": r.amount, "payment_intent": r.payment_intent,
+                    "status": "succeeded", "metadata": r.metadata, "created": r.created_ms / 1000,
+                } },
+            })
+            .to_string();
+            let signature = interlock::webhook::sign(body.as_bytes(), &secret, now_s);
+            let url = url.clone();
+            // Delivered from its own thread, as Stripe delivers asynchronously; redelivered once
+            // if the receiver did not answer 2xx.
+            std::thread::spawn(move || {
+                for _ in 0..2 {
+                    let sent = ureq::post(&url)
+                        .header("Stripe-Signature", &signature)
+                        .header("Content-Type", "application/json")
+                        .send(body.as_bytes());
+                    if sent.is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            });
+        });
+    }
+
     /// Serve `sim` on a free loopback port, accepting `secret` as the Bearer key.
     pub fn start(sim: Arc<SimPayments>, secret: &str) -> anyhow::Result<Self> {
         let server = Arc::new(Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?);

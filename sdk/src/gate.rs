@@ -393,7 +393,7 @@ impl Bound {
                 let note = conflict_note(&hash, &recorded);
                 self.gate
                     .journal
-                    .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+                    .append_with(key, &mut |_, _| vec![Event::Refused(note.clone())])?;
                 Step::Done(Outcome::Refused(note))
             }
             (SubmitPlan::Replay(res), _) => Step::Done(outcome_of(res, true)),
@@ -447,7 +447,7 @@ impl Bound {
             (_, None, Some(r)) => events.push(Event::Refused(r.clone())),
             (_, None, None) => {}
         }
-        let out = self.gate.journal.append_with(key, &mut |s| {
+        let out = self.gate.journal.append_with(key, &mut |s, _| {
             let still = match s {
                 EffectState::Absent => fresh,
                 EffectState::Proposed { first: f } => {
@@ -499,7 +499,7 @@ impl Bound {
         let out = self
             .gate
             .journal
-            .append_with(key, &mut |s| match (s, &refused) {
+            .append_with(key, &mut |s, _| match (s, &refused) {
                 (EffectState::Proposed { .. }, Some(r)) => vec![Event::Refused(r.clone())],
                 (EffectState::Proposed { .. }, None) => vec![dispatched.clone()],
                 _ => Vec::new(),
@@ -584,7 +584,7 @@ impl Bound {
             token,
             answer: answer_json(&answer),
         });
-        let out = self.gate.journal.append_with(key, &mut |s| match s {
+        let out = self.gate.journal.append_with(key, &mut |s, _| match s {
             EffectState::InFlight { claim, .. } if claim.token == token => {
                 event.clone().into_iter().collect()
             }
@@ -667,7 +667,7 @@ impl Bound {
             reason,
             prior_until_ms,
         });
-        let out = self.gate.journal.append_with(key, &mut |s| match s {
+        let out = self.gate.journal.append_with(key, &mut |s, _| match s {
             EffectState::InFlight { claim: c, .. } if c.token == claim.token => {
                 vec![claimed.clone()]
             }
@@ -718,7 +718,7 @@ impl Bound {
                     recheck,
                     resend: true,
                 });
-                let out = self.gate.journal.append_with(key, &mut |s| match s {
+                let out = self.gate.journal.append_with(key, &mut |s, _| match s {
                     EffectState::InFlight { claim, .. } if claim.token == token => {
                         vec![resend.clone()]
                     }
@@ -750,7 +750,7 @@ impl Bound {
             }
             RecoveryPlan::Lookup => return Ok(Step::Done(self.busy("lookup did not settle"))),
         };
-        let out = self.gate.journal.append_with(key, &mut |s| match s {
+        let out = self.gate.journal.append_with(key, &mut |s, _| match s {
             EffectState::InFlight { claim, .. } if claim.token == token => vec![event.clone()],
             _ => Vec::new(),
         })?;
@@ -777,7 +777,7 @@ impl Bound {
         let reason = note.reason.clone();
         self.gate
             .journal
-            .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+            .append_with(key, &mut |_, _| vec![Event::Refused(note.clone())])?;
         Ok(Step::Done(Outcome::Retry {
             retry_after: self.gate.cfg.retry_after,
             reason,

@@ -11,9 +11,12 @@ pub mod journal;
 pub mod lease;
 mod liveness;
 pub mod premise;
+pub mod receipt;
 pub mod target;
 #[cfg(feature = "temporal")]
 pub mod temporal;
+pub mod verify;
+pub mod webhook;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};

@@ -14,9 +14,9 @@ use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-use crate::core::{Change, Premises, Repair, Via};
 #[cfg(test)]
 use crate::core::RefusalCode;
+use crate::core::{Change, Premises, Repair, Via};
 use crate::effect::{Effect, EffectKey};
 use crate::gate::{Bound, GateError, Outcome};
 use crate::journal::JournalError;
@@ -96,24 +96,6 @@ pub fn key_for(ctx: &ActivityContext, fixed: Option<&str>) -> Result<EffectKey, 
     Ok(EffectKey::derive(&[workflow, info.activity_id.as_str()]))
 }
 
-fn non_retryable(kind: &str, message: String, details: Option<FailureDetails>) -> ActivityError {
-    let b = ApplicationFailure::builder(message)
-        .type_name(kind.to_owned())
-        .non_retryable(true);
-    match details {
-        Some(d) => b.details(d).build().into(),
-        None => b.build().into(),
-    }
-}
-
-fn retryable(kind: &str, message: String, after: Duration) -> ActivityError {
-    ApplicationFailure::builder(message)
-        .type_name(kind.to_owned())
-        .next_retry_delay(after)
-        .build()
-        .into()
-}
-
 /// A failure, before it becomes the SDK's `ApplicationFailure`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Failure {
@@ -126,7 +108,7 @@ pub struct Failure {
     /// When to try again, where the gate knows.
     pub next_retry_delay: Option<Duration>,
     /// Typed details for refusals, ambiguities and failures.
-    pub details: Option<FailureDetails>,
+    pub details: Option<Box<FailureDetails>>,
 }
 
 impl From<Failure> for ActivityError {
@@ -136,7 +118,7 @@ impl From<Failure> for ActivityError {
             .non_retryable(!f.retryable)
             .maybe_next_retry_delay(f.next_retry_delay);
         match f.details {
-            Some(d) => b.details(d).build().into(),
+            Some(d) => b.details(*d).build().into(),
             None => b.build().into(),
         }
     }
@@ -157,7 +139,14 @@ pub fn verdict(
         details,
     };
     let details = |outcome: &str, code: Option<String>, reason: String, changes, repairs| {
-        Some(FailureDetails { key: key.to_string(), outcome: outcome.into(), code, reason, changes, repairs })
+        Some(Box::new(FailureDetails {
+            key: key.to_string(),
+            outcome: outcome.into(),
+            code,
+            reason,
+            changes,
+            repairs,
+        }))
     };
     let outcome = match result {
         Ok(o) => o,
@@ -165,23 +154,49 @@ pub fn verdict(
         // foreign journal will not by itself.
         Err(GateError::Journal(e)) => {
             let retryable = matches!(e, JournalError::Busy { .. } | JournalError::Storage { .. });
-            return Err(fail(JOURNAL, e.to_string(), retryable, retryable.then(|| Duration::from_secs(1)), None));
+            return Err(fail(
+                JOURNAL,
+                e.to_string(),
+                retryable,
+                retryable.then(|| Duration::from_secs(1)),
+                None,
+            ));
         }
         Err(e @ GateError::Crashed(_)) => {
-            return Err(fail(JOURNAL, e.to_string(), true, Some(Duration::from_millis(200)), None));
+            return Err(fail(
+                JOURNAL,
+                e.to_string(),
+                true,
+                Some(Duration::from_millis(200)),
+                None,
+            ));
         }
         Err(e) => return Err(fail(JOURNAL, e.to_string(), false, None, None)),
     };
     match outcome {
-        Outcome::Committed { via, result, replayed } => {
-            Ok(GatedReceipt { key: key.to_string(), via, result, replayed, attempt })
-        }
+        Outcome::Committed {
+            via,
+            result,
+            replayed,
+        } => Ok(GatedReceipt {
+            key: key.to_string(),
+            via,
+            result,
+            replayed,
+            attempt,
+        }),
         Outcome::Refused(r) => Err(fail(
             REFUSED,
             format!("{}: {}", r.code, r.reason),
             false,
             None,
-            details("REFUSED", Some(r.code.as_str().to_owned()), r.reason, r.changes, r.repairs),
+            details(
+                "REFUSED",
+                Some(r.code.as_str().to_owned()),
+                r.reason,
+                r.changes,
+                r.repairs,
+            ),
         )),
         Outcome::Ambiguous(a) => Err(fail(
             AMBIGUOUS,
@@ -197,12 +212,21 @@ pub fn verdict(
             None,
             details("FAILED", Some(f.code), f.message, Vec::new(), Vec::new()),
         )),
-        Outcome::InFlight { retry_after, reason } | Outcome::Retry { retry_after, reason } => {
-            Err(fail(IN_FLIGHT, reason, true, Some(retry_after), None))
+        Outcome::InFlight {
+            retry_after,
+            reason,
         }
-        Outcome::Superseded { reason } => {
-            Err(fail(IN_FLIGHT, reason, true, Some(Duration::from_millis(200)), None))
-        }
+        | Outcome::Retry {
+            retry_after,
+            reason,
+        } => Err(fail(IN_FLIGHT, reason, true, Some(retry_after), None)),
+        Outcome::Superseded { reason } => Err(fail(
+            IN_FLIGHT,
+            reason,
+            true,
+            Some(Duration::from_millis(200)),
+            None,
+        )),
     }
 }
 
@@ -264,7 +288,11 @@ mod tests {
         let refused = Outcome::Refused(Refused {
             code: RefusalCode::StalePremiseAtRecovery,
             reason: "moved".into(),
-            changes: vec![Change { field: "refunded_by_others".into(), was: json!(0), now: json!(2000) }],
+            changes: vec![Change {
+                field: "refunded_by_others".into(),
+                was: json!(0),
+                now: json!(2000),
+            }],
             repairs: vec![],
             is_final: true,
             payload_hash: "h".into(),
@@ -274,13 +302,22 @@ mod tests {
         let d = f.details.unwrap();
         assert_eq!(d.code.as_deref(), Some("stale_premise_at_recovery"));
         assert_eq!(d.changes.len(), 1);
-        let amb = Outcome::Ambiguous(Ambiguous { reason: "tier 3".into(), changes: vec![] });
-        assert_eq!(verdict(&key(), 2, Ok(amb)).unwrap_err().type_name, AMBIGUOUS);
+        let amb = Outcome::Ambiguous(Ambiguous {
+            reason: "tier 3".into(),
+            changes: vec![],
+        });
+        assert_eq!(
+            verdict(&key(), 2, Ok(amb)).unwrap_err().type_name,
+            AMBIGUOUS
+        );
     }
 
     #[test]
     fn in_flight_elsewhere_is_retryable_with_the_gates_delay() {
-        let o = Outcome::InFlight { retry_after: Duration::from_millis(700), reason: "held".into() };
+        let o = Outcome::InFlight {
+            retry_after: Duration::from_millis(700),
+            reason: "held".into(),
+        };
         let f = verdict(&key(), 1, Ok(o)).unwrap_err();
         assert!(f.retryable);
         assert_eq!(f.next_retry_delay, Some(Duration::from_millis(700)));
@@ -288,15 +325,26 @@ mod tests {
 
     #[test]
     fn an_unwritable_journal_is_retried_and_a_damaged_one_is_not() {
-        let storage = GateError::Journal(JournalError::Storage { path: "j".into(), what: "readonly".into() });
+        let storage = GateError::Journal(JournalError::Storage {
+            path: "j".into(),
+            what: "readonly".into(),
+        });
         assert!(verdict(&key(), 1, Err(storage)).unwrap_err().retryable);
-        let corrupt = GateError::Journal(JournalError::Corrupt { path: "j".into(), place: "p".into(), what: "w".into() });
+        let corrupt = GateError::Journal(JournalError::Corrupt {
+            path: "j".into(),
+            place: "p".into(),
+            what: "w".into(),
+        });
         assert!(!verdict(&key(), 1, Err(corrupt)).unwrap_err().retryable);
     }
 
     #[test]
     fn a_commit_is_a_receipt_naming_how_it_is_known() {
-        let o = Outcome::Committed { via: Via::IdempotentResend, result: json!({"id": "re_1"}), replayed: false };
+        let o = Outcome::Committed {
+            via: Via::IdempotentResend,
+            result: json!({"id": "re_1"}),
+            replayed: false,
+        };
         let r = verdict(&key(), 3, Ok(o)).unwrap();
         assert_eq!((r.via, r.attempt), (Via::IdempotentResend, 3));
     }

@@ -19,7 +19,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use crate::baselines::{self, Attempt};
 use crate::model::{Decision, RefundReport, RefundRequest, System};
 use crate::pause::Pause;
-use crate::premises::RefundPremises;
+use interlock::target::refund_premises::RefundPremises;
 
 /// What every activity needs, built once per worker.
 pub struct Deps {
@@ -67,7 +67,7 @@ impl Deps {
         let stripe = StripeRefunds::new(cfg.clone());
         let premises = RefundPremises {
             stripe: StripeRefundPremises(stripe.clone()),
-            shop: cfg.base_url.clone(),
+            shop: Some(cfg.base_url.clone()),
         };
         let bind = |tier| {
             gate.bind(

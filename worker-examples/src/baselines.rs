@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::model::{Decision, RefundReport};
 use crate::pause::Pause;
-use crate::premises::RefundPremises;
+use interlock::target::refund_premises::RefundPremises;
 
 /// An HTTP answer from `POST /v1/refunds`.
 #[derive(Debug)]

@@ -8,7 +8,6 @@ pub mod baselines;
 pub mod clock;
 pub mod model;
 pub mod pause;
-pub mod premises;
 pub mod workflow;
 
 pub use activities::{Deps, RefundActivities};

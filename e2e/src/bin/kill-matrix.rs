@@ -5,6 +5,7 @@
 //! `target/e2e-quick/`), `--out DIR`, `--port P` (Temporal dev server, default 7244).
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,15 @@ use interlock_e2e::cell::{Env, SYSTEMS, SharedSkew, run_cell};
 use interlock_e2e::payments_api::PaymentsApi;
 use interlock_e2e::procs::DevServer;
 use interlock_e2e::report::{markdown, summarize};
+
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -85,11 +95,15 @@ fn main() -> anyhow::Result<()> {
         .parent()
         .map(PathBuf::from)
         .context("no binary directory")?;
-    let (worker_bin, starter_bin) = (bins.join("refund-worker"), bins.join("refund-starter"));
-    for b in [&worker_bin, &starter_bin] {
+    let (worker_bin, starter_bin, cli_bin) = (
+        bins.join("refund-worker"),
+        bins.join("refund-starter"),
+        bins.join("interlock"),
+    );
+    for b in [&worker_bin, &starter_bin, &cli_bin] {
         if !b.exists() {
             bail!(
-                "{} is missing: build it with `cargo build -p worker-examples`",
+                "{} is missing: build it with `cargo build -p worker-examples -p interlock`",
                 b.display()
             );
         }
@@ -115,6 +129,19 @@ fn main() -> anyhow::Result<()> {
         &journal_path,
         skew.clone() as Arc<dyn Clock>,
     )?);
+    // The API's signed refund webhooks go to `interlock webhook serve`, which records them.
+    let webhook_secret = "whsec_e2e";
+    let hook_port = port + 10;
+    let _receiver = ChildGuard(
+        Command::new(&cli_bin)
+            .args(["webhook", "serve", "--port", &hook_port.to_string()])
+            .env("INTERLOCK_JOURNAL", &journal_path)
+            .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
+            .stderr(std::fs::File::create(work.join("webhooks.log"))?)
+            .spawn()
+            .context("starting `interlock webhook serve`")?,
+    );
+    api.send_webhooks(&format!("http://127.0.0.1:{hook_port}/"), webhook_secret);
     let env = Env {
         server,
         sim,

@@ -12,8 +12,8 @@ pub use decide::{
     TakeoverPlan,
 };
 pub use record::{
-    Ambiguous, Authorized, Change, Claimed, Committed, Dispatched, Event, Failed, Holder,
-    LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused, Repair,
+    Ambiguous, Authorized, Change, Claimed, Committed, Confirmed, Dispatched, Event, Failed,
+    Holder, LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused, Repair,
     TakeoverReason, Via,
 };
 pub use state::{Claim, EffectState, HistoryError, Resolution};

@@ -282,6 +282,26 @@ pub struct LateResult {
     pub answer: Value,
 }
 
+/// `CONFIRMED`: the target itself confirmed the effect (a signed webhook, or a lookup). Evidence
+/// only: it never changes what the gate does.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Confirmed {
+    /// `webhook` or `lookup`.
+    pub via: String,
+    /// The target's event id (webhooks), for idempotence on redelivery.
+    pub event: Option<String>,
+    /// The target's reference (e.g. refund id).
+    pub refund: Option<String>,
+    /// The target's status for it.
+    pub status: Option<String>,
+    /// Amount, as the target reports it.
+    pub amount: Option<i64>,
+    /// The payment it belongs to.
+    pub payment_intent: Option<String>,
+    /// When the target created it (its clock, seconds).
+    pub created: Option<i64>,
+}
+
 /// One journal record's body.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
@@ -304,6 +324,8 @@ pub enum Event {
     Failed(Failed),
     /// See [`LateResult`].
     LateResult(LateResult),
+    /// See [`Confirmed`].
+    Confirmed(Confirmed),
 }
 
 impl Event {
@@ -319,6 +341,7 @@ impl Event {
             Self::Ambiguous(_) => "AMBIGUOUS",
             Self::Failed(_) => "FAILED",
             Self::LateResult(_) => "LATE_RESULT",
+            Self::Confirmed(_) => "CONFIRMED",
         }
     }
 }

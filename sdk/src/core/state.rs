@@ -145,8 +145,12 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             }
             S::InFlight { first, claim }
         }
-        // Later proposals, authorizations, notes and late answers leave the state as it is.
-        (s, Event::Proposed(_) | Event::Authorized(_) | Event::LateResult(_)) => s,
+        // Later proposals, authorizations, notes, late answers and confirmations (evidence only)
+        // leave the state as it is.
+        (
+            s,
+            Event::Proposed(_) | Event::Authorized(_) | Event::LateResult(_) | Event::Confirmed(_),
+        ) => s,
         (s, Event::Refused(r)) if !r.is_final => s,
         (S::Proposed { first }, Event::Dispatched(d)) => {
             if d.token != 1 {

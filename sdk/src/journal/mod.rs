@@ -132,8 +132,9 @@ impl JournalError {
     }
 }
 
-/// A decision made inside the journal's transaction: what to append, given the key's state.
-pub type Decide<'a> = dyn FnMut(&EffectState) -> Vec<Event> + 'a;
+/// A decision made inside the journal's transaction: what to append, given the key's state and
+/// its verified records.
+pub type Decide<'a> = dyn FnMut(&EffectState, &[Record]) -> Vec<Event> + 'a;
 
 /// A durable, append-only store of effect histories shared by every worker on a host (SQLite) or
 /// across hosts (PostgreSQL).

@@ -2,6 +2,7 @@
 //! sends under the effect's key, and — if it can — looks an effect up by that key. Its answers are
 //! the core's [`SendAnswer`] and [`LookupAnswer`], so every target is judged by the same table.
 
+pub mod refund_premises;
 pub mod sim;
 pub mod stripe;
 
@@ -47,5 +48,37 @@ pub trait Target: Send + Sync {
     /// Ask whether an effect with this key landed.
     fn lookup(&self, _key: &EffectKey, _payload: &Value) -> LookupAnswer {
         LookupAnswer::Unknown(format!("target {} offers no lookup", self.name()))
+    }
+}
+
+/// A target's own records, for `verify`: every effect that could be this one (e.g. all refunds on
+/// the payment), as the target reports them, with their metadata.
+pub trait TargetRecords: Send + Sync {
+    /// The candidates for `payload`'s effect.
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String>;
+}
+
+impl TargetRecords for stripe::StripeRefunds {
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
+        let pi = payload
+            .get("payment_intent")
+            .and_then(Value::as_str)
+            .ok_or("the payload names no payment_intent")?;
+        self.list_refunds(pi)
+    }
+}
+
+impl TargetRecords for sim::SimTarget {
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
+        let pi = payload
+            .get("payment_intent")
+            .and_then(Value::as_str)
+            .ok_or("the payload names no payment_intent")?;
+        Ok(self
+            .0
+            .refunds(pi)
+            .into_iter()
+            .map(|r| serde_json::json!({"id": r.id, "amount": r.amount, "status": "succeeded", "metadata": r.metadata}))
+            .collect())
     }
 }

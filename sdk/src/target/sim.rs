@@ -92,9 +92,12 @@ struct World {
     delay: Duration,
 }
 
+type RefundHook = Box<dyn Fn(&SimRefund) + Send + Sync>;
+
 /// The simulated payments service.
 pub struct SimPayments {
     world: Mutex<World>,
+    hook: Mutex<Option<RefundHook>>,
     clock: Arc<dyn Clock>,
     tier: Mutex<Tier>,
     window: Duration,
@@ -113,6 +116,7 @@ impl SimPayments {
     pub fn new(tier: Tier, window: Duration, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self {
             world: Mutex::new(World::default()),
+            hook: Mutex::new(None),
             clock,
             tier: Mutex::new(tier),
             window,
@@ -156,16 +160,40 @@ impl SimPayments {
     /// Support refunds by hand from a dashboard: no key, no metadata.
     pub fn hand_refund(&self, payment_intent: &str, amount: i64) {
         let now = self.clock.now_ms();
-        let mut w = self.world();
-        let id = next_id(&mut w);
-        w.refunds.push(SimRefund {
-            id,
-            payment_intent: payment_intent.to_owned(),
-            amount,
-            idempotency_key: None,
-            metadata: BTreeMap::new(),
-            created_ms: now,
-        });
+        let refund = {
+            let mut w = self.world();
+            let id = next_id(&mut w);
+            let refund = SimRefund {
+                id,
+                payment_intent: payment_intent.to_owned(),
+                amount,
+                idempotency_key: None,
+                metadata: BTreeMap::new(),
+                created_ms: now,
+            };
+            w.refunds.push(refund.clone());
+            refund
+        };
+        self.announce(&refund);
+    }
+
+    /// Call `hook` with every refund created from now on (the API sends webhooks from it).
+    pub fn on_refund(&self, hook: impl Fn(&SimRefund) + Send + Sync + 'static) {
+        *self
+            .hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(hook));
+    }
+
+    fn announce(&self, refund: &SimRefund) {
+        if let Some(h) = self
+            .hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            h(refund);
+        }
     }
 
     /// The shop marks an order (in)eligible for refunds.
@@ -288,7 +316,7 @@ impl SimPayments {
             std::thread::sleep(stall.1);
         }
         let now = self.clock.now_ms();
-        let (response, held) = {
+        let (response, held, created) = {
             let mut w = self.world();
             if let Some(k) = idempotency_key {
                 w.in_progress.remove(k);
@@ -315,8 +343,15 @@ impl SimPayments {
             }
             let held = w.hold_after_apply.take();
             w.held_reached |= held.is_some();
-            (response, held)
+            let created = match &response {
+                SimResponse::Created(_) | SimResponse::ServerError(_) => w.refunds.last().cloned(),
+                _ => None,
+            };
+            (response, held, created)
         };
+        if let Some(r) = &created {
+            self.announce(r);
+        }
         if let Some(stall) = held {
             stall.hold();
         }

@@ -1,27 +1,29 @@
-//! The refund's premises: what Stripe says (amount paid, refunds by others) and what the shop
-//! says (is the order still eligible). Read by code at decision time and again before every send.
+//! A refund's premises: what Stripe says (amount paid, refunds by others) and, where the shop
+//! runs an order service, what it says (is the order still eligible). Read by code at decision
+//! time and again before every send.
 
 use std::time::Duration;
 
-use interlock::EffectKey;
-use interlock::core::{Premises, Repair};
-use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::sim::refund_repairs;
-use interlock::target::stripe::StripeRefundPremises;
+use crate::core::{Premises, Repair};
+use crate::effect::EffectKey;
+use crate::premise::{PremiseError, PremiseReader};
+use crate::target::sim::refund_repairs;
+use crate::target::stripe::StripeRefundPremises;
 use serde_json::{Value, json};
 
-/// Stripe's facts plus the shop's eligibility flag (`GET {shop}/shop/orders/{payment_intent}`).
+/// Stripe's facts plus, if a shop is given, its eligibility flag
+/// (`GET {shop}/shop/orders/{payment_intent}` answering `{"eligible": bool}`).
 #[derive(Debug, Clone)]
 pub struct RefundPremises {
     /// Stripe's side.
     pub stripe: StripeRefundPremises,
-    /// Base URL of the shop's order service.
-    pub shop: String,
+    /// Base URL of the shop's order service, if there is one.
+    pub shop: Option<String>,
 }
 
 impl RefundPremises {
-    fn eligible(&self, payment_intent: &str) -> Result<bool, PremiseError> {
-        let url = format!("{}/shop/orders/{payment_intent}", self.shop);
+    fn eligible(&self, shop: &str, payment_intent: &str) -> Result<bool, PremiseError> {
+        let url = format!("{shop}/shop/orders/{payment_intent}");
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(5)))
             .http_status_as_error(false)
@@ -54,11 +56,13 @@ impl RefundPremises {
 impl PremiseReader for RefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let mut p = self.stripe.read(key, payload)?;
-        let pi = payload
-            .get("payment_intent")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        p.insert("order_eligible".into(), json!(self.eligible(pi)?));
+        if let Some(shop) = &self.shop {
+            let pi = payload
+                .get("payment_intent")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            p.insert("order_eligible".into(), json!(self.eligible(shop, pi)?));
+        }
         Ok(p)
     }
 

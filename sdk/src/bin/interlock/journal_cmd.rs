@@ -1,0 +1,244 @@
+//! `journal list`, `journal show`, `recover`, `scoreboard`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use interlock::core::{EffectState, Event, Resolution};
+use interlock::journal::{Journal, Record};
+use interlock::receipt::build;
+use interlock::target::refund_premises::RefundPremises;
+use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock::{EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use serde_json::json;
+
+#[derive(Subcommand)]
+pub(crate) enum JournalCmd {
+    /// One line per effect: key, outcome, how, target, records.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every record of one effect.
+    Show {
+        /// The effect's key (as `journal list` prints it).
+        key: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct RecoverArgs {
+    /// The effect's key.
+    key: String,
+    /// The tier to treat the target as (1: Stripe; 2 or 3 for services without its guarantees).
+    #[arg(long, default_value_t = 1)]
+    tier: u8,
+    /// The shop's order service, if the effect's premises include order eligibility.
+    #[arg(long, env = "INTERLOCK_SHOP_URL")]
+    shop: Option<String>,
+}
+
+fn key(k: &str) -> anyhow::Result<EffectKey> {
+    EffectKey::fixed(k).context("the key must be one `interlock journal list` prints")
+}
+
+fn summary(records: &[Record]) -> (String, String) {
+    let r = build(records);
+    let outcome = r.as_ref().map_or("?".into(), |r| r.outcome.clone());
+    let how = r.and_then(|r| r.how).unwrap_or_default();
+    (outcome, how)
+}
+
+pub(crate) fn run(j: &SqliteJournal, cmd: JournalCmd) -> anyhow::Result<()> {
+    match cmd {
+        JournalCmd::List { json } => {
+            let keys = j.keys()?;
+            let mut rows = Vec::new();
+            for k in &keys {
+                let records = j.history(&key(k)?)?;
+                let (outcome, how) = summary(&records);
+                rows.push(json!({ "key": k, "outcome": outcome, "how": how, "records": records.len(),
+                                   "first_ms": records.first().map(|r| r.at_ms), "last_ms": records.last().map(|r| r.at_ms) }));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("the journal {} holds no effects yet", j.location());
+            } else {
+                println!(
+                    "{:<66} {:<10} {:<28} {:>7}",
+                    "KEY", "OUTCOME", "HOW", "RECORDS"
+                );
+                for r in &rows {
+                    println!(
+                        "{:<66} {:<10} {:<28} {:>7}",
+                        r["key"].as_str().unwrap_or(""),
+                        r["outcome"].as_str().unwrap_or(""),
+                        r["how"].as_str().unwrap_or(""),
+                        r["records"]
+                    );
+                }
+                println!("{} effect(s)", rows.len());
+            }
+        }
+        JournalCmd::Show { key: k, json } => {
+            let records = j.history(&key(&k)?)?;
+            anyhow::ensure!(
+                !records.is_empty(),
+                "no effect with key {k} in {}: `interlock journal list` shows the keys",
+                j.location()
+            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&records)?);
+            } else {
+                for r in &records {
+                    let body = serde_json::to_value(&r.event)?;
+                    let mut fields: Vec<String> = body
+                        .as_object()
+                        .map(|o| {
+                            o.iter()
+                                .filter(|(k, _)| *k != "kind")
+                                .map(|(k, v)| format!("{k}={v}"))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    fields.truncate(8);
+                    println!(
+                        "{:>3} {:<12} {} {}",
+                        r.n,
+                        r.event.kind(),
+                        r.at_ms,
+                        fields.join(" ")
+                    );
+                }
+                let (outcome, how) = summary(&records);
+                println!(
+                    "→ {outcome} {how} (chain of {} records intact, head {})",
+                    records.len(),
+                    &records[records.len() - 1].hash[..16]
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn recover(path: &PathBuf, args: RecoverArgs) -> anyhow::Result<()> {
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(
+        SqliteJournal::open(path, clock.clone())
+            .with_context(|| format!("opening the journal {}", path.display()))?,
+    );
+    let cfg = StripeConfig::from_env().context("recover sends through the Stripe target")?;
+    let tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
+    let target = StripeRefunds::new(cfg).assume_tier(tier);
+    let premises = RefundPremises {
+        stripe: StripeRefundPremises(target.clone()),
+        shop: args.shop,
+    };
+    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(path))?
+        .with_attempt("cli-recover");
+    let bound = gate.bind(Arc::new(target), Arc::new(premises))?;
+    let outcome = bound.recover(&key(&args.key)?)?;
+    println!("{}", outcome.label());
+    if let interlock::Outcome::InFlight {
+        retry_after,
+        reason,
+    }
+    | interlock::Outcome::Retry {
+        retry_after,
+        reason,
+    } = &outcome
+    {
+        println!(
+            "not settled yet: {reason}; run again in {:.1} s",
+            retry_after.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
+    let i = ((sorted.len() as f64 - 1.0) * p).round();
+    sorted.get(i as usize).copied()
+}
+
+pub(crate) fn scoreboard(j: &SqliteJournal, as_json: bool) -> anyhow::Result<()> {
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    let mut decision_ms = Vec::new();
+    let (mut requests, mut confirmed) = (0u64, 0u64);
+    for k in j.keys()? {
+        let records = j.history(&key(&k)?)?;
+        requests += 1;
+        if records
+            .iter()
+            .any(|r| matches!(r.event, Event::Confirmed(_)))
+        {
+            confirmed += 1;
+        }
+        let state = interlock::core::state::fold(records.iter().map(|r| (r.at_ms, &r.event)))?;
+        let label = match &state {
+            EffectState::Resolved {
+                resolution: Resolution::Committed(_),
+                ..
+            } => "committed".to_owned(),
+            EffectState::Resolved {
+                resolution: Resolution::Refused(r),
+                ..
+            } => format!("refused: {}", r.code),
+            EffectState::Resolved {
+                resolution: Resolution::Failed(_),
+                ..
+            } => "failed".to_owned(),
+            EffectState::Resolved {
+                resolution: Resolution::Ambiguous(_),
+                ..
+            } => "ambiguous".to_owned(),
+            EffectState::InFlight { .. } => "in flight".to_owned(),
+            _ => "proposed".to_owned(),
+        };
+        *counts.entry(label).or_default() += 1;
+        if let EffectState::Resolved { .. } = state {
+            let resolved_at = records
+                .iter()
+                .find(|r| {
+                    matches!(
+                        &r.event,
+                        Event::Committed(_) | Event::Failed(_) | Event::Ambiguous(_)
+                    ) || matches!(&r.event, Event::Refused(x) if x.is_final)
+                })
+                .map(|r| r.at_ms);
+            if let (Some(end), Some(start)) = (resolved_at, records.first().map(|r| r.at_ms)) {
+                decision_ms.push(end - start);
+            }
+        }
+    }
+    decision_ms.sort_unstable();
+    let (p50, p90) = (percentile(&decision_ms, 0.5), percentile(&decision_ms, 0.9));
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({ "requests": requests, "outcomes": counts, "confirmed": confirmed, "time_to_decision_ms": { "p50": p50, "p90": p90 } })
+            )?
+        );
+        return Ok(());
+    }
+    println!("requests                          {requests}");
+    for (k, v) in &counts {
+        println!("  {k:<32}{v}");
+    }
+    println!("confirmed by target               {confirmed}");
+    let ms = |v: Option<i64>| v.map_or("–".to_owned(), |v| format!("{v} ms"));
+    println!(
+        "time to decision                  p50 {}  p90 {}",
+        ms(p50),
+        ms(p90)
+    );
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! `receipt export`, `receipt keygen`, `verify`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use interlock::journal::Journal;
+use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
+use interlock::target::stripe::{StripeConfig, StripeRefunds};
+use interlock::verify::{Sources, verify as verify_key};
+use interlock::{EffectKey, SqliteJournal};
+
+#[derive(Subcommand)]
+pub(crate) enum ReceiptCmd {
+    /// Write receipts (one JSON file per effect, named by key) into a directory.
+    Export {
+        /// One effect; omit with --all.
+        key: Option<String>,
+        /// Every effect in the journal.
+        #[arg(long)]
+        all: bool,
+        /// Where to write.
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        sign: SignArgs,
+    },
+    /// Make an Ed25519 signing key (hex seed, mode 600) and print its public key.
+    Keygen {
+        /// Where to write the signing key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct SignArgs {
+    /// Sign with HMAC-SHA256 using the key in this file (or INTERLOCK_HMAC_KEY).
+    #[arg(long, conflicts_with = "ed25519_key_file")]
+    hmac_key_file: Option<PathBuf>,
+    /// Sign with the Ed25519 key (hex seed) in this file.
+    #[arg(long)]
+    ed25519_key_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct VerifyArgs {
+    /// One effect; omit with --all.
+    key: Option<String>,
+    /// Every effect in the journal.
+    #[arg(long)]
+    all: bool,
+    /// Directory of exported receipts to check the journal against.
+    #[arg(long)]
+    receipts: Option<PathBuf>,
+    /// Check HMAC-SHA256 signatures with the key in this file (or INTERLOCK_HMAC_KEY).
+    #[arg(long, conflicts_with = "ed25519_public_key_file")]
+    hmac_key_file: Option<PathBuf>,
+    /// Check Ed25519 signatures with the public key (hex) in this file.
+    #[arg(long)]
+    ed25519_public_key_file: Option<PathBuf>,
+    /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for its own records.
+    #[arg(long)]
+    ask_target: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn read_key(path: &Path) -> anyhow::Result<String> {
+    let s = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the key file {}", path.display()))?;
+    Ok(s.trim().to_owned())
+}
+
+fn hmac_key(file: Option<&PathBuf>) -> anyhow::Result<Option<Vec<u8>>> {
+    match (file, std::env::var("INTERLOCK_HMAC_KEY").ok()) {
+        (Some(f), _) => Ok(Some(read_key(f)?.into_bytes())),
+        (None, Some(k)) if !k.is_empty() => Ok(Some(k.into_bytes())),
+        _ => Ok(None),
+    }
+}
+
+fn keys(j: &SqliteJournal, key: Option<String>, all: bool) -> anyhow::Result<Vec<String>> {
+    match (key, all) {
+        (Some(k), false) => Ok(vec![k]),
+        (None, true) => Ok(j.keys()?),
+        _ => bail!("name one key, or pass --all"),
+    }
+}
+
+fn file_for(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{}.json", key.replace(['/', '\\'], "_")))
+}
+
+pub(crate) fn run(j: &SqliteJournal, cmd: ReceiptCmd) -> anyhow::Result<()> {
+    match cmd {
+        ReceiptCmd::Export {
+            key,
+            all,
+            out,
+            sign,
+        } => {
+            let signer = match (
+                hmac_key(sign.hmac_key_file.as_ref())?,
+                &sign.ed25519_key_file,
+            ) {
+                (Some(k), _) => Some(SigningKeyKind::Hmac(k)),
+                (None, Some(f)) => Some(SigningKeyKind::ed25519_from_hex(&read_key(f)?)?),
+                (None, None) => None,
+            };
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let ks = keys(j, key, all)?;
+            for k in &ks {
+                let records = j.history(&EffectKey::fixed(k.clone())?)?;
+                let Some(mut r) = build(&records) else {
+                    bail!("no effect with key {k}: `interlock journal list` shows the keys")
+                };
+                if let Some(s) = &signer {
+                    s.sign(&mut r);
+                }
+                std::fs::write(file_for(&out, k), serde_json::to_string_pretty(&r)? + "\n")?;
+            }
+            let how = if signer.is_some() {
+                "signed"
+            } else {
+                "UNSIGNED (internal consistency only)"
+            };
+            println!("wrote {} {how} receipt(s) to {}", ks.len(), out.display());
+        }
+        ReceiptCmd::Keygen { out } => {
+            let mut seed = [0u8; 32];
+            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut seed)?;
+            let hex_seed = hex::encode(seed);
+            let key = SigningKeyKind::ed25519_from_hex(&hex_seed)?;
+            std::fs::write(&out, &hex_seed)?;
+            #[cfg(unix)]
+            std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            println!("{}", key.public_hex().unwrap_or_default());
+            eprintln!(
+                "wrote the signing key to {}; the line above is its public key",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool> {
+    let verifier = match (
+        hmac_key(args.hmac_key_file.as_ref())?,
+        &args.ed25519_public_key_file,
+    ) {
+        (Some(k), _) => Some(VerifyingKeyKind::Hmac(k)),
+        (None, Some(f)) => Some(VerifyingKeyKind::ed25519_from_hex(&read_key(f)?)?),
+        (None, None) => None,
+    };
+    let target = if args.ask_target {
+        Some(StripeRefunds::new(StripeConfig::from_env().context(
+            "--ask-target reads the Stripe target from the environment",
+        )?))
+    } else {
+        None
+    };
+    let mut all_hold = true;
+    let mut out = Vec::new();
+    for k in keys(j, args.key, args.all)? {
+        let receipt: Option<Receipt> = match &args.receipts {
+            Some(dir) => {
+                let f = file_for(dir, &k);
+                let text = std::fs::read_to_string(&f).with_context(|| {
+                    format!(
+                        "no receipt for {k} at {}: export it with `interlock receipt export`",
+                        f.display()
+                    )
+                })?;
+                Some(
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not a receipt", f.display()))?,
+                )
+            }
+            None => None,
+        };
+        let v = verify_key(
+            j,
+            &EffectKey::fixed(k.clone())?,
+            &Sources {
+                leases: Some(j),
+                records: target
+                    .as_ref()
+                    .map(|t| t as &dyn interlock::target::TargetRecords),
+                receipt: receipt.as_ref(),
+                key: verifier.as_ref(),
+            },
+        );
+        all_hold &= v.holds();
+        out.push(v);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for v in &out {
+            println!(
+                "{} {} — {}",
+                if v.holds() { "HOLDS" } else { "FAILS" },
+                v.key,
+                v.outcome
+            );
+            for c in &v.columns {
+                let mark = match c.holds {
+                    Some(true) => "ok  ",
+                    Some(false) => "FAIL",
+                    None => " –  ",
+                };
+                println!("  {mark} {:<22} {}", c.name, c.detail);
+            }
+        }
+        println!(
+            "{} of {} effect(s) hold",
+            out.iter().filter(|v| v.holds()).count(),
+            out.len()
+        );
+    }
+    Ok(all_hold)
+}

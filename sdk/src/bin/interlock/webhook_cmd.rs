@@ -1,0 +1,80 @@
+//! `webhook serve`: Stripe's signed refund events in, `CONFIRMED` records out.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+use interlock::webhook::{DEFAULT_TOLERANCE_S, Delivery, handle};
+use interlock::{Clock, SqliteJournal, SystemClock};
+use tiny_http::{Header, Response, Server};
+
+#[derive(Subcommand)]
+pub(crate) enum WebhookCmd {
+    /// Listen for deliveries (the endpoint secret from STRIPE_WEBHOOK_SECRET).
+    Serve {
+        /// Loopback port to listen on.
+        #[arg(long, default_value_t = 8788)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: String,
+        /// Seconds a signature's timestamp may be off.
+        #[arg(long, default_value_t = DEFAULT_TOLERANCE_S)]
+        tolerance: i64,
+    },
+}
+
+pub(crate) fn run(path: &PathBuf, cmd: WebhookCmd) -> anyhow::Result<()> {
+    let WebhookCmd::Serve {
+        port,
+        bind,
+        tolerance,
+    } = cmd;
+    let secret = std::env::var("STRIPE_WEBHOOK_SECRET").context(
+        "STRIPE_WEBHOOK_SECRET is not set: export the endpoint's signing secret (whsec_…)",
+    )?;
+    let journal = Arc::new(
+        SqliteJournal::open(path, Arc::new(SystemClock))
+            .with_context(|| format!("opening the journal {}", path.display()))?,
+    );
+    let server = Server::http((bind.as_str(), port))
+        .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e}"))?;
+    eprintln!(
+        "listening on http://{bind}:{port} for Stripe webhooks; journal {}",
+        path.display()
+    );
+    for mut req in server.incoming_requests() {
+        let signature = req
+            .headers()
+            .iter()
+            .find(|h| {
+                h.field
+                    .as_str()
+                    .as_str()
+                    .eq_ignore_ascii_case("Stripe-Signature")
+            })
+            .map(|h| h.value.as_str().to_owned());
+        let mut body = Vec::new();
+        let delivery = match std::io::Read::read_to_end(req.as_reader(), &mut body) {
+            Ok(_) => handle(
+                journal.as_ref(),
+                &secret,
+                signature.as_deref(),
+                &body,
+                SystemClock.now_ms() / 1000,
+                tolerance,
+            )
+            .unwrap_or_else(|e| Delivery::Rejected(format!("journal error: {e}"))),
+            Err(e) => Delivery::Rejected(format!("unreadable body: {e}")),
+        };
+        eprintln!("{} {delivery:?}", delivery.status());
+        let text = serde_json::json!({ "result": format!("{delivery:?}") }).to_string();
+        let mut resp = Response::from_string(text).with_status_code(delivery.status());
+        if let Ok(h) = Header::from_bytes("Content-Type", "application/json") {
+            resp = resp.with_header(h);
+        }
+        let _ = req.respond(resp);
+    }
+    Ok(())
+}

@@ -1,0 +1,421 @@
+//! `verify`: re-derive every column of a receipt from the journal and, where the target can be
+//! asked, from the target's own records. Any record changed, dropped, reordered or rebuilt makes
+//! the `valid` column fail and name the record; "happened once" counts the target's effects that
+//! carry the key and reports the untagged ones beside them (a hand refund shows up there).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::core::{Event, LeaseVerdict};
+use crate::effect::EffectKey;
+use crate::journal::Journal;
+use crate::lease::LeaseStore;
+use crate::receipt::{Receipt, UNSIGNED_NOTE, VerifyingKeyKind, build};
+use crate::target::TargetRecords;
+
+/// One column of a verification.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Column {
+    /// Column name.
+    pub name: &'static str,
+    /// `Some(true)` holds, `Some(false)` fails, `None` does not apply or could not be asked.
+    pub holds: Option<bool>,
+    /// What was found.
+    pub detail: String,
+}
+
+/// A verified (or not) effect.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Verification {
+    /// The key.
+    pub key: String,
+    /// The receipt's outcome as derived from the journal.
+    pub outcome: String,
+    /// The columns.
+    pub columns: Vec<Column>,
+}
+
+impl Verification {
+    /// True when no column fails.
+    pub fn holds(&self) -> bool {
+        self.columns.iter().all(|c| c.holds != Some(false))
+    }
+}
+
+/// What verify may consult.
+#[derive(Default)]
+pub struct Sources<'a> {
+    /// The lease store, to check that the approval in the journal is the one on record.
+    pub leases: Option<&'a dyn LeaseStore>,
+    /// The target's own records.
+    pub records: Option<&'a dyn TargetRecords>,
+    /// A receipt exported earlier (the anchor), to compare the journal with.
+    pub receipt: Option<&'a Receipt>,
+    /// The key its signature must verify with.
+    pub key: Option<&'a VerifyingKeyKind>,
+}
+
+fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Column {
+    Column {
+        name,
+        holds,
+        detail: detail.into(),
+    }
+}
+
+/// Verify one key.
+pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Verification {
+    let history = match journal.history(key) {
+        Ok(h) if h.is_empty() => {
+            return Verification {
+                key: key.to_string(),
+                outcome: "UNKNOWN".into(),
+                columns: vec![col(
+                    "valid",
+                    Some(false),
+                    "no record of this key in the journal",
+                )],
+            };
+        }
+        Ok(h) => h,
+        Err(e) => {
+            return Verification {
+                key: key.to_string(),
+                outcome: "UNKNOWN".into(),
+                columns: vec![col("valid", Some(false), e.to_string())],
+            };
+        }
+    };
+    let Some(derived) = build(&history) else {
+        return Verification {
+            key: key.to_string(),
+            outcome: "UNKNOWN".into(),
+            columns: vec![col(
+                "valid",
+                Some(false),
+                "the history does not form an effect",
+            )],
+        };
+    };
+    let mut columns = vec![valid(&derived, src)];
+    columns.push(happened_once(&derived, src.records));
+    let dispatches: Vec<_> = history
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Dispatched(d) => Some((r.at_ms, d)),
+            _ => None,
+        })
+        .collect();
+    let authorized = history
+        .iter()
+        .any(|r| matches!(r.event, Event::Authorized(_)));
+    columns.push(if dispatches.is_empty() {
+        col("authorized when fired", None, "nothing was sent")
+    } else {
+        let dead: Vec<_> = dispatches
+            .iter()
+            .filter(|(_, d)| d.recheck.lease != LeaseVerdict::Live)
+            .collect();
+        col(
+            "authorized when fired",
+            Some(authorized && dead.is_empty()),
+            if dead.is_empty() {
+                format!(
+                    "lease {} live at all {} dispatch(es)",
+                    derived.lease,
+                    dispatches.len()
+                )
+            } else {
+                format!("{} dispatch(es) under a dead lease", dead.len())
+            },
+        )
+    });
+    columns.push(if dispatches.is_empty() {
+        col("premises held", None, "nothing was sent")
+    } else {
+        let moved: Vec<_> = dispatches
+            .iter()
+            .filter(|(_, d)| !d.recheck.holds())
+            .collect();
+        col(
+            "premises held",
+            Some(moved.is_empty()),
+            if moved.is_empty() {
+                "re-read before every send; none had moved".to_owned()
+            } else {
+                format!("{} send(s) on moved premises", moved.len())
+            },
+        )
+    });
+    columns.push(match &derived.approver {
+        Some(a) => col("approved by", Some(true), a.clone()),
+        None => col("approved by", None, "never authorized"),
+    });
+    columns.push(approval_verified(
+        &derived,
+        src.leases,
+        dispatches.last().map(|(at, _)| *at),
+    ));
+    columns.push(match derived.confirmations.first() {
+        Some(c) => col(
+            "confirmed by target",
+            Some(true),
+            format!(
+                "via {} ({})",
+                c.via,
+                c.event.clone().or(c.refund.clone()).unwrap_or_default()
+            ),
+        ),
+        None => col("confirmed by target", None, "no confirmation recorded"),
+    });
+    columns.push(col("escalations", None, "none recorded"));
+    Verification {
+        key: key.to_string(),
+        outcome: derived.outcome.clone(),
+        columns,
+    }
+}
+
+fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
+    let Some(anchor) = src.receipt else {
+        return match src.key {
+            Some(_) => col(
+                "valid",
+                Some(false),
+                "a key was given but no signed receipt to check the journal against",
+            ),
+            None => col(
+                "valid",
+                Some(true),
+                format!(
+                    "chain of {} records intact; {UNSIGNED_NOTE}",
+                    derived.records.len()
+                ),
+            ),
+        };
+    };
+    if anchor.key != derived.key {
+        return col(
+            "valid",
+            Some(false),
+            format!("the receipt is for key {}, not {}", anchor.key, derived.key),
+        );
+    }
+    for (i, want) in anchor.records.iter().enumerate() {
+        match derived.records.get(i) {
+            None => {
+                return col(
+                    "valid",
+                    Some(false),
+                    format!("record {i} of the receipt is missing from the journal (truncated)"),
+                );
+            }
+            Some(have) if have != want => {
+                return col(
+                    "valid",
+                    Some(false),
+                    format!("record {i} differs from the receipt (changed, reordered or rebuilt)"),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    let fields = [
+        ("payload_hash", anchor.payload_hash == derived.payload_hash),
+        ("payload", anchor.payload == derived.payload),
+        ("target", anchor.target == derived.target),
+        ("tier", anchor.tier == derived.tier),
+        ("lease", anchor.lease == derived.lease),
+        ("approver", anchor.approver == derived.approver),
+        ("grant", anchor.grant == derived.grant),
+        (
+            "premises_decided",
+            anchor.premises_decided == derived.premises_decided,
+        ),
+        ("escalations", anchor.escalations == derived.escalations),
+    ];
+    if let Some((f, _)) = fields.iter().find(|(_, same)| !same) {
+        return col(
+            "valid",
+            Some(false),
+            format!("the receipt's {f} differs from the journal's"),
+        );
+    }
+    // A receipt exported before the effect resolved (or before later evidence) is a prefix.
+    let same_end = anchor.records.len() == derived.records.len();
+    if same_end {
+        let ends = [
+            ("outcome", anchor.outcome == derived.outcome),
+            ("how", anchor.how == derived.how),
+            ("target_ref", anchor.target_ref == derived.target_ref),
+            (
+                "premises_rechecked",
+                anchor.premises_rechecked == derived.premises_rechecked,
+            ),
+            ("head", anchor.head == derived.head),
+        ];
+        if let Some((f, _)) = ends.iter().find(|(_, same)| !same) {
+            return col(
+                "valid",
+                Some(false),
+                format!("the receipt's {f} differs from the journal's"),
+            );
+        }
+    }
+    match (src.key, &anchor.signature) {
+        (Some(k), _) => match k.check(anchor) {
+            Ok(()) => col(
+                "valid",
+                Some(true),
+                format!(
+                    "chain matches the signed receipt ({} records); {}",
+                    anchor.records.len(),
+                    anchor.note
+                ),
+            ),
+            Err(e) => col("valid", Some(false), e),
+        },
+        (None, Some(_)) => col(
+            "valid",
+            None,
+            "the receipt is signed, but no key was given to check it",
+        ),
+        (None, None) => col(
+            "valid",
+            Some(true),
+            format!("chain matches the receipt; {UNSIGNED_NOTE}"),
+        ),
+    }
+}
+
+fn happened_once(derived: &Receipt, records: Option<&dyn TargetRecords>) -> Column {
+    let Some(records) = records else {
+        return col("happened once", None, "the target was not asked");
+    };
+    let all = match records.records_for(&derived.payload) {
+        Ok(all) => all,
+        Err(e) => {
+            return col(
+                "happened once",
+                None,
+                format!("the target could not be asked: {e}"),
+            );
+        }
+    };
+    let counts = |r: &&Value| {
+        !matches!(
+            r.get("status").and_then(Value::as_str),
+            Some("failed" | "canceled")
+        )
+    };
+    let tagged: Vec<&Value> = all
+        .iter()
+        .filter(counts)
+        .filter(|r| {
+            r.pointer("/metadata/interlock_key").and_then(Value::as_str)
+                == Some(derived.key.as_str())
+        })
+        .collect();
+    let untagged: Vec<String> = all
+        .iter()
+        .filter(counts)
+        .filter(|r| r.pointer("/metadata/interlock_key").is_none())
+        .map(|r| {
+            format!(
+                "{} ({})",
+                r.get("id").and_then(Value::as_str).unwrap_or("?"),
+                r.get("amount").unwrap_or(&Value::Null)
+            )
+        })
+        .collect();
+    let beside = if untagged.is_empty() {
+        String::new()
+    } else {
+        format!("; untagged on the same payment: {}", untagged.join(", "))
+    };
+    let ids: Vec<&str> = tagged
+        .iter()
+        .filter_map(|r| r.get("id").and_then(Value::as_str))
+        .collect();
+    let (holds, what) = match derived.outcome.as_str() {
+        "COMMITTED" => (
+            Some(
+                tagged.len() == 1
+                    && derived
+                        .target_ref
+                        .as_deref()
+                        .is_none_or(|r| ids.contains(&r)),
+            ),
+            format!(
+                "{} effect(s) at the target carry the key: {}",
+                tagged.len(),
+                ids.join(", ")
+            ),
+        ),
+        "REFUSED" | "FAILED" => (
+            Some(tagged.is_empty()),
+            format!("{} effect(s) at the target carry the key", tagged.len()),
+        ),
+        _ => (
+            if tagged.len() > 1 { Some(false) } else { None },
+            format!(
+                "{} effect(s) at the target carry the key (outcome {})",
+                tagged.len(),
+                derived.outcome
+            ),
+        ),
+    };
+    col("happened once", holds, format!("{what}{beside}"))
+}
+
+fn approval_verified(
+    derived: &Receipt,
+    leases: Option<&dyn LeaseStore>,
+    last_dispatch: Option<i64>,
+) -> Column {
+    let Some(leases) = leases else {
+        return col("approval verified", None, "no lease store given");
+    };
+    if derived.approver.is_none() {
+        return col("approval verified", None, "never authorized");
+    }
+    match leases.describe(&derived.lease) {
+        Ok(Some(g)) => {
+            let snapshot = serde_json::to_value(&g).unwrap_or(Value::Null);
+            let same = ["id", "approver", "granted_ms", "scope", "cap", "expires_ms"]
+                .iter()
+                .all(|f| snapshot.get(f) == derived.grant.get(f));
+            let revoked_first = match (g.revoked_ms, last_dispatch) {
+                (Some(r), Some(d)) => r <= d,
+                _ => false,
+            };
+            match (same, revoked_first) {
+                (true, false) => col(
+                    "approval verified",
+                    Some(true),
+                    format!("lease {} by {} is on record as granted", g.id, g.approver),
+                ),
+                (false, _) => col(
+                    "approval verified",
+                    Some(false),
+                    "the lease on record differs from the grant the journal saw",
+                ),
+                (true, true) => col(
+                    "approval verified",
+                    Some(false),
+                    "the lease was revoked before the last send",
+                ),
+            }
+        }
+        Ok(None) => col(
+            "approval verified",
+            Some(false),
+            format!("no lease {} is on record", derived.lease),
+        ),
+        Err(e) => col(
+            "approval verified",
+            None,
+            format!("the lease store could not answer: {e}"),
+        ),
+    }
+}

@@ -1,0 +1,218 @@
+//! Confirmation by the target: Stripe's signed webhooks. A delivery is accepted only if its
+//! `Stripe-Signature` header carries a `v1` HMAC-SHA256 of `"{t}.{raw body}"` under the endpoint
+//! secret (any of several `v1` values, compared in constant time) and its timestamp is within the
+//! tolerance. An accepted refund event whose metadata carries a key the journal knows becomes a
+//! `CONFIRMED` record, once per event id however often it is redelivered. A forged, stale or
+//! malformed delivery is answered 400 and records nothing; an unknown refund is acknowledged and
+//! ignored.
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+use crate::core::{Confirmed, EffectState, Event};
+use crate::effect::EffectKey;
+use crate::journal::{Journal, JournalError};
+
+/// Stripe's default tolerance for a signature's timestamp.
+pub const DEFAULT_TOLERANCE_S: i64 = 300;
+
+/// Why a delivery was rejected.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// No `Stripe-Signature` header.
+    #[error("no Stripe-Signature header")]
+    Missing,
+    /// The header has no `t=` or no `v1=`.
+    #[error("malformed Stripe-Signature header: {0}")]
+    Malformed(String),
+    /// The timestamp is outside the tolerance.
+    #[error(
+        "signature timestamp {t} is {age} s from now, beyond the {tolerance} s tolerance (a replay?)"
+    )]
+    Stale {
+        /// The header's timestamp.
+        t: i64,
+        /// Its distance from now.
+        age: i64,
+        /// The tolerance.
+        tolerance: i64,
+    },
+    /// No `v1` signature matches.
+    #[error("no v1 signature matches the body under the endpoint secret")]
+    Mismatch,
+}
+
+/// Check a delivery's signature; returns its timestamp.
+pub fn verify_signature(
+    header: Option<&str>,
+    body: &[u8],
+    secret: &str,
+    now_s: i64,
+    tolerance_s: i64,
+) -> Result<i64, SignatureError> {
+    let header = header.ok_or(SignatureError::Missing)?;
+    let mut t = None;
+    let mut v1 = Vec::new();
+    for part in header.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", v)) => {
+                t = Some(
+                    v.parse::<i64>()
+                        .map_err(|_| SignatureError::Malformed(format!("t={v}")))?,
+                )
+            }
+            Some(("v1", v)) => v1.push(
+                hex::decode(v).map_err(|_| SignatureError::Malformed("v1 is not hex".into()))?,
+            ),
+            Some(_) => {}
+            None => return Err(SignatureError::Malformed(part.to_owned())),
+        }
+    }
+    let t = t.ok_or_else(|| SignatureError::Malformed("no t=".into()))?;
+    if v1.is_empty() {
+        return Err(SignatureError::Malformed("no v1=".into()));
+    }
+    let age = (now_s - t).abs();
+    if age > tolerance_s {
+        return Err(SignatureError::Stale {
+            t,
+            age,
+            tolerance: tolerance_s,
+        });
+    }
+    let matches = v1.iter().any(|sig| {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
+            return false;
+        };
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        mac.verify_slice(sig).is_ok()
+    });
+    if matches {
+        Ok(t)
+    } else {
+        Err(SignatureError::Mismatch)
+    }
+}
+
+/// Sign a body as Stripe does (for the payments API and tests): the `Stripe-Signature` value.
+pub fn sign(body: &[u8], secret: &str, t: i64) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => return format!("t={t}"),
+    };
+    mac.update(t.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// What became of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Recorded as `CONFIRMED` (200).
+    Recorded {
+        /// The effect's key.
+        key: String,
+    },
+    /// Already recorded for this event id (200).
+    AlreadyRecorded {
+        /// The effect's key.
+        key: String,
+    },
+    /// Valid, but not about an effect this journal knows (200).
+    Ignored(String),
+    /// Forged, stale or malformed (400).
+    Rejected(String),
+}
+
+impl Delivery {
+    /// The HTTP status to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Rejected(_) => 400,
+            _ => 200,
+        }
+    }
+}
+
+/// Handle one delivery against the journal.
+pub fn handle(
+    journal: &dyn Journal,
+    secret: &str,
+    signature: Option<&str>,
+    body: &[u8],
+    now_s: i64,
+    tolerance_s: i64,
+) -> Result<Delivery, JournalError> {
+    if let Err(e) = verify_signature(signature, body, secret, now_s, tolerance_s) {
+        return Ok(Delivery::Rejected(e.to_string()));
+    }
+    let event: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return Ok(Delivery::Rejected(format!("the body is not JSON: {e}"))),
+    };
+    let (Some(id), Some(kind), Some(object)) = (
+        event.get("id").and_then(Value::as_str),
+        event.get("type").and_then(Value::as_str),
+        event.pointer("/data/object"),
+    ) else {
+        return Ok(Delivery::Rejected(
+            "not a Stripe event (id, type, data.object)".into(),
+        ));
+    };
+    if !kind.starts_with("refund.") && kind != "charge.refund.updated" {
+        return Ok(Delivery::Ignored(format!("{kind} is not a refund event")));
+    }
+    let Some(key) = object
+        .pointer("/metadata/interlock_key")
+        .and_then(Value::as_str)
+    else {
+        return Ok(Delivery::Ignored(
+            "the refund carries no effect key (a hand refund?)".into(),
+        ));
+    };
+    let Ok(key) = EffectKey::fixed(key) else {
+        return Ok(Delivery::Ignored(
+            "the refund's key is not a usable effect key".into(),
+        ));
+    };
+    let confirmed = Confirmed {
+        via: "webhook".into(),
+        event: Some(id.to_owned()),
+        refund: object.get("id").and_then(Value::as_str).map(str::to_owned),
+        status: object
+            .get("status")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        amount: object.get("amount").and_then(Value::as_i64),
+        payment_intent: object
+            .get("payment_intent")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        created: object.get("created").and_then(Value::as_i64),
+    };
+    let mut outcome = Delivery::Recorded {
+        key: key.to_string(),
+    };
+    journal.append_with(&key, &mut |state, records| {
+        if matches!(state, EffectState::Absent) {
+            outcome = Delivery::Ignored(format!("no effect {key} in this journal"));
+            return Vec::new();
+        }
+        let seen = records
+            .iter()
+            .any(|r| matches!(&r.event, Event::Confirmed(c) if c.event.as_deref() == Some(id)));
+        if seen {
+            outcome = Delivery::AlreadyRecorded {
+                key: key.to_string(),
+            };
+            return Vec::new();
+        }
+        vec![Event::Confirmed(confirmed.clone())]
+    })?;
+    Ok(outcome)
+}
