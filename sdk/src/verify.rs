@@ -220,7 +220,7 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
             Some(_) => {}
         }
     }
-    let fields = [
+    let mut fields = vec![
         ("payload_hash", anchor.payload_hash == derived.payload_hash),
         ("payload", anchor.payload == derived.payload),
         ("target", anchor.target == derived.target),
@@ -234,17 +234,10 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
         ),
         ("escalations", anchor.escalations == derived.escalations),
     ];
-    if let Some((f, _)) = fields.iter().find(|(_, same)| !same) {
-        return col(
-            "valid",
-            Some(false),
-            format!("the receipt's {f} differs from the journal's"),
-        );
-    }
-    // A receipt exported before the effect resolved (or before later evidence) is a prefix.
-    let same_end = anchor.records.len() == derived.records.len();
-    if same_end {
-        let ends = [
+    // A receipt exported before the effect resolved (or before later evidence) is a prefix: its
+    // ending fields are compared only when it covers the whole chain.
+    if anchor.records.len() == derived.records.len() {
+        fields.extend([
             ("outcome", anchor.outcome == derived.outcome),
             ("how", anchor.how == derived.how),
             ("target_ref", anchor.target_ref == derived.target_ref),
@@ -253,14 +246,14 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
                 anchor.premises_rechecked == derived.premises_rechecked,
             ),
             ("head", anchor.head == derived.head),
-        ];
-        if let Some((f, _)) = ends.iter().find(|(_, same)| !same) {
-            return col(
-                "valid",
-                Some(false),
-                format!("the receipt's {f} differs from the journal's"),
-            );
-        }
+        ]);
+    }
+    if let Some((f, _)) = fields.iter().find(|(_, same)| !same) {
+        return col(
+            "valid",
+            Some(false),
+            format!("the receipt's {f} differs from the journal's"),
+        );
     }
     match (src.key, &anchor.signature) {
         (Some(k), _) => match k.check(anchor) {

@@ -216,3 +216,66 @@ pub fn handle(
     })?;
     Ok(outcome)
 }
+
+/// Confirmation by lookup, for targets without webhooks: ask the target for the effect by its
+/// key and, if it is there, record `CONFIRMED` (once per target reference).
+pub fn confirm_by_lookup(
+    journal: &dyn Journal,
+    target: &dyn crate::target::Target,
+    key: &EffectKey,
+) -> Result<Delivery, JournalError> {
+    let first = match journal.state(key)? {
+        EffectState::Absent => {
+            return Ok(Delivery::Ignored(format!(
+                "no effect {key} in this journal"
+            )));
+        }
+        s => s.first().cloned(),
+    };
+    let Some(first) = first else {
+        return Ok(Delivery::Ignored("no proposal".into()));
+    };
+    let found = match target.lookup(key, &first.payload) {
+        crate::core::LookupAnswer::Found(v) => v,
+        crate::core::LookupAnswer::NotFound => {
+            return Ok(Delivery::Ignored(
+                "the target holds no effect with this key".into(),
+            ));
+        }
+        crate::core::LookupAnswer::Unknown(e) => {
+            return Ok(Delivery::Ignored(format!(
+                "the target could not be asked: {e}"
+            )));
+        }
+    };
+    let confirmed = Confirmed {
+        via: "lookup".into(),
+        event: None,
+        refund: found.get("id").and_then(Value::as_str).map(str::to_owned),
+        status: found
+            .get("status")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        amount: found.get("amount").and_then(Value::as_i64),
+        payment_intent: found
+            .get("payment_intent")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        created: found.get("created").and_then(Value::as_i64),
+    };
+    let mut outcome = Delivery::Recorded {
+        key: key.to_string(),
+    };
+    journal.append_with(key, &mut |_, records| {
+        let seen = records.iter().any(|r| {
+            matches!(&r.event, Event::Confirmed(c) if c.via == "lookup" && c.refund == confirmed.refund)
+        });
+        if seen {
+            outcome = Delivery::AlreadyRecorded { key: key.to_string() };
+            Vec::new()
+        } else {
+            vec![Event::Confirmed(confirmed.clone())]
+        }
+    })?;
+    Ok(outcome)
+}

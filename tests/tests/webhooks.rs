@@ -17,6 +17,11 @@ const SECRET: &str = "whsec_test";
 const NOW: i64 = 1_790_000_000;
 
 fn committed() -> (tempfile::TempDir, Arc<SqliteJournal>, String) {
+    let (d, j, k, _) = committed_with_service();
+    (d, j, k)
+}
+
+fn committed_with_service() -> (tempfile::TempDir, Arc<SqliteJournal>, String, World) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.db");
     let world = World::new(Tier::One);
@@ -40,7 +45,7 @@ fn committed() -> (tempfile::TempDir, Arc<SqliteJournal>, String) {
         bound.submit(&effect).unwrap(),
         Outcome::Committed { .. }
     ));
-    (dir, journal, effect.key.to_string())
+    (dir, journal, effect.key.to_string(), world)
 }
 
 fn event(id: &str, key: Option<&str>) -> Vec<u8> {
@@ -181,4 +186,25 @@ fn a_valid_delivery_about_an_unknown_or_untagged_refund_is_acknowledged_and_igno
         1,
         "nothing was created for the unknown key"
     );
+}
+
+#[test]
+fn confirmation_by_lookup_records_once_and_ignores_what_the_target_does_not_hold() {
+    let (_d, j, key, world) = committed_with_service();
+    let target = SimTarget(world.sim.clone());
+    let k = interlock::EffectKey::fixed(&key).unwrap();
+    assert_eq!(
+        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
+        Delivery::Recorded { key: key.clone() }
+    );
+    assert_eq!(
+        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
+        Delivery::AlreadyRecorded { key: key.clone() }
+    );
+    assert_eq!(confirmations(&j, &key), 1);
+    let unknown = interlock::EffectKey::fixed("never-proposed").unwrap();
+    assert!(matches!(
+        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &unknown).unwrap(),
+        Delivery::Ignored(_)
+    ));
 }

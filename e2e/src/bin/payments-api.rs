@@ -1,6 +1,8 @@
 //! The payments API for the harness and for trying the worker examples by hand.
 //!
-//! Usage: `payments-api [--port 8787] [--secret sk_test_local]`; prints its base URL.
+//! Usage: `payments-api [--port 8787] [--secret sk_test_local] [--webhook-url URL
+//! --webhook-secret whsec_…]`; prints its base URL. With a webhook URL it sends a signed
+//! `refund.created` event there for every refund, as Stripe does.
 
 #![allow(clippy::print_stdout)] // its one line of output is the URL to use
 
@@ -30,6 +32,12 @@ fn main() -> anyhow::Result<()> {
         Arc::new(SystemClock),
     );
     let api = PaymentsApi::start_on(sim, &secret, port)?;
+    if let Some(url) = flag("--webhook-url") {
+        let hook_secret = flag("--webhook-secret").ok_or_else(|| {
+            anyhow::anyhow!("--webhook-url needs --webhook-secret (the endpoint's whsec_… secret)")
+        })?;
+        api.send_webhooks(&url, &hook_secret);
+    }
     println!("{}", api.base_url);
     loop {
         std::thread::park();

@@ -58,27 +58,29 @@ pub trait TargetRecords: Send + Sync {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String>;
 }
 
+fn payment_intent(payload: &Value) -> Result<&str, String> {
+    payload
+        .get("payment_intent")
+        .and_then(Value::as_str)
+        .ok_or_else(|| "the payload names no payment_intent".to_owned())
+}
+
 impl TargetRecords for stripe::StripeRefunds {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        let pi = payload
-            .get("payment_intent")
-            .and_then(Value::as_str)
-            .ok_or("the payload names no payment_intent")?;
-        self.list_refunds(pi)
+        self.list_refunds(payment_intent(payload)?)
     }
 }
 
 impl TargetRecords for sim::SimTarget {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        let pi = payload
-            .get("payment_intent")
-            .and_then(Value::as_str)
-            .ok_or("the payload names no payment_intent")?;
-        Ok(self
-            .0
-            .refunds(pi)
+        let refunds = self.0.refunds(payment_intent(payload)?);
+        Ok(refunds
             .into_iter()
-            .map(|r| serde_json::json!({"id": r.id, "amount": r.amount, "status": "succeeded", "metadata": r.metadata}))
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id, "amount": r.amount, "status": "succeeded", "metadata": r.metadata,
+                })
+            })
             .collect())
     }
 }

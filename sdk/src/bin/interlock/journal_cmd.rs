@@ -43,6 +43,34 @@ pub(crate) struct RecoverArgs {
     shop: Option<String>,
 }
 
+#[derive(Args)]
+pub(crate) struct ConfirmArgs {
+    /// One effect; omit with --all.
+    key: Option<String>,
+    /// Every committed effect in the journal.
+    #[arg(long)]
+    all: bool,
+}
+
+pub(crate) fn confirm(j: &SqliteJournal, args: ConfirmArgs) -> anyhow::Result<()> {
+    let target =
+        StripeRefunds::new(StripeConfig::from_env().context("confirm asks the Stripe target")?);
+    let keys = match (args.key, args.all) {
+        (Some(k), false) => vec![k],
+        (None, true) => j.keys()?,
+        _ => anyhow::bail!("name one key, or pass --all"),
+    };
+    for k in keys {
+        let records = j.history(&key(&k)?)?;
+        if summary(&records).0 != "COMMITTED" {
+            continue;
+        }
+        let d = interlock::webhook::confirm_by_lookup(j, &target, &key(&k)?)?;
+        println!("{k}: {d:?}");
+    }
+    Ok(())
+}
+
 fn key(k: &str) -> anyhow::Result<EffectKey> {
     EffectKey::fixed(k).context("the key must be one `interlock journal list` prints")
 }

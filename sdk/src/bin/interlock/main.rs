@@ -61,6 +61,8 @@ enum Command {
         #[command(subcommand)]
         what: webhook_cmd::WebhookCmd,
     },
+    /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for effects by key and record CONFIRMED.
+    Confirm(journal_cmd::ConfirmArgs),
     /// Counts and decision times, from the journal alone.
     Scoreboard {
         /// Machine-readable output.
@@ -102,6 +104,9 @@ fn main() -> ExitCode {
                 lease_cmd::run(&open(&cli.journal, true)?, what).map(|()| true)
             }
             Command::Webhook { what } => webhook_cmd::run(&cli.journal, what).map(|()| true),
+            Command::Confirm(args) => {
+                journal_cmd::confirm(&open(&cli.journal, true)?, args).map(|()| true)
+            }
             Command::Scoreboard { json } => {
                 journal_cmd::scoreboard(&open(&cli.journal, false)?, json).map(|()| true)
             }

@@ -1,0 +1,221 @@
+//! The `interlock` command line as a new user meets it: on a journal with a real effect in it,
+//! every command answers, errors name the cause and the fix, and `verify` exits 1 when something
+//! does not hold.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::target::sim::{RefundPayload, SimPayments, SimRefundPremises, SimTarget};
+use interlock::{EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock, Tier};
+
+fn cli(journal: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_interlock"))
+        .arg("--journal")
+        .arg(journal)
+        .args(args)
+        .env_remove("INTERLOCK_HMAC_KEY")
+        .output()
+        .expect("run interlock")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn journal_with_a_refund(dir: &Path) -> (std::path::PathBuf, String) {
+    let path = dir.join("journal.db");
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
+    journal
+        .grant_lease(
+            &Grant::new("case-4471", "ana@support", 0)
+                .scope("payment_intent", "pi_881")
+                .cap("amount", 2000),
+        )
+        .unwrap();
+    let payments = SimPayments::new(Tier::One, Duration::from_secs(86_400), clock.clone());
+    payments.add_payment("pi_881", 10_000);
+    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path)).unwrap();
+    let bound = gate
+        .bind(
+            Arc::new(SimTarget(payments.clone())),
+            Arc::new(SimRefundPremises(payments)),
+        )
+        .unwrap();
+    let key = EffectKey::fixed("case-4471-refund").unwrap();
+    let payload = RefundPayload {
+        payment_intent: "pi_881".into(),
+        amount: 2000,
+        currency: "usd".into(),
+    };
+    let effect = bound.decide(key.clone(), &payload, "case-4471").unwrap();
+    assert!(matches!(
+        bound.submit(&effect).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    (path, key.to_string())
+}
+
+#[test]
+fn a_new_user_can_list_show_score_and_manage_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, key) = journal_with_a_refund(dir.path());
+    let list = cli(&j, &["journal", "list"]);
+    assert!(list.status.success(), "{}", text(&list));
+    assert!(text(&list).contains(&key) && text(&list).contains("COMMITTED"));
+    let show = cli(&j, &["journal", "show", &key]);
+    assert!(
+        text(&show).contains("DISPATCHED") && text(&show).contains("chain of 4 records intact"),
+        "{}",
+        text(&show)
+    );
+    let score = cli(&j, &["scoreboard", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&score.stdout).unwrap();
+    assert_eq!(v["requests"], 1);
+    assert_eq!(v["outcomes"]["committed"], 1);
+    let grant = cli(
+        &j,
+        &[
+            "lease",
+            "grant",
+            "case-9",
+            "--approver",
+            "bo@support",
+            "--scope",
+            "payment_intent=pi_9",
+            "--cap",
+            "amount=500",
+            "--expires-in",
+            "3600",
+        ],
+    );
+    assert!(grant.status.success(), "{}", text(&grant));
+    let leases: serde_json::Value =
+        serde_json::from_slice(&cli(&j, &["lease", "list", "--json"]).stdout).unwrap();
+    assert_eq!(leases.as_array().unwrap().len(), 2);
+    assert!(cli(&j, &["lease", "revoke", "case-9"]).status.success());
+    let again = cli(&j, &["lease", "revoke", "case-9"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again).contains("no live lease case-9"),
+        "{}",
+        text(&again)
+    );
+}
+
+#[test]
+fn errors_name_the_cause_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = cli(&dir.path().join("nope.db"), &["journal", "list"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing).contains("pass --journal PATH or set INTERLOCK_JOURNAL"),
+        "{}",
+        text(&missing)
+    );
+    let (j, _) = journal_with_a_refund(dir.path());
+    let unknown = cli(&j, &["journal", "show", "no-such-key"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        text(&unknown).contains("interlock journal list"),
+        "{}",
+        text(&unknown)
+    );
+    let bad_cap = cli(
+        &j,
+        &["lease", "grant", "x", "--approver", "a", "--cap", "amount"],
+    );
+    assert!(text(&bad_cap).contains("field=value"), "{}", text(&bad_cap));
+}
+
+#[test]
+fn verify_exits_0_on_an_intact_journal_and_1_after_tampering() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, key) = journal_with_a_refund(dir.path());
+    let keyfile = dir.path().join("hmac.key");
+    std::fs::write(&keyfile, "a shared receipt key").unwrap();
+    let receipts = dir.path().join("receipts");
+    let export = cli(
+        &j,
+        &[
+            "receipt",
+            "export",
+            "--all",
+            "--out",
+            receipts.to_str().unwrap(),
+            "--hmac-key-file",
+            keyfile.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        text(&export).contains("1 signed receipt"),
+        "{}",
+        text(&export)
+    );
+    let args = [
+        "verify",
+        "--all",
+        "--receipts",
+        receipts.to_str().unwrap(),
+        "--hmac-key-file",
+        keyfile.to_str().unwrap(),
+    ];
+    let ok = cli(&j, &args);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    assert!(text(&ok).contains("1 of 1 effect(s) hold"));
+    // Change the refunded amount in the journal, as someone with sqlite3 would.
+    let conn = rusqlite::Connection::open(&j).unwrap();
+    conn.execute("UPDATE records SET body = replace(body, '\"amount\":2000', '\"amount\":200') WHERE n = 0 AND key = ?1", [&key]).unwrap();
+    drop(conn);
+    let bad = cli(&j, &args);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("FAIL valid") && text(&bad).contains("record 0"),
+        "{}",
+        text(&bad)
+    );
+    // Ed25519: keygen, export, verify with the public key alone.
+    let dir2 = tempfile::tempdir().unwrap();
+    let (j2, _) = journal_with_a_refund(dir2.path());
+    let sk = dir2.path().join("receipt.key");
+    let kg = cli(&j2, &["receipt", "keygen", "--out", sk.to_str().unwrap()]);
+    let public = dir2.path().join("receipt.pub");
+    std::fs::write(&public, &kg.stdout).unwrap();
+    let out = dir2.path().join("r");
+    assert!(
+        cli(
+            &j2,
+            &[
+                "receipt",
+                "export",
+                "--all",
+                "--out",
+                out.to_str().unwrap(),
+                "--ed25519-key-file",
+                sk.to_str().unwrap()
+            ]
+        )
+        .status
+        .success()
+    );
+    let v = cli(
+        &j2,
+        &[
+            "verify",
+            "--all",
+            "--receipts",
+            out.to_str().unwrap(),
+            "--ed25519-public-key-file",
+            public.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
+}
