@@ -1,0 +1,413 @@
+//! The gate: the I/O shell around the decision core. It reads the journal, the lease store, the
+//! premises, the liveness locks and the target; asks `core` what to do; and does it, writing each
+//! step to the journal before acting on it. A crash anywhere leaves a history that the next
+//! attempt resolves by the recovery table, never by guessing.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::clock::Clock;
+use crate::core::{
+    Ambiguous, EffectState, Failed, Holder, MarginError, Refused, Resolution, Via, tier,
+};
+use crate::effect::{Effect, EffectKey};
+use crate::faults::{Crash, FaultPoint, Faults, NoFaults};
+use crate::journal::{Journal, JournalError};
+use crate::lease::LeaseStore;
+use crate::liveness::{HeldLock, LockDir};
+use crate::premise::{PremiseError, PremiseReader};
+use crate::target::Target;
+
+mod checks;
+mod dispatch;
+mod recovery;
+
+/// A state that moves under an attempt is re-planned at most this many times per call.
+const MAX_ROUNDS: usize = 8;
+
+/// How the gate runs.
+#[derive(Clone, Debug)]
+pub struct GateConfig {
+    /// Who this gate is, for claims.
+    pub holder: Holder,
+    /// A send is cut off after this long.
+    pub send_timeout: Duration,
+    /// Added to the send timeout for a claim's deadline: covers bytes still in flight.
+    pub settle: Duration,
+    /// A tier-1 target is trusted only until `window − margin` after the first dispatch.
+    pub dedupe_margin: Duration,
+    /// Where liveness lock files live (one host only).
+    pub lock_dir: PathBuf,
+    /// Suggested wait before retrying an effect in flight elsewhere.
+    pub retry_after: Duration,
+}
+
+impl GateConfig {
+    /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
+    /// lock files beside the journal.
+    pub fn beside(journal_path: impl Into<PathBuf>) -> Self {
+        let mut lock_dir = journal_path.into().into_os_string();
+        lock_dir.push(".locks");
+        Self {
+            holder: Holder {
+                host: host_name(),
+                pid: std::process::id(),
+                attempt: "1".into(),
+            },
+            send_timeout: Duration::from_secs(30),
+            settle: Duration::from_secs(5),
+            dedupe_margin: Duration::from_secs(3600),
+            lock_dir: lock_dir.into(),
+            retry_after: Duration::from_millis(500),
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// What an attempt ended with.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The effect landed once.
+    Committed {
+        /// How that is known.
+        via: Via,
+        /// The target's answer, as journaled.
+        result: Value,
+        /// True when answered from the journal without sending.
+        replayed: bool,
+    },
+    /// Refused: nothing sent on this path. Also returned for a conflicting resubmission.
+    Refused(Refused),
+    /// The target definitively said no.
+    Failed(Failed),
+    /// Unknowable from here; a person must look.
+    Ambiguous(Ambiguous),
+    /// A send may be in flight elsewhere, or the target could not be asked: try again later.
+    InFlight {
+        /// Suggested wait.
+        retry_after: Duration,
+        /// Why.
+        reason: String,
+    },
+    /// Premises or the lease could not be read just now; nothing was sent. Try again later.
+    Retry {
+        /// Suggested wait.
+        retry_after: Duration,
+        /// Why.
+        reason: String,
+    },
+    /// This attempt lost its claim to a recoverer before sending: it sent nothing.
+    Superseded {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// A short stable label, e.g. `COMMITTED/idempotent_resend`, `REFUSED:stale_premise`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Committed {
+                via,
+                replayed: true,
+                ..
+            } => {
+                format!("COMMITTED/{}(replayed)", via_str(*via))
+            }
+            Self::Committed { via, .. } => format!("COMMITTED/{}", via_str(*via)),
+            Self::Refused(r) => format!("REFUSED:{}", r.code),
+            Self::Failed(f) => format!("FAILED:{}", f.code),
+            Self::Ambiguous(_) => "AMBIGUOUS".into(),
+            Self::InFlight { .. } => "IN_FLIGHT".into(),
+            Self::Retry { .. } => "RETRY".into(),
+            Self::Superseded { .. } => "SUPERSEDED".into(),
+        }
+    }
+
+    /// True for outcomes that will not change on another attempt.
+    pub fn is_final(&self) -> bool {
+        !matches!(
+            self,
+            Self::InFlight { .. } | Self::Retry { .. } | Self::Superseded { .. }
+        )
+    }
+}
+
+fn via_str(via: Via) -> &'static str {
+    match via {
+        Via::FirstSend => "first_send",
+        Via::IdempotentResend => "idempotent_resend",
+        Via::FoundByLookup => "found_by_lookup",
+        Via::ReappliedAfterLookup => "reapplied_after_lookup",
+        Via::FailedButLanded => "failed_but_landed",
+        Via::LateAnswer => "late_answer",
+    }
+}
+
+/// Errors that stop an attempt without an outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GateError {
+    /// The journal failed; nothing was sent after the failure.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// A fault injected by a test or the harness.
+    #[error(transparent)]
+    Crashed(#[from] Crash),
+    /// A tier-1 target whose dedupe window cannot be trusted with this configuration.
+    #[error("target {target}: {source}")]
+    Margin {
+        /// The target.
+        target: String,
+        /// The check that failed.
+        source: MarginError,
+    },
+    /// `recover` on a key the journal has never seen.
+    #[error("no effect with key {0} is in the journal: check the key (`interlock journal list`)")]
+    UnknownKey(String),
+    /// The liveness lock directory cannot be used.
+    #[error("liveness locks in {dir}: {source}: make the directory writable")]
+    Locks {
+        /// The directory.
+        dir: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// A decision could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// The key or payload is unusable.
+    #[error(transparent)]
+    Effect(#[from] crate::effect::EffectError),
+    /// The premises could not be read.
+    #[error(transparent)]
+    Premises(#[from] PremiseError),
+}
+
+/// The gate, shared by every effect a worker runs.
+#[derive(Clone)]
+pub struct Gate {
+    journal: Arc<dyn Journal>,
+    leases: Arc<dyn LeaseStore>,
+    clock: Arc<dyn Clock>,
+    faults: Arc<dyn Faults>,
+    cfg: GateConfig,
+    locks: LockDir,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("journal", &self.journal.location())
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Gate {
+    /// A gate over a journal and a lease store.
+    pub fn new(
+        journal: Arc<dyn Journal>,
+        leases: Arc<dyn LeaseStore>,
+        clock: Arc<dyn Clock>,
+        cfg: GateConfig,
+    ) -> Result<Self, GateError> {
+        let locks = LockDir::new(&cfg.lock_dir).map_err(|source| GateError::Locks {
+            dir: cfg.lock_dir.display().to_string(),
+            source,
+        })?;
+        Ok(Self {
+            journal,
+            leases,
+            clock,
+            faults: Arc::new(NoFaults),
+            cfg,
+            locks,
+        })
+    }
+
+    /// Inject faults (tests and the kill-matrix harness).
+    pub fn with_faults(mut self, faults: Arc<dyn Faults>) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The same gate, naming another attempt in the claims it takes.
+    pub fn with_attempt(mut self, attempt: impl Into<String>) -> Self {
+        self.cfg.holder.attempt = attempt.into();
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GateConfig {
+        &self.cfg
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        &self.journal
+    }
+
+    /// Bind a target and its premise reader. A tier-1 target's dedupe margin is checked here,
+    /// at start-up, instead of being trusted.
+    pub fn bind(
+        &self,
+        target: Arc<dyn Target>,
+        premises: Arc<dyn PremiseReader>,
+    ) -> Result<Bound, GateError> {
+        if let (crate::core::Tier::One, Some(window)) = (target.tier(), target.dedupe_window()) {
+            tier::check_margin(
+                ms(window),
+                ms(self.cfg.dedupe_margin),
+                ms(self.cfg.send_timeout),
+                ms(self.cfg.settle),
+            )
+            .map_err(|source| GateError::Margin {
+                target: target.name().to_owned(),
+                source,
+            })?;
+        }
+        Ok(Bound {
+            gate: self.clone(),
+            target,
+            premises,
+        })
+    }
+}
+
+fn wait_until(until_ms: i64, now_ms: i64) -> Duration {
+    Duration::from_millis(
+        u64::try_from(until_ms.saturating_sub(now_ms))
+            .unwrap_or(0)
+            .max(1),
+    )
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A gate bound to one target and one premise reader: the thing an activity body calls.
+#[derive(Clone)]
+pub struct Bound {
+    gate: Gate,
+    target: Arc<dyn Target>,
+    premises: Arc<dyn PremiseReader>,
+}
+
+enum Step {
+    Done(Outcome),
+    Again,
+}
+
+impl Bound {
+    /// Run one attempt of `effect`: replay, recover, or check and send.
+    pub fn submit(&self, effect: &Effect) -> Result<Outcome, GateError> {
+        self.fault(FaultPoint::Start, &effect.key)?;
+        for _ in 0..MAX_ROUNDS {
+            if let Step::Done(o) = self.submit_once(effect)? {
+                return Ok(o);
+            }
+        }
+        Ok(self.busy("the effect kept changing under this attempt"))
+    }
+
+    /// Resolve whatever the journal holds for `key`: continue a proposal, recover an in-flight
+    /// send, or replay a resolution.
+    pub fn recover(&self, key: &EffectKey) -> Result<Outcome, GateError> {
+        self.fault(FaultPoint::Start, key)?;
+        for _ in 0..MAX_ROUNDS {
+            let step = match self.gate.journal.state(key)? {
+                EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
+                EffectState::Proposed { first } => self.authorize(key, &first, false)?,
+                EffectState::InFlight { first, claim } => {
+                    self.recover_claim(key, &first, &claim)?
+                }
+                EffectState::Resolved { resolution, .. } => {
+                    Step::Done(outcome_of(resolution, true))
+                }
+            };
+            if let Step::Done(o) = step {
+                return Ok(o);
+            }
+        }
+        Ok(self.busy("the effect kept changing under this attempt"))
+    }
+
+    /// The target this gate sends to.
+    pub fn target(&self) -> &Arc<dyn Target> {
+        &self.target
+    }
+
+    /// Make a decision: the effect with its premises read now by this gate's premise reader.
+    pub fn decide(
+        &self,
+        key: EffectKey,
+        payload: &impl serde::Serialize,
+        lease: impl Into<String>,
+    ) -> Result<Effect, DecideError> {
+        let effect = Effect::new(key, payload, lease)?;
+        let premises = self.premises.read(&effect.key, &effect.payload)?;
+        Ok(effect.premises(premises))
+    }
+
+    fn busy(&self, reason: &str) -> Outcome {
+        Outcome::InFlight {
+            retry_after: self.gate.cfg.retry_after,
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.gate.clock.now_ms()
+    }
+
+    fn fault(&self, point: FaultPoint, key: &EffectKey) -> Result<(), Crash> {
+        self.gate.faults.at(point, key.as_str())
+    }
+
+    pub(super) fn deadline(&self) -> i64 {
+        self.now() + ms(self.gate.cfg.send_timeout) + ms(self.gate.cfg.settle)
+    }
+
+    pub(super) fn hold(&self, key: &EffectKey, token: u64) -> Result<Option<HeldLock>, GateError> {
+        self.gate
+            .locks
+            .try_hold(key.as_str(), token)
+            .map_err(|e| self.lock_err(e))
+    }
+
+    pub(super) fn lock_err(&self, source: std::io::Error) -> GateError {
+        GateError::Locks {
+            dir: self.gate.locks.dir().display().to_string(),
+            source,
+        }
+    }
+}
+
+pub(super) fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
+    match res {
+        Resolution::Committed(c) => Outcome::Committed {
+            via: c.via,
+            result: c.result,
+            replayed,
+        },
+        Resolution::Refused(r) => Outcome::Refused(r),
+        Resolution::Failed(f) => Outcome::Failed(f),
+        Resolution::Ambiguous(a) => Outcome::Ambiguous(a),
+    }
+}
