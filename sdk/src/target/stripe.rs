@@ -187,18 +187,27 @@ impl StripeRefunds {
     }
 
     /// The amount of a payment intent.
-    pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, String> {
+    /// A 4xx (no such payment, no access) is a definite answer; anything else may pass.
+    pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, PremiseError> {
         match self.get(&format!("/v1/payment_intents/{payment_intent}"), &[]) {
             Http::Answer { status: 200, body } => body
                 .get("amount_received")
                 .or_else(|| body.get("amount"))
                 .and_then(Value::as_i64)
-                .ok_or_else(|| "payment intent answered without an amount".into()),
-            Http::Answer { status, body } => Err(format!(
+                .ok_or_else(|| {
+                    PremiseError::Invalid("payment intent answered without an amount".into())
+                }),
+            Http::Answer { status, body } if (400..500).contains(&status) && status != 429 => {
+                Err(PremiseError::Invalid(format!(
+                    "payment intent {payment_intent}: {status} {}",
+                    error_message(&body)
+                )))
+            }
+            Http::Answer { status, body } => Err(PremiseError::Unavailable(format!(
                 "payment intent {payment_intent}: {status} {}",
                 error_message(&body)
-            )),
-            Http::Lost(why) => Err(why),
+            ))),
+            Http::Lost(why) => Err(PremiseError::Unavailable(why)),
         }
     }
 }
@@ -358,10 +367,7 @@ pub struct StripeRefundPremises(pub StripeRefunds);
 impl PremiseReader for StripeRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let p = parse(payload).map_err(PremiseError::Invalid)?;
-        let paid = self
-            .0
-            .payment_amount(&p.payment_intent)
-            .map_err(PremiseError::Unavailable)?;
+        let paid = self.0.payment_amount(&p.payment_intent)?;
         let refunds = self
             .0
             .list_refunds(&p.payment_intent)
