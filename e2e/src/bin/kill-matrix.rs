@@ -182,7 +182,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let command = if quick {
-        "scripts/e2e --quick".to_owned()
+        "scripts/main-job --quick".to_owned()
     } else {
         format!("scripts/main-job (kill-matrix --repeat {repeat})")
     };
