@@ -180,21 +180,7 @@ pub fn handle(
             "the refund's key is not a usable effect key".into(),
         ));
     };
-    let confirmed = Confirmed {
-        via: "webhook".into(),
-        event: Some(id.to_owned()),
-        refund: object.get("id").and_then(Value::as_str).map(str::to_owned),
-        status: object
-            .get("status")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        amount: object.get("amount").and_then(Value::as_i64),
-        payment_intent: object
-            .get("payment_intent")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        created: object.get("created").and_then(Value::as_i64),
-    };
+    let confirmed = confirmed_from("webhook", Some(id), object);
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
@@ -248,21 +234,7 @@ pub fn confirm_by_lookup(
             )));
         }
     };
-    let confirmed = Confirmed {
-        via: "lookup".into(),
-        event: None,
-        refund: found.get("id").and_then(Value::as_str).map(str::to_owned),
-        status: found
-            .get("status")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        amount: found.get("amount").and_then(Value::as_i64),
-        payment_intent: found
-            .get("payment_intent")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        created: found.get("created").and_then(Value::as_i64),
-    };
+    let confirmed = confirmed_from("lookup", None, &found);
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
@@ -278,4 +250,19 @@ pub fn confirm_by_lookup(
         }
     })?;
     Ok(outcome)
+}
+
+/// A confirmation from the target's own description of the effect (a webhook's `data.object`, or
+/// what a lookup found).
+fn confirmed_from(via: &str, event: Option<&str>, object: &Value) -> Confirmed {
+    let text = |k: &str| object.get(k).and_then(Value::as_str).map(str::to_owned);
+    Confirmed {
+        via: via.to_owned(),
+        event: event.map(str::to_owned),
+        refund: text("id"),
+        status: text("status"),
+        amount: object.get("amount").and_then(Value::as_i64),
+        payment_intent: text("payment_intent"),
+        created: object.get("created").and_then(Value::as_i64),
+    }
 }
