@@ -121,6 +121,8 @@ pub struct CellResult {
     pub verified: Option<bool>,
     /// The verify columns that failed.
     pub verify_failed: Vec<String>,
+    /// Every verify column: `holds`, `fails`, or `n/a` (does not apply, or could not be asked).
+    pub verify_columns: Vec<(String, String)>,
     /// For gated cells: whether the API's signed webhook was recorded as `CONFIRMED`.
     pub confirmed: Option<bool>,
 }
@@ -429,6 +431,7 @@ fn judge(
         wall_s: (now_ms() - t0) as f64 / 1000.0,
         verified: None,
         verify_failed: Vec::new(),
+        verify_columns: Vec::new(),
         confirmed: None,
     }
 }
@@ -461,6 +464,18 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
         std::thread::sleep(Duration::from_millis(50));
     };
     cell.verified = Some(v.holds());
+    cell.verify_columns = v
+        .columns
+        .iter()
+        .map(|c| {
+            let state = match c.holds {
+                Some(true) => "holds",
+                Some(false) => "fails",
+                None => "n/a",
+            };
+            (c.name.to_owned(), state.to_owned())
+        })
+        .collect();
     cell.verify_failed = v
         .columns
         .iter()

@@ -171,5 +171,46 @@ pub fn markdown(cells: &[CellResult], command: &str) -> String {
             s.system, s.cells, s.held
         ));
     }
+    let gated: Vec<&str> = summary
+        .iter()
+        .map(|s| s.system.as_str())
+        .filter(|s| s.starts_with("gated"))
+        .collect();
+    let mut columns: Vec<&str> = Vec::new();
+    for c in cells {
+        for (name, _) in &c.verify_columns {
+            if !columns.contains(&name.as_str()) {
+                columns.push(name);
+            }
+        }
+    }
+    if !columns.is_empty() {
+        out.push_str("\n`interlock verify` on every gated cell, column by column (cells where the column holds · fails · does not apply):\n\n| column |");
+        for s in &gated {
+            out.push_str(&format!(" {s} |"));
+        }
+        out.push_str("\n|---|");
+        out.push_str(&"---|".repeat(gated.len()));
+        out.push('\n');
+        for col in &columns {
+            out.push_str(&format!("| {col} |"));
+            for s in &gated {
+                let count = |state: &str| {
+                    cells
+                        .iter()
+                        .filter(|c| c.system == *s)
+                        .filter(|c| c.verify_columns.iter().any(|(n, v)| n == col && v == state))
+                        .count()
+                };
+                out.push_str(&format!(
+                    " {} · {} · {} |",
+                    count("holds"),
+                    count("fails"),
+                    count("n/a")
+                ));
+            }
+            out.push('\n');
+        }
+    }
     out
 }
