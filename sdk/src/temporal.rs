@@ -230,6 +230,30 @@ pub fn verdict(
     }
 }
 
+/// Run blocking work on tokio's blocking pool while this task heartbeats (every quarter of the
+/// activity's heartbeat timeout, or every second without one), so a dead worker is noticed by the
+/// heartbeat timeout while a live one is never timed out mid-send. The work cannot be cancelled
+/// half-way: heartbeats only prove the worker lives.
+pub async fn with_heartbeats<T: Send + 'static>(
+    ctx: &ActivityContext,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let attempt = ctx.info().attempt;
+    let every = ctx
+        .info()
+        .heartbeat_timeout
+        .filter(|t| !t.is_zero())
+        .map_or(Duration::from_secs(1), |t| t / 4);
+    let mut task = tokio::task::spawn_blocking(work);
+    let _ = ctx.record_heartbeat(attempt).await;
+    loop {
+        tokio::select! {
+            res = &mut task => return res,
+            _ = tokio::time::sleep(every) => { let _ = ctx.record_heartbeat(attempt).await; }
+        }
+    }
+}
+
 /// Run one attempt of `effect` through `bound` as the body of the activity.
 pub async fn gated(
     ctx: &ActivityContext,
@@ -244,23 +268,8 @@ pub async fn gated(
         decided: effect.decided,
         lease: effect.lease,
     };
-    let heartbeat_every = ctx
-        .info()
-        .heartbeat_timeout
-        .filter(|t| !t.is_zero())
-        .map_or(Duration::from_secs(1), |t| t / 4);
     let gate = bound.clone();
-    let mut work = tokio::task::spawn_blocking(move || gate.submit(&effect));
-    let _ = ctx.record_heartbeat(attempt).await;
-    let joined = loop {
-        tokio::select! {
-            res = &mut work => break res,
-            _ = tokio::time::sleep(heartbeat_every) => {
-                // The send cannot be cancelled half-way; heartbeats only prove this worker lives.
-                let _ = ctx.record_heartbeat(attempt).await;
-            }
-        }
-    };
+    let joined = with_heartbeats(ctx, move || gate.submit(&effect)).await;
     let result = joined.map_err(|e| Failure {
         type_name: JOURNAL,
         message: format!("the gate's task died: {e}"),

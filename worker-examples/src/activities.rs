@@ -99,20 +99,14 @@ fn payload(r: &RefundRequest) -> Value {
     json!({ "payment_intent": r.payment_intent, "amount": r.amount, "currency": r.currency })
 }
 
-/// Run blocking work on tokio's blocking pool, heartbeating every 500 ms until it returns.
+/// Run a baseline's blocking attempt with the same heartbeats the gated activity gets.
 async fn with_heartbeats<T: Send + 'static>(
     ctx: &ActivityContext,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ActivityError> {
-    let attempt = ctx.info().attempt;
-    let mut task = tokio::task::spawn_blocking(work);
-    let _ = ctx.record_heartbeat(attempt).await;
-    loop {
-        tokio::select! {
-            r = &mut task => return r.map_err(|e| ApplicationFailure::new(format!("worker task died: {e}")).into()),
-            _ = tokio::time::sleep(Duration::from_millis(500)) => { let _ = ctx.record_heartbeat(attempt).await; }
-        }
-    }
+    interlock::temporal::with_heartbeats(ctx, work)
+        .await
+        .map_err(|e| ApplicationFailure::new(format!("worker task died: {e}")).into())
 }
 
 fn finish(a: Attempt) -> Result<RefundReport, ActivityError> {

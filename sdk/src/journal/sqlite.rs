@@ -373,7 +373,8 @@ impl Journal for SqliteJournal {
         let mut records = self.read(&tx, key.as_str())?;
         let before = self.fold(key.as_str(), &records)?;
         let mut appended = Vec::new();
-        for event in decide(&before, &records.clone()) {
+        let events = decide(&before, &records);
+        for event in events {
             appended.push(self.insert(&tx, key.as_str(), &mut records, event)?);
         }
         // Refuse to commit anything that would make the history unreadable.
