@@ -15,6 +15,8 @@ pub enum FaultPoint {
     AfterSend,
     /// The answer is journaled; the caller has not heard it.
     AfterRecord,
+    /// A recoverer has decided to take the claim on what it read and has not yet written it.
+    BeforeTakeover,
     /// A recoverer has taken the claim and has not yet looked up or re-checked.
     AfterTakeover,
 }

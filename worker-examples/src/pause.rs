@@ -59,6 +59,7 @@ pub fn point_name(p: FaultPoint) -> &'static str {
         FaultPoint::AfterDispatch => "after_dispatch",
         FaultPoint::AfterSend => "after_response",
         FaultPoint::AfterRecord => "after_journal",
+        FaultPoint::BeforeTakeover => "before_takeover",
         FaultPoint::AfterTakeover => "during_recovery",
     }
 }

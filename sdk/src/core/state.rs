@@ -354,6 +354,33 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_late_answer_keeps_its_send_s_window_open() {
+        for unknown in [
+            json!({"unknown": "timed out after 30 s"}),
+            json!({"unknown": "HTTP 503"}),
+            json!({"unknown": "409: a request with this key is still in progress"}),
+        ] {
+            let h = [
+                proposed(),
+                dispatched(1, "a", 5_000),
+                claimed(2, "b", 5_000),
+                Event::LateResult(LateResult {
+                    token: 1,
+                    answer: unknown.clone(),
+                }),
+            ];
+            let Ok(EffectState::InFlight { claim, .. }) = fold(h.iter().map(|e| (700, e))) else {
+                panic!()
+            };
+            assert_eq!(
+                claim.quiet_after(None),
+                5_000,
+                "{unknown}: the service may still be processing that request"
+            );
+        }
+    }
+
+    #[test]
     fn histories_no_honest_gate_writes_are_rejected_with_their_position() {
         let bad: [&[Event]; 5] = [
             &[committed(1)],

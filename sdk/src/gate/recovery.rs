@@ -49,6 +49,7 @@ impl Bound {
             }
             TakeoverPlan::Take(reason) => reason,
         };
+        self.fault(FaultPoint::BeforeTakeover, key)?;
         let token = claim.token + 1;
         let Some(lock) = self.hold(key, token)? else {
             return Ok(Step::Done(

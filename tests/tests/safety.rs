@@ -1,0 +1,307 @@
+//! Regressions for the double-refund and late-revocation paths an adversarial read found: each
+//! test drives the real gate, journal and simulated payments service through the one schedule
+//! that broke the promise, and judges it by the service's own records.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use interlock::core::{LookupAnswer, RefusalCode, SendAnswer, Via};
+use interlock::faults::{Action, FaultPoint, ScriptedFaults, Stall};
+use interlock::premise::{PremiseError, PremiseReader};
+use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
+use interlock::target::{SendRequest, Target};
+use interlock::{
+    Bound, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome,
+    SqliteJournal, Tier,
+};
+use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
+use serde_json::Value;
+
+/// One journal, one payments service, one clock; gates are made per actor.
+struct Bench {
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    sim: Arc<SimPayments>,
+    journal: Arc<SqliteJournal>,
+}
+
+impl Bench {
+    fn new(tier: Tier) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(tier);
+        let journal = Arc::new(
+            SqliteJournal::open(dir.path().join("j.db"), Arc::new(world.clock.clone())).unwrap(),
+        );
+        journal.grant_lease(&World::grant()).unwrap();
+        Self {
+            dir,
+            clock: world.clock,
+            sim: world.sim,
+            journal,
+        }
+    }
+
+    fn gate(&self, attempt: &str, faults: Option<Arc<ScriptedFaults>>) -> Gate {
+        let gate = Gate::new(
+            self.journal.clone(),
+            self.journal.clone(),
+            Arc::new(self.clock.clone()),
+            GateConfig::beside(self.dir.path().join("j.db")),
+        )
+        .unwrap()
+        .with_attempt(attempt);
+        match faults {
+            Some(f) => gate.with_faults(f),
+            None => gate,
+        }
+    }
+
+    fn bind(&self, gate: &Gate, target: Arc<dyn Target>) -> Bound {
+        gate.bind(target, Arc::new(SimRefundPremises(self.sim.clone())))
+            .unwrap()
+    }
+
+    fn sim_target(&self) -> Arc<dyn Target> {
+        Arc::new(SimTarget(self.sim.clone()))
+    }
+
+    fn effect(&self) -> Effect {
+        World {
+            clock: self.clock.clone(),
+            sim: self.sim.clone(),
+        }
+        .decide(AMOUNT)
+        .unwrap()
+    }
+
+    fn refunded(&self) -> i64 {
+        self.sim.refunded(PAYMENT)
+    }
+
+    /// A first attempt that dies at `point` (its liveness lock goes with it).
+    fn first_attempt_dies_at(&self, point: FaultPoint) {
+        let faults = ScriptedFaults::new();
+        faults.arm(point, Action::Crash);
+        let gate = self.gate("first", Some(faults));
+        let bound = self.bind(&gate, self.sim_target());
+        let err = bound.submit(&self.effect()).unwrap_err();
+        assert!(matches!(err, GateError::Crashed(_)), "{err}");
+    }
+}
+
+/// A binding that claims another tier (or name) for the same service: a redeployed worker, or
+/// `interlock recover --tier 1` against a service without Stripe's guarantees.
+struct Claims {
+    inner: SimTarget,
+    tier: Tier,
+    name: &'static str,
+}
+
+impl Target for Claims {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn tier(&self) -> Tier {
+        self.tier
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        (self.tier == Tier::One).then_some(WINDOW)
+    }
+    fn has_lookup(&self) -> bool {
+        self.inner.has_lookup()
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.inner.send(req)
+    }
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        self.inner.lookup(key, payload)
+    }
+}
+
+#[test]
+fn recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s() {
+    for (tier, expected) in [(Tier::Two, "COMMITTED/found_by_lookup"), (Tier::Three, "AMBIGUOUS")] {
+        let b = Bench::new(tier);
+        b.first_attempt_dies_at(FaultPoint::AfterSend);
+        assert_eq!(b.refunded(), AMOUNT, "the first send landed");
+        let claims_tier1 = Arc::new(Claims {
+            inner: SimTarget(b.sim.clone()),
+            tier: Tier::One,
+            name: "sim-payments",
+        });
+        let gate = b.gate("recover", None);
+        let out = b.bind(&gate, claims_tier1).recover(&World::key()).unwrap();
+        assert_eq!(out.label(), expected, "tier {tier:?}: {out:?}");
+        assert_eq!(
+            b.refunded(),
+            AMOUNT,
+            "tier {tier:?}: the service's records show a second refund"
+        );
+    }
+}
+
+#[test]
+fn recovery_through_another_target_than_the_journaled_one_is_refused() {
+    let b = Bench::new(Tier::Two);
+    b.first_attempt_dies_at(FaultPoint::AfterDispatch);
+    let other = Arc::new(Claims {
+        inner: SimTarget(b.sim.clone()),
+        tier: Tier::Two,
+        name: "other-payments",
+    });
+    let gate = b.gate("recover", None);
+    let result = b.bind(&gate, other).recover(&World::key());
+    let err = result.expect_err("recovering through another target must not act");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("sim-payments") && shown.contains("other-payments"),
+        "{shown}"
+    );
+    assert_eq!(b.refunded(), 0);
+}
+
+#[test]
+fn a_takeover_planned_on_a_stale_snapshot_cannot_erase_a_concurrent_resend_s_window() {
+    let b = Bench::new(Tier::Two);
+    b.first_attempt_dies_at(FaultPoint::AfterDispatch);
+
+    // B takes the dead holder's claim and pauses before its resend.
+    let b_faults = ScriptedFaults::new();
+    let b_pause = Stall::new();
+    b_faults.arm(FaultPoint::AfterTakeover, Action::Stall(b_pause.clone()));
+    let b_bound = b.bind(&b.gate("b", Some(b_faults)), b.sim_target());
+    let b_thread = std::thread::spawn(move || b_bound.recover(&World::key()));
+    b_pause.wait_reached();
+
+    // B's claim deadline passes; C reads the state and decides to take over on it.
+    b.clock.advance(36_000);
+    let c_faults = ScriptedFaults::new();
+    let c_pause = Stall::new();
+    c_faults.arm(FaultPoint::BeforeTakeover, Action::Stall(c_pause.clone()));
+    let c_bound = b.bind(&b.gate("c", Some(c_faults)), b.sim_target());
+    let c_thread = std::thread::spawn(move || c_bound.recover(&World::key()));
+    c_pause.wait_reached();
+
+    // B resends (a fresh DISPATCHED with a new deadline); its request is held at the service.
+    let held = Stall::new();
+    b.sim.hold_next(held.clone());
+    b_pause.release();
+    held.wait_reached();
+
+    // C now writes the takeover it planned before B's resend.
+    c_pause.release();
+    let c_out = c_thread.join().unwrap().unwrap();
+    held.release();
+    let b_out = b_thread.join().unwrap().unwrap();
+    assert_eq!(
+        b.refunded(),
+        AMOUNT,
+        "two refunds: B {} / C {}",
+        b_out.label(),
+        c_out.label()
+    );
+    assert!(matches!(c_out, Outcome::InFlight { .. }), "{c_out:?}");
+    assert!(
+        matches!(
+            b_out,
+            Outcome::Committed {
+                via: Via::ReappliedAfterLookup,
+                ..
+            }
+        ),
+        "{b_out:?}"
+    );
+}
+
+/// Premises whose read takes long enough for a revocation to commit meanwhile.
+struct RevokeWhileReading {
+    inner: SimRefundPremises,
+    journal: Arc<SqliteJournal>,
+    armed: AtomicBool,
+}
+
+impl PremiseReader for RevokeWhileReading {
+    fn read(
+        &self,
+        key: &EffectKey,
+        payload: &Value,
+    ) -> Result<interlock::core::Premises, PremiseError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            assert!(self.journal.revoke_lease(LEASE).unwrap());
+        }
+        self.inner.read(key, payload)
+    }
+}
+
+#[test]
+fn a_revocation_that_commits_during_the_premise_reads_stops_the_send() {
+    let b = Bench::new(Tier::One);
+    let gate = b.gate("first", None);
+    let bound = gate
+        .bind(
+            b.sim_target(),
+            Arc::new(RevokeWhileReading {
+                inner: SimRefundPremises(b.sim.clone()),
+                journal: b.journal.clone(),
+                armed: AtomicBool::new(true),
+            }),
+        )
+        .unwrap();
+    let out = bound.submit(&b.effect()).unwrap();
+    assert_eq!(b.refunded(), 0, "sent under a revoked lease: {out:?}");
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::Lease),
+        "{out:?}"
+    );
+}
+
+/// A lookup during which a revocation commits.
+struct RevokeDuringLookup {
+    inner: SimTarget,
+    journal: Arc<SqliteJournal>,
+}
+
+impl Target for RevokeDuringLookup {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn tier(&self) -> Tier {
+        self.inner.tier()
+    }
+    fn has_lookup(&self) -> bool {
+        true
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.inner.send(req)
+    }
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        let _ = self.journal.revoke_lease(LEASE).unwrap();
+        self.inner.lookup(key, payload)
+    }
+}
+
+#[test]
+fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
+    let b = Bench::new(Tier::Two);
+    b.first_attempt_dies_at(FaultPoint::AfterDispatch);
+    // The first recovery finds nothing while the dead holder's bytes may still land, and waits.
+    let gate = b.gate("recover-1", None);
+    let out = b.bind(&gate, b.sim_target()).recover(&World::key()).unwrap();
+    assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
+    // Once they cannot, the next recovery looks up again; the lease is revoked meanwhile.
+    b.clock.advance(6_000);
+    let target = Arc::new(RevokeDuringLookup {
+        inner: SimTarget(b.sim.clone()),
+        journal: b.journal.clone(),
+    });
+    let gate = b.gate("recover-2", None);
+    let out = b.bind(&gate, target).recover(&World::key()).unwrap();
+    assert_eq!(b.refunded(), 0, "resent under a revoked lease: {out:?}");
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery),
+        "{out:?}"
+    );
+}
