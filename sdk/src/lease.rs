@@ -115,6 +115,12 @@ pub trait LeaseStore: Send + Sync {
 
     /// The grant as recorded, for the journal's `AUTHORIZED` record.
     fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError>;
+
+    /// The journal store that keeps these leases ([`crate::journal::Journal::store_id`]), if
+    /// any: the gate then reads the lease inside the transaction that writes the send's record.
+    fn kept_in(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[cfg(test)]

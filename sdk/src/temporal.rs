@@ -162,6 +162,17 @@ pub fn verdict(
                 None,
             ));
         }
+        // A lock directory that cannot be used (full disk, permissions) may be mended while the
+        // effect waits; nothing was sent.
+        Err(e @ GateError::Locks { .. }) => {
+            return Err(fail(
+                JOURNAL,
+                e.to_string(),
+                true,
+                Some(Duration::from_secs(1)),
+                None,
+            ));
+        }
         Err(e @ GateError::Crashed(_)) => {
             return Err(fail(
                 JOURNAL,
@@ -345,6 +356,21 @@ mod tests {
             what: "w".into(),
         });
         assert!(!verdict(&key(), 1, Err(corrupt)).unwrap_err().retryable);
+    }
+
+    #[test]
+    fn an_unusable_lock_directory_is_retried_and_another_target_is_not() {
+        let locks = GateError::Locks {
+            dir: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(verdict(&key(), 1, Err(locks)).unwrap_err().retryable);
+        let other = GateError::TargetMismatch {
+            key: "k".into(),
+            journaled: "stripe-refunds".into(),
+            bound: "sim-payments".into(),
+        };
+        assert!(!verdict(&key(), 1, Err(other)).unwrap_err().retryable);
     }
 
     #[test]

@@ -184,7 +184,8 @@ pub fn handle(
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
-    journal.append_with(&key, &mut |state, records| {
+    journal.append_with(&key, &mut |tx| {
+        let (state, records) = (tx.state, tx.records);
         if matches!(state, EffectState::Absent) {
             outcome = Delivery::Ignored(format!("no effect {key} in this journal"));
             return Vec::new();
@@ -238,7 +239,8 @@ pub fn confirm_by_lookup(
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
-    journal.append_with(key, &mut |_, records| {
+    journal.append_with(key, &mut |tx| {
+        let records = tx.records;
         let seen = records.iter().any(|r| {
             matches!(&r.event, Event::Confirmed(c) if c.via == "lookup" && c.refund == confirmed.refund)
         });

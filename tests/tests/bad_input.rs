@@ -311,9 +311,10 @@ struct Garbage {
     panic: bool,
 }
 
+/// The same service, through a client with bugs: the effect is journaled under its name.
 impl Target for Garbage {
     fn name(&self) -> &str {
-        "garbage"
+        self.inner.name()
     }
     fn tier(&self) -> Tier {
         Tier::Two

@@ -14,8 +14,8 @@ use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::target::{SendRequest, Target};
 use interlock::{
-    Bound, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome,
-    SqliteJournal, Tier,
+    Bound, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, SqliteJournal,
+    Tier,
 };
 use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
 use serde_json::Value;
@@ -123,7 +123,10 @@ impl Target for Claims {
 
 #[test]
 fn recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s() {
-    for (tier, expected) in [(Tier::Two, "COMMITTED/found_by_lookup"), (Tier::Three, "AMBIGUOUS")] {
+    for (tier, expected) in [
+        (Tier::Two, "COMMITTED/found_by_lookup"),
+        (Tier::Three, "AMBIGUOUS"),
+    ] {
         let b = Bench::new(tier);
         b.first_attempt_dies_at(FaultPoint::AfterSend);
         assert_eq!(b.refunded(), AMOUNT, "the first send landed");
@@ -289,7 +292,10 @@ fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
     // The first recovery finds nothing while the dead holder's bytes may still land, and waits.
     let gate = b.gate("recover-1", None);
-    let out = b.bind(&gate, b.sim_target()).recover(&World::key()).unwrap();
+    let out = b
+        .bind(&gate, b.sim_target())
+        .recover(&World::key())
+        .unwrap();
     assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
     // Once they cannot, the next recovery looks up again; the lease is revoked meanwhile.
     b.clock.advance(6_000);

@@ -216,6 +216,9 @@ pub struct RecoveryInput {
     pub quiet_after_ms: i64,
     /// A superseded send's success answer, if one arrived.
     pub late_done: Option<Value>,
+    /// The lease store or premise source failed in a way that may pass: such a failure never
+    /// closes the effect; recovery waits for an answer instead.
+    pub transient: bool,
 }
 
 /// The recovery table of DESIGN §4. Call with `lookup: None` first; if the answer is
@@ -260,6 +263,10 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
             }
             Some(LookupAnswer::NotFound) => match refusal_for(recheck, true) {
                 None => RecoveryPlan::Resend(Via::ReappliedAfterLookup),
+                Some(draft) if input.transient => RecoveryPlan::Wait {
+                    reason: format!("not found, and {}; trying again", draft.reason),
+                    until_ms: None,
+                },
                 Some(draft) => RecoveryPlan::Refuse(draft),
             },
         },

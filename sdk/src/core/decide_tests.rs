@@ -181,6 +181,7 @@ fn input(effective: Effective, recheck: Recheck, has_lookup: bool) -> RecoveryIn
         now_ms: 100,
         quiet_after_ms: 50,
         late_done: None,
+        transient: false,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod decide;
 pub mod record;
 pub mod state;
 pub mod tier;
+pub mod transition;
 
 pub use decide::{
     AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, SubmitPlan,

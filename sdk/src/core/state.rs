@@ -133,11 +133,19 @@ pub fn fold<'a>(
 fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, String> {
     use EffectState as S;
     Ok(match (state, event) {
-        (S::Absent, Event::Proposed(p)) => S::Proposed { first: p.clone() },
+        (S::Absent, Event::Proposed(p)) => {
+            super::tier::Tier::try_from(p.tier)?;
+            S::Proposed { first: p.clone() }
+        }
         (S::Absent, _) => return Err("the first record of a key must be PROPOSED".into()),
-        // A late answer ends its send's window, and a late success proves the effect landed.
+        // A late answer that proves its request was processed ends that send's window (an
+        // unknown one proves nothing), and a late success proves the effect landed.
         (S::InFlight { first, mut claim }, Event::LateResult(l)) => {
-            if let Some(until) = claim.sends_until.get_mut(&l.token) {
+            if let Some(until) = claim
+                .sends_until
+                .get_mut(&l.token)
+                .filter(|_| super::transition::answer_settles(&l.answer))
+            {
                 *until = (*until).min(at_ms);
             }
             if let Some(done) = l.answer.get("done") {

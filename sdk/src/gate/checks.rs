@@ -6,8 +6,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use serde_json::{Value, json};
 
 use crate::core::decide::diff;
-use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck, RefusalCode};
+use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
+use crate::journal::TxView;
 use crate::lease::LeaseError;
 use crate::premise::PremiseError;
 
@@ -38,61 +39,77 @@ impl Bound {
         }
     }
 
-    /// R4 and R5 as of now. The second value is set when a failure may pass (the store or the
-    /// premise source was unreachable) rather than a verdict.
-    pub(super) fn recheck(
-        &self,
-        key: &EffectKey,
-        first: &Proposed,
-    ) -> (Recheck, Option<(RefusalCode, String)>) {
-        let lease = self.lease_verdict(first);
+    /// The lease as of the journal's write transaction `tx`: read in it where the leases live
+    /// in the journal's store, else from the lease store while the transaction holds the
+    /// journal's write lock. Either way nothing after this read can precede the record.
+    pub(super) fn lease_in(&self, tx: &TxView<'_>, first: &Proposed) -> LeaseVerdict {
+        if !self.gate.leases_in_journal {
+            return self.lease_verdict(first);
+        }
+        let Some(leases) = tx.leases else {
+            return LeaseVerdict::Error {
+                message: "the journal keeps the leases but cannot read them inside its \
+                          transaction"
+                    .into(),
+            };
+        };
+        let now = self.now();
+        match catch_unwind(AssertUnwindSafe(|| {
+            leases.check(&first.lease, &first.payload, now)
+        })) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => LeaseVerdict::Error {
+                message: e.to_string(),
+            },
+            Err(_) => LeaseVerdict::Error {
+                message: "the lease store panicked".into(),
+            },
+        }
+    }
+
+    /// R5 as of now: the premises read again and compared with the decision.
+    pub(super) fn read_premises(&self, key: &EffectKey, first: &Proposed) -> PremiseCheck {
         let premises = &self.premises;
         let read = catch_unwind(AssertUnwindSafe(|| premises.read(key, &first.payload)));
-        let mut transient = match &lease {
-            LeaseVerdict::Error { message } => Some((RefusalCode::LeaseError, message.clone())),
-            _ => None,
-        };
-        let (premises_now, premise_error) = match read {
-            Ok(Ok(p)) => (p, None),
-            Ok(Err(e)) => {
-                if matches!(e, PremiseError::Unavailable(_)) && transient.is_none() {
-                    transient = Some((RefusalCode::PremiseError, e.to_string()));
-                }
-                (Premises::new(), Some(e.to_string()))
-            }
+        let (premises_now, error, unavailable) = match read {
+            Ok(Ok(p)) => (p, None, false),
+            Ok(Err(e)) => (
+                Premises::new(),
+                Some(e.to_string()),
+                matches!(e, PremiseError::Unavailable(_)),
+            ),
             Err(_) => (
                 Premises::new(),
                 Some("the premise reader panicked".to_owned()),
+                false,
             ),
         };
-        let changes = if premise_error.is_none() {
+        let changes = if error.is_none() {
             diff(&first.premises, &premises_now)
         } else {
             Vec::new()
         };
-        (
-            Recheck {
-                lease,
-                premises_now,
-                changes,
-                premise_error,
-            },
-            transient,
-        )
+        PremiseCheck {
+            premises_now,
+            changes,
+            error,
+            unavailable,
+        }
     }
 
-    pub(super) fn repairs_for(
+    /// Repairs the premise reader suggests for moved premises; the core keeps them only on a
+    /// refusal with a live lease.
+    pub(super) fn repair_candidates(
         &self,
         first: &Proposed,
-        recheck: &Recheck,
-        refusing: bool,
+        check: &PremiseCheck,
     ) -> Vec<crate::core::Repair> {
-        if !refusing || recheck.changes.is_empty() || recheck.lease != LeaseVerdict::Live {
+        if check.changes.is_empty() {
             return Vec::new();
         }
         let premises = &self.premises;
         catch_unwind(AssertUnwindSafe(|| {
-            premises.repairs(&first.payload, &recheck.premises_now)
+            premises.repairs(&first.payload, &check.premises_now)
         }))
         .unwrap_or_default()
     }
@@ -101,5 +118,30 @@ impl Bound {
         let target = &self.target;
         catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
             .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+    }
+}
+
+/// What a premise read found, before the lease is read in the transaction.
+pub(super) struct PremiseCheck {
+    premises_now: Premises,
+    changes: Vec<crate::core::Change>,
+    error: Option<String>,
+    unavailable: bool,
+}
+
+impl PremiseCheck {
+    /// R4 and R5 together, once the lease is known.
+    pub(super) fn with_lease(&self, lease: LeaseVerdict) -> Recheck {
+        Recheck {
+            lease,
+            premises_now: self.premises_now.clone(),
+            changes: self.changes.clone(),
+            premise_error: self.error.clone(),
+        }
+    }
+
+    /// The premise source's error when it may pass (unreachable, not wrong).
+    pub(super) fn unavailable(&self) -> Option<&str> {
+        self.error.as_deref().filter(|_| self.unavailable)
     }
 }

@@ -5,13 +5,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::clock::Clock;
+
+use crate::core::decide::plan_submit;
+use crate::core::transition::{self, Holding};
 use crate::core::{
-    Ambiguous, EffectState, Failed, Holder, MarginError, Refused, Resolution, Via, tier,
+    Ambiguous, EffectState, Event, Failed, Holder, MarginError, Proposed, Refused, Resolution,
+    SubmitPlan, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
 use crate::faults::{Crash, FaultPoint, Faults, NoFaults};
@@ -22,8 +26,9 @@ use crate::premise::{PremiseError, PremiseReader};
 use crate::target::Target;
 
 mod checks;
-mod dispatch;
+mod fresh;
 mod recovery;
+mod send;
 
 /// A state that moves under an attempt is re-planned at most this many times per call.
 const MAX_ROUNDS: usize = 8;
@@ -176,6 +181,19 @@ pub enum GateError {
     /// `recover` on a key the journal has never seen.
     #[error("no effect with key {0} is in the journal: check the key (`interlock journal list`)")]
     UnknownKey(String),
+    /// The effect was journaled for another target than the one this binding sends to.
+    #[error(
+        "effect {key} was proposed for target {journaled}, but this gate is bound to {bound}: \
+         recover it through a binding to {journaled}"
+    )]
+    TargetMismatch {
+        /// The effect's key.
+        key: String,
+        /// The target named in its `PROPOSED` record.
+        journaled: String,
+        /// The target this binding sends to.
+        bound: String,
+    },
     /// The liveness lock directory cannot be used.
     #[error("liveness locks in {dir}: {source}: make the directory writable")]
     Locks {
@@ -203,6 +221,8 @@ pub enum DecideError {
 pub struct Gate {
     journal: Arc<dyn Journal>,
     leases: Arc<dyn LeaseStore>,
+    /// The leases live in the journal's store: read them inside its write transactions.
+    leases_in_journal: bool,
     clock: Arc<dyn Clock>,
     faults: Arc<dyn Faults>,
     cfg: GateConfig,
@@ -230,9 +250,11 @@ impl Gate {
             dir: cfg.lock_dir.display().to_string(),
             source,
         })?;
+        let leases_in_journal = leases.kept_in() == Some(journal.store_id());
         Ok(Self {
             journal,
             leases,
+            leases_in_journal,
             clock,
             faults: Arc::new(NoFaults),
             cfg,
@@ -333,8 +355,12 @@ impl Bound {
         for _ in 0..MAX_ROUNDS {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
-                EffectState::Proposed { first } => self.authorize(key, &first, false)?,
+                EffectState::Proposed { first } => {
+                    self.check_binding(key, &first)?;
+                    self.authorize(key, &first)?
+                }
                 EffectState::InFlight { first, claim } => {
+                    self.check_binding(key, &first)?;
                     self.recover_claim(key, &first, &claim)?
                 }
                 EffectState::Resolved { resolution, .. } => {
@@ -346,6 +372,61 @@ impl Bound {
             }
         }
         Ok(self.busy("the effect kept changing under this attempt"))
+    }
+
+    /// One attempt's step: what the key's state says to do with this submission.
+    fn submit_once(&self, effect: &Effect) -> Result<Step, GateError> {
+        let key = &effect.key;
+        let hash = effect.payload_hash();
+        let state = self.gate.journal.state(key)?;
+        Ok(match plan_submit(&state, &hash) {
+            SubmitPlan::Conflict { recorded } => {
+                let note = transition::conflict_note(&hash, &recorded);
+                self.gate
+                    .journal
+                    .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+                Step::Done(Outcome::Refused(note))
+            }
+            SubmitPlan::Replay(res) => Step::Done(outcome_of(res, true)),
+            SubmitPlan::Recover(claim) => match state.first() {
+                Some(first) => {
+                    self.check_binding(key, first)?;
+                    self.recover_claim(key, first, &claim)?
+                }
+                None => Step::Again,
+            },
+            SubmitPlan::Continue => match state.first() {
+                Some(first) => {
+                    self.check_binding(key, first)?;
+                    self.authorize(key, first)?
+                }
+                None => Step::Again,
+            },
+            SubmitPlan::Fresh => {
+                let proposal = Proposed {
+                    payload: effect.payload.clone(),
+                    payload_hash: hash,
+                    premises: effect.decided.clone(),
+                    lease: effect.lease.clone(),
+                    target: self.target.name().to_owned(),
+                    tier: self.target.tier().into(),
+                };
+                self.authorize(key, &proposal)?
+            }
+        })
+    }
+
+    /// An effect is continued or recovered only through the target it was proposed for.
+    fn check_binding(&self, key: &EffectKey, first: &Proposed) -> Result<(), GateError> {
+        if first.target == self.target.name() {
+            Ok(())
+        } else {
+            Err(GateError::TargetMismatch {
+                key: key.to_string(),
+                journaled: first.target.clone(),
+                bound: self.target.name().to_owned(),
+            })
+        }
     }
 
     /// The target this gate sends to.
@@ -380,8 +461,20 @@ impl Bound {
         self.gate.faults.at(point, key.as_str())
     }
 
-    pub(super) fn deadline(&self) -> i64 {
-        self.now() + ms(self.gate.cfg.send_timeout) + ms(self.gate.cfg.settle)
+    /// A claim for this gate's holder, starting now: its send is cut off after the send timeout,
+    /// and its deadline adds the settle margin for bytes still in flight.
+    pub(super) fn holding(&self) -> (Holding, Instant) {
+        let deadline_ms = self
+            .now()
+            .saturating_add(ms(self.gate.cfg.send_timeout))
+            .saturating_add(ms(self.gate.cfg.settle));
+        (
+            Holding {
+                holder: self.gate.cfg.holder.clone(),
+                deadline_ms,
+            },
+            Instant::now(),
+        )
     }
 
     pub(super) fn hold(&self, key: &EffectKey, token: u64) -> Result<Option<HeldLock>, GateError> {

@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 pub use chain::{record_hash, verify_chain};
 pub use sqlite::{Durability, SCHEMA_VERSION, SqliteJournal};
 
-use crate::core::{EffectState, Event, HistoryError};
+use serde_json::Value;
+
+use crate::core::{EffectState, Event, HistoryError, LeaseVerdict};
 use crate::effect::EffectKey;
+use crate::lease::LeaseError;
 
 /// One stored record.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -132,15 +135,38 @@ impl JournalError {
     }
 }
 
-/// A decision made inside the journal's transaction: what to append, given the key's state and
-/// its verified records.
-pub type Decide<'a> = dyn FnMut(&EffectState, &[Record]) -> Vec<Event> + 'a;
+/// What a decision inside the journal's write transaction can see: the key's state and verified
+/// records, and — where the journal's store also keeps the leases — the leases as of that same
+/// transaction, so a revocation is either committed before the decision or ordered after it.
+pub struct TxView<'a> {
+    /// The key's folded state.
+    pub state: &'a EffectState,
+    /// The key's records, oldest first, chain verified.
+    pub records: &'a [Record],
+    /// The leases kept in this journal's store, read inside the transaction.
+    pub leases: Option<&'a dyn TxLeases>,
+}
+
+/// Leases read inside a journal's write transaction.
+pub trait TxLeases {
+    /// The verdict on lease `id` for `payload` at `now_ms`, as of this transaction.
+    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError>;
+}
+
+/// A decision made inside the journal's transaction: what to append, given what it can see.
+pub type Decide<'a> = dyn FnMut(&TxView<'_>) -> Vec<Event> + 'a;
 
 /// A durable, append-only store of effect histories shared by every worker on a host (SQLite) or
 /// across hosts (PostgreSQL).
 pub trait Journal: Send + Sync {
     /// Where this journal lives, for messages.
     fn location(&self) -> &str;
+
+    /// Names the store this journal writes to; a lease store whose [`LeaseStore::kept_in`]
+    /// gives the same name is read inside the journal's write transactions.
+    ///
+    /// [`LeaseStore::kept_in`]: crate::lease::LeaseStore::kept_in
+    fn store_id(&self) -> &str;
 
     /// The key's records, oldest first, with the chain verified.
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError>;

@@ -11,7 +11,8 @@ use rusqlite::{
 };
 
 use super::chain::{record_hash, verify_chain};
-use super::{AppendOutcome, Decide, Journal, JournalError, Record};
+use super::sqlite_leases::TxLeaseReader;
+use super::{AppendOutcome, Decide, Journal, JournalError, Record, TxView};
 use crate::clock::Clock;
 use crate::core::{EffectState, Event, state::fold};
 use crate::effect::EffectKey;
@@ -34,6 +35,7 @@ pub enum Durability {
 pub struct SqliteJournal {
     conn: Mutex<Connection>,
     path: String,
+    store: String,
     clock: Arc<dyn Clock>,
 }
 
@@ -59,7 +61,14 @@ impl SqliteJournal {
     ) -> Result<Self, JournalError> {
         let shown = path.as_ref().display().to_string();
         let conn = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
-        Self::init(conn, shown, clock, durability, true)
+        Self::init(
+            conn,
+            shown,
+            store_id(path.as_ref()),
+            clock,
+            durability,
+            true,
+        )
     }
 
     /// Open an existing journal for reading only (inspection, audits). Appends fail with a
@@ -77,6 +86,7 @@ impl SqliteJournal {
             .map_err(|e| map_err(&shown, e))?;
         let journal = Self {
             conn: Mutex::new(conn),
+            store: store_id(path.as_ref()),
             path: shown,
             clock,
         };
@@ -126,10 +136,13 @@ impl SqliteJournal {
 
     /// A private in-memory journal (tests and benchmarks of the decision path).
     pub fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let conn = Connection::open_in_memory().map_err(|e| map_err(":memory:", e))?;
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self::init(
             conn,
             ":memory:".into(),
+            format!("sqlite-memory:{}:{n}", std::process::id()),
             clock,
             Durability::RelaxedForTests,
             false,
@@ -139,6 +152,7 @@ impl SqliteJournal {
     fn init(
         conn: Connection,
         path: String,
+        store: String,
         clock: Arc<dyn Clock>,
         durability: Durability,
         wal: bool,
@@ -170,6 +184,7 @@ impl SqliteJournal {
         let journal = Self {
             conn: Mutex::new(conn),
             path,
+            store,
             clock,
         };
         journal.ensure_schema()?;
@@ -356,6 +371,10 @@ impl Journal for SqliteJournal {
         &self.path
     }
 
+    fn store_id(&self) -> &str {
+        &self.store
+    }
+
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
         let conn = self.conn();
         self.read(&conn, key.as_str())
@@ -373,7 +392,15 @@ impl Journal for SqliteJournal {
         let mut records = self.read(&tx, key.as_str())?;
         let before = self.fold(key.as_str(), &records)?;
         let mut appended = Vec::new();
-        let events = decide(&before, &records);
+        let leases = TxLeaseReader {
+            journal: self,
+            conn: &tx,
+        };
+        let events = decide(&TxView {
+            state: &before,
+            records: &records,
+            leases: Some(&leases),
+        });
         for event in events {
             appended.push(self.insert(&tx, key.as_str(), &mut records, event)?);
         }
@@ -424,6 +451,13 @@ CREATE TABLE leases (
     revoked_ms INTEGER
 );
 ";
+
+/// One name per database file, however it was reached: the leases of a journal opened twice are
+/// still the journal's own.
+fn store_id(path: &Path) -> String {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    format!("sqlite:{}", canonical.display())
+}
 
 fn set_wal(conn: &Connection, path: &str) -> Result<(), JournalError> {
     // Switching to WAL needs a moment of exclusive access; many workers opening a new journal at

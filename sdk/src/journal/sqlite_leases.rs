@@ -1,11 +1,13 @@
 //! Leases kept in the journal's own file, so a grant, a revocation and the dispatch that checks
 //! them are all on the same disk under the same locks.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use super::TxLeases;
 use super::sqlite::SqliteJournal;
 use crate::core::LeaseVerdict;
+use crate::journal::Journal;
 use crate::lease::{Grant, LeaseError, LeaseStore};
 
 fn store_err(e: impl std::fmt::Display) -> LeaseError {
@@ -71,6 +73,10 @@ impl SqliteJournal {
 
     fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
         let conn = self.conn();
+        self.lease_on(&conn, id)
+    }
+
+    fn lease_on(&self, conn: &Connection, id: &str) -> Result<Option<Grant>, LeaseError> {
         let parts = conn
             .query_row(
                 "SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases WHERE id = ?1",
@@ -80,6 +86,32 @@ impl SqliteJournal {
             .optional()
             .map_err(|e| store_err(self.err(e)))?;
         parts.map(parts_to_grant).transpose()
+    }
+}
+
+/// The journal's leases as read inside one of its write transactions.
+pub(super) struct TxLeaseReader<'a> {
+    pub(super) journal: &'a SqliteJournal,
+    pub(super) conn: &'a Connection,
+}
+
+impl TxLeases for TxLeaseReader<'_> {
+    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
+        Ok(verdict_of(
+            self.journal.lease_on(self.conn, id)?,
+            id,
+            payload,
+            now_ms,
+        ))
+    }
+}
+
+fn verdict_of(grant: Option<Grant>, id: &str, payload: &Value, now_ms: i64) -> LeaseVerdict {
+    match grant {
+        Some(g) => g.verdict(payload, now_ms),
+        None => LeaseVerdict::Dead {
+            reason: format!("no lease named {id} was ever granted"),
+        },
     }
 }
 
@@ -128,15 +160,14 @@ fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
 
 impl LeaseStore for SqliteJournal {
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
-        Ok(match self.lease(id)? {
-            Some(g) => g.verdict(payload, now_ms),
-            None => LeaseVerdict::Dead {
-                reason: format!("no lease named {id} was ever granted"),
-            },
-        })
+        Ok(verdict_of(self.lease(id)?, id, payload, now_ms))
     }
 
     fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
         self.lease(id)
+    }
+
+    fn kept_in(&self) -> Option<&str> {
+        Some(self.store_id())
     }
 }

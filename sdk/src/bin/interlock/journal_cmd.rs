@@ -35,7 +35,8 @@ pub(crate) enum JournalCmd {
 pub(crate) struct RecoverArgs {
     /// The effect's key.
     key: String,
-    /// The tier to treat the target as (1: Stripe; 2 or 3 for services without its guarantees).
+    /// The most this service promises (1: Stripe; 2 or 3 for services without its guarantees).
+    /// Recovery acts on the tier journaled when the effect was proposed; this can only lower it.
     #[arg(long, default_value_t = 1)]
     tier: u8,
     /// The shop's order service, if the effect's premises include order eligibility.

@@ -1,0 +1,345 @@
+//! The guard of every append. Two attempts can plan on the same snapshot, and the world moves
+//! between a read and the write that acts on it; so every record the gate writes is derived here
+//! from the state the journal read inside its write transaction (and, where leases live in the
+//! journal's store, from the lease as read in that same transaction). A plan that no longer holds
+//! there derives nothing, and nothing is written. The gate shell gathers inputs and carries out
+//! what these functions return; it decides nothing itself.
+
+use serde_json::{Value, json};
+
+use super::decide::{
+    AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, after_send,
+    check_fresh, plan_recovery,
+};
+use super::record::{
+    Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult, LeaseVerdict,
+    Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
+};
+use super::state::{Claim, EffectState};
+use super::tier::{Effective, Tier};
+
+/// Who writes a claim or a dispatch, and until when its send may run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holding {
+    /// The writer.
+    pub holder: Holder,
+    /// Its send is cut off, and its claim may be taken, after this time.
+    pub deadline_ms: i64,
+}
+
+/// `PROPOSED` (when the key is new) and R4 at submit: `AUTHORIZED`, a final `lease` refusal, or
+/// (store unreachable) a note that asks for a retry.
+pub fn authorize(
+    state: &EffectState,
+    proposal: &Proposed,
+    lease: &LeaseVerdict,
+    grant: Value,
+) -> Vec<Event> {
+    let mut events = match state {
+        EffectState::Absent => vec![Event::Proposed(proposal.clone())],
+        EffectState::Proposed { first } if first.payload_hash == proposal.payload_hash => {
+            Vec::new()
+        }
+        _ => return Vec::new(),
+    };
+    let hash = &proposal.payload_hash;
+    events.push(match lease {
+        LeaseVerdict::Live => Event::Authorized(Authorized {
+            lease: proposal.lease.clone(),
+            grant,
+        }),
+        LeaseVerdict::Error { message } => {
+            Event::Refused(retry_note(RefusalCode::LeaseError, message, hash))
+        }
+        LeaseVerdict::Dead { .. } => {
+            let recheck = Recheck {
+                lease: lease.clone(),
+                premises_now: Default::default(),
+                changes: Vec::new(),
+                premise_error: None,
+            };
+            match check_fresh(&recheck) {
+                Some(d) => Event::Refused(final_refusal(&d, Vec::new(), hash)),
+                None => return Vec::new(),
+            }
+        }
+    });
+    events
+}
+
+/// The first dispatch (R1, R4, R5): `DISPATCHED` under token 1 when the lease read in this
+/// transaction is live and the premises read just before still match; otherwise a final refusal,
+/// or a retry note when the lease store or the premise source could not answer.
+pub fn dispatch_first(
+    state: &EffectState,
+    payload_hash: &str,
+    recheck: &Recheck,
+    premise_unavailable: Option<&str>,
+    repairs: &[Repair],
+    holding: &Holding,
+) -> Vec<Event> {
+    match state {
+        EffectState::Proposed { first } if first.payload_hash == payload_hash => {}
+        _ => return Vec::new(),
+    }
+    if let LeaseVerdict::Error { message } = &recheck.lease {
+        return vec![Event::Refused(retry_note(
+            RefusalCode::LeaseError,
+            message,
+            payload_hash,
+        ))];
+    }
+    if let (LeaseVerdict::Live, Some(message)) = (&recheck.lease, premise_unavailable) {
+        return vec![Event::Refused(retry_note(
+            RefusalCode::PremiseError,
+            message,
+            payload_hash,
+        ))];
+    }
+    match check_fresh(recheck) {
+        Some(d) => vec![Event::Refused(final_refusal(
+            &d,
+            repairs_for(recheck, repairs),
+            payload_hash,
+        ))],
+        None => vec![Event::Dispatched(Dispatched {
+            token: 1,
+            holder: holding.holder.clone(),
+            deadline_ms: holding.deadline_ms,
+            payload_hash: payload_hash.to_owned(),
+            recheck: recheck.clone(),
+            resend: false,
+        })],
+    }
+}
+
+/// Until when the previous holder's send may still land: a holder proven dead can only have bytes
+/// in flight for the settle margin; otherwise its send runs to its deadline.
+pub fn prior_until(claim: &Claim, reason: TakeoverReason, now_ms: i64, settle_ms: i64) -> i64 {
+    match reason {
+        TakeoverReason::HolderDead => claim.deadline_ms.min(now_ms.saturating_add(settle_ms)),
+        TakeoverReason::DeadlinePassed | TakeoverReason::Tier1InWindow => claim.deadline_ms,
+    }
+}
+
+/// `CLAIMED`, only if the claim is exactly the one the takeover was planned on: a resend, a late
+/// answer or another takeover committed since then changes what the evidence proves.
+pub fn takeover(
+    state: &EffectState,
+    seen: &Claim,
+    reason: TakeoverReason,
+    now_ms: i64,
+    settle_ms: i64,
+    holding: &Holding,
+) -> Vec<Event> {
+    match state {
+        EffectState::InFlight { claim, .. } if claim == seen => vec![Event::Claimed(Claimed {
+            token: seen.token + 1,
+            holder: holding.holder.clone(),
+            deadline_ms: holding.deadline_ms,
+            reason,
+            prior_until_ms: prior_until(seen, reason, now_ms, settle_ms),
+        })],
+        _ => Vec::new(),
+    }
+}
+
+/// The tier recovery acts on: the one journaled at the first proposal, which a binding may only
+/// lower. A recoverer that claims more than the service promised when the effect was sent would
+/// resend where the service cannot dedupe.
+pub fn recovery_tier(journaled: u8, bound: Tier) -> Tier {
+    Tier::try_from(journaled).unwrap_or(Tier::Three).max(bound)
+}
+
+/// The facts a recoverer gathered for one step, besides the state itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryFacts {
+    /// The tier after demotion by the clock ([`recovery_tier`] first).
+    pub effective: Effective,
+    /// R4 (as read in the write transaction where leases live in the journal) and R5.
+    pub recheck: Recheck,
+    /// Whether the lease store or premise source failed in a way that may pass.
+    pub transient: bool,
+    /// Whether the target can be asked by key.
+    pub has_lookup: bool,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// One recovery step under claim `token`, held by `holding.holder`: the recovery table decided on
+/// the state inside the transaction. Returns the records to write (none when the claim has moved,
+/// a lookup is needed first, or the step is to wait) and the plan they carry out (`None` when
+/// the claim is no longer this recoverer's to act on).
+pub fn recover(
+    state: &EffectState,
+    token: u64,
+    facts: &RecoveryFacts,
+    lookup: Option<&LookupAnswer>,
+    repairs: &[Repair],
+    holding: &Holding,
+) -> (Vec<Event>, Option<RecoveryPlan>) {
+    let (first, claim) = match state {
+        EffectState::InFlight { first, claim }
+            if claim.token == token && claim.holder == holding.holder && !claim.dispatched =>
+        {
+            (first, claim)
+        }
+        _ => return (Vec::new(), None),
+    };
+    let input = RecoveryInput {
+        effective: facts.effective,
+        recheck: facts.recheck.clone(),
+        has_lookup: facts.has_lookup,
+        now_ms: facts.now_ms,
+        quiet_after_ms: claim.quiet_after(None),
+        late_done: claim.late_done.clone(),
+        transient: facts.transient,
+    };
+    let plan = plan_recovery(&input, lookup);
+    let hash = &first.payload_hash;
+    let events = match &plan {
+        RecoveryPlan::Resend(_) => vec![Event::Dispatched(Dispatched {
+            token,
+            holder: holding.holder.clone(),
+            deadline_ms: holding.deadline_ms,
+            payload_hash: hash.clone(),
+            recheck: facts.recheck.clone(),
+            resend: true,
+        })],
+        RecoveryPlan::CommitFound(via, result) => vec![Event::Committed(Committed {
+            token,
+            via: *via,
+            result: result.clone(),
+        })],
+        RecoveryPlan::Refuse(d) => vec![Event::Refused(final_refusal(
+            d,
+            repairs_for(&facts.recheck, repairs),
+            hash,
+        ))],
+        RecoveryPlan::Ambiguous(a) => vec![Event::Ambiguous(a.clone())],
+        RecoveryPlan::Lookup | RecoveryPlan::Wait { .. } => Vec::new(),
+    };
+    (events, Some(plan))
+}
+
+/// Whether the holder of claim `token` may still send: the fencing re-read just before the send.
+/// A zombie whose claim was taken while it stalled finds out here and sends nothing.
+pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
+    matches!(state, EffectState::InFlight { claim, .. }
+        if claim.token == token && claim.dispatched && claim.holder == *holder)
+}
+
+/// Whether a send's answer needs a lookup before it can be recorded.
+pub fn wants_lookup(answer: &SendAnswer, has_lookup: bool) -> bool {
+    after_send(answer, Via::FirstSend, has_lookup, false, None) == AfterSend::Lookup
+}
+
+/// What a send under claim `token` records: its resolution while the claim is still its own (none
+/// while the answer leaves it in flight), or `LATE_RESULT` once the claim was taken or the effect
+/// resolved. Whether earlier sends are quiet is read from the claim in the transaction.
+pub fn record_answer(
+    state: &EffectState,
+    token: u64,
+    answer: &SendAnswer,
+    via: Via,
+    has_lookup: bool,
+    now_ms: i64,
+    lookup: Option<&LookupAnswer>,
+) -> Vec<Event> {
+    let (first, claim) = match state {
+        EffectState::InFlight { first, claim } if claim.token == token => (first, claim),
+        _ => {
+            return vec![Event::LateResult(LateResult {
+                token,
+                answer: answer_json(answer),
+            })];
+        }
+    };
+    let earlier_quiet = now_ms >= claim.quiet_after(Some(token));
+    match after_send(answer, via, has_lookup, earlier_quiet, lookup) {
+        AfterSend::Commit(via, result) => vec![Event::Committed(Committed { token, via, result })],
+        AfterSend::Fail { code, message } => vec![Event::Failed(Failed {
+            token,
+            code,
+            message,
+        })],
+        AfterSend::Refuse(d) => vec![Event::Refused(final_refusal(
+            &d,
+            Vec::new(),
+            &first.payload_hash,
+        ))],
+        AfterSend::StayInFlight(_) | AfterSend::Lookup => Vec::new(),
+    }
+}
+
+fn repairs_for(recheck: &Recheck, repairs: &[Repair]) -> Vec<Repair> {
+    if recheck.lease == LeaseVerdict::Live && !recheck.changes.is_empty() {
+        repairs.to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// A non-final note: the lease store or premise source could not answer; nothing was sent.
+pub fn retry_note(code: RefusalCode, message: &str, payload_hash: &str) -> Refused {
+    Refused {
+        code,
+        reason: format!("{message}; nothing was sent, try again later"),
+        changes: Vec::new(),
+        repairs: Vec::new(),
+        is_final: false,
+        payload_hash: payload_hash.to_owned(),
+    }
+}
+
+/// A non-final note: a resubmission with another payload under a key already bound (R3).
+pub fn conflict_note(hash: &str, recorded: &str) -> Refused {
+    Refused {
+        code: RefusalCode::ConflictingPayload,
+        reason: format!(
+            "this key is bound to payload {recorded}; payload {hash} is refused (a new decision \
+             needs a new key)"
+        ),
+        changes: Vec::new(),
+        repairs: Vec::new(),
+        is_final: false,
+        payload_hash: hash.to_owned(),
+    }
+}
+
+/// A refusal that resolves the effect.
+pub fn final_refusal(d: &RefusalDraft, repairs: Vec<Repair>, hash: &str) -> Refused {
+    Refused {
+        code: d.code,
+        reason: d.reason.clone(),
+        changes: d.changes.clone(),
+        repairs,
+        is_final: true,
+        payload_hash: hash.to_owned(),
+    }
+}
+
+/// A send's answer as a `LATE_RESULT` body.
+pub fn answer_json(a: &SendAnswer) -> Value {
+    match a {
+        SendAnswer::Done(v) => json!({ "done": v }),
+        SendAnswer::Definite { code, message } => {
+            json!({ "failed": { "code": code, "message": message } })
+        }
+        SendAnswer::Conflict(m) => json!({ "conflict": m }),
+        SendAnswer::Unknown(m) => json!({ "unknown": m }),
+    }
+}
+
+/// Whether a late answer proves its request was processed, so no more can land from it. An
+/// unknown answer (a timeout, a 5xx, a reset, a key still in use) proves nothing: the service may
+/// still be working on that request.
+pub fn answer_settles(answer: &Value) -> bool {
+    ["done", "failed", "conflict"]
+        .iter()
+        .any(|k| answer.get(k).is_some())
+}
+
+#[cfg(test)]
+#[path = "transition_tests.rs"]
+mod tests;

@@ -1,0 +1,319 @@
+use serde_json::json;
+
+use super::*;
+use crate::core::record::Premises;
+use crate::core::state::Resolution;
+use crate::core::state::fold;
+
+fn holder(a: &str) -> Holder {
+    Holder {
+        host: "h".into(),
+        pid: 1,
+        attempt: a.into(),
+    }
+}
+
+fn holding(a: &str, deadline_ms: i64) -> Holding {
+    Holding {
+        holder: holder(a),
+        deadline_ms,
+    }
+}
+
+fn proposal(tier: u8) -> Proposed {
+    Proposed {
+        payload: json!({"amount": 1}),
+        payload_hash: "p".into(),
+        premises: Premises::new(),
+        lease: "l".into(),
+        target: "t".into(),
+        tier,
+    }
+}
+
+fn live() -> Recheck {
+    Recheck {
+        lease: LeaseVerdict::Live,
+        premises_now: Premises::new(),
+        changes: vec![],
+        premise_error: None,
+    }
+}
+
+fn state_of(events: &[Event]) -> EffectState {
+    fold(events.iter().enumerate().map(|(i, e)| (i as i64, e))).unwrap()
+}
+
+fn in_flight(tier: u8) -> Vec<Event> {
+    let mut h = authorize(
+        &EffectState::Absent,
+        &proposal(tier),
+        &LeaseVerdict::Live,
+        json!({}),
+    );
+    let s = state_of(&h);
+    h.extend(dispatch_first(
+        &s,
+        "p",
+        &live(),
+        None,
+        &[],
+        &holding("a", 5_000),
+    ));
+    h
+}
+
+fn claim_of(state: &EffectState) -> Claim {
+    match state {
+        EffectState::InFlight { claim, .. } => claim.clone(),
+        other => panic!("not in flight: {other:?}"),
+    }
+}
+
+#[test]
+fn a_takeover_is_written_only_on_the_claim_it_was_planned_on() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    // B takes over and resends before C's planned takeover reaches the journal.
+    let b = takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        100,
+        50,
+        &holding("b", 900),
+    );
+    assert_eq!(b.len(), 1);
+    h.extend(b);
+    let b_claim = claim_of(&state_of(&h));
+    let facts = RecoveryFacts {
+        effective: Effective::LookupOnly,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms: 1_000,
+    };
+    let (resend, plan) = recover(
+        &state_of(&h),
+        2,
+        &facts,
+        Some(&LookupAnswer::NotFound),
+        &[],
+        &holding("b", 2_000),
+    );
+    assert_eq!(plan, Some(RecoveryPlan::Resend(Via::ReappliedAfterLookup)));
+    h.extend(resend);
+    let c = takeover(
+        &state_of(&h),
+        &b_claim,
+        TakeoverReason::DeadlinePassed,
+        1_000,
+        50,
+        &holding("c", 3_000),
+    );
+    assert!(c.is_empty(), "planned on a stale claim: {c:?}");
+    assert_eq!(claim_of(&state_of(&h)).quiet_after(None), 2_000);
+}
+
+#[test]
+fn a_dead_holder_s_window_ends_a_settle_margin_after_it_was_seen_dead() {
+    let c = claim_of(&state_of(&in_flight(2)));
+    assert_eq!(prior_until(&c, TakeoverReason::HolderDead, 100, 50), 150);
+    assert_eq!(
+        prior_until(&c, TakeoverReason::HolderDead, 9_000, 50),
+        5_000
+    );
+    assert_eq!(
+        prior_until(&c, TakeoverReason::DeadlinePassed, 100, 50),
+        5_000
+    );
+    assert_eq!(
+        prior_until(&c, TakeoverReason::Tier1InWindow, 100, 50),
+        5_000
+    );
+}
+
+#[test]
+fn recovery_acts_on_the_journaled_tier_and_a_binding_may_only_lower_it() {
+    assert_eq!(recovery_tier(2, Tier::One), Tier::Two);
+    assert_eq!(recovery_tier(3, Tier::One), Tier::Three);
+    assert_eq!(recovery_tier(1, Tier::Two), Tier::Two);
+    assert_eq!(recovery_tier(1, Tier::One), Tier::One);
+    assert_eq!(recovery_tier(9, Tier::One), Tier::Three);
+}
+
+#[test]
+fn the_lease_read_in_the_transaction_decides_the_dispatch() {
+    let h = authorize(
+        &EffectState::Absent,
+        &proposal(1),
+        &LeaseVerdict::Live,
+        json!({}),
+    );
+    let s = state_of(&h);
+    let revoked = Recheck {
+        lease: LeaseVerdict::Dead {
+            reason: "revoked".into(),
+        },
+        ..live()
+    };
+    let out = dispatch_first(&s, "p", &revoked, None, &[], &holding("a", 5));
+    assert!(
+        matches!(&out[..], [Event::Refused(r)] if r.is_final && r.code == RefusalCode::Lease),
+        "{out:?}"
+    );
+    let unreachable = Recheck {
+        lease: LeaseVerdict::Error {
+            message: "down".into(),
+        },
+        ..live()
+    };
+    let out = dispatch_first(&s, "p", &unreachable, None, &[], &holding("a", 5));
+    assert!(
+        matches!(&out[..], [Event::Refused(r)] if !r.is_final),
+        "{out:?}"
+    );
+    let out = dispatch_first(
+        &s,
+        "p",
+        &live(),
+        Some("premises down"),
+        &[],
+        &holding("a", 5),
+    );
+    assert!(
+        matches!(&out[..], [Event::Refused(r)] if !r.is_final && r.code == RefusalCode::PremiseError),
+        "{out:?}"
+    );
+    // A dispatch planned on a proposal that is no longer the state writes nothing.
+    let dispatched = dispatch_first(&s, "p", &live(), None, &[], &holding("a", 5));
+    let mut h2 = h.clone();
+    h2.extend(dispatched);
+    assert!(dispatch_first(&state_of(&h2), "p", &live(), None, &[], &holding("b", 5)).is_empty());
+}
+
+#[test]
+fn a_recoverer_acts_only_under_its_own_undispatched_claim() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", 9),
+    ));
+    let facts = RecoveryFacts {
+        effective: Effective::LookupOnly,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms: 10_000,
+    };
+    let s = state_of(&h);
+    let lookup = Some(&LookupAnswer::NotFound);
+    assert_eq!(
+        recover(&s, 2, &facts, lookup, &[], &holding("c", 9)).1,
+        None
+    );
+    assert_eq!(
+        recover(&s, 1, &facts, lookup, &[], &holding("b", 9)).1,
+        None
+    );
+    let (events, plan) = recover(&s, 2, &facts, lookup, &[], &holding("b", 9));
+    assert!(matches!(plan, Some(RecoveryPlan::Resend(_))));
+    h.extend(events);
+    assert_eq!(
+        recover(&state_of(&h), 2, &facts, lookup, &[], &holding("b", 9)).1,
+        None,
+        "one send per claim"
+    );
+}
+
+#[test]
+fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", 9),
+    ));
+    let facts = RecoveryFacts {
+        effective: Effective::LookupOnly,
+        recheck: Recheck {
+            premise_error: Some("premise source unavailable: timeout".into()),
+            ..live()
+        },
+        transient: true,
+        has_lookup: true,
+        now_ms: 10_000,
+    };
+    let (events, plan) = recover(
+        &state_of(&h),
+        2,
+        &facts,
+        Some(&LookupAnswer::NotFound),
+        &[],
+        &holding("b", 9),
+    );
+    assert!(events.is_empty());
+    assert!(matches!(plan, Some(RecoveryPlan::Wait { .. })), "{plan:?}");
+    let facts = RecoveryFacts {
+        transient: false,
+        ..facts
+    };
+    let (_, plan) = recover(
+        &state_of(&h),
+        2,
+        &facts,
+        Some(&LookupAnswer::NotFound),
+        &[],
+        &holding("b", 9),
+    );
+    assert!(matches!(plan, Some(RecoveryPlan::Refuse(_))), "{plan:?}");
+}
+
+#[test]
+fn an_answer_after_the_claim_moved_is_recorded_as_late() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", 9),
+    ));
+    let done = SendAnswer::Done(json!({"id": "re_1"}));
+    let out = record_answer(&state_of(&h), 1, &done, Via::FirstSend, true, 5, None);
+    assert!(
+        matches!(&out[..], [Event::LateResult(l)] if l.token == 1),
+        "{out:?}"
+    );
+    h.extend(out);
+    let Resolution::Committed(c) = ({
+        let mut h = h.clone();
+        let s = state_of(&h);
+        let facts = RecoveryFacts {
+            effective: Effective::LookupOnly,
+            recheck: live(),
+            transient: false,
+            has_lookup: true,
+            now_ms: 6,
+        };
+        h.extend(recover(&s, 2, &facts, None, &[], &holding("b", 9)).0);
+        match state_of(&h) {
+            EffectState::Resolved { resolution, .. } => resolution,
+            other => panic!("{other:?}"),
+        }
+    }) else {
+        panic!()
+    };
+    assert_eq!(c.via, Via::LateAnswer);
+}

@@ -1,0 +1,104 @@
+//! One send under a claim, shared by the first dispatch and every resend: the fencing re-read,
+//! the send cut off at the claim's budget, and the answer recorded by the core's rule on the
+//! state inside the transaction (its resolution, or a late answer once the claim has moved).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use crate::core::transition::{self, Holding};
+use crate::core::{EffectState, Event, Proposed, SendAnswer, Via};
+use crate::effect::EffectKey;
+use crate::faults::FaultPoint;
+use crate::liveness::HeldLock;
+use crate::target::SendRequest;
+
+use super::{Bound, GateError, Outcome, Step, ms, outcome_of};
+
+impl Bound {
+    /// Send under claim `token`, then record the answer. A zombie — an attempt whose claim was
+    /// taken while it stalled — finds out here, immediately before sending, and sends nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_under_claim(
+        &self,
+        key: &EffectKey,
+        first: &Proposed,
+        token: u64,
+        holding: &Holding,
+        started: Instant,
+        via: Via,
+        lock: HeldLock,
+    ) -> Result<Step, GateError> {
+        if !transition::may_send(&self.gate.journal.state(key)?, token, &holding.holder) {
+            return Ok(Step::Done(Outcome::Superseded {
+                reason: format!("claim {token} was taken over before this attempt sent"),
+            }));
+        }
+        // The tighter of two clocks: the monotonic one cannot be set back, and the wall clock is
+        // the one recoverers in other processes judge the deadline by.
+        let cfg = &self.gate.cfg;
+        let by_wall = holding.deadline_ms - ms(cfg.settle) - self.now();
+        let by_wall = Duration::from_millis(u64::try_from(by_wall).unwrap_or(0));
+        let timeout = cfg
+            .send_timeout
+            .saturating_sub(started.elapsed())
+            .min(by_wall);
+        if timeout.is_zero() {
+            return Ok(Step::Done(self.busy(
+                "this attempt's claim ran out before it could send; a recoverer will take it",
+            )));
+        }
+        let req = SendRequest {
+            key,
+            payload: &first.payload,
+            timeout,
+        };
+        let target = &self.target;
+        let answer = catch_unwind(AssertUnwindSafe(|| target.send(&req))).unwrap_or_else(|_| {
+            SendAnswer::Unknown("the target panicked while sending; it may have sent".into())
+        });
+        tracing::debug!(key = %key, token, ?answer, "send answered");
+        self.fault(FaultPoint::AfterSend, key)?;
+        let has_lookup = self.target.has_lookup();
+        let found =
+            transition::wants_lookup(&answer, has_lookup).then(|| self.lookup(key, &first.payload));
+        let now = self.now();
+        let out = self.gate.journal.append_with(key, &mut |tx| {
+            transition::record_answer(
+                tx.state,
+                token,
+                &answer,
+                via,
+                has_lookup,
+                now,
+                found.as_ref(),
+            )
+        })?;
+        self.fault(FaultPoint::AfterRecord, key)?;
+        drop(lock);
+        let was_late = matches!(
+            out.appended.first().map(|r| &r.event),
+            Some(Event::LateResult(_))
+        );
+        Ok(Step::Done(match out.after {
+            EffectState::Resolved { resolution, .. } => {
+                self.gate.locks.forget(key.as_str(), token);
+                outcome_of(resolution, was_late)
+            }
+            EffectState::InFlight { claim, .. } if claim.token == token => self.busy(&format!(
+                "sent, answer not known yet ({}); recovery will settle it",
+                answer_reason(&answer)
+            )),
+            _ => Outcome::Superseded {
+                reason: format!("claim {token} was taken over while this attempt was sending"),
+            },
+        }))
+    }
+}
+
+fn answer_reason(a: &SendAnswer) -> String {
+    match a {
+        SendAnswer::Unknown(m) | SendAnswer::Conflict(m) => m.clone(),
+        SendAnswer::Definite { code, message } => format!("{code}: {message}"),
+        SendAnswer::Done(_) => "done".into(),
+    }
+}
