@@ -360,6 +360,10 @@ fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u
             "There is currently another in-progress request using this Idempotent Key.",
         ),
         SimResponse::ServerError(s) => error(s, "api_error", None, "An unexpected error occurred."),
+        SimResponse::ReplayedServerError(s) => {
+            let (status, body, _) = error(s, "api_error", None, "An unexpected error occurred.");
+            (status, body, true)
+        }
     }
 }
 

@@ -74,11 +74,12 @@ pub fn verify_signature(
     if v1.is_empty() {
         return Err(SignatureError::Malformed("no v1=".into()));
     }
-    let age = (now_s - t).abs();
-    if age > tolerance_s {
+    // Any i64 can arrive here: the difference is taken without overflow.
+    let age = now_s.abs_diff(t);
+    if age > tolerance_s.unsigned_abs() {
         return Err(SignatureError::Stale {
             t,
-            age,
+            age: i64::try_from(age).unwrap_or(i64::MAX),
             tolerance: tolerance_s,
         });
     }
@@ -139,6 +140,9 @@ impl Delivery {
     }
 }
 
+/// Deliveries larger than this are refused unread (Stripe's events are a few kilobytes).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
 /// Handle one delivery against the journal.
 pub fn handle(
     journal: &dyn Journal,
@@ -148,6 +152,12 @@ pub fn handle(
     now_s: i64,
     tolerance_s: i64,
 ) -> Result<Delivery, JournalError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Ok(Delivery::Rejected(format!(
+            "the body is {} bytes; at most {MAX_BODY_BYTES} are accepted",
+            body.len()
+        )));
+    }
     if let Err(e) = verify_signature(signature, body, secret, now_s, tolerance_s) {
         return Ok(Delivery::Rejected(e.to_string()));
     }
@@ -181,13 +191,25 @@ pub fn handle(
         ));
     };
     let confirmed = confirmed_from("webhook", Some(id), object);
+    if confirmed.status.as_deref() != Some("succeeded") {
+        tracing::warn!(key = %key, event = id, kind, status = ?confirmed.status, "refund event that confirms nothing");
+        return Ok(Delivery::Ignored(format!(
+            "{kind} reports status {}: only a succeeded refund confirms an effect",
+            confirmed.status.as_deref().unwrap_or("(none)")
+        )));
+    }
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
     journal.append_with(&key, &mut |tx| {
         let (state, records) = (tx.state, tx.records);
-        if matches!(state, EffectState::Absent) {
+        let Some(first) = state.first() else {
             outcome = Delivery::Ignored(format!("no effect {key} in this journal"));
+            return Vec::new();
+        };
+        if let Err(why) = same_refund(&first.payload, &confirmed) {
+            tracing::warn!(key = %key, event = id, %why, "refund event does not match its effect");
+            outcome = Delivery::Ignored(why);
             return Vec::new();
         }
         let seen = records
@@ -236,6 +258,9 @@ pub fn confirm_by_lookup(
         }
     };
     let confirmed = confirmed_from("lookup", None, &found);
+    if let Err(why) = same_refund(&first.payload, &confirmed) {
+        return Ok(Delivery::Ignored(why));
+    }
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
     };
@@ -256,6 +281,22 @@ pub fn confirm_by_lookup(
 
 /// A confirmation from the target's own description of the effect (a webhook's `data.object`, or
 /// what a lookup found).
+/// A confirmation must be about the refund the effect asked for: its payment and its amount.
+fn same_refund(payload: &Value, c: &Confirmed) -> Result<(), String> {
+    let want_pi = payload.get("payment_intent").and_then(Value::as_str);
+    let want_amount = payload.get("amount").and_then(Value::as_i64);
+    if c.payment_intent.as_deref() != want_pi || c.amount != want_amount {
+        return Err(format!(
+            "the refund is {} on {}, but the effect asked for {} on {}: not a confirmation of it",
+            c.amount.map_or("no amount".into(), |a| a.to_string()),
+            c.payment_intent.as_deref().unwrap_or("no payment"),
+            want_amount.map_or("no amount".into(), |a| a.to_string()),
+            want_pi.unwrap_or("no payment"),
+        ));
+    }
+    Ok(())
+}
+
 fn confirmed_from(via: &str, event: Option<&str>, object: &Value) -> Confirmed {
     let text = |k: &str| object.get(k).and_then(Value::as_str).map(str::to_owned);
     Confirmed {

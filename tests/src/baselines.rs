@@ -96,7 +96,9 @@ impl System for Baseline {
                 answer(format!("ERROR:{code}"), Says::NotDone, false)
             }
             SimResponse::KeyInUse => answer("ERROR:409".into(), Says::NotDone, false),
-            SimResponse::ServerError(s) => answer(format!("ERROR:{s}"), Says::NotDone, false),
+            SimResponse::ServerError(s) | SimResponse::ReplayedServerError(s) => {
+                answer(format!("ERROR:{s}"), Says::NotDone, false)
+            }
         };
         if self.kind == Kind::Replay && a.says == Says::Done {
             let mut steps = self.steps.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;

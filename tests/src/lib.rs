@@ -5,6 +5,7 @@ pub mod baselines;
 pub mod cases;
 pub mod gated;
 pub mod matrix;
+pub mod model;
 pub mod raw_sql;
 pub mod system;
 pub mod world;

@@ -290,15 +290,16 @@ impl Target for RevokeDuringLookup {
 fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
     let b = Bench::new(Tier::Two);
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
-    // The first recovery finds nothing while the dead holder's bytes may still land, and waits.
+    // The first recovery finds nothing while the dead holder's request may still land, and waits.
     let gate = b.gate("recover-1", None);
     let out = b
         .bind(&gate, b.sim_target())
         .recover(&World::key())
         .unwrap();
     assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
-    // Once they cannot, the next recovery looks up again; the lease is revoked meanwhile.
-    b.clock.advance(6_000);
+    // Once it cannot (its deadline has passed), the next recovery looks up again; the lease is
+    // revoked meanwhile.
+    b.clock.advance(36_000);
     let target = Arc::new(RevokeDuringLookup {
         inner: SimTarget(b.sim.clone()),
         journal: b.journal.clone(),
@@ -310,4 +311,47 @@ fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
         matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_saved_500_that_did_not_apply_resolves_as_failed_once_the_lookup_is_quiet() {
+    let b = Bench::new(Tier::One);
+    b.sim.error_before_apply(1);
+    let gate = b.gate("first", None);
+    let bound = b.bind(&gate, b.sim_target());
+    let effect = b.effect();
+    // The first send gets a fresh 500; the lookup finds nothing, but the send may still land.
+    let out = bound.submit(&effect).unwrap();
+    assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
+    // A retry resends under the key and hears the saved 500 replayed; once the first send's
+    // window has closed, the lookup's "not found" settles it.
+    let out = b
+        .bind(&b.gate("retry-1", None), b.sim_target())
+        .submit(&effect)
+        .unwrap();
+    assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
+    b.clock.advance(36_000);
+    let out = b
+        .bind(&b.gate("retry-2", None), b.sim_target())
+        .submit(&effect)
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Failed(f) if f.code == "saved_server_error"),
+        "{out:?}"
+    );
+    assert_eq!(b.refunded(), 0);
+    assert!(b.sim.requests() <= 3, "{} requests", b.sim.requests());
+}
+
+#[test]
+fn a_saved_500_after_the_refund_applied_commits_by_lookup() {
+    let b = Bench::new(Tier::One);
+    b.sim.error_after_apply(1);
+    let effect = b.effect();
+    let out = b
+        .bind(&b.gate("first", None), b.sim_target())
+        .submit(&effect)
+        .unwrap();
+    assert_eq!(out.label(), "COMMITTED/found_by_lookup", "{out:?}");
+    assert_eq!(b.refunded(), AMOUNT);
 }

@@ -208,3 +208,93 @@ fn confirmation_by_lookup_records_once_and_ignores_what_the_target_does_not_hold
         Delivery::Ignored(_)
     ));
 }
+
+fn refund_event(id: &str, key: &str, kind: &str, status: &str, pi: &str, amount: i64) -> Vec<u8> {
+    json!({
+        "id": id, "object": "event", "type": kind,
+        "data": { "object": { "id": "re_sim000001", "object": "refund", "amount": amount,
+                              "status": status, "payment_intent": pi, "created": NOW,
+                              "metadata": { "interlock_key": key } } }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[test]
+fn a_timestamp_at_the_edge_of_i64_is_stale_never_an_overflow() {
+    let (_d, j, key) = committed();
+    let body = event("evt_edge", Some(&key));
+    for t in [i64::MIN, i64::MAX, -1] {
+        let header = sign(&body, SECRET, t);
+        let got = handle(j.as_ref(), SECRET, Some(&header), &body, NOW, 300).unwrap();
+        assert!(
+            matches!(&got, Delivery::Rejected(why) if why.contains("tolerance")),
+            "t={t}: {got:?}"
+        );
+    }
+    assert_eq!(confirmations(&j, &key), 0);
+}
+
+#[test]
+fn an_oversized_body_is_refused_before_anything_is_parsed() {
+    let (_d, j, key) = committed();
+    let body = vec![b' '; interlock::webhook::MAX_BODY_BYTES + 1];
+    let header = sign(&body, SECRET, NOW);
+    let got = handle(j.as_ref(), SECRET, Some(&header), &body, NOW, 300).unwrap();
+    assert!(
+        matches!(&got, Delivery::Rejected(why) if why.contains("bytes")),
+        "{got:?}"
+    );
+    assert_eq!(confirmations(&j, &key), 0);
+}
+
+#[test]
+fn only_a_succeeded_refund_of_the_effect_s_payment_and_amount_confirms_it() {
+    let (_d, j, key) = committed();
+    let cases = [
+        ("evt_failed", "refund.failed", "failed", "pi_881", AMOUNT),
+        ("evt_pending", "refund.created", "pending", "pi_881", AMOUNT),
+        (
+            "evt_other_pi",
+            "refund.created",
+            "succeeded",
+            "pi_999",
+            AMOUNT,
+        ),
+        (
+            "evt_other_amount",
+            "refund.updated",
+            "succeeded",
+            "pi_881",
+            AMOUNT + 1,
+        ),
+    ];
+    for (id, kind, status, pi, amount) in cases {
+        let body = refund_event(id, &key, kind, status, pi, amount);
+        let header = sign(&body, SECRET, NOW);
+        let got = handle(j.as_ref(), SECRET, Some(&header), &body, NOW, 300).unwrap();
+        assert!(matches!(got, Delivery::Ignored(_)), "{id}: {got:?}");
+        assert_eq!(
+            got.status(),
+            200,
+            "{id}: acknowledged so it is not redelivered"
+        );
+    }
+    assert_eq!(
+        confirmations(&j, &key),
+        0,
+        "none of them confirms the effect"
+    );
+    let body = refund_event(
+        "evt_ok",
+        &key,
+        "refund.updated",
+        "succeeded",
+        "pi_881",
+        AMOUNT,
+    );
+    let header = sign(&body, SECRET, NOW);
+    let got = handle(j.as_ref(), SECRET, Some(&header), &body, NOW, 300).unwrap();
+    assert_eq!(got, Delivery::Recorded { key: key.clone() });
+    assert_eq!(confirmations(&j, &key), 1);
+}

@@ -298,6 +298,10 @@ pub enum SendAnswer {
     Conflict(String),
     /// Unknown: timeout, 5xx, connection lost, same key still in use.
     Unknown(String),
+    /// The service replayed an error it saved for this key (a 5xx marked as replayed): the
+    /// first request under the key failed there, and every resend under the key will only
+    /// replay it. Whether that first request applied is for a lookup to tell.
+    SavedError(String),
 }
 
 /// What to record after a send under the current claim.
@@ -316,6 +320,8 @@ pub enum AfterSend {
     },
     /// Refuse: the target holds this key for other parameters.
     Refuse(RefusalDraft),
+    /// Unknowable: the service replays a saved error and cannot be asked.
+    Ambiguous(Ambiguous),
     /// Leave it in flight for recovery.
     StayInFlight(String),
 }
@@ -331,6 +337,16 @@ pub fn after_send(
     earlier_quiet: bool,
     lookup: Option<&LookupAnswer>,
 ) -> AfterSend {
+    let unknown;
+    let answer = match answer {
+        SendAnswer::SavedError(why)
+            if super::mutants::on(super::mutants::Mutant::SavedErrorUnknown) =>
+        {
+            unknown = SendAnswer::Unknown(why.clone());
+            &unknown
+        }
+        other => other,
+    };
     match (answer, lookup) {
         (SendAnswer::Done(v), _) => AfterSend::Commit(via, v.clone()),
         (SendAnswer::Conflict(msg), _) => AfterSend::Refuse(RefusalDraft {
@@ -338,9 +354,35 @@ pub fn after_send(
             reason: format!("the target holds this key for other parameters: {msg}"),
             changes: Vec::new(),
         }),
-        (SendAnswer::Definite { .. } | SendAnswer::Unknown(_), None) if has_lookup => {
-            AfterSend::Lookup
+        (
+            SendAnswer::Definite { .. } | SendAnswer::Unknown(_) | SendAnswer::SavedError(_),
+            None,
+        ) if has_lookup => AfterSend::Lookup,
+        (SendAnswer::SavedError(_), Some(LookupAnswer::Found(v))) => {
+            AfterSend::Commit(Via::FoundByLookup, v.clone())
         }
+        // The saved error settles the key: it did not land (the lookup, asked once no earlier
+        // send could still land, proves it), and resending under the key cannot change that.
+        (SendAnswer::SavedError(why), Some(LookupAnswer::NotFound)) if earlier_quiet => {
+            AfterSend::Fail {
+                code: "saved_server_error".into(),
+                message: format!(
+                    "the service saved a server error for this key and replays it ({why}); a \
+                     lookup found no refund: it did not happen, and a new decision needs a new key"
+                ),
+            }
+        }
+        (SendAnswer::SavedError(why), None) => AfterSend::Ambiguous(Ambiguous {
+            reason: format!(
+                "the service replays a saved server error for this key ({why}) and cannot be \
+                 asked whether the first request applied"
+            ),
+            changes: Vec::new(),
+        }),
+        (SendAnswer::SavedError(why), Some(_)) => AfterSend::StayInFlight(format!(
+            "the service replays a saved server error ({why}); not found yet, but an earlier \
+             send may still land"
+        )),
         (SendAnswer::Definite { .. }, Some(LookupAnswer::Found(v))) => {
             AfterSend::Commit(Via::FailedButLanded, v.clone())
         }

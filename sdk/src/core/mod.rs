@@ -3,6 +3,7 @@
 //! these, so the rules are decided in exactly one place and can be tested exhaustively.
 
 pub mod decide;
+pub mod mutants;
 pub mod record;
 pub mod state;
 pub mod tier;

@@ -21,7 +21,7 @@ pub struct Holder {
 }
 
 /// Why a recoverer was allowed to take a claim from its holder.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum TakeoverReason {
     /// The holder's liveness lock was free: it cannot be sending.
@@ -33,7 +33,7 @@ pub enum TakeoverReason {
 }
 
 /// How a committed effect came to be known as committed.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum Via {
     /// The first send answered with success.

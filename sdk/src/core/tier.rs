@@ -37,7 +37,7 @@ impl TryFrom<u8> for Tier {
 }
 
 /// The tier that recovery acts on, after demotion past the window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effective {
     /// Tier 1 and still inside `window − margin` of the first dispatch.
     DedupeInWindow,

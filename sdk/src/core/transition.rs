@@ -11,6 +11,7 @@ use super::decide::{
     AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, after_send,
     check_fresh, plan_recovery,
 };
+use super::mutants::{self, Mutant};
 use super::record::{
     Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult, LeaseVerdict,
     Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
@@ -113,13 +114,15 @@ pub fn dispatch_first(
     }
 }
 
-/// Until when the previous holder's send may still land: a holder proven dead can only have bytes
-/// in flight for the settle margin; otherwise its send runs to its deadline.
+/// Until when the previous holder's send may still land: its deadline, whatever the evidence for
+/// the takeover. A holder seen dead (or one that gave up waiting and let its lock go) may have
+/// left a request the service is still processing; the contract bounds that processing by the
+/// claim's deadline, not by the moment the holder was seen gone.
 pub fn prior_until(claim: &Claim, reason: TakeoverReason, now_ms: i64, settle_ms: i64) -> i64 {
-    match reason {
-        TakeoverReason::HolderDead => claim.deadline_ms.min(now_ms.saturating_add(settle_ms)),
-        TakeoverReason::DeadlinePassed | TakeoverReason::Tier1InWindow => claim.deadline_ms,
+    if mutants::on(Mutant::DeadHolderSettles) && reason == TakeoverReason::HolderDead {
+        return claim.deadline_ms.min(now_ms.saturating_add(settle_ms));
     }
+    claim.deadline_ms
 }
 
 /// `CLAIMED`, only if the claim is exactly the one the takeover was planned on: a resend, a late
@@ -132,8 +135,11 @@ pub fn takeover(
     settle_ms: i64,
     holding: &Holding,
 ) -> Vec<Event> {
+    let holds = |claim: &Claim| {
+        claim == seen || (mutants::on(Mutant::TokenOnlyTakeover) && claim.token == seen.token)
+    };
     match state {
-        EffectState::InFlight { claim, .. } if claim == seen => vec![Event::Claimed(Claimed {
+        EffectState::InFlight { claim, .. } if holds(claim) => vec![Event::Claimed(Claimed {
             token: seen.token + 1,
             holder: holding.holder.clone(),
             deadline_ms: holding.deadline_ms,
@@ -148,6 +154,9 @@ pub fn takeover(
 /// lower. A recoverer that claims more than the service promised when the effect was sent would
 /// resend where the service cannot dedupe.
 pub fn recovery_tier(journaled: u8, bound: Tier) -> Tier {
+    if mutants::on(Mutant::BindingTier) {
+        return bound;
+    }
     Tier::try_from(journaled).unwrap_or(Tier::Three).max(bound)
 }
 
@@ -167,14 +176,16 @@ pub struct RecoveryFacts {
 }
 
 /// One recovery step under claim `token`, held by `holding.holder`: the recovery table decided on
-/// the state inside the transaction. Returns the records to write (none when the claim has moved,
+/// the state inside the transaction. `lookup` is what a lookup answered and when it was asked:
+/// "not found" speaks only for the moment it was asked, so it is that moment, not the time of
+/// the decision, that must come after every earlier send's window. Returns the records to write (none when the claim has moved,
 /// a lookup is needed first, or the step is to wait) and the plan they carry out (`None` when
 /// the claim is no longer this recoverer's to act on).
 pub fn recover(
     state: &EffectState,
     token: u64,
     facts: &RecoveryFacts,
-    lookup: Option<&LookupAnswer>,
+    lookup: Option<(&LookupAnswer, i64)>,
     repairs: &[Repair],
     holding: &Holding,
 ) -> (Vec<Event>, Option<RecoveryPlan>) {
@@ -190,12 +201,12 @@ pub fn recover(
         effective: facts.effective,
         recheck: facts.recheck.clone(),
         has_lookup: facts.has_lookup,
-        now_ms: facts.now_ms,
+        now_ms: lookup.map_or(facts.now_ms, |(_, asked_at)| asked_at),
         quiet_after_ms: claim.quiet_after(None),
         late_done: claim.late_done.clone(),
         transient: facts.transient,
     };
-    let plan = plan_recovery(&input, lookup);
+    let plan = plan_recovery(&input, lookup.map(|(answer, _)| answer));
     let hash = &first.payload_hash;
     let events = match &plan {
         RecoveryPlan::Resend(_) => vec![Event::Dispatched(Dispatched {
@@ -236,7 +247,8 @@ pub fn wants_lookup(answer: &SendAnswer, has_lookup: bool) -> bool {
 
 /// What a send under claim `token` records: its resolution while the claim is still its own (none
 /// while the answer leaves it in flight), or `LATE_RESULT` once the claim was taken or the effect
-/// resolved. Whether earlier sends are quiet is read from the claim in the transaction.
+/// resolved. Whether earlier sends are quiet is read from the claim in the transaction, as of the
+/// moment the lookup (if any) was asked.
 pub fn record_answer(
     state: &EffectState,
     token: u64,
@@ -244,7 +256,7 @@ pub fn record_answer(
     via: Via,
     has_lookup: bool,
     now_ms: i64,
-    lookup: Option<&LookupAnswer>,
+    lookup: Option<(&LookupAnswer, i64)>,
 ) -> Vec<Event> {
     let (first, claim) = match state {
         EffectState::InFlight { first, claim } if claim.token == token => (first, claim),
@@ -255,8 +267,15 @@ pub fn record_answer(
             })];
         }
     };
-    let earlier_quiet = now_ms >= claim.quiet_after(Some(token));
-    match after_send(answer, via, has_lookup, earlier_quiet, lookup) {
+    let as_of = lookup.map_or(now_ms, |(_, asked_at)| asked_at);
+    let earlier_quiet = as_of >= claim.quiet_after(Some(token));
+    match after_send(
+        answer,
+        via,
+        has_lookup,
+        earlier_quiet,
+        lookup.map(|(l, _)| l),
+    ) {
         AfterSend::Commit(via, result) => vec![Event::Committed(Committed { token, via, result })],
         AfterSend::Fail { code, message } => vec![Event::Failed(Failed {
             token,
@@ -268,6 +287,7 @@ pub fn record_answer(
             Vec::new(),
             &first.payload_hash,
         ))],
+        AfterSend::Ambiguous(a) => vec![Event::Ambiguous(a)],
         AfterSend::StayInFlight(_) | AfterSend::Lookup => Vec::new(),
     }
 }
@@ -328,6 +348,7 @@ pub fn answer_json(a: &SendAnswer) -> Value {
         }
         SendAnswer::Conflict(m) => json!({ "conflict": m }),
         SendAnswer::Unknown(m) => json!({ "unknown": m }),
+        SendAnswer::SavedError(m) => json!({ "saved_error": m }),
     }
 }
 
@@ -335,7 +356,10 @@ pub fn answer_json(a: &SendAnswer) -> Value {
 /// unknown answer (a timeout, a 5xx, a reset, a key still in use) proves nothing: the service may
 /// still be working on that request.
 pub fn answer_settles(answer: &Value) -> bool {
-    ["done", "failed", "conflict"]
+    if mutants::on(Mutant::UnknownLateCloses) {
+        return true;
+    }
+    ["done", "failed", "conflict", "saved_error"]
         .iter()
         .any(|k| answer.get(k).is_some())
 }

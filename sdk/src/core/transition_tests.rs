@@ -91,15 +91,15 @@ fn a_takeover_is_written_only_on_the_claim_it_was_planned_on() {
         recheck: live(),
         transient: false,
         has_lookup: true,
-        now_ms: 1_000,
+        now_ms: 5_000,
     };
     let (resend, plan) = recover(
         &state_of(&h),
         2,
         &facts,
-        Some(&LookupAnswer::NotFound),
+        Some((&LookupAnswer::NotFound, 5_000)),
         &[],
-        &holding("b", 2_000),
+        &holding("b", 8_000),
     );
     assert_eq!(plan, Some(RecoveryPlan::Resend(Via::ReappliedAfterLookup)));
     h.extend(resend);
@@ -112,25 +112,56 @@ fn a_takeover_is_written_only_on_the_claim_it_was_planned_on() {
         &holding("c", 3_000),
     );
     assert!(c.is_empty(), "planned on a stale claim: {c:?}");
-    assert_eq!(claim_of(&state_of(&h)).quiet_after(None), 2_000);
+    assert_eq!(claim_of(&state_of(&h)).quiet_after(None), 8_000);
 }
 
 #[test]
-fn a_dead_holder_s_window_ends_a_settle_margin_after_it_was_seen_dead() {
+fn not_found_speaks_only_for_the_moment_the_lookup_was_asked() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        50,
+        &holding("b", 9_000),
+    ));
+    // The dead holder's request may land until its deadline, 5000. A lookup asked at 10 found
+    // nothing; deciding at 6000 on that answer would resend though the request landed at 20.
+    let facts = RecoveryFacts {
+        effective: Effective::LookupOnly,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms: 6_000,
+    };
+    let s = state_of(&h);
+    let early = Some((&LookupAnswer::NotFound, 10));
+    let (events, plan) = recover(&s, 2, &facts, early, &[], &holding("b", 9_000));
+    assert!(events.is_empty(), "{events:?}");
+    assert!(matches!(plan, Some(RecoveryPlan::Wait { .. })), "{plan:?}");
+    let late = Some((&LookupAnswer::NotFound, 5_000));
+    let (_, plan) = recover(&s, 2, &facts, late, &[], &holding("b", 9_000));
+    assert!(matches!(plan, Some(RecoveryPlan::Resend(_))), "{plan:?}");
+    // The same holds for a definite failure recorded after a send.
+    let definite = SendAnswer::Definite {
+        code: "card_declined".into(),
+        message: "no".into(),
+    };
+    assert!(record_answer(&s, 2, &definite, Via::FirstSend, true, 6_000, early).is_empty());
+}
+
+#[test]
+fn a_takeover_never_narrows_the_window_of_a_send_that_may_still_land() {
     let c = claim_of(&state_of(&in_flight(2)));
-    assert_eq!(prior_until(&c, TakeoverReason::HolderDead, 100, 50), 150);
-    assert_eq!(
-        prior_until(&c, TakeoverReason::HolderDead, 9_000, 50),
-        5_000
-    );
-    assert_eq!(
-        prior_until(&c, TakeoverReason::DeadlinePassed, 100, 50),
-        5_000
-    );
-    assert_eq!(
-        prior_until(&c, TakeoverReason::Tier1InWindow, 100, 50),
-        5_000
-    );
+    for reason in [
+        TakeoverReason::HolderDead,
+        TakeoverReason::DeadlinePassed,
+        TakeoverReason::Tier1InWindow,
+    ] {
+        assert_eq!(prior_until(&c, reason, 100, 50), 5_000, "{reason:?}");
+    }
 }
 
 #[test]
@@ -212,7 +243,7 @@ fn a_recoverer_acts_only_under_its_own_undispatched_claim() {
         now_ms: 10_000,
     };
     let s = state_of(&h);
-    let lookup = Some(&LookupAnswer::NotFound);
+    let lookup = Some((&LookupAnswer::NotFound, 10_000));
     assert_eq!(
         recover(&s, 2, &facts, lookup, &[], &holding("c", 9)).1,
         None
@@ -257,7 +288,7 @@ fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
         &state_of(&h),
         2,
         &facts,
-        Some(&LookupAnswer::NotFound),
+        Some((&LookupAnswer::NotFound, 9_000)),
         &[],
         &holding("b", 9),
     );
@@ -271,7 +302,7 @@ fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
         &state_of(&h),
         2,
         &facts,
-        Some(&LookupAnswer::NotFound),
+        Some((&LookupAnswer::NotFound, 9_000)),
         &[],
         &holding("b", 9),
     );

@@ -93,7 +93,7 @@ impl Bound {
         lock: HeldLock,
     ) -> Result<Step, GateError> {
         let has_lookup = self.target.has_lookup();
-        let mut lookup: Option<LookupAnswer> = None;
+        let mut lookup: Option<(LookupAnswer, i64)> = None;
         loop {
             let premises = self.read_premises(key, first);
             let repairs = self.repair_candidates(first, &premises);
@@ -115,7 +115,7 @@ impl Bound {
                     tx.state,
                     token,
                     &facts,
-                    lookup.as_ref(),
+                    lookup.as_ref().map(|(l, asked_at)| (l, *asked_at)),
                     &repairs,
                     &holding,
                 );
@@ -125,7 +125,8 @@ impl Bound {
             let plan = match plan {
                 None => return Ok(Step::Again),
                 Some(RecoveryPlan::Lookup) if lookup.is_none() => {
-                    lookup = Some(self.lookup(key, &first.payload));
+                    let asked_at = self.now();
+                    lookup = Some((self.lookup(key, &first.payload), asked_at));
                     continue;
                 }
                 Some(p) => p,

@@ -59,8 +59,10 @@ impl Bound {
         tracing::debug!(key = %key, token, ?answer, "send answered");
         self.fault(FaultPoint::AfterSend, key)?;
         let has_lookup = self.target.has_lookup();
-        let found =
-            transition::wants_lookup(&answer, has_lookup).then(|| self.lookup(key, &first.payload));
+        let found = transition::wants_lookup(&answer, has_lookup).then(|| {
+            let asked_at = self.now();
+            (self.lookup(key, &first.payload), asked_at)
+        });
         let now = self.now();
         let out = self.gate.journal.append_with(key, &mut |tx| {
             transition::record_answer(
@@ -70,7 +72,7 @@ impl Bound {
                 via,
                 has_lookup,
                 now,
-                found.as_ref(),
+                found.as_ref().map(|(l, asked_at)| (l, *asked_at)),
             )
         })?;
         self.fault(FaultPoint::AfterRecord, key)?;
@@ -97,7 +99,7 @@ impl Bound {
 
 fn answer_reason(a: &SendAnswer) -> String {
     match a {
-        SendAnswer::Unknown(m) | SendAnswer::Conflict(m) => m.clone(),
+        SendAnswer::Unknown(m) | SendAnswer::Conflict(m) | SendAnswer::SavedError(m) => m.clone(),
         SendAnswer::Definite { code, message } => format!("{code}: {message}"),
         SendAnswer::Done(_) => "done".into(),
     }

@@ -61,6 +61,8 @@ pub enum SimResponse {
     KeyInUse,
     /// 5xx (possibly after applying).
     ServerError(u16),
+    /// A saved 5xx replayed from the key (`Idempotent-Replayed: true`).
+    ReplayedServerError(u16),
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +87,7 @@ struct World {
     in_progress: HashSet<String>,
     next_id: u64,
     error_after_apply: u32,
+    error_before_apply: u32,
     hold_next: Option<Arc<Stall>>,
     hold_after_apply: Option<Arc<Stall>>,
     held_reached: bool,
@@ -220,6 +223,12 @@ impl SimPayments {
         self.world().error_after_apply = n;
     }
 
+    /// The next `n` creates answer 500 without applying (and save the 500 under the key): every
+    /// resend under that key replays it.
+    pub fn error_before_apply(&self, n: u32) {
+        self.world().error_before_apply = n;
+    }
+
     /// Make every create take `delay` (real time) inside the service before it applies.
     pub fn set_delay(&self, delay: Duration) {
         self.world().delay = delay;
@@ -299,6 +308,7 @@ impl SimPayments {
                     } else {
                         match &e.response {
                             SimResponse::Created(v) => SimResponse::Replayed(v.clone()),
+                            SimResponse::ServerError(s) => SimResponse::ReplayedServerError(*s),
                             other => other.clone(),
                         }
                     };
@@ -413,6 +423,10 @@ fn apply(
             format!("No such payment_intent: '{payment_intent}'"),
         );
     };
+    if w.error_before_apply > 0 {
+        w.error_before_apply -= 1;
+        return SimResponse::ServerError(500);
+    }
     if intent.disputed {
         return refused(400, "charge_disputed", "the charge is disputed".into());
     }
@@ -516,6 +530,9 @@ impl Target for SimTarget {
                 SendAnswer::Unknown("409: a request with this key is still in progress".into())
             }
             SimResponse::ServerError(s) => SendAnswer::Unknown(format!("HTTP {s}")),
+            SimResponse::ReplayedServerError(s) => {
+                SendAnswer::SavedError(format!("HTTP {s}, Idempotent-Replayed: true"))
+            }
         }
     }
 

@@ -100,7 +100,12 @@ pub struct StripeRefunds {
 }
 
 enum Http {
-    Answer { status: u16, body: Value },
+    Answer {
+        status: u16,
+        body: Value,
+        /// `Idempotent-Replayed: true`: the answer was saved under the key, not computed now.
+        replayed: bool,
+    },
     Lost(String),
 }
 
@@ -155,8 +160,10 @@ impl StripeRefunds {
                 q.push(("starting_after", a));
             }
             let body = match self.get("/v1/refunds", &q) {
-                Http::Answer { status: 200, body } => body,
-                Http::Answer { status, body } => {
+                Http::Answer {
+                    status: 200, body, ..
+                } => body,
+                Http::Answer { status, body, .. } => {
                     return Err(format!(
                         "listing refunds answered {status}: {}",
                         error_message(&body)
@@ -190,20 +197,22 @@ impl StripeRefunds {
     /// A 4xx (no such payment, no access) is a definite answer; anything else may pass.
     pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, PremiseError> {
         match self.get(&format!("/v1/payment_intents/{payment_intent}"), &[]) {
-            Http::Answer { status: 200, body } => body
+            Http::Answer {
+                status: 200, body, ..
+            } => body
                 .get("amount_received")
                 .or_else(|| body.get("amount"))
                 .and_then(Value::as_i64)
                 .ok_or_else(|| {
                     PremiseError::Invalid("payment intent answered without an amount".into())
                 }),
-            Http::Answer { status, body } if (400..500).contains(&status) && status != 429 => {
+            Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
                 Err(PremiseError::Invalid(format!(
                     "payment intent {payment_intent}: {status} {}",
                     error_message(&body)
                 )))
             }
-            Http::Answer { status, body } => Err(PremiseError::Unavailable(format!(
+            Http::Answer { status, body, .. } => Err(PremiseError::Unavailable(format!(
                 "payment intent {payment_intent}: {status} {}",
                 error_message(&body)
             ))),
@@ -216,12 +225,22 @@ fn read(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Http {
     match res {
         Ok(resp) => {
             let status = resp.status().as_u16();
+            let replayed = resp
+                .headers()
+                .get("Idempotent-Replayed")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
             match resp.into_body().read_to_string() {
                 Ok(text) => match serde_json::from_str(&text) {
-                    Ok(body) => Http::Answer { status, body },
+                    Ok(body) => Http::Answer {
+                        status,
+                        body,
+                        replayed,
+                    },
                     Err(_) if status >= 500 => Http::Answer {
                         status,
                         body: Value::Null,
+                        replayed,
                     },
                     Err(e) => {
                         Http::Lost(format!("HTTP {status} with a body that is not JSON ({e})"))
@@ -323,7 +342,7 @@ impl Target for StripeRefunds {
 fn classify(http: Http) -> SendAnswer {
     match http {
         Http::Lost(why) => SendAnswer::Unknown(why),
-        Http::Answer { status, body } if (200..300).contains(&status) => {
+        Http::Answer { status, body, .. } if (200..300).contains(&status) => {
             if body
                 .get("id")
                 .and_then(Value::as_str)
@@ -334,12 +353,14 @@ fn classify(http: Http) -> SendAnswer {
                 SendAnswer::Unknown(format!("HTTP {status} without a refund in the body"))
             }
         }
-        Http::Answer { status: 409, body } => SendAnswer::Unknown(format!(
+        Http::Answer {
+            status: 409, body, ..
+        } => SendAnswer::Unknown(format!(
             "409: a request with this key is still in progress ({})",
             error_message(&body)
         )),
         Http::Answer { status: 429, .. } => SendAnswer::Unknown("429: rate limited".into()),
-        Http::Answer { status, body } if (400..500).contains(&status) => {
+        Http::Answer { status, body, .. } if (400..500).contains(&status) => {
             let kind = body.pointer("/error/type").and_then(Value::as_str);
             if kind == Some("idempotency_error") {
                 SendAnswer::Conflict(error_message(&body))
@@ -353,6 +374,13 @@ fn classify(http: Http) -> SendAnswer {
                     message: error_message(&body),
                 }
             }
+        }
+        Http::Answer {
+            status,
+            replayed: true,
+            ..
+        } if status >= 500 => {
+            SendAnswer::SavedError(format!("HTTP {status}, Idempotent-Replayed: true"))
         }
         Http::Answer { status, .. } => SendAnswer::Unknown(format!("HTTP {status}")),
     }
@@ -406,7 +434,22 @@ mod tests {
 
     #[test]
     fn answers_map_onto_the_core_table() {
-        let ans = |status, body| classify(Http::Answer { status, body });
+        let ans = |status, body| {
+            classify(Http::Answer {
+                status,
+                body,
+                replayed: false,
+            })
+        };
+        let replayed_500 = classify(Http::Answer {
+            status: 500,
+            body: Value::Null,
+            replayed: true,
+        });
+        assert!(
+            matches!(replayed_500, SendAnswer::SavedError(_)),
+            "{replayed_500:?}"
+        );
         assert!(matches!(
             ans(200, json!({"id": "re_1"})),
             SendAnswer::Done(_)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use interlock::webhook::{DEFAULT_TOLERANCE_S, Delivery, handle};
+use interlock::webhook::{DEFAULT_TOLERANCE_S, Delivery, MAX_BODY_BYTES, handle};
 use interlock::{Clock, SqliteJournal, SystemClock};
 use tiny_http::{Header, Response, Server};
 
@@ -55,22 +55,34 @@ pub(crate) fn run(path: &PathBuf, cmd: WebhookCmd) -> anyhow::Result<()> {
                     .eq_ignore_ascii_case("Stripe-Signature")
             })
             .map(|h| h.value.as_str().to_owned());
+        // One byte past the limit is enough to know the body is too large.
         let mut body = Vec::new();
-        let delivery = match std::io::Read::read_to_end(req.as_reader(), &mut body) {
-            Ok(_) => handle(
+        let limit = u64::try_from(MAX_BODY_BYTES + 1).unwrap_or(u64::MAX);
+        let read =
+            std::io::Read::read_to_end(&mut std::io::Read::take(req.as_reader(), limit), &mut body);
+        // A journal that cannot be written is the server's trouble: 503, so Stripe retries.
+        let (status, delivery) = match read {
+            Ok(_) => match handle(
                 journal.as_ref(),
                 &secret,
                 signature.as_deref(),
                 &body,
                 SystemClock.now_ms() / 1000,
                 tolerance,
-            )
-            .unwrap_or_else(|e| Delivery::Rejected(format!("journal error: {e}"))),
-            Err(e) => Delivery::Rejected(format!("unreadable body: {e}")),
+            ) {
+                Ok(d) => (d.status(), d),
+                Err(e) => (503, Delivery::Rejected(format!("journal error: {e}"))),
+            },
+            Err(e) => (400, Delivery::Rejected(format!("unreadable body: {e}"))),
         };
-        eprintln!("{} {delivery:?}", delivery.status());
+        let status = if body.len() > MAX_BODY_BYTES {
+            413
+        } else {
+            status
+        };
+        eprintln!("{status} {delivery:?}");
         let text = serde_json::json!({ "result": format!("{delivery:?}") }).to_string();
-        let mut resp = Response::from_string(text).with_status_code(delivery.status());
+        let mut resp = Response::from_string(text).with_status_code(status);
         if let Ok(h) = Header::from_bytes("Content-Type", "application/json") {
             resp = resp.with_header(h);
         }

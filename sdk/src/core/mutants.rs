@@ -1,0 +1,83 @@
+//! Known-bad variants of the core, switched on one at a time by the model checker to show that it
+//! finds each bug it is meant to find. Compiled only with the `mutants` feature; without it every
+//! switch is a constant `false` and the optimizer removes the bad branches.
+
+/// A finding the core once had, reintroduced on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mutant {
+    /// Recovery acts on the binding's tier instead of the tier journaled at the proposal.
+    BindingTier,
+    /// A takeover's guard checks only the claim token, so a plan made on a stale snapshot is
+    /// written with the stale claim's window.
+    TokenOnlyTakeover,
+    /// An unknown late answer closes its send's window at the time it arrived.
+    UnknownLateCloses,
+    /// A holder seen dead (its liveness lock free) is assumed to have no request left at the
+    /// service a settle margin later, though the service may still be processing one.
+    DeadHolderSettles,
+    /// A replayed saved 500 is read as "unknown", so recovery resends into the same saved error
+    /// until the service forgets the key.
+    SavedErrorUnknown,
+}
+
+impl Mutant {
+    /// Every mutant of the core.
+    pub const ALL: [Mutant; 5] = [
+        Mutant::BindingTier,
+        Mutant::TokenOnlyTakeover,
+        Mutant::UnknownLateCloses,
+        Mutant::DeadHolderSettles,
+        Mutant::SavedErrorUnknown,
+    ];
+
+    /// Stable name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::BindingTier => "recovery_uses_the_binding_s_tier",
+            Self::TokenOnlyTakeover => "takeover_guarded_by_token_only",
+            Self::UnknownLateCloses => "unknown_late_answer_closes_the_window",
+            Self::DeadHolderSettles => "dead_holder_window_ends_a_settle_after_takeover",
+            Self::SavedErrorUnknown => "saved_error_treated_as_unknown",
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+mod switch {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use super::Mutant;
+
+    static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+    fn bit(m: Mutant) -> u8 {
+        match m {
+            Mutant::BindingTier => 1,
+            Mutant::TokenOnlyTakeover => 2,
+            Mutant::UnknownLateCloses => 4,
+            Mutant::DeadHolderSettles => 8,
+            Mutant::SavedErrorUnknown => 16,
+        }
+    }
+
+    /// Switch the core to `mutant` (or back to itself with `None`), process-wide.
+    pub fn activate(mutant: Option<Mutant>) {
+        ACTIVE.store(mutant.map_or(0, bit), Ordering::SeqCst);
+    }
+
+    pub(crate) fn on(m: Mutant) -> bool {
+        ACTIVE.load(Ordering::Relaxed) & bit(m) != 0
+    }
+}
+
+#[cfg(feature = "mutants")]
+pub use switch::activate;
+#[cfg(feature = "mutants")]
+pub(crate) use switch::on;
+
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub(crate) fn on(_: Mutant) -> bool {
+    false
+}

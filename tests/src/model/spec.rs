@@ -1,0 +1,1019 @@
+//! The protocol as a transition system. Each actor runs the gate shell's steps — read, lock,
+//! premise read, transaction, send, lookup, record — one atomic step at a time, and every
+//! decision inside a step is made by the real core (`plan_submit`, `plan_takeover`,
+//! `core::transition::*`, `fold`). Between any two steps anything else may happen: another actor
+//! steps, an actor crashes (its liveness locks go with it), the lease is revoked, a premise moves,
+//! the service processes, loses or fails a request, the clock ticks or jumps.
+//!
+//! Time is in ticks. A claim's deadline is its start + send timeout + settle; a send goes out only
+//! while its budget lasts (before deadline − settle) and the service processes it, if at all,
+//! before the deadline, whether its sender is still waiting, gave up, or died. That is the
+//! contract's assumption that settle covers the service's processing past the client's cut-off
+//! and any forward step of the clock: the clock is never allowed to reach an unprocessed
+//! request's deadline.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use interlock::core::decide::{plan_submit, plan_takeover};
+use interlock::core::state::fold;
+use interlock::core::tier::{self, Effective};
+use interlock::core::transition::{self, Holding, RecoveryFacts};
+use interlock::core::{
+    Claim, EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
+    RecoveryPlan, SendAnswer, SubmitPlan, TakeoverPlan, TakeoverReason, Tier, Via,
+};
+use serde_json::json;
+
+/// Send timeout, in ticks.
+pub const SEND_TIMEOUT: i64 = 2;
+/// Settle margin, in ticks.
+pub const SETTLE: i64 = 1;
+/// A tier-1 service keeps a key this long.
+pub const WINDOW: i64 = 10;
+/// A tier-1 window is trusted until `WINDOW − MARGIN` after the first dispatch.
+pub const MARGIN: i64 = 4;
+/// Size of one forward clock jump.
+pub const JUMP: i64 = 3;
+
+/// What an actor's binding claims, and how it is started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The tier this actor's target binding claims (it may claim more than the service offers).
+    pub tier: Tier,
+    /// `interlock recover`: it never proposes, only recovers what the journal holds.
+    pub recover_only: bool,
+}
+
+/// One model configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Name in reports.
+    pub name: String,
+    /// What the service really does.
+    pub service_tier: Tier,
+    /// One per actor.
+    pub bindings: Vec<Binding>,
+    /// Attempts each actor may start (Temporal's retries).
+    pub attempts: u8,
+    /// Crashes in all.
+    pub crashes: u8,
+    /// The lease may be revoked once.
+    pub revoke: bool,
+    /// A premise may move once.
+    pub move_premise: bool,
+    /// The service may answer 500 (applied or not) and, at tier 1, save it under the key.
+    pub server_errors: bool,
+    /// Requests may be lost, answers dropped, definite 4xx given, lookups fail.
+    pub lossy: bool,
+    /// Forward clock jumps of [`JUMP`] ticks.
+    pub jumps: u8,
+    /// The clock stops here (the calm check runs past it).
+    pub horizon: i64,
+    /// Shell mutant: the lease is read with the premises, outside the dispatch transaction.
+    pub stale_lease_read: bool,
+}
+
+impl Config {
+    /// Whether the service can be asked by key.
+    pub fn has_lookup(&self) -> bool {
+        self.service_tier != Tier::Three
+    }
+}
+
+/// The journal: real records, each with a hash of its canonical JSON for state fingerprints.
+/// Records are shared between the states that hold them, so a state costs a few words a record.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journal(pub Vec<(i64, Arc<Event>, u64)>);
+
+impl Eq for Journal {}
+
+impl Hash for Journal {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for (at, _, h) in &self.0 {
+            at.hash(state);
+            h.hash(state);
+        }
+    }
+}
+
+impl Journal {
+    /// The state folded from the first `n` records.
+    pub fn state_at(&self, n: usize) -> EffectState {
+        fold(self.0.iter().take(n).map(|(at, e, _)| (*at, e.as_ref())))
+            .unwrap_or_else(|e| panic!("the core wrote a history it cannot read: {e}"))
+    }
+
+    /// The current state.
+    pub fn state(&self) -> EffectState {
+        self.state_at(self.0.len())
+    }
+
+    fn append(&mut self, at: i64, events: Vec<Event>) {
+        for e in events {
+            let mut h = DefaultHasher::new();
+            serde_json::to_string(&e).unwrap_or_default().hash(&mut h);
+            self.0.push((at, Arc::new(e), h.finish()));
+        }
+    }
+}
+
+/// A send's answer, compactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ans {
+    /// Success (or a replayed success).
+    Done,
+    /// A definite 4xx.
+    Definite,
+    /// A fresh 5xx.
+    ServerError,
+    /// A 5xx replayed from the key (`Idempotent-Replayed: true`).
+    SavedError,
+    /// No answer: timeout, reset.
+    Unknown,
+}
+
+/// A lookup's answer, compactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Look {
+    /// Found by key.
+    Found,
+    /// Not found.
+    NotFound,
+    /// Could not ask.
+    Unknown,
+}
+
+/// Where an actor's current attempt is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Pc {
+    /// No attempt running.
+    Idle,
+    /// About to read the key's state.
+    Start,
+    /// About to write `PROPOSED`/`AUTHORIZED` (lease read in the transaction).
+    Authorize,
+    /// About to take liveness lock 1.
+    Lock1,
+    /// About to read the premises for the first dispatch.
+    Premises1,
+    /// About to write the first `DISPATCHED`.
+    Dispatch1 {
+        /// What the premise read found.
+        premise_ok: bool,
+        /// Shell mutant: the lease as read with the premises.
+        early_lease: Option<bool>,
+    },
+    /// Read the state (first `seen` records) and found it in flight: about to check liveness.
+    Observe {
+        /// Records in the snapshot.
+        seen: usize,
+    },
+    /// Decided to take over: about to take the next token's lock.
+    TakeLock {
+        /// Records in the snapshot.
+        seen: usize,
+        /// The evidence.
+        reason: TakeoverReason,
+        /// When the evidence was read.
+        at: i64,
+        /// The tier recovery acts on.
+        effective: Effective,
+    },
+    /// Holds the lock: about to write `CLAIMED`.
+    TakeTx {
+        /// Records in the snapshot.
+        seen: usize,
+        /// The evidence.
+        reason: TakeoverReason,
+        /// When the evidence was read.
+        at: i64,
+        /// The tier recovery acts on.
+        effective: Effective,
+    },
+    /// Holds claim `token`: about to read the premises.
+    RecPremises {
+        /// The claim.
+        token: u64,
+        /// The tier recovery acts on.
+        effective: Effective,
+        /// What a lookup found, once asked, and when.
+        lookup: Option<(Look, i64)>,
+    },
+    /// About to decide the recovery step in the transaction.
+    RecTx {
+        /// The claim.
+        token: u64,
+        /// The tier recovery acts on.
+        effective: Effective,
+        /// What a lookup found, once asked, and when.
+        lookup: Option<(Look, i64)>,
+        /// What the premise read found.
+        premise_ok: bool,
+        /// Shell mutant: the lease as read with the premises.
+        early_lease: Option<bool>,
+    },
+    /// About to look the effect up.
+    RecLookup {
+        /// The claim.
+        token: u64,
+        /// The tier recovery acts on.
+        effective: Effective,
+    },
+    /// `DISPATCHED` is durable: about to send.
+    Send {
+        /// The claim.
+        token: u64,
+        /// Its deadline.
+        deadline: i64,
+        /// How a success would be recorded.
+        via: Via,
+    },
+    /// Sent: waiting for the answer.
+    Await {
+        /// The claim.
+        token: u64,
+        /// How a success would be recorded.
+        via: Via,
+    },
+    /// Answered: about to look up if the answer needs it.
+    AfterSend {
+        /// The claim.
+        token: u64,
+        /// How a success would be recorded.
+        via: Via,
+        /// The answer.
+        answer: Ans,
+    },
+    /// About to record the answer.
+    Record {
+        /// The claim.
+        token: u64,
+        /// How a success would be recorded.
+        via: Via,
+        /// The answer.
+        answer: Ans,
+        /// The lookup after it, if any, and when it was asked.
+        lookup: Option<(Look, i64)>,
+    },
+}
+
+/// One actor: a worker process (or `interlock recover`) running attempts one after another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Actor {
+    /// Where its attempt is.
+    pub pc: Pc,
+    /// Attempts started so far (names the holder).
+    pub attempt: u8,
+}
+
+/// A request at the service.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// Sender.
+    pub actor: u8,
+    /// The sender's attempt.
+    pub attempt: u8,
+    /// Processed, if at all, before this time: the claim's deadline.
+    pub land_by: i64,
+    /// `None` while unprocessed; the answer once processed (or lost).
+    pub answer: Option<Ans>,
+}
+
+/// The payments service.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Service {
+    /// Refunds carrying the key (capped at 3).
+    pub applied: u8,
+    /// Tier 1: the key's saved answer (success or a 500) and when it was saved.
+    pub saved: Option<(Ans, i64)>,
+    /// Requests sent and not yet consumed.
+    pub requests: Vec<Request>,
+}
+
+/// The lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lease {
+    /// Live.
+    Live,
+    /// Revoked when the journal held this many records.
+    Revoked {
+        /// Journal length at the revocation.
+        at_len: usize,
+    },
+}
+
+/// The whole world.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The clock.
+    pub now: i64,
+    /// The journal.
+    pub journal: Journal,
+    /// The actors.
+    pub actors: Vec<Actor>,
+    /// Liveness locks held: (token, actor).
+    pub locks: Vec<(u64, u8)>,
+    /// The service.
+    pub service: Service,
+    /// The lease.
+    pub lease: Lease,
+    /// Whether the premise has moved.
+    pub premise_moved: bool,
+    /// Crashes left.
+    pub crashes_left: u8,
+    /// Clock jumps left.
+    pub jumps_left: u8,
+}
+
+/// One step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Actor `i` starts a new attempt.
+    Begin(u8),
+    /// Actor `i` takes its next step.
+    Step(u8),
+    /// Actor `i` receives its request's answer.
+    Answer(u8),
+    /// Actor `i` gives up waiting (timeout, reset): unknown.
+    GiveUp(u8),
+    /// Actor `i` crashes.
+    Crash(u8),
+    /// The service processes request `i` normally.
+    Process(u8),
+    /// The service answers request `i` with a 500, having applied it or not.
+    ServerError(u8, bool),
+    /// The service refuses request `i` with a definite 4xx.
+    Reject(u8),
+    /// Request `i` is lost before the service sees it.
+    Lose(u8),
+    /// One tick passes.
+    Tick,
+    /// The clock jumps forward.
+    Jump,
+    /// The lease is revoked.
+    Revoke,
+    /// A premise moves.
+    MovePremise,
+}
+
+/// A safety property broken by a transition itself (checked at the instant of a send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breach {
+    /// A send whose lease was revoked before its `DISPATCHED` record.
+    SendAfterRevocation,
+    /// A send standing on a re-check that did not hold.
+    SendOnFailedRecheck,
+}
+
+const KEY_PAYLOAD_HASH: &str = "p0";
+
+fn proposal(cfg: &Config) -> Proposed {
+    Proposed {
+        payload: json!({ "amount": 2000 }),
+        payload_hash: KEY_PAYLOAD_HASH.into(),
+        premises: premises(true),
+        lease: "l".into(),
+        target: "svc".into(),
+        tier: cfg.service_tier.into(),
+    }
+}
+
+fn premises(held: bool) -> Premises {
+    [(
+        "refunded_by_others".to_owned(),
+        json!(if held { 0 } else { 500 }),
+    )]
+    .into_iter()
+    .collect()
+}
+
+fn holder(actor: u8, attempt: u8) -> Holder {
+    Holder {
+        host: "h".into(),
+        pid: u32::from(actor),
+        attempt: attempt.to_string(),
+    }
+}
+
+fn holding(actor: u8, attempt: u8, now: i64) -> Holding {
+    Holding {
+        holder: holder(actor, attempt),
+        deadline_ms: now + SEND_TIMEOUT + SETTLE,
+    }
+}
+
+fn lease_verdict(live: bool) -> LeaseVerdict {
+    if live {
+        LeaseVerdict::Live
+    } else {
+        LeaseVerdict::Dead {
+            reason: "revoked".into(),
+        }
+    }
+}
+
+fn recheck(premise_ok: bool, lease_live: bool) -> Recheck {
+    let now = premises(premise_ok);
+    Recheck {
+        lease: lease_verdict(lease_live),
+        changes: interlock::core::decide::diff(&premises(true), &now),
+        premises_now: now,
+        premise_error: None,
+    }
+}
+
+fn send_answer(a: Ans) -> SendAnswer {
+    match a {
+        Ans::Done => SendAnswer::Done(json!({ "id": "re_1" })),
+        Ans::Definite => SendAnswer::Definite {
+            code: "charge_disputed".into(),
+            message: "the charge is disputed".into(),
+        },
+        Ans::ServerError => SendAnswer::Unknown("HTTP 500".into()),
+        Ans::SavedError => SendAnswer::SavedError("HTTP 500, replayed".into()),
+        Ans::Unknown => SendAnswer::Unknown("timed out".into()),
+    }
+}
+
+fn lookup_answer(l: Look) -> LookupAnswer {
+    match l {
+        Look::Found => LookupAnswer::Found(json!({ "id": "re_1" })),
+        Look::NotFound => LookupAnswer::NotFound,
+        Look::Unknown => LookupAnswer::Unknown("HTTP 503".into()),
+    }
+}
+
+impl State {
+    /// Nothing has happened yet.
+    pub fn initial(cfg: &Config) -> Self {
+        Self {
+            now: 0,
+            journal: Journal::default(),
+            actors: vec![
+                Actor {
+                    pc: Pc::Idle,
+                    attempt: 0,
+                };
+                cfg.bindings.len()
+            ],
+            locks: Vec::new(),
+            service: Service::default(),
+            lease: Lease::Live,
+            premise_moved: false,
+            crashes_left: cfg.crashes,
+            jumps_left: cfg.jumps,
+        }
+    }
+
+    /// The fingerprint the explorer keeps instead of the state.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+
+    fn lease_live(&self) -> bool {
+        self.lease == Lease::Live
+    }
+
+    fn release(&mut self, actor: u8) {
+        self.locks.retain(|(_, a)| *a != actor);
+    }
+
+    fn lock_free(&self, token: u64) -> bool {
+        !self.locks.iter().any(|(t, _)| *t == token)
+    }
+
+    fn take_lock(&mut self, token: u64, actor: u8) -> bool {
+        if self.lock_free(token) {
+            self.locks.push((token, actor));
+            self.locks.sort_unstable();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn look(&self) -> Look {
+        if self.service.applied > 0 {
+            Look::Found
+        } else {
+            Look::NotFound
+        }
+    }
+
+    /// The earliest time by which a request the service has not processed must have been.
+    fn pending_land_by(&self) -> Option<i64> {
+        self.service
+            .requests
+            .iter()
+            .filter(|r| r.answer.is_none())
+            .map(|r| r.land_by)
+            .min()
+    }
+
+    fn end_attempt(&mut self, i: u8) {
+        self.actors[usize::from(i)].pc = Pc::Idle;
+        self.release(i);
+    }
+}
+
+/// Every step enabled in `s`.
+pub fn actions(cfg: &Config, s: &State) -> Vec<Action> {
+    let mut out = Vec::new();
+    for (i, a) in s.actors.iter().enumerate() {
+        let i = u8::try_from(i).unwrap_or(u8::MAX);
+        match &a.pc {
+            Pc::Idle => {
+                if a.attempt < cfg.attempts {
+                    out.push(Action::Begin(i));
+                }
+            }
+            Pc::Await { .. } => {
+                let req = s
+                    .service
+                    .requests
+                    .iter()
+                    .find(|r| r.actor == i && r.attempt == a.attempt);
+                match req.and_then(|r| r.answer) {
+                    Some(_) => {
+                        out.push(Action::Answer(i));
+                        if cfg.lossy {
+                            out.push(Action::GiveUp(i));
+                        }
+                    }
+                    None => out.push(Action::GiveUp(i)),
+                }
+            }
+            _ => out.push(Action::Step(i)),
+        }
+        if a.pc != Pc::Idle && s.crashes_left > 0 {
+            out.push(Action::Crash(i));
+        }
+    }
+    for (n, r) in s.service.requests.iter().enumerate() {
+        let n = u8::try_from(n).unwrap_or(u8::MAX);
+        if r.answer.is_some() {
+            continue;
+        }
+        out.push(Action::Process(n));
+        let replays = cfg.service_tier == Tier::One
+            && s.service.saved.is_some_and(|(_, at)| s.now < at + WINDOW);
+        if !replays {
+            if cfg.server_errors {
+                out.push(Action::ServerError(n, false));
+                out.push(Action::ServerError(n, true));
+            }
+            if cfg.lossy {
+                out.push(Action::Reject(n));
+                out.push(Action::Lose(n));
+            }
+        }
+    }
+    let clock_ok = |to: i64| to <= cfg.horizon && s.pending_land_by().is_none_or(|d| to < d);
+    if clock_ok(s.now + 1) {
+        out.push(Action::Tick);
+    }
+    if s.jumps_left > 0 && clock_ok(s.now + JUMP) {
+        out.push(Action::Jump);
+    }
+    if cfg.revoke && s.lease_live() {
+        out.push(Action::Revoke);
+    }
+    if cfg.move_premise && !s.premise_moved {
+        out.push(Action::MovePremise);
+    }
+    out
+}
+
+/// The step a calm world takes: the service processes every request, answers arrive, actors
+/// step. `None` when every actor is idle: the caller lets time pass and starts a retry.
+pub fn calm_action(s: &State) -> Option<Action> {
+    if let Some(n) = s.service.requests.iter().position(|r| r.answer.is_none()) {
+        return u8::try_from(n).ok().map(Action::Process);
+    }
+    for (i, a) in s.actors.iter().enumerate() {
+        let i = u8::try_from(i).ok()?;
+        match &a.pc {
+            Pc::Idle => {}
+            Pc::Await { .. } => {
+                let answered = s
+                    .service
+                    .requests
+                    .iter()
+                    .any(|r| r.actor == i && r.attempt == a.attempt && r.answer.is_some());
+                return Some(if answered {
+                    Action::Answer(i)
+                } else {
+                    Action::GiveUp(i)
+                });
+            }
+            _ => return Some(Action::Step(i)),
+        }
+    }
+    None
+}
+
+/// Apply `action` to `s`. Returns the next state and any breach the transition itself commits.
+pub fn apply(cfg: &Config, s: &State, action: Action) -> (State, Option<Breach>) {
+    let mut n = s.clone();
+    let mut breach = None;
+    match action {
+        Action::Begin(i) => {
+            let a = &mut n.actors[usize::from(i)];
+            a.attempt = a.attempt.saturating_add(1);
+            a.pc = Pc::Start;
+        }
+        Action::Crash(i) => {
+            n.crashes_left -= 1;
+            n.end_attempt(i);
+        }
+        Action::Step(i) => breach = step(cfg, &mut n, i),
+        Action::Answer(i) | Action::GiveUp(i) => {
+            let a = n.actors[usize::from(i)].clone();
+            let pos = n
+                .service
+                .requests
+                .iter()
+                .position(|r| r.actor == i && r.attempt == a.attempt);
+            let got = pos.and_then(|p| n.service.requests[p].answer);
+            let answer = match (action, got) {
+                (Action::Answer(_), Some(ans)) => ans,
+                _ => Ans::Unknown,
+            };
+            // A processed request's answer is consumed; an unprocessed one stays at the service.
+            if let Some(p) = pos.filter(|p| n.service.requests[*p].answer.is_some()) {
+                n.service.requests.remove(p);
+            }
+            if let Pc::Await { token, via } = a.pc {
+                n.actors[usize::from(i)].pc = Pc::AfterSend { token, via, answer };
+            }
+        }
+        Action::Process(r) => process(cfg, &mut n, usize::from(r), None),
+        Action::ServerError(r, applied) => process(cfg, &mut n, usize::from(r), Some(applied)),
+        Action::Reject(r) => answer_request(&mut n, usize::from(r), Ans::Definite),
+        Action::Lose(r) => answer_request(&mut n, usize::from(r), Ans::Unknown),
+        Action::Tick => n.now += 1,
+        Action::Jump => {
+            n.now += JUMP;
+            n.jumps_left -= 1;
+        }
+        Action::Revoke => {
+            n.lease = Lease::Revoked {
+                at_len: n.journal.0.len(),
+            };
+        }
+        Action::MovePremise => n.premise_moved = true,
+    }
+    // Answers nobody will read are dropped, so they do not split states.
+    let actors = n.actors.clone();
+    n.service.requests.retain(|r| {
+        r.answer.is_none()
+            || matches!(actors.get(usize::from(r.actor)), Some(a) if a.attempt == r.attempt && matches!(a.pc, Pc::Await { .. }))
+    });
+    (n, breach)
+}
+
+fn answer_request(n: &mut State, r: usize, ans: Ans) {
+    if let Some(req) = n.service.requests.get_mut(r) {
+        req.answer = Some(ans);
+    }
+}
+
+/// The service processes request `r`: normally, or with a 500 (`Some(applied)`).
+fn process(cfg: &Config, n: &mut State, r: usize, server_error: Option<bool>) {
+    let replay = match (cfg.service_tier, n.service.saved) {
+        (Tier::One, Some((ans, at))) if n.now < at + WINDOW => Some(ans),
+        _ => None,
+    };
+    let ans = match (replay, server_error) {
+        (Some(Ans::ServerError | Ans::SavedError), _) => Ans::SavedError,
+        (Some(saved), _) => saved,
+        (None, None) => {
+            n.service.applied = (n.service.applied + 1).min(3);
+            Ans::Done
+        }
+        (None, Some(applied)) => {
+            if applied {
+                n.service.applied = (n.service.applied + 1).min(3);
+            }
+            Ans::ServerError
+        }
+    };
+    if cfg.service_tier == Tier::One && replay.is_none() {
+        n.service.saved = Some((ans, n.now));
+    }
+    answer_request(n, r, ans);
+}
+
+/// One step of actor `i`'s attempt, deciding with the real core.
+fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
+    let idx = usize::from(i);
+    let binding = cfg.bindings[idx];
+    let attempt = n.actors[idx].attempt;
+    let me = holder(i, attempt);
+    let now = n.now;
+    let has_lookup = cfg.has_lookup();
+    let pc = n.actors[idx].pc.clone();
+    let mut next = Pc::Idle;
+    match pc {
+        Pc::Idle | Pc::Await { .. } => return None,
+        Pc::Start => {
+            let state = n.journal.state();
+            next = match (plan_submit(&state, KEY_PAYLOAD_HASH), binding.recover_only) {
+                (SubmitPlan::Fresh, true) | (SubmitPlan::Replay(_), _) => Pc::Idle,
+                (SubmitPlan::Fresh | SubmitPlan::Continue, _) => Pc::Authorize,
+                (SubmitPlan::Recover(_), _) => Pc::Observe {
+                    seen: n.journal.0.len(),
+                },
+                (SubmitPlan::Conflict { .. }, _) => Pc::Idle,
+            };
+        }
+        Pc::Authorize => {
+            let state = n.journal.state();
+            let first = state.first().cloned().unwrap_or_else(|| proposal(cfg));
+            let events =
+                transition::authorize(&state, &first, &lease_verdict(n.lease_live()), json!({}));
+            next = match events.last() {
+                Some(Event::Authorized(_)) => Pc::Lock1,
+                Some(_) => Pc::Idle,
+                None => Pc::Start,
+            };
+            n.journal.append(now, events);
+        }
+        Pc::Lock1 => {
+            if n.take_lock(1, i) {
+                next = Pc::Premises1;
+            }
+        }
+        Pc::Premises1 => {
+            next = Pc::Dispatch1 {
+                premise_ok: !n.premise_moved,
+                early_lease: cfg.stale_lease_read.then(|| n.lease_live()),
+            };
+        }
+        Pc::Dispatch1 {
+            premise_ok,
+            early_lease,
+        } => {
+            let state = n.journal.state();
+            let lease = early_lease.unwrap_or(n.lease_live());
+            let hold = holding(i, attempt, now);
+            let events = transition::dispatch_first(
+                &state,
+                KEY_PAYLOAD_HASH,
+                &recheck(premise_ok, lease),
+                None,
+                &[],
+                &hold,
+            );
+            next = match events.last() {
+                Some(Event::Dispatched(_)) => Pc::Send {
+                    token: 1,
+                    deadline: hold.deadline_ms,
+                    via: Via::FirstSend,
+                },
+                Some(_) => Pc::Idle,
+                None => Pc::Start,
+            };
+            n.journal.append(now, events);
+        }
+        Pc::Observe { seen } => {
+            let EffectState::InFlight { first, claim } = n.journal.state_at(seen) else {
+                return end(n, i, Pc::Start);
+            };
+            let lock_free = n.lock_free(claim.token);
+            let effective = effective_for(cfg, &binding, &first, &claim, now);
+            next = match plan_takeover(&claim, now, lock_free, effective) {
+                TakeoverPlan::Wait { .. } => Pc::Idle,
+                TakeoverPlan::Take(reason) => Pc::TakeLock {
+                    seen,
+                    reason,
+                    at: now,
+                    effective,
+                },
+            };
+        }
+        Pc::TakeLock {
+            seen,
+            reason,
+            at,
+            effective,
+        } => {
+            let EffectState::InFlight { claim, .. } = n.journal.state_at(seen) else {
+                return end(n, i, Pc::Idle);
+            };
+            if n.take_lock(claim.token + 1, i) {
+                next = Pc::TakeTx {
+                    seen,
+                    reason,
+                    at,
+                    effective,
+                };
+            }
+        }
+        Pc::TakeTx {
+            seen,
+            reason,
+            at,
+            effective,
+        } => {
+            let EffectState::InFlight {
+                claim: seen_claim, ..
+            } = n.journal.state_at(seen)
+            else {
+                return end(n, i, Pc::Idle);
+            };
+            let state = n.journal.state();
+            let events = transition::takeover(
+                &state,
+                &seen_claim,
+                reason,
+                at,
+                SETTLE,
+                &holding(i, attempt, now),
+            );
+            next = if events.is_empty() {
+                Pc::Start
+            } else {
+                Pc::RecPremises {
+                    token: seen_claim.token + 1,
+                    effective,
+                    lookup: None,
+                }
+            };
+            n.journal.append(now, events);
+        }
+        Pc::RecPremises {
+            token,
+            effective,
+            lookup,
+        } => {
+            next = Pc::RecTx {
+                token,
+                effective,
+                lookup,
+                premise_ok: !n.premise_moved,
+                early_lease: cfg.stale_lease_read.then(|| n.lease_live()),
+            };
+        }
+        Pc::RecTx {
+            token,
+            effective,
+            lookup,
+            premise_ok,
+            early_lease,
+        } => {
+            let state = n.journal.state();
+            let lease = early_lease.unwrap_or(n.lease_live());
+            let facts = RecoveryFacts {
+                effective,
+                recheck: recheck(premise_ok, lease),
+                transient: false,
+                has_lookup,
+                now_ms: now,
+            };
+            let hold = holding(i, attempt, now);
+            let found = lookup.map(|(l, at)| (lookup_answer(l), at));
+            let (events, plan) = transition::recover(
+                &state,
+                token,
+                &facts,
+                found.as_ref().map(|(l, at)| (l, *at)),
+                &[],
+                &hold,
+            );
+            next = match plan {
+                None => Pc::Start,
+                Some(RecoveryPlan::Lookup) if lookup.is_none() => {
+                    Pc::RecLookup { token, effective }
+                }
+                Some(RecoveryPlan::Resend(via)) => Pc::Send {
+                    token,
+                    deadline: hold.deadline_ms,
+                    via,
+                },
+                Some(_) => Pc::Idle,
+            };
+            n.journal.append(now, events);
+        }
+        Pc::RecLookup { token, effective } => {
+            next = Pc::RecPremises {
+                token,
+                effective,
+                lookup: Some((n.look(), now)),
+            };
+        }
+        Pc::Send {
+            token,
+            deadline,
+            via,
+        } => {
+            let state = n.journal.state();
+            if transition::may_send(&state, token, &me) && now < deadline - SETTLE {
+                let breach = send_breach(n, token);
+                n.service.requests.push(Request {
+                    actor: i,
+                    attempt,
+                    land_by: deadline,
+                    answer: None,
+                });
+                n.actors[idx].pc = Pc::Await { token, via };
+                return breach;
+            }
+        }
+        Pc::AfterSend { token, via, answer } => {
+            let lookup =
+                transition::wants_lookup(&send_answer(answer), has_lookup).then(|| (n.look(), now));
+            next = Pc::Record {
+                token,
+                via,
+                answer,
+                lookup,
+            };
+        }
+        Pc::Record {
+            token,
+            via,
+            answer,
+            lookup,
+        } => {
+            let state = n.journal.state();
+            let found = lookup.map(|(l, at)| (lookup_answer(l), at));
+            let events = transition::record_answer(
+                &state,
+                token,
+                &send_answer(answer),
+                via,
+                has_lookup,
+                now,
+                found.as_ref().map(|(l, at)| (l, *at)),
+            );
+            n.journal.append(now, events);
+        }
+    }
+    end(n, i, next)
+}
+
+/// Move actor `i` on. An attempt that ends, or starts its round again, holds no lock: the shell
+/// drops every lock it took when a step returns.
+fn end(n: &mut State, i: u8, next: Pc) -> Option<Breach> {
+    match next {
+        Pc::Idle => n.end_attempt(i),
+        Pc::Start => {
+            n.release(i);
+            n.actors[usize::from(i)].pc = Pc::Start;
+        }
+        other => n.actors[usize::from(i)].pc = other,
+    }
+    None
+}
+
+fn effective_for(
+    cfg: &Config,
+    binding: &Binding,
+    first: &Proposed,
+    claim: &Claim,
+    now: i64,
+) -> Effective {
+    let tier = transition::recovery_tier(first.tier, binding.tier);
+    let window = (tier == Tier::One).then_some(WINDOW);
+    tier::effective(
+        tier,
+        window,
+        MARGIN,
+        claim.first_dispatch_ms,
+        now,
+        cfg.has_lookup(),
+    )
+}
+
+/// At the instant of a send under `token`: was the lease revoked before its `DISPATCHED`, and
+/// did that record's re-check hold?
+fn send_breach(n: &State, token: u64) -> Option<Breach> {
+    let (pos, recheck) = n
+        .journal
+        .0
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(p, (_, e, _))| match e.as_ref() {
+            Event::Dispatched(d) if d.token == token => Some((p, d.recheck.clone())),
+            _ => None,
+        })?;
+    if let Lease::Revoked { at_len } = n.lease
+        && pos >= at_len
+    {
+        return Some(Breach::SendAfterRevocation);
+    }
+    (!recheck.holds()).then_some(Breach::SendOnFailedRecheck)
+}
+
+/// How the effect stands, for the state properties.
+pub fn resolution(s: &State) -> Option<&'static str> {
+    match s.journal.state() {
+        EffectState::Resolved { resolution, .. } => Some(resolution.kind()),
+        _ => None,
+    }
+}
