@@ -35,7 +35,8 @@ pub const JOURNAL: &str = "InterlockJournal";
 /// What the activity is asked to do: the decision, with an optional caller-fixed key.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct GatedEffect {
-    /// A caller-fixed key (an approved request id). `None`: derived from workflow id + activity id.
+    /// A caller-fixed key (an approved request id). `None`: derived from workflow id, run id and
+    /// activity id.
     pub key: Option<String>,
     /// The effect's arguments.
     pub payload: Value,
@@ -91,9 +92,17 @@ pub fn key_for(ctx: &ActivityContext, fixed: Option<&str>) -> Result<EffectKey, 
             .into()
         });
     }
+    // The run is part of the key: after continue-as-new, activity ids start again, and the new
+    // run's first refund is another effect. An effect that must stay one across workflow
+    // retries (a new run of the same request) needs a caller-fixed key: the approved request id.
     let info = ctx.info();
     let workflow = info.workflow_id.as_deref().unwrap_or("standalone");
-    Ok(EffectKey::derive(&[workflow, info.activity_id.as_str()]))
+    let run = info.workflow_run_id.as_deref().unwrap_or("");
+    Ok(EffectKey::derive(&[
+        workflow,
+        run,
+        info.activity_id.as_str(),
+    ]))
 }
 
 /// A failure, before it becomes the SDK's `ApplicationFailure`.
@@ -279,7 +288,13 @@ pub async fn gated(
         decided: effect.decided,
         lease: effect.lease,
     };
-    let gate = bound.clone();
+    // Claims name the Temporal attempt that holds them, so a journal shows which attempt sent.
+    let info = ctx.info();
+    let gate = bound.clone().with_attempt(format!(
+        "{}/{}#{attempt}",
+        info.workflow_id.as_deref().unwrap_or("standalone"),
+        info.activity_id
+    ));
     let joined = with_heartbeats(ctx, move || gate.submit(&effect)).await;
     let result = joined.map_err(|e| Failure {
         type_name: JOURNAL,

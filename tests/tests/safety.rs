@@ -355,3 +355,61 @@ fn a_saved_500_after_the_refund_applied_commits_by_lookup() {
     assert_eq!(out.label(), "COMMITTED/found_by_lookup", "{out:?}");
     assert_eq!(b.refunded(), AMOUNT);
 }
+
+/// A lease store kept apart from the journal, revoked while the dispatch is being written: its
+/// first `live_checks` answers are live, every later one dead.
+struct RevokedDuringDispatch {
+    checks: std::sync::atomic::AtomicU32,
+    live_checks: u32,
+}
+
+impl interlock::LeaseStore for RevokedDuringDispatch {
+    fn check(
+        &self,
+        _: &str,
+        _: &Value,
+        _: i64,
+    ) -> Result<interlock::core::LeaseVerdict, interlock::lease::LeaseError> {
+        let n = self.checks.fetch_add(1, Ordering::SeqCst);
+        Ok(if n < self.live_checks {
+            interlock::core::LeaseVerdict::Live
+        } else {
+            interlock::core::LeaseVerdict::Dead {
+                reason: "revoked".into(),
+            }
+        })
+    }
+    fn describe(&self, _: &str) -> Result<Option<interlock::Grant>, interlock::lease::LeaseError> {
+        Ok(Some(World::grant()))
+    }
+}
+
+#[test]
+fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send() {
+    let b = Bench::new(Tier::Two);
+    let leases = Arc::new(RevokedDuringDispatch {
+        checks: std::sync::atomic::AtomicU32::new(0),
+        // Live at submit and in the dispatch's transaction; revoked as that record commits.
+        live_checks: 2,
+    });
+    let gate = Gate::new(
+        b.journal.clone(),
+        leases,
+        Arc::new(b.clock.clone()),
+        GateConfig::beside(b.dir.path().join("j.db")),
+    )
+    .unwrap();
+    let bound = b.bind(&gate, b.sim_target());
+    let effect = b.effect();
+    let out = bound.submit(&effect).unwrap();
+    assert_eq!(b.sim.requests(), 0, "sent after the revocation: {out:?}");
+    assert!(matches!(out, Outcome::InFlight { .. }), "{out:?}");
+    // Once the dispatch's window has passed, recovery closes it as refused.
+    b.clock.advance(36_000);
+    let out = bound.submit(&effect).unwrap();
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery),
+        "{out:?}"
+    );
+    assert_eq!(b.refunded(), 0);
+}

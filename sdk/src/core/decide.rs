@@ -349,11 +349,23 @@ pub fn after_send(
     };
     match (answer, lookup) {
         (SendAnswer::Done(v), _) => AfterSend::Commit(via, v.clone()),
-        (SendAnswer::Conflict(msg), _) => AfterSend::Refuse(RefusalDraft {
-            code: RefusalCode::TargetConflict,
-            reason: format!("the target holds this key for other parameters: {msg}"),
-            changes: Vec::new(),
-        }),
+        // The key is held for other parameters. Our own refund may still be there under it (an
+        // earlier send of ours): look first, and refuse only once nothing earlier can land.
+        (SendAnswer::Conflict(_), None) if has_lookup => AfterSend::Lookup,
+        (SendAnswer::Conflict(_), Some(LookupAnswer::Found(v))) => {
+            AfterSend::Commit(Via::FoundByLookup, v.clone())
+        }
+        (SendAnswer::Conflict(msg), None | Some(LookupAnswer::NotFound)) if earlier_quiet => {
+            AfterSend::Refuse(RefusalDraft {
+                code: RefusalCode::TargetConflict,
+                reason: format!("the target holds this key for other parameters: {msg}"),
+                changes: Vec::new(),
+            })
+        }
+        (SendAnswer::Conflict(msg), _) => AfterSend::StayInFlight(format!(
+            "the target holds this key for other parameters ({msg}), and an earlier send may \
+             still land or the target could not be asked"
+        )),
         (
             SendAnswer::Definite { .. } | SendAnswer::Unknown(_) | SendAnswer::SavedError(_),
             None,

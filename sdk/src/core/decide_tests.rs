@@ -378,14 +378,33 @@ fn an_unknown_answer_is_never_a_failure() {
         ),
         AfterSend::Commit(Via::IdempotentResend, json!(3))
     );
+    let conflict = SendAnswer::Conflict("x".into());
+    assert_eq!(
+        after_send(&conflict, Via::FirstSend, true, true, None),
+        AfterSend::Lookup
+    );
     assert!(matches!(
         after_send(
-            &SendAnswer::Conflict("x".into()),
+            &conflict,
             Via::FirstSend,
             true,
             true,
-            None
+            Some(&LookupAnswer::NotFound)
         ),
+        AfterSend::Refuse(_)
+    ));
+    assert!(matches!(
+        after_send(
+            &conflict,
+            Via::FirstSend,
+            true,
+            false,
+            Some(&LookupAnswer::NotFound)
+        ),
+        AfterSend::StayInFlight(_)
+    ));
+    assert!(matches!(
+        after_send(&conflict, Via::FirstSend, false, true, None),
         AfterSend::Refuse(_)
     ));
 }

@@ -19,16 +19,20 @@ pub enum Mutant {
     /// A replayed saved 500 is read as "unknown", so recovery resends into the same saved error
     /// until the service forgets the key.
     SavedErrorUnknown,
+    /// A resend acts on the tier-1 window as judged before the takeover, though it may have
+    /// closed since.
+    WindowJudgedAtTakeover,
 }
 
 impl Mutant {
     /// Every mutant of the core.
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::BindingTier,
         Mutant::TokenOnlyTakeover,
         Mutant::UnknownLateCloses,
         Mutant::DeadHolderSettles,
         Mutant::SavedErrorUnknown,
+        Mutant::WindowJudgedAtTakeover,
     ];
 
     /// Stable name, for reports.
@@ -39,6 +43,7 @@ impl Mutant {
             Self::UnknownLateCloses => "unknown_late_answer_closes_the_window",
             Self::DeadHolderSettles => "dead_holder_window_ends_a_settle_after_takeover",
             Self::SavedErrorUnknown => "saved_error_treated_as_unknown",
+            Self::WindowJudgedAtTakeover => "resend_trusts_the_window_judged_at_takeover",
         }
     }
 }
@@ -58,6 +63,7 @@ mod switch {
             Mutant::UnknownLateCloses => 4,
             Mutant::DeadHolderSettles => 8,
             Mutant::SavedErrorUnknown => 16,
+            Mutant::WindowJudgedAtTakeover => 32,
         }
     }
 

@@ -29,7 +29,10 @@ pub struct Holding {
 }
 
 /// `PROPOSED` (when the key is new) and R4 at submit: `AUTHORIZED`, a final `lease` refusal, or
-/// (store unreachable) a note that asks for a retry.
+/// (store unreachable) a note that asks for a retry. `proposal` is either a new proposal for a key
+/// that must still be absent, or the journaled first proposal of a key that must still be only
+/// proposed: an attempt that lost the race to propose writes nothing and continues from the
+/// journal's proposal (its lease, its premises, its target), never from its own.
 pub fn authorize(
     state: &EffectState,
     proposal: &Proposed,
@@ -38,9 +41,7 @@ pub fn authorize(
 ) -> Vec<Event> {
     let mut events = match state {
         EffectState::Absent => vec![Event::Proposed(proposal.clone())],
-        EffectState::Proposed { first } if first.payload_hash == proposal.payload_hash => {
-            Vec::new()
-        }
+        EffectState::Proposed { first } if first == proposal => Vec::new(),
         _ => return Vec::new(),
     };
     let hash = &proposal.payload_hash;
@@ -160,11 +161,47 @@ pub fn recovery_tier(journaled: u8, bound: Tier) -> Tier {
     Tier::try_from(journaled).unwrap_or(Tier::Three).max(bound)
 }
 
+/// The tier a recoverer acts on, and what demotes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TierFacts {
+    /// The tier of the recovering binding ([`recovery_tier`] combines it with the journaled one).
+    pub bound: Tier,
+    /// A tier-1 service's dedupe window.
+    pub window_ms: Option<i64>,
+    /// A tier-1 window is trusted until `window − margin` after the first dispatch.
+    pub margin_ms: i64,
+    /// Whether the service can be asked by key.
+    pub has_lookup: bool,
+}
+
+impl TierFacts {
+    /// The tier recovery acts on at `now_ms` for an effect proposed as `first` whose first
+    /// dispatch was at `first_dispatch_ms`.
+    pub fn effective(&self, first: &Proposed, first_dispatch_ms: i64, now_ms: i64) -> Effective {
+        let tier = recovery_tier(first.tier, self.bound);
+        let window = match tier {
+            Tier::One => self.window_ms,
+            Tier::Two | Tier::Three => None,
+        };
+        super::tier::effective(
+            tier,
+            window,
+            self.margin_ms,
+            first_dispatch_ms,
+            now_ms,
+            self.has_lookup,
+        )
+    }
+}
+
 /// The facts a recoverer gathered for one step, besides the state itself.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecoveryFacts {
-    /// The tier after demotion by the clock ([`recovery_tier`] first).
-    pub effective: Effective,
+    /// The tier, judged again in the transaction: a tier-1 window that closed while the
+    /// recoverer took over or read the premises is closed for its resend.
+    pub tier: TierFacts,
+    /// The tier as judged when the takeover was decided (only a mutant acts on it).
+    pub effective_at_takeover: Effective,
     /// R4 (as read in the write transaction where leases live in the journal) and R5.
     pub recheck: Recheck,
     /// Whether the lease store or premise source failed in a way that may pass.
@@ -197,8 +234,15 @@ pub fn recover(
         }
         _ => return (Vec::new(), None),
     };
+    let effective = if mutants::on(Mutant::WindowJudgedAtTakeover) {
+        facts.effective_at_takeover
+    } else {
+        facts
+            .tier
+            .effective(first, claim.first_dispatch_ms, facts.now_ms)
+    };
     let input = RecoveryInput {
-        effective: facts.effective,
+        effective,
         recheck: facts.recheck.clone(),
         has_lookup: facts.has_lookup,
         now_ms: lookup.map_or(facts.now_ms, |(_, asked_at)| asked_at),

@@ -5,6 +5,13 @@ use crate::core::record::Premises;
 use crate::core::state::Resolution;
 use crate::core::state::fold;
 
+const TIER2: TierFacts = TierFacts {
+    bound: Tier::Two,
+    window_ms: None,
+    margin_ms: 0,
+    has_lookup: true,
+};
+
 fn holder(a: &str) -> Holder {
     Holder {
         host: "h".into(),
@@ -87,7 +94,8 @@ fn a_takeover_is_written_only_on_the_claim_it_was_planned_on() {
     h.extend(b);
     let b_claim = claim_of(&state_of(&h));
     let facts = RecoveryFacts {
-        effective: Effective::LookupOnly,
+        tier: TIER2,
+        effective_at_takeover: Effective::LookupOnly,
         recheck: live(),
         transient: false,
         has_lookup: true,
@@ -130,7 +138,8 @@ fn not_found_speaks_only_for_the_moment_the_lookup_was_asked() {
     // The dead holder's request may land until its deadline, 5000. A lookup asked at 10 found
     // nothing; deciding at 6000 on that answer would resend though the request landed at 20.
     let facts = RecoveryFacts {
-        effective: Effective::LookupOnly,
+        tier: TIER2,
+        effective_at_takeover: Effective::LookupOnly,
         recheck: live(),
         transient: false,
         has_lookup: true,
@@ -150,6 +159,63 @@ fn not_found_speaks_only_for_the_moment_the_lookup_was_asked() {
         message: "no".into(),
     };
     assert!(record_answer(&s, 2, &definite, Via::FirstSend, true, 6_000, early).is_empty());
+}
+
+#[test]
+fn a_resend_judges_the_tier_1_window_when_it_is_decided_not_at_takeover() {
+    let mut h = in_flight(1);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::Tier1InWindow,
+        0,
+        0,
+        &holding("b", 9_000),
+    ));
+    let tier1 = TierFacts {
+        bound: Tier::One,
+        window_ms: Some(10_000),
+        margin_ms: 4_000,
+        has_lookup: true,
+    };
+    // Taken over at 5_000, inside window − margin; the resend is decided at 6_500, past it.
+    let facts = RecoveryFacts {
+        tier: tier1,
+        effective_at_takeover: Effective::DedupeInWindow,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms: 6_500,
+    };
+    let (events, plan) = recover(&state_of(&h), 2, &facts, None, &[], &holding("b", 9_000));
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(
+        plan,
+        Some(RecoveryPlan::Lookup),
+        "past the window it must look up"
+    );
+}
+
+#[test]
+fn an_attempt_that_lost_the_race_to_propose_continues_from_the_journal_s_proposal() {
+    let journaled = proposal(2);
+    let h = authorize(
+        &EffectState::Absent,
+        &journaled,
+        &LeaseVerdict::Live,
+        json!({}),
+    );
+    let mine = Proposed {
+        lease: "another-lease".into(),
+        ..journaled.clone()
+    };
+    assert!(authorize(&state_of(&h), &mine, &LeaseVerdict::Live, json!({})).is_empty());
+    let again = authorize(&state_of(&h), &journaled, &LeaseVerdict::Live, json!({}));
+    assert!(
+        matches!(&again[..], [Event::Authorized(a)] if a.lease == "l"),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -236,7 +302,8 @@ fn a_recoverer_acts_only_under_its_own_undispatched_claim() {
         &holding("b", 9),
     ));
     let facts = RecoveryFacts {
-        effective: Effective::LookupOnly,
+        tier: TIER2,
+        effective_at_takeover: Effective::LookupOnly,
         recheck: live(),
         transient: false,
         has_lookup: true,
@@ -275,7 +342,8 @@ fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
         &holding("b", 9),
     ));
     let facts = RecoveryFacts {
-        effective: Effective::LookupOnly,
+        tier: TIER2,
+        effective_at_takeover: Effective::LookupOnly,
         recheck: Recheck {
             premise_error: Some("premise source unavailable: timeout".into()),
             ..live()
@@ -332,7 +400,8 @@ fn an_answer_after_the_claim_moved_is_recorded_as_late() {
         let mut h = h.clone();
         let s = state_of(&h);
         let facts = RecoveryFacts {
-            effective: Effective::LookupOnly,
+            tier: TIER2,
+            effective_at_takeover: Effective::LookupOnly,
             recheck: live(),
             transient: false,
             has_lookup: true,

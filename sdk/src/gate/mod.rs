@@ -429,6 +429,12 @@ impl Bound {
         }
     }
 
+    /// The same binding, naming another attempt in the claims it takes.
+    pub fn with_attempt(mut self, attempt: impl Into<String>) -> Self {
+        self.gate.cfg.holder.attempt = attempt.into();
+        self
+    }
+
     /// The target this gate sends to.
     pub fn target(&self) -> &Arc<dyn Target> {
         &self.target

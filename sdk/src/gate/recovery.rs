@@ -4,10 +4,9 @@
 //! a lookup, a premise read or a revocation that happens meanwhile is seen, never skipped.
 
 use crate::core::decide::plan_takeover;
-use crate::core::transition::{self, RecoveryFacts};
+use crate::core::transition::{self, RecoveryFacts, TierFacts};
 use crate::core::{
-    Claim, EffectState, LeaseVerdict, LookupAnswer, Proposed, RecoveryPlan, TakeoverPlan, Tier,
-    tier,
+    Claim, EffectState, LeaseVerdict, LookupAnswer, Proposed, RecoveryPlan, TakeoverPlan, tier,
 };
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
@@ -31,7 +30,8 @@ impl Bound {
                 .map_err(|e| self.lock_err(e))?;
         // Read after the liveness check: a holder seen dead died before this instant.
         let now = self.now();
-        let effective = self.effective(first, claim, now);
+        let tier = self.tier_facts();
+        let effective = tier.effective(first, claim.first_dispatch_ms, now);
         let reason = match plan_takeover(claim, now, lock_free, effective) {
             TakeoverPlan::Wait { until_ms } => {
                 return Ok(Step::Done(Outcome::InFlight {
@@ -64,22 +64,15 @@ impl Bound {
         self.resolve_as_recoverer(key, first, token, effective, lock)
     }
 
-    /// The tier recovery acts on: journaled at the proposal, lowered by this binding if it
-    /// promises less, demoted by the clock past a tier-1 window.
-    fn effective(&self, first: &Proposed, claim: &Claim, now: i64) -> tier::Effective {
-        let tier = transition::recovery_tier(first.tier, self.target.tier());
-        let window = match tier {
-            Tier::One => self.target.dedupe_window().map(ms),
-            Tier::Two | Tier::Three => None,
-        };
-        tier::effective(
-            tier,
-            window,
-            ms(self.gate.cfg.dedupe_margin),
-            claim.first_dispatch_ms,
-            now,
-            self.target.has_lookup(),
-        )
+    /// What the tier recovery acts on depends on: journaled at the proposal, lowered by this
+    /// binding if it promises less, demoted by the clock past a tier-1 window.
+    fn tier_facts(&self) -> TierFacts {
+        TierFacts {
+            bound: self.target.tier(),
+            window_ms: self.target.dedupe_window().map(ms),
+            margin_ms: ms(self.gate.cfg.dedupe_margin),
+            has_lookup: self.target.has_lookup(),
+        }
     }
 
     /// Under claim `token`: look up if the table asks, then re-read the premises and decide in
@@ -89,10 +82,11 @@ impl Bound {
         key: &EffectKey,
         first: &Proposed,
         token: u64,
-        effective: tier::Effective,
+        effective_at_takeover: tier::Effective,
         lock: HeldLock,
     ) -> Result<Step, GateError> {
         let has_lookup = self.target.has_lookup();
+        let tier = self.tier_facts();
         let mut lookup: Option<(LookupAnswer, i64)> = None;
         loop {
             let premises = self.read_premises(key, first);
@@ -105,7 +99,8 @@ impl Bound {
                 let transient =
                     matches!(lease, LeaseVerdict::Error { .. }) || premises.unavailable().is_some();
                 let facts = RecoveryFacts {
-                    effective,
+                    tier,
+                    effective_at_takeover,
                     recheck: premises.with_lease(lease),
                     transient,
                     has_lookup,

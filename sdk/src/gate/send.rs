@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use crate::core::transition::{self, Holding};
-use crate::core::{EffectState, Event, Proposed, SendAnswer, Via};
+use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::liveness::HeldLock;
@@ -32,6 +32,13 @@ impl Bound {
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!("claim {token} was taken over before this attempt sent"),
             }));
+        }
+        // A lease kept outside the journal could have been revoked while the dispatch was being
+        // written, unordered with it: read it once more now that the record is durable.
+        if !self.gate.leases_in_journal && self.lease_verdict(first) != LeaseVerdict::Live {
+            return Ok(Step::Done(self.busy(
+                "the lease is no longer live; nothing was sent, and recovery will close the effect",
+            )));
         }
         // The tighter of two clocks: the monotonic one cannot be set back, and the wall clock is
         // the one recoverers in other processes judge the deadline by.

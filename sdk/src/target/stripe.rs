@@ -304,14 +304,17 @@ impl Target for StripeRefunds {
             ("amount", amount.as_str()),
             ("metadata[interlock_key]", req.key.as_str()),
         ];
-        let mut request = self
+        // Every send carries the key, whatever tier this binding assumes: the tier only decides
+        // how far recovery trusts the service, and a binding that assumes less must not send
+        // what a binding that assumes more would resend under the same key as new.
+        let request = self
             .agent
             .post(format!("{}/v1/refunds", self.cfg.base_url))
-            .header("Authorization", self.auth());
-        if self.tier == Tier::One {
-            request = request.header("Idempotency-Key", req.key.as_str());
-        }
-        let request = request.config().timeout_global(Some(req.timeout)).build();
+            .header("Authorization", self.auth())
+            .header("Idempotency-Key", req.key.as_str())
+            .config()
+            .timeout_global(Some(req.timeout))
+            .build();
         classify(read(request.send_form(form)))
     }
 
@@ -343,11 +346,18 @@ fn classify(http: Http) -> SendAnswer {
     match http {
         Http::Lost(why) => SendAnswer::Unknown(why),
         Http::Answer { status, body, .. } if (200..300).contains(&status) => {
-            if body
+            let is_refund = body
                 .get("id")
                 .and_then(Value::as_str)
-                .is_some_and(|id| id.starts_with("re_"))
-            {
+                .is_some_and(|id| id.starts_with("re_"));
+            if is_refund && !counts(&body) {
+                // A refund object that already failed or was canceled moved no money.
+                let status = body.get("status").and_then(Value::as_str).unwrap_or("?");
+                SendAnswer::Definite {
+                    code: format!("refund_{status}"),
+                    message: format!("the service created the refund with status {status}"),
+                }
+            } else if is_refund {
                 SendAnswer::Done(body)
             } else {
                 SendAnswer::Unknown(format!("HTTP {status} without a refund in the body"))
@@ -441,6 +451,10 @@ mod tests {
                 replayed: false,
             })
         };
+        assert!(matches!(
+            ans(200, json!({"id": "re_1", "status": "failed"})),
+            SendAnswer::Definite { .. }
+        ));
         let replayed_500 = classify(Http::Answer {
             status: 500,
             body: Value::Null,

@@ -13,9 +13,10 @@ use serde::Serialize;
 
 use super::spec::{Action, Breach, Config, Pc, State, actions, apply, calm_action, resolution};
 
-/// A calm world must resolve the effect within this many attempts — fewer than a tier-1 window
-/// has ticks, so "wait for the service to forget the key" does not count as resolving.
-pub const CALM_ATTEMPTS: u32 = 8;
+/// A calm world must resolve the effect within this many attempts (one tick apart): fewer than a
+/// tier-1 key lives, so "wait for the service to forget the key" does not count as resolving,
+/// and as many as waiting out one claim's deadline and acting takes.
+pub const CALM_ATTEMPTS: u32 = 4;
 
 /// Exploration stops here: a model this large needs tighter bounds, not more memory.
 pub const MAX_STATES: u64 = 20_000_000;

@@ -100,6 +100,18 @@ pub fn models(quick: bool) -> Vec<Config> {
             b(1, 1, 5),
         ),
         model(
+            "tier 1, 2 workers, the window closes",
+            Tier::One,
+            w(Tier::One, 2),
+            Faults::default(),
+            Bounds {
+                attempts: 1,
+                crashes: 1,
+                horizon: 6,
+                jumps: 0,
+            },
+        ),
+        model(
             "tier 2, 2 workers, lossy network",
             Tier::Two,
             w(Tier::Two, 2),

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use interlock::core::decide::{plan_submit, plan_takeover};
 use interlock::core::state::fold;
-use interlock::core::tier::{self, Effective};
-use interlock::core::transition::{self, Holding, RecoveryFacts};
+use interlock::core::tier::Effective;
+use interlock::core::transition::{self, Holding, RecoveryFacts, TierFacts};
 use interlock::core::{
-    Claim, EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
+    EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
     RecoveryPlan, SendAnswer, SubmitPlan, TakeoverPlan, TakeoverReason, Tier, Via,
 };
 use serde_json::json;
@@ -30,8 +30,10 @@ pub const SEND_TIMEOUT: i64 = 2;
 /// Settle margin, in ticks.
 pub const SETTLE: i64 = 1;
 /// A tier-1 service keeps a key this long.
-pub const WINDOW: i64 = 10;
-/// A tier-1 window is trusted until `WINDOW − MARGIN` after the first dispatch.
+pub const WINDOW: i64 = 5;
+/// A tier-1 window is trusted until `WINDOW − MARGIN` after the first dispatch (the gate's rule:
+/// send timeout + settle < margin < window), so both the demotion and the key's expiry fall
+/// inside a tier-1 model's horizon.
 pub const MARGIN: i64 = 4;
 /// Size of one forward clock jump.
 pub const JUMP: i64 = 3;
@@ -98,7 +100,9 @@ impl Hash for Journal {
 }
 
 impl Journal {
-    /// The state folded from the first `n` records.
+    /// The state folded from the first `n` records. A history the core wrote but cannot read
+    /// back is a bug in the core, and stops the checker on the spot.
+    #[allow(clippy::panic)]
     pub fn state_at(&self, n: usize) -> EffectState {
         fold(self.0.iter().take(n).map(|(at, e, _)| (*at, e.as_ref())))
             .unwrap_or_else(|e| panic!("the core wrote a history it cannot read: {e}"))
@@ -784,7 +788,8 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                 return end(n, i, Pc::Start);
             };
             let lock_free = n.lock_free(claim.token);
-            let effective = effective_for(cfg, &binding, &first, &claim, now);
+            let effective =
+                tier_facts(cfg, &binding).effective(&first, claim.first_dispatch_ms, now);
             next = match plan_takeover(&claim, now, lock_free, effective) {
                 TakeoverPlan::Wait { .. } => Pc::Idle,
                 TakeoverPlan::Take(reason) => Pc::TakeLock {
@@ -868,7 +873,8 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             let state = n.journal.state();
             let lease = early_lease.unwrap_or(n.lease_live());
             let facts = RecoveryFacts {
-                effective,
+                tier: tier_facts(cfg, &binding),
+                effective_at_takeover: effective,
                 recheck: recheck(premise_ok, lease),
                 transient: false,
                 has_lookup,
@@ -970,23 +976,13 @@ fn end(n: &mut State, i: u8, next: Pc) -> Option<Breach> {
     None
 }
 
-fn effective_for(
-    cfg: &Config,
-    binding: &Binding,
-    first: &Proposed,
-    claim: &Claim,
-    now: i64,
-) -> Effective {
-    let tier = transition::recovery_tier(first.tier, binding.tier);
-    let window = (tier == Tier::One).then_some(WINDOW);
-    tier::effective(
-        tier,
-        window,
-        MARGIN,
-        claim.first_dispatch_ms,
-        now,
-        cfg.has_lookup(),
-    )
+fn tier_facts(cfg: &Config, binding: &Binding) -> TierFacts {
+    TierFacts {
+        bound: binding.tier,
+        window_ms: Some(WINDOW),
+        margin_ms: MARGIN,
+        has_lookup: cfg.has_lookup(),
+    }
 }
 
 /// At the instant of a send under `token`: was the lease revoked before its `DISPATCHED`, and
