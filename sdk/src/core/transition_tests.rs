@@ -70,6 +70,33 @@ fn in_flight(tier: u8) -> Vec<Event> {
     h
 }
 
+/// In flight at `tier`, then taken over by "b" (holder seen dead) with claim deadline `deadline`.
+fn taken_by_b(tier: u8, deadline: i64) -> Vec<Event> {
+    let mut h = in_flight(tier);
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", deadline),
+    ));
+    h
+}
+
+/// A tier-2 recoverer's facts at `now_ms`, everything holding.
+fn tier2_facts(now_ms: i64) -> RecoveryFacts {
+    RecoveryFacts {
+        tier: TIER2,
+        effective_at_takeover: Effective::LookupOnly,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms,
+    }
+}
+
 fn claim_of(state: &EffectState) -> Claim {
     match state {
         EffectState::InFlight { claim, .. } => claim.clone(),
@@ -93,14 +120,7 @@ fn a_takeover_is_written_only_on_the_claim_it_was_planned_on() {
     assert_eq!(b.len(), 1);
     h.extend(b);
     let b_claim = claim_of(&state_of(&h));
-    let facts = RecoveryFacts {
-        tier: TIER2,
-        effective_at_takeover: Effective::LookupOnly,
-        recheck: live(),
-        transient: false,
-        has_lookup: true,
-        now_ms: 5_000,
-    };
+    let facts = tier2_facts(5_000);
     let (resend, plan) = recover(
         &state_of(&h),
         2,
@@ -137,14 +157,7 @@ fn not_found_speaks_only_for_the_moment_the_lookup_was_asked() {
     ));
     // The dead holder's request may land until its deadline, 5000. A lookup asked at 10 found
     // nothing; deciding at 6000 on that answer would resend though the request landed at 20.
-    let facts = RecoveryFacts {
-        tier: TIER2,
-        effective_at_takeover: Effective::LookupOnly,
-        recheck: live(),
-        transient: false,
-        has_lookup: true,
-        now_ms: 6_000,
-    };
+    let facts = tier2_facts(6_000);
     let s = state_of(&h);
     let early = Some((&LookupAnswer::NotFound, 10));
     let (events, plan) = recover(&s, 2, &facts, early, &[], &holding("b", 9_000));
@@ -291,24 +304,8 @@ fn the_lease_read_in_the_transaction_decides_the_dispatch() {
 
 #[test]
 fn a_recoverer_acts_only_under_its_own_undispatched_claim() {
-    let mut h = in_flight(2);
-    let seen = claim_of(&state_of(&h));
-    h.extend(takeover(
-        &state_of(&h),
-        &seen,
-        TakeoverReason::HolderDead,
-        0,
-        0,
-        &holding("b", 9),
-    ));
-    let facts = RecoveryFacts {
-        tier: TIER2,
-        effective_at_takeover: Effective::LookupOnly,
-        recheck: live(),
-        transient: false,
-        has_lookup: true,
-        now_ms: 10_000,
-    };
+    let mut h = taken_by_b(2, 9);
+    let facts = tier2_facts(10_000);
     let s = state_of(&h);
     let lookup = Some((&LookupAnswer::NotFound, 10_000));
     assert_eq!(
@@ -331,16 +328,7 @@ fn a_recoverer_acts_only_under_its_own_undispatched_claim() {
 
 #[test]
 fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
-    let mut h = in_flight(2);
-    let seen = claim_of(&state_of(&h));
-    h.extend(takeover(
-        &state_of(&h),
-        &seen,
-        TakeoverReason::HolderDead,
-        0,
-        0,
-        &holding("b", 9),
-    ));
+    let h = taken_by_b(2, 9);
     let facts = RecoveryFacts {
         tier: TIER2,
         effective_at_takeover: Effective::LookupOnly,
@@ -379,16 +367,7 @@ fn a_transient_failure_at_recovery_waits_instead_of_closing_the_effect() {
 
 #[test]
 fn an_answer_after_the_claim_moved_is_recorded_as_late() {
-    let mut h = in_flight(2);
-    let seen = claim_of(&state_of(&h));
-    h.extend(takeover(
-        &state_of(&h),
-        &seen,
-        TakeoverReason::HolderDead,
-        0,
-        0,
-        &holding("b", 9),
-    ));
+    let mut h = taken_by_b(2, 9);
     let done = SendAnswer::Done(json!({"id": "re_1"}));
     let out = record_answer(&state_of(&h), 1, &done, Via::FirstSend, true, 5, None);
     assert!(

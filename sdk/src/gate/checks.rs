@@ -18,17 +18,7 @@ impl Bound {
     pub(super) fn lease_verdict(&self, first: &Proposed) -> LeaseVerdict {
         let now = self.now();
         let leases = &self.gate.leases;
-        match catch_unwind(AssertUnwindSafe(|| {
-            leases.check(&first.lease, &first.payload, now)
-        })) {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => LeaseVerdict::Error {
-                message: e.to_string(),
-            },
-            Err(_) => LeaseVerdict::Error {
-                message: "the lease store panicked".into(),
-            },
-        }
+        fenced(|| leases.check(&first.lease, &first.payload, now))
     }
 
     pub(super) fn describe_lease(&self, id: &str) -> Value {
@@ -54,17 +44,7 @@ impl Bound {
             };
         };
         let now = self.now();
-        match catch_unwind(AssertUnwindSafe(|| {
-            leases.check(&first.lease, &first.payload, now)
-        })) {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => LeaseVerdict::Error {
-                message: e.to_string(),
-            },
-            Err(_) => LeaseVerdict::Error {
-                message: "the lease store panicked".into(),
-            },
-        }
+        fenced(|| leases.check(&first.lease, &first.payload, now))
     }
 
     /// R5 as of now: the premises read again and compared with the decision.
@@ -118,6 +98,19 @@ impl Bound {
         let target = &self.target;
         catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
             .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+    }
+}
+
+/// A lease check whose error or panic is a verdict of its own: fail closed.
+fn fenced(check: impl FnOnce() -> Result<LeaseVerdict, LeaseError>) -> LeaseVerdict {
+    match catch_unwind(AssertUnwindSafe(check)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => LeaseVerdict::Error {
+            message: e.to_string(),
+        },
+        Err(_) => LeaseVerdict::Error {
+            message: "the lease store panicked".into(),
+        },
     }
 }
 

@@ -7,6 +7,7 @@ use crate::core::{Event, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 
+use super::send::Sending;
 use super::{Bound, GateError, Outcome, Step};
 
 impl Bound {
@@ -52,7 +53,13 @@ impl Bound {
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Dispatched(_)) => {
                 self.fault(FaultPoint::AfterDispatch, key)?;
-                self.send_under_claim(key, first, 1, &holding, started, Via::FirstSend, lock)
+                let sending = Sending {
+                    token: 1,
+                    holding,
+                    started,
+                    via: Via::FirstSend,
+                };
+                self.send_under_claim(key, first, sending, lock)
             }
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
             _ => Ok(Step::Again),

@@ -12,6 +12,7 @@ use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::liveness::HeldLock;
 
+use super::send::Sending;
 use super::{Bound, GateError, Outcome, Step, ms, outcome_of, wait_until};
 
 impl Bound {
@@ -129,7 +130,13 @@ impl Bound {
             return match plan {
                 RecoveryPlan::Resend(via) => {
                     self.fault(FaultPoint::AfterDispatch, key)?;
-                    self.send_under_claim(key, first, token, &holding, started, via, lock)
+                    let sending = Sending {
+                        token,
+                        holding,
+                        started,
+                        via,
+                    };
+                    self.send_under_claim(key, first, sending, lock)
                 }
                 RecoveryPlan::Wait { reason, until_ms } => {
                     let retry_after = match until_ms {

@@ -14,20 +14,35 @@ use crate::target::SendRequest;
 
 use super::{Bound, GateError, Outcome, Step, ms, outcome_of};
 
+/// A send about to go out: under which claim, held by whom until when, and how a success would
+/// be recorded.
+pub(super) struct Sending {
+    /// The claim's fencing token.
+    pub(super) token: u64,
+    /// The holder and its deadline, as written in `DISPATCHED`.
+    pub(super) holding: Holding,
+    /// When that deadline was computed, on the monotonic clock.
+    pub(super) started: Instant,
+    /// How a success is recorded.
+    pub(super) via: Via,
+}
+
 impl Bound {
-    /// Send under claim `token`, then record the answer. A zombie — an attempt whose claim was
+    /// Send under the claim, then record the answer. A zombie — an attempt whose claim was
     /// taken while it stalled — finds out here, immediately before sending, and sends nothing.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn send_under_claim(
         &self,
         key: &EffectKey,
         first: &Proposed,
-        token: u64,
-        holding: &Holding,
-        started: Instant,
-        via: Via,
+        sending: Sending,
         lock: HeldLock,
     ) -> Result<Step, GateError> {
+        let Sending {
+            token,
+            holding,
+            started,
+            via,
+        } = sending;
         if !transition::may_send(&self.gate.journal.state(key)?, token, &holding.holder) {
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!("claim {token} was taken over before this attempt sent"),

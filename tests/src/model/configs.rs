@@ -160,14 +160,24 @@ pub fn models(quick: bool) -> Vec<Config> {
             Tier::Two,
             w(Tier::Two, 3),
             revoke,
-            b(1, 2, 5),
+            Bounds {
+                attempts: 1,
+                crashes: 1,
+                horizon: 5,
+                jumps: 0,
+            },
         ));
         out.push(model(
             "tier 1, 3 workers",
             Tier::One,
             w(Tier::One, 3),
             Faults::default(),
-            b(1, 2, 4),
+            Bounds {
+                attempts: 1,
+                crashes: 1,
+                horizon: 4,
+                jumps: 0,
+            },
         ));
     }
     out
