@@ -130,7 +130,12 @@ pub fn models(quick: bool) -> Vec<Config> {
             Tier::Two,
             w(Tier::Two, 2),
             Faults::default(),
-            b(2, 1, 6),
+            Bounds {
+                attempts: 2,
+                crashes: 1,
+                horizon: 4,
+                jumps: 0,
+            },
         ),
         model(
             "tier 3, 2 workers, premise moves",
@@ -163,7 +168,7 @@ pub fn models(quick: bool) -> Vec<Config> {
             Bounds {
                 attempts: 1,
                 crashes: 1,
-                horizon: 5,
+                horizon: 4,
                 jumps: 0,
             },
         ));
@@ -175,7 +180,7 @@ pub fn models(quick: bool) -> Vec<Config> {
             Bounds {
                 attempts: 1,
                 crashes: 1,
-                horizon: 4,
+                horizon: 3,
                 jumps: 0,
             },
         ));
