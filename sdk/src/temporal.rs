@@ -7,6 +7,8 @@
 //! `ApplicationFailure` with a stable type name and typed details for a refusal, an ambiguity or
 //! a failure; a retryable failure with a next-retry delay while the effect is in flight elsewhere.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -258,6 +260,16 @@ pub async fn with_heartbeats<T: Send + 'static>(
     ctx: &ActivityContext,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
+    heartbeat_while(ctx, &AtomicBool::new(false), work).await
+}
+
+/// [`with_heartbeats`], also raising `cancelled` when Temporal cancels the activity (it learns
+/// of a cancellation through a heartbeat's answer), for the work to read at its next step.
+async fn heartbeat_while<T: Send + 'static>(
+    ctx: &ActivityContext,
+    cancelled: &AtomicBool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
     let attempt = ctx.info().attempt;
     let every = ctx
         .info()
@@ -266,9 +278,14 @@ pub async fn with_heartbeats<T: Send + 'static>(
         .map_or(Duration::from_secs(1), |t| t / 4);
     let mut task = tokio::task::spawn_blocking(work);
     let _ = ctx.record_heartbeat(attempt).await;
+    let mut told = false;
     loop {
         tokio::select! {
             res = &mut task => return res,
+            _ = ctx.cancelled(), if !told => {
+                cancelled.store(true, Ordering::SeqCst);
+                told = true;
+            }
             _ = tokio::time::sleep(every) => { let _ = ctx.record_heartbeat(attempt).await; }
         }
     }
@@ -290,12 +307,22 @@ pub async fn gated(
     };
     // Claims name the Temporal attempt that holds them, so a journal shows which attempt sent.
     let info = ctx.info();
-    let gate = bound.clone().with_attempt(format!(
-        "{}/{}#{attempt}",
-        info.workflow_id.as_deref().unwrap_or("standalone"),
-        info.activity_id
-    ));
-    let joined = with_heartbeats(ctx, move || gate.submit(&effect)).await;
+    // A cancelled activity stops before its next dispatch, takeover or resend; a send already on
+    // its way is seen through, and its answer recorded.
+    if ctx.is_cancelled() {
+        return Err(ActivityError::cancelled());
+    }
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let seen = cancelled.clone();
+    let gate = bound
+        .clone()
+        .with_attempt(format!(
+            "{}/{}#{attempt}",
+            info.workflow_id.as_deref().unwrap_or("standalone"),
+            info.activity_id
+        ))
+        .with_stop(Arc::new(move || seen.load(Ordering::SeqCst)));
+    let joined = heartbeat_while(ctx, &cancelled, move || gate.submit(&effect)).await;
     let result = joined.map_err(|e| Failure {
         type_name: JOURNAL,
         message: format!("the gate's task died: {e}"),
@@ -304,6 +331,11 @@ pub async fn gated(
         details: None,
     })?;
     tracing::info!(key = %key, attempt, outcome = ?result.as_ref().map(Outcome::label), "gated attempt");
+    // A final outcome stands even if the cancellation came meanwhile: it is what happened.
+    let settled = matches!(&result, Ok(o) if o.is_final());
+    if cancelled.load(Ordering::SeqCst) && !settled {
+        return Err(ActivityError::cancelled());
+    }
     Ok(verdict(&key, attempt, result)?)
 }
 

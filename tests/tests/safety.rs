@@ -14,8 +14,8 @@ use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::target::{SendRequest, Target};
 use interlock::{
-    Bound, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, SqliteJournal,
-    Tier,
+    Bound, Effect, EffectKey, Gate, GateConfig, GateError, Journal, ManualClock, Outcome,
+    SqliteJournal, Tier,
 };
 use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
 use serde_json::Value;
@@ -412,4 +412,32 @@ fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send()
         "{out:?}"
     );
     assert_eq!(b.refunded(), 0);
+}
+
+#[test]
+fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing() {
+    let b = Bench::new(Tier::Two);
+    let cancelled: interlock::gate::StopCheck = Arc::new(|| true);
+    let gate = b.gate("cancelled", None);
+    let bound = b.bind(&gate, b.sim_target()).with_stop(cancelled.clone());
+    let effect = b.effect();
+    let out = bound.submit(&effect).unwrap();
+    assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
+    assert_eq!(b.sim.requests(), 0);
+    // An effect left in flight by a dead attempt is not taken over by a cancelled one either.
+    b.first_attempt_dies_at(FaultPoint::AfterDispatch);
+    let bound = b
+        .bind(&b.gate("cancelled-2", None), b.sim_target())
+        .with_stop(cancelled);
+    let out = bound.recover(&World::key()).unwrap();
+    assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
+    let claims = b
+        .journal
+        .history(&World::key())
+        .unwrap()
+        .iter()
+        .filter(|r| matches!(r.event, interlock::core::Event::Claimed(_)))
+        .count();
+    assert_eq!(claims, 0);
+    assert_eq!(b.sim.requests(), 0);
 }

@@ -31,6 +31,9 @@ impl Bound {
     /// transaction, then the send.
     pub(super) fn dispatch(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
         self.fault(FaultPoint::BeforeDispatch, key)?;
+        if let Some(stopped) = self.cancelled() {
+            return Ok(stopped);
+        }
         let Some(lock) = self.hold(key, 1)? else {
             return Ok(Step::Done(
                 self.busy("another attempt is dispatching this effect"),

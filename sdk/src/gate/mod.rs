@@ -307,6 +307,7 @@ impl Gate {
             gate: self.clone(),
             target,
             premises,
+            stop: None,
         })
     }
 }
@@ -329,7 +330,12 @@ pub struct Bound {
     gate: Gate,
     target: Arc<dyn Target>,
     premises: Arc<dyn PremiseReader>,
+    stop: Option<StopCheck>,
 }
+
+/// Asked before each step that could lead to a send: `true` means the attempt was cancelled
+/// (a Temporal activity cancellation) and must not dispatch, take over or resend.
+pub type StopCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
 enum Step {
     Done(Outcome),
@@ -427,6 +433,21 @@ impl Bound {
                 bound: self.target.name().to_owned(),
             })
         }
+    }
+
+    /// The same binding, asking `stop` before every step that could lead to a send.
+    pub fn with_stop(mut self, stop: StopCheck) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// `Some` when the attempt was cancelled: it stops here, before anything is sent on it.
+    fn cancelled(&self) -> Option<Step> {
+        self.stop.as_ref().filter(|stop| stop()).map(|_| {
+            Step::Done(Outcome::Superseded {
+                reason: "the attempt was cancelled; nothing was sent on it".into(),
+            })
+        })
     }
 
     /// The same binding, naming another attempt in the claims it takes.

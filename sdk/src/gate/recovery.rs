@@ -46,6 +46,9 @@ impl Bound {
             TakeoverPlan::Take(reason) => reason,
         };
         self.fault(FaultPoint::BeforeTakeover, key)?;
+        if let Some(stopped) = self.cancelled() {
+            return Ok(stopped);
+        }
         let token = claim.token + 1;
         let Some(lock) = self.hold(key, token)? else {
             return Ok(Step::Done(
@@ -90,6 +93,9 @@ impl Bound {
         let tier = self.tier_facts();
         let mut lookup: Option<(LookupAnswer, i64)> = None;
         loop {
+            if let Some(stopped) = self.cancelled() {
+                return Ok(stopped);
+            }
             let premises = self.read_premises(key, first);
             let repairs = self.repair_candidates(first, &premises);
             let (holding, started) = self.holding();
