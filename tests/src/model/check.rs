@@ -381,12 +381,3 @@ pub fn summary(s: &State) -> String {
         s.service.requests.len()
     )
 }
-
-/// Queue-free check of one trace: replays `actions` from the start (for tests).
-pub fn run(cfg: &Config, actions_list: &[Action]) -> State {
-    let mut s = State::initial(cfg);
-    for a in actions_list {
-        s = apply(cfg, &s, *a).0;
-    }
-    s
-}
