@@ -440,4 +440,26 @@ fn randomized_schedules_keep_r1_to_r7_and_agree_with_the_service() {
         total.schedules, total.sends, total.committed, total.refused, total.failed, total.ambiguous
     );
     assert_eq!(total.schedules, seeds.len() as u64);
+    // Every schedule ends resolved (R7), and a commit always stands on a send.
+    assert_eq!(
+        total.committed + total.refused + total.failed + total.ambiguous,
+        total.schedules,
+        "a schedule ended unresolved"
+    );
+    assert!(total.sends >= total.committed, "a commit without a send");
+    // The generator keeps reaching every kind of ending, not only the number of schedules.
+    if total.schedules >= 10_000 {
+        let floor = total.schedules / 200;
+        for (kind, n) in [
+            ("committed", total.committed),
+            ("refused", total.refused),
+            ("failed", total.failed),
+            ("ambiguous", total.ambiguous),
+        ] {
+            assert!(
+                n >= floor,
+                "only {n} schedules ended {kind} (at least {floor} expected)"
+            );
+        }
+    }
 }
