@@ -210,7 +210,7 @@ pub struct RecoveryInput {
     pub recheck: Recheck,
     /// Whether the target can be asked by key.
     pub has_lookup: bool,
-    /// Now.
+    /// When the lookup was asked (now, if there is none yet).
     pub now_ms: i64,
     /// No earlier send can still land after this time ([`Claim::quiet_after`]).
     pub quiet_after_ms: i64,
@@ -221,13 +221,13 @@ pub struct RecoveryInput {
     pub transient: bool,
 }
 
-/// The recovery table of DESIGN §4. Call with `lookup: None` first; if the answer is
+/// The recovery table (`docs/contract.md`, "Recovery table"). Call with `lookup: None` first; if the answer is
 /// [`RecoveryPlan::Lookup`], ask the target and call again with its answer.
 ///
-/// "Not found" only proves the effect did not land once no earlier send can still land: before
-/// that (a live holder inside its deadline, or a dead one inside the settle margin), a lookup
-/// that finds nothing leads to waiting, never to a refusal or a second send on a tier that
-/// cannot dedupe.
+/// "Not found" only proves the effect did not land if it was asked once no earlier send can
+/// still land (`now_ms` is when the lookup was asked): before every earlier claim's deadline —
+/// its holder live or dead — a lookup that finds nothing leads to waiting, never to a refusal or
+/// a second send on a tier that cannot dedupe.
 pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> RecoveryPlan {
     let recheck = &input.recheck;
     if let Some(v) = &input.late_done {

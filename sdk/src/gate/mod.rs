@@ -361,17 +361,10 @@ impl Bound {
         for _ in 0..MAX_ROUNDS {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
-                EffectState::Proposed { first } => {
-                    self.check_binding(key, &first)?;
-                    self.authorize(key, &first)?
-                }
-                EffectState::InFlight { first, claim } => {
-                    self.check_binding(key, &first)?;
-                    self.recover_claim(key, &first, &claim)?
-                }
                 EffectState::Resolved { resolution, .. } => {
                     Step::Done(outcome_of(resolution, true))
                 }
+                state => self.resume(key, &state)?,
             };
             if let Step::Done(o) = step {
                 return Ok(o);
@@ -394,20 +387,7 @@ impl Bound {
                 Step::Done(Outcome::Refused(note))
             }
             SubmitPlan::Replay(res) => Step::Done(outcome_of(res, true)),
-            SubmitPlan::Recover(claim) => match state.first() {
-                Some(first) => {
-                    self.check_binding(key, first)?;
-                    self.recover_claim(key, first, &claim)?
-                }
-                None => Step::Again,
-            },
-            SubmitPlan::Continue => match state.first() {
-                Some(first) => {
-                    self.check_binding(key, first)?;
-                    self.authorize(key, first)?
-                }
-                None => Step::Again,
-            },
+            SubmitPlan::Recover(_) | SubmitPlan::Continue => self.resume(key, &state)?,
             SubmitPlan::Fresh => {
                 let proposal = Proposed {
                     payload: effect.payload.clone(),
@@ -420,6 +400,22 @@ impl Bound {
                 self.authorize(key, &proposal)?
             }
         })
+    }
+
+    /// An effect the journal already holds: continue its proposal, or recover its send — only
+    /// through the target it was proposed for.
+    fn resume(&self, key: &EffectKey, state: &EffectState) -> Result<Step, GateError> {
+        match state {
+            EffectState::Proposed { first } => {
+                self.check_binding(key, first)?;
+                self.authorize(key, first)
+            }
+            EffectState::InFlight { first, claim } => {
+                self.check_binding(key, first)?;
+                self.recover_claim(key, first, claim)
+            }
+            EffectState::Absent | EffectState::Resolved { .. } => Ok(Step::Again),
+        }
     }
 
     /// An effect is continued or recovered only through the target it was proposed for.
@@ -452,7 +448,7 @@ impl Bound {
 
     /// The same binding, naming another attempt in the claims it takes.
     pub fn with_attempt(mut self, attempt: impl Into<String>) -> Self {
-        self.gate.cfg.holder.attempt = attempt.into();
+        self.gate = self.gate.with_attempt(attempt);
         self
     }
 

@@ -180,7 +180,7 @@ impl Explorer<'_> {
         let mut cur = s.clone();
         let mut attempts = 0u32;
         let mut shown = Vec::new();
-        let result = loop {
+        let total = loop {
             let fp = cur.fingerprint();
             if let Some(known) = self.calm.get(&fp) {
                 break known.map(|k| k + attempts);
@@ -213,7 +213,6 @@ impl Explorer<'_> {
             shown.push(describe(&cur, action, &next));
             cur = next;
         };
-        let total = result;
         for (fp, at) in path {
             self.calm.insert(fp, total.map(|t| t - at));
         }
