@@ -450,8 +450,7 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
             &interlock::verify::Sources {
                 leases: Some(env.journal.as_ref()),
                 records: Some(&target),
-                receipt: None,
-                key: None,
+                ..interlock::verify::Sources::default()
             },
         );
         let confirmed = v

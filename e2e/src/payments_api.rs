@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use interlock::Tier;
 use interlock::faults::Stall;
-use interlock::target::sim::{SimPayments, SimResponse};
+use interlock::target::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -368,20 +368,15 @@ fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u
 }
 
 fn list(sim: &SimPayments, q: &BTreeMap<String, String>) -> (u16, Value, bool) {
-    let Some(pi) = q.get("payment_intent") else {
-        return error(
-            400,
-            "invalid_request_error",
-            None,
-            "this test API lists refunds by payment_intent only",
-        );
-    };
     let limit = q
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(10)
         .clamp(1, 100);
-    let mut refunds = sim.refunds(pi);
+    let mut refunds = match q.get("payment_intent") {
+        Some(pi) => sim.refunds(pi),
+        None => sim.all_refunds(),
+    };
     refunds.reverse(); // newest first, as Stripe lists
     let start = match q.get("starting_after") {
         Some(after) => match refunds.iter().position(|r| &r.id == after) {
@@ -401,10 +396,7 @@ fn list(sim: &SimPayments, q: &BTreeMap<String, String>) -> (u16, Value, bool) {
         .iter()
         .skip(start)
         .take(limit)
-        .map(|r| json!({
-            "id": r.id, "object": "refund", "amount": r.amount, "payment_intent": r.payment_intent,
-            "status": "succeeded", "metadata": r.metadata, "created": r.created_ms / 1000,
-        }))
+        .map(SimRefund::as_json)
         .collect();
     let has_more = start + page.len() < refunds.len();
     (

@@ -55,11 +55,12 @@ pub struct Receipt {
     pub premises_decided: Premises,
     /// Premises as last re-checked before a send (none if nothing was dispatched).
     pub premises_rechecked: Option<Premises>,
-    /// `COMMITTED`, `REFUSED`, `FAILED`, `AMBIGUOUS`, or `IN_FLIGHT` / `PROPOSED` if unresolved.
+    /// `COMMITTED`, `REFUSED`, `FAILED`, `AMBIGUOUS`, `APPLIED_TWICE`, or `IN_FLIGHT` /
+    /// `PROPOSED` if unresolved.
     pub outcome: String,
     /// How: the commit's via, the refusal code, the target's error code.
     pub how: Option<String>,
-    /// The target's reference (e.g. the refund id).
+    /// The target's reference (e.g. the refund id; for `APPLIED_TWICE`, every id, comma-separated).
     pub target_ref: Option<String>,
     /// Escalations to people (none are recorded yet).
     pub escalations: Vec<Value>,
@@ -112,6 +113,17 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
             }
             crate::core::Resolution::Failed(f) => ("FAILED", Some(f.code.clone()), None),
             crate::core::Resolution::Ambiguous(_) => ("AMBIGUOUS", None, None),
+            crate::core::Resolution::AppliedTwice(t) => (
+                "APPLIED_TWICE",
+                None,
+                Some(
+                    t.found
+                        .iter()
+                        .filter_map(|v| v.get("id").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            ),
         },
         crate::core::EffectState::InFlight { .. } => ("IN_FLIGHT", None, None),
         _ => ("PROPOSED", None, None),

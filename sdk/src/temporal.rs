@@ -27,6 +27,9 @@ use crate::journal::JournalError;
 pub const REFUSED: &str = "InterlockRefused";
 /// Failure type of an ambiguous effect (non-retryable): a person must look.
 pub const AMBIGUOUS: &str = "InterlockAmbiguous";
+/// Failure type of an effect the target applied more than once under one key (non-retryable):
+/// a person must reverse the extra ones, named in the message.
+pub const APPLIED_TWICE: &str = "InterlockAppliedTwice";
 /// Failure type of a definite failure at the target (non-retryable).
 pub const FAILED: &str = "InterlockFailed";
 /// Failure type while the effect is in flight elsewhere or a source is unreachable (retryable).
@@ -227,6 +230,24 @@ pub fn verdict(
             None,
             details("AMBIGUOUS", None, a.reason, a.changes, Vec::new()),
         )),
+        Outcome::AppliedTwice(a) => {
+            let ids: Vec<String> = a
+                .found
+                .iter()
+                .map(|v| {
+                    v.get("id")
+                        .map_or_else(|| v.to_string(), ToString::to_string)
+                })
+                .collect();
+            let message = format!("{} (found: {})", a.reason, ids.join(", "));
+            Err(fail(
+                APPLIED_TWICE,
+                message.clone(),
+                false,
+                None,
+                details("APPLIED_TWICE", None, message, Vec::new(), Vec::new()),
+            ))
+        }
         Outcome::Failed(f) => Err(fail(
             FAILED,
             format!("{}: {}", f.code, f.message),
@@ -376,6 +397,18 @@ mod tests {
         assert_eq!(
             verdict(&key(), 2, Ok(amb)).unwrap_err().type_name,
             AMBIGUOUS
+        );
+        let twice = Outcome::AppliedTwice(crate::core::AppliedTwice {
+            token: 2,
+            found: vec![json!({"id": "re_1"}), json!({"id": "re_2"})],
+            reason: "two under one key".into(),
+        });
+        let f = verdict(&key(), 2, Ok(twice)).unwrap_err();
+        assert_eq!((f.type_name, f.retryable), (APPLIED_TWICE, false));
+        assert!(
+            f.message.contains("re_1") && f.message.contains("re_2"),
+            "{}",
+            f.message
         );
     }
 

@@ -2,13 +2,19 @@
 //! asked, from the target's own records. Any record changed, dropped, reordered or rebuilt makes
 //! the `valid` column fail and name the record; "happened once" counts the target's effects that
 //! carry the key and reports the untagged ones beside them (a hand refund shows up there).
+//!
+//! An audit cannot trust the journal to say what exists: rows can be deleted along with the
+//! effect they describe. So a whole-journal audit also walks the receipts exported earlier and
+//! the target's own records, and an effect that only a receipt or only the target knows fails.
+//! A signature that was not checked never counts as holding unless the caller says so.
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::core::decide::same_effect;
 use crate::core::{Event, LeaseVerdict};
 use crate::effect::EffectKey;
-use crate::journal::Journal;
+use crate::journal::{Journal, Record};
 use crate::lease::LeaseStore;
 use crate::receipt::{Receipt, UNSIGNED_NOTE, VerifyingKeyKind, build};
 use crate::target::TargetRecords;
@@ -40,6 +46,16 @@ impl Verification {
     pub fn holds(&self) -> bool {
         self.columns.iter().all(|c| c.holds != Some(false))
     }
+
+    /// A verification that fails on one column for a reason found outside the journal: a
+    /// receipt with no journal behind it, a journal key with no receipt, an unreadable file.
+    pub fn failed(key: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            outcome: "UNKNOWN".into(),
+            columns: vec![col("valid", Some(false), detail)],
+        }
+    }
 }
 
 /// What verify may consult.
@@ -53,6 +69,8 @@ pub struct Sources<'a> {
     pub receipt: Option<&'a Receipt>,
     /// The key its signature must verify with.
     pub key: Option<&'a VerifyingKeyKind>,
+    /// A signed receipt checked without a key neither holds nor fails (instead of failing).
+    pub accept_unchecked_signatures: bool,
 }
 
 fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Column {
@@ -63,42 +81,52 @@ fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Co
     }
 }
 
+/// Every effect at the target that carries an interlock key none of `known` names — a refund
+/// whose journal rows were deleted, a journal restored from an old backup, or a send under a
+/// forged key — each as a failing verification naming the target's reference.
+pub fn strangers(
+    records: &dyn TargetRecords,
+    known: &std::collections::HashSet<String>,
+) -> Result<Vec<Verification>, String> {
+    Ok(records
+        .tagged()?
+        .iter()
+        .filter_map(|r| {
+            let key = r
+                .pointer("/metadata/interlock_key")
+                .and_then(Value::as_str)?;
+            (!known.contains(key)).then(|| {
+                Verification::failed(
+                    key,
+                    format!(
+                        "the target holds {} ({} on {}) carrying this key, but neither the journal \
+                         nor any receipt knows it",
+                        r.get("id").and_then(Value::as_str).unwrap_or("an effect"),
+                        r.get("amount").unwrap_or(&Value::Null),
+                        r.get("payment_intent")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?"),
+                    ),
+                )
+            })
+        })
+        .collect())
+}
+
 /// Verify one key.
 pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Verification {
     let history = match journal.history(key) {
         Ok(h) if h.is_empty() => {
-            return Verification {
-                key: key.to_string(),
-                outcome: "UNKNOWN".into(),
-                columns: vec![col(
-                    "valid",
-                    Some(false),
-                    "no record of this key in the journal",
-                )],
-            };
+            return Verification::failed(key.as_str(), "no record of this key in the journal");
         }
         Ok(h) => h,
-        Err(e) => {
-            return Verification {
-                key: key.to_string(),
-                outcome: "UNKNOWN".into(),
-                columns: vec![col("valid", Some(false), e.to_string())],
-            };
-        }
+        Err(e) => return Verification::failed(key.as_str(), e.to_string()),
     };
     let Some(derived) = build(&history) else {
-        return Verification {
-            key: key.to_string(),
-            outcome: "UNKNOWN".into(),
-            columns: vec![col(
-                "valid",
-                Some(false),
-                "the history does not form an effect",
-            )],
-        };
+        return Verification::failed(key.as_str(), "the history does not form an effect");
     };
     let mut columns = vec![valid(&derived, src)];
-    columns.push(happened_once(&derived, src.records));
+    columns.push(happened_once(&derived, &history, src.records));
     let dispatches: Vec<_> = history
         .iter()
         .filter_map(|r| match &r.event {
@@ -268,10 +296,17 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
             ),
             Err(e) => col("valid", Some(false), e),
         },
-        (None, Some(_)) => col(
+        (None, Some(_)) if src.accept_unchecked_signatures => col(
             "valid",
             None,
-            "the receipt is signed, but no key was given to check it",
+            "chain matches the receipt; its signature was NOT checked (accepted unchecked on \
+             request)",
+        ),
+        (None, Some(_)) => col(
+            "valid",
+            Some(false),
+            "the receipt is signed, but no key was given to check it: an unchecked signature \
+             proves nothing; give the key (or accept unchecked signatures explicitly)",
         ),
         (None, None) => col(
             "valid",
@@ -281,7 +316,54 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
     }
 }
 
-fn happened_once(derived: &Receipt, records: Option<&dyn TargetRecords>) -> Column {
+/// The distinct effects the journal heard of under the key: the commit's result, late
+/// successes, and whatever an `APPLIED_TWICE` names.
+fn heard_of(history: &[Record]) -> Vec<Value> {
+    let mut seen: Vec<Value> = Vec::new();
+    let mut add = |v: &Value| {
+        if !seen.iter().any(|s| same_effect(s, v)) {
+            seen.push(v.clone());
+        }
+    };
+    for r in history {
+        match &r.event {
+            Event::Committed(c) => add(&c.result),
+            Event::LateResult(l) => {
+                if let Some(done) = l.answer.get("done") {
+                    add(done);
+                }
+            }
+            Event::AppliedTwice(t) => t.found.iter().for_each(&mut add),
+            _ => {}
+        }
+    }
+    seen
+}
+
+fn happened_once(
+    derived: &Receipt,
+    history: &[Record],
+    records: Option<&dyn TargetRecords>,
+) -> Column {
+    let heard = heard_of(history);
+    if heard.len() > 1 || derived.outcome == "APPLIED_TWICE" {
+        let ids: Vec<String> = heard
+            .iter()
+            .map(|v| {
+                v.get("id")
+                    .map_or_else(|| v.to_string(), ToString::to_string)
+            })
+            .collect();
+        return col(
+            "happened once",
+            Some(false),
+            format!(
+                "the journal records {} effects under the key: {}",
+                heard.len(),
+                ids.join(", ")
+            ),
+        );
+    }
     let Some(records) = records else {
         return col("happened once", None, "the target was not asked");
     };

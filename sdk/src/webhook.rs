@@ -256,6 +256,12 @@ pub fn confirm_by_lookup(
                 "the target could not be asked: {e}"
             )));
         }
+        crate::core::LookupAnswer::Several(all) => {
+            return Ok(Delivery::Ignored(format!(
+                "the target holds {} effects with this key; none is confirmed as the one",
+                all.len()
+            )));
+        }
     };
     let confirmed = confirmed_from("lookup", None, &found);
     if let Err(why) = same_refund(&first.payload, &confirmed) {

@@ -219,3 +219,103 @@ fn verify_exits_0_on_an_intact_journal_and_1_after_tampering() {
     );
     assert_eq!(v.status.code(), Some(0), "{}", text(&v));
 }
+
+#[test]
+fn verify_all_walks_the_receipts_and_fails_an_effect_the_journal_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, key) = journal_with_a_refund(dir.path());
+    let sk = dir.path().join("receipt.key");
+    let kg = cli(&j, &["receipt", "keygen", "--out", sk.to_str().unwrap()]);
+    let public = dir.path().join("receipt.pub");
+    std::fs::write(&public, &kg.stdout).unwrap();
+    let receipts = dir.path().join("receipts");
+    let export = cli(
+        &j,
+        &[
+            "receipt",
+            "export",
+            "--all",
+            "--out",
+            receipts.to_str().unwrap(),
+            "--ed25519-key-file",
+            sk.to_str().unwrap(),
+        ],
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    let with_key = [
+        "verify",
+        "--all",
+        "--receipts",
+        receipts.to_str().unwrap(),
+        "--ed25519-public-key-file",
+        public.to_str().unwrap(),
+    ];
+    assert_eq!(cli(&j, &with_key).status.code(), Some(0));
+    // Delete the effect's rows, as someone with sqlite3 would; its signed receipt remains.
+    let conn = rusqlite::Connection::open(&j).unwrap();
+    conn.execute("DELETE FROM records WHERE key = ?1", [&key])
+        .unwrap();
+    drop(conn);
+    let lost = cli(&j, &with_key);
+    assert_eq!(lost.status.code(), Some(1), "{}", text(&lost));
+    assert!(
+        text(&lost).contains(&key) && text(&lost).contains("no record of this key"),
+        "{}",
+        text(&lost)
+    );
+    assert!(
+        text(&lost).contains("0 of 1 effect(s) hold"),
+        "{}",
+        text(&lost)
+    );
+}
+
+#[test]
+fn verify_fails_a_signature_it_did_not_check_unless_told_to_accept_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, key) = journal_with_a_refund(dir.path());
+    let keyfile = dir.path().join("hmac.key");
+    std::fs::write(&keyfile, "a shared receipt key").unwrap();
+    let receipts = dir.path().join("receipts");
+    let export = cli(
+        &j,
+        &[
+            "receipt",
+            "export",
+            "--all",
+            "--out",
+            receipts.to_str().unwrap(),
+            "--hmac-key-file",
+            keyfile.to_str().unwrap(),
+        ],
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    // Replace the signature by zeros.
+    let file = receipts.join(format!("{key}.json"));
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    r["signature"]["value"] = serde_json::json!("0".repeat(64));
+    std::fs::write(&file, r.to_string()).unwrap();
+    let no_key = ["verify", "--all", "--receipts", receipts.to_str().unwrap()];
+    let out = cli(&j, &no_key);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no key was given"), "{}", text(&out));
+    let accepted = cli(
+        &j,
+        &[&no_key[..], &["--accept-unchecked-signatures"]].concat(),
+    );
+    assert_eq!(accepted.status.code(), Some(0), "{}", text(&accepted));
+    assert!(
+        text(&accepted).contains("NOT checked"),
+        "{}",
+        text(&accepted)
+    );
+    // A file in the receipts directory that is not a receipt fails too, by name.
+    std::fs::write(receipts.join("stray.json"), "{}").unwrap();
+    let stray = cli(
+        &j,
+        &[&no_key[..], &["--accept-unchecked-signatures"]].concat(),
+    );
+    assert_eq!(stray.status.code(), Some(1), "{}", text(&stray));
+    assert!(text(&stray).contains("stray.json"), "{}", text(&stray));
+}

@@ -361,6 +361,13 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
                 ));
             }
         }
+        // The simulated service keeps its promises: a double application is a gate bug.
+        Resolution::AppliedTwice(t) => {
+            return Err(format!(
+                "R2: APPLIED_TWICE against a service that dedupes: {}",
+                t.reason
+            ));
+        }
         Resolution::Ambiguous(_) => {
             tally.ambiguous += 1;
             if tagged.len() > 1 {

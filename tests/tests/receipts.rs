@@ -89,6 +89,7 @@ fn check(f: &Fixture, r: &Receipt, k: &VerifyingKeyKind) -> interlock::verify::V
             records: Some(&target),
             receipt: Some(r),
             key: Some(k),
+            ..Sources::default()
         },
     )
 }
@@ -363,4 +364,75 @@ fn happened_once_sees_a_hand_refund_beside_the_tagged_one() {
         "{}",
         once.detail
     );
+}
+
+#[test]
+fn a_signed_receipt_checked_without_its_key_fails_unless_accepted_explicitly() {
+    let f = fixture();
+    let (s, _) = hmac();
+    let mut r = receipt(&f, &s);
+    // A signature replaced by zeros is never checked when no key is given.
+    if let Some(sig) = r.signature.as_mut() {
+        sig.value = "0".repeat(sig.value.len());
+    }
+    let j = open(&f.path);
+    let unchecked = verify(
+        &j,
+        &f.key,
+        &Sources {
+            receipt: Some(&r),
+            ..Sources::default()
+        },
+    );
+    assert_eq!(valid_detail(&unchecked).0, Some(false), "{unchecked:?}");
+    assert!(!unchecked.holds());
+    let accepted = verify(
+        &j,
+        &f.key,
+        &Sources {
+            receipt: Some(&r),
+            accept_unchecked_signatures: true,
+            ..Sources::default()
+        },
+    );
+    let (holds, detail) = valid_detail(&accepted);
+    assert_eq!(holds, None, "{detail}");
+    assert!(detail.contains("NOT checked"), "{detail}");
+}
+
+#[test]
+fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported() {
+    let f = fixture();
+    let metadata = [("interlock_key".to_owned(), "lost-effect".to_owned())]
+        .into_iter()
+        .collect();
+    let interlock::target::sim::SimResponse::Created(lost) =
+        f.world
+            .sim
+            .create_refund(PAYMENT, 1500, Some("lost-effect"), metadata)
+    else {
+        panic!("the refund was not created")
+    };
+    f.world.sim.hand_refund(PAYMENT, 300);
+    let known = [f.key.to_string()].into_iter().collect();
+    // Asked in process, and over HTTP as Stripe's API lists an account's refunds.
+    let api =
+        interlock_e2e::payments_api::PaymentsApi::start(f.world.sim.clone(), "sk_test_x").unwrap();
+    let stripe = interlock::target::stripe::StripeRefunds::new(
+        interlock::target::stripe::StripeConfig::new(&api.base_url, "sk_test_x").unwrap(),
+    );
+    let sim = SimTarget(f.world.sim.clone());
+    let targets: [&dyn interlock::target::TargetRecords; 2] = [&sim, &stripe];
+    for target in targets {
+        let found = interlock::verify::strangers(target, &known).unwrap();
+        let [v] = &found[..] else {
+            panic!("one stranger expected (the hand refund carries no key): {found:?}");
+        };
+        assert_eq!(v.key, "lost-effect");
+        assert!(!v.holds());
+        assert!(
+            v.columns[0].detail.contains(lost["id"].as_str().unwrap()),
+            "{v:?}"
+        );
+    }
 }

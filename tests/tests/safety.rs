@@ -441,3 +441,72 @@ fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing() {
     assert_eq!(claims, 0);
     assert_eq!(b.sim.requests(), 0);
 }
+
+/// The Stripe target, tier 1 as Stripe promises, against a Stripe-compatible server that ignores
+/// `Idempotency-Key` (the payments API acting as tier 2).
+fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, Arc<dyn Target>) {
+    use interlock::target::stripe::{StripeConfig, StripeRefunds};
+    const SECRET: &str = "sk_test_interlock";
+    let api = interlock_e2e::payments_api::PaymentsApi::start(b.sim.clone(), SECRET).unwrap();
+    let target = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).unwrap());
+    assert_eq!(target.tier(), Tier::One);
+    (api, Arc::new(target))
+}
+
+#[test]
+fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2() {
+    let b = Bench::new(Tier::Two);
+    let (_api, stripe) = key_ignoring_stripe(&b);
+    // The first attempt sends, the refund lands, and the worker dies before journaling it.
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterSend, Action::Crash);
+    let first = b.bind(&b.gate("first", Some(faults)), stripe.clone());
+    assert!(first.submit(&b.effect()).is_err());
+    assert_eq!(b.refunded(), AMOUNT);
+
+    // Recovery trusts tier 1 and resends under the key; the server applies it again. The answer
+    // is not marked replayed, so a lookup follows and finds both.
+    let gate = b.gate("recover", None);
+    let bound = b.bind(&gate, stripe.clone());
+    let out = bound.recover(&World::key()).unwrap();
+    let ids: Vec<String> = b.sim.refunds(PAYMENT).into_iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 2, "the server applied the resend as new");
+    let Outcome::AppliedTwice(twice) = &out else {
+        panic!(
+            "two refunds under one key recorded as {}: {out:?}",
+            out.label()
+        );
+    };
+    for id in &ids {
+        assert!(
+            twice.found.iter().any(|f| f["id"] == id.as_str()),
+            "{id} not named: {twice:?}"
+        );
+    }
+    let verdict = interlock::verify::verify(
+        b.journal.as_ref(),
+        &World::key(),
+        &interlock::verify::Sources::default(),
+    );
+    let once = verdict
+        .columns
+        .iter()
+        .find(|c| c.name == "happened once")
+        .unwrap();
+    assert_eq!(once.holds, Some(false), "{once:?}");
+
+    // From now on this process trusts the target no further than tier 2: a second effect left
+    // in flight after its send is looked up, not resent.
+    assert_eq!(bound.tier(), Tier::Two);
+    let key2 = EffectKey::derive(&["case-4471", "refund-2"]);
+    let payload = World::payload(AMOUNT);
+    let effect2 = bound.decide(key2.clone(), &payload, LEASE).unwrap();
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterSend, Action::Crash);
+    let dying = b.bind(&gate.clone().with_faults(faults), stripe);
+    assert!(dying.submit(&effect2).is_err());
+    assert_eq!(b.refunded(), 3 * AMOUNT);
+    let out = bound.recover(&key2).unwrap();
+    assert_eq!(out.label(), "COMMITTED/found_by_lookup", "{out:?}");
+    assert_eq!(b.refunded(), 3 * AMOUNT, "the demoted target was resent to");
+}

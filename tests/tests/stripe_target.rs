@@ -46,12 +46,30 @@ fn a_resend_under_the_same_key_replays_and_another_amount_is_a_conflict() {
     let SendAnswer::Done(first) = send(&t, &key, 2000) else {
         panic!("first send")
     };
-    let SendAnswer::Done(again) = send(&t, &key, 2000) else {
-        panic!("resend")
+    let SendAnswer::Replayed(again) = send(&t, &key, 2000) else {
+        panic!("a resend must be marked as replayed")
     };
     assert_eq!(first["id"], again["id"]);
     assert!(matches!(send(&t, &key, 3000), SendAnswer::Conflict(_)));
     assert_eq!(sim.refunded("pi_1"), 2000);
+}
+
+#[test]
+fn a_server_that_ignores_the_key_answers_a_resend_as_new_and_a_lookup_names_both() {
+    let (sim, _api, t) = setup(Tier::Two);
+    let key = EffectKey::derive(&["twice"]);
+    let payload = json!({"payment_intent": "pi_1", "amount": 2000, "currency": "usd"});
+    assert!(matches!(send(&t, &key, 2000), SendAnswer::Done(_)));
+    let again = send(&t, &key, 2000);
+    assert!(
+        matches!(again, SendAnswer::Done(_)),
+        "not replayed: {again:?}"
+    );
+    assert_eq!(sim.refunded("pi_1"), 4000);
+    let LookupAnswer::Several(found) = t.lookup(&key, &payload) else {
+        panic!("two refunds under one key must be reported as several")
+    };
+    assert_eq!(found.len(), 2);
 }
 
 #[test]

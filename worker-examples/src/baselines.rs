@@ -170,6 +170,18 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
                 ..RefundReport::default()
             });
         }
+        interlock::core::LookupAnswer::Several(all) => {
+            return Attempt::Report(RefundReport {
+                outcome: "REFUNDED".into(),
+                refund_id: all
+                    .first()
+                    .and_then(|r| r.get("id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                detail: format!("found {} refunds under the key by lookup", all.len()),
+                ..RefundReport::default()
+            });
+        }
         interlock::core::LookupAnswer::Unknown(e) => return Attempt::Retry(e),
         interlock::core::LookupAnswer::NotFound => {}
     }

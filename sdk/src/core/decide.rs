@@ -171,8 +171,10 @@ pub fn plan_takeover(
 /// What a lookup by key answered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LookupAnswer {
-    /// The effect is at the target; the value is what was found.
+    /// The effect is at the target, once; the value is what was found.
     Found(Value),
+    /// The target holds more than one effect under the key: each, as found.
+    Several(Vec<Value>),
     /// The target has no effect with this key.
     NotFound,
     /// The target could not be asked.
@@ -192,6 +194,8 @@ pub enum RecoveryPlan {
     Refuse(RefusalDraft),
     /// Unknowable: surface to a person.
     Ambiguous(Ambiguous),
+    /// The target holds it more than once: close it, naming each.
+    AppliedTwice(TwiceDraft),
     /// Cannot decide now: leave it in flight and try again (not before `until_ms`, if given).
     Wait {
         /// Why.
@@ -199,6 +203,34 @@ pub enum RecoveryPlan {
         /// When deciding may become possible.
         until_ms: Option<i64>,
     },
+}
+
+/// An `APPLIED_TWICE` before it is written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TwiceDraft {
+    /// Each effect the target holds under the key.
+    pub found: Vec<Value>,
+    /// How it was found.
+    pub reason: String,
+}
+
+fn several(found: &[Value], when: &str) -> TwiceDraft {
+    TwiceDraft {
+        found: found.to_vec(),
+        reason: format!(
+            "{when}: {} effects carry this key at the target, so it applied the effect more than \
+             once; reverse all but one by hand",
+            found.len()
+        ),
+    }
+}
+
+/// Whether two answers name the same effect: by the target's `id` where both carry one.
+pub fn same_effect(a: &Value, b: &Value) -> bool {
+    match (a.get("id"), b.get("id")) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// What recovery decides on.
@@ -249,6 +281,9 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
             Some(LookupAnswer::Found(v)) => {
                 RecoveryPlan::CommitFound(Via::FoundByLookup, v.clone())
             }
+            Some(LookupAnswer::Several(all)) => {
+                RecoveryPlan::AppliedTwice(several(all, "a lookup at recovery"))
+            }
             Some(LookupAnswer::Unknown(why)) => RecoveryPlan::Wait {
                 reason: format!("the target could not be asked whether it landed: {why}"),
                 until_ms: None,
@@ -285,8 +320,12 @@ fn blind_reason(recheck: &Recheck) -> String {
 /// What a send answered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SendAnswer {
-    /// Success, with the target's result.
+    /// Success, with the target's result, computed for this request.
     Done(Value),
+    /// Success replayed from what the service saved under the key (Stripe marks it
+    /// `Idempotent-Replayed: true`): an earlier request under the key applied, and this one did
+    /// not apply again.
+    Replayed(Value),
     /// Definitely not done (e.g. HTTP 4xx).
     Definite {
         /// The target's error code.
@@ -322,6 +361,8 @@ pub enum AfterSend {
     Refuse(RefusalDraft),
     /// Unknowable: the service replays a saved error and cannot be asked.
     Ambiguous(Ambiguous),
+    /// The target holds the effect more than once.
+    AppliedTwice(TwiceDraft),
     /// Leave it in flight for recovery.
     StayInFlight(String),
 }
@@ -330,6 +371,10 @@ pub enum AfterSend {
 /// A definite failure is looked up first where possible, since "failed" can still have landed;
 /// it is recorded as `FAILED` only once no earlier send can still land (`earlier_quiet`). An
 /// unknown answer is looked up once under the claim, and stays in flight when not found.
+///
+/// A tier-1 resend is trusted, but checked: its success is expected to be a replay of the first
+/// request's (or the first request never reached the service). A success computed anew is
+/// followed by a lookup, and more than one effect under the key is recorded as applied twice.
 pub fn after_send(
     answer: &SendAnswer,
     via: Via,
@@ -348,6 +393,20 @@ pub fn after_send(
         other => other,
     };
     match (answer, lookup) {
+        (_, Some(LookupAnswer::Several(all))) => {
+            AfterSend::AppliedTwice(several(all, "a lookup after a send"))
+        }
+        (SendAnswer::Replayed(v), _) => AfterSend::Commit(via, v.clone()),
+        (SendAnswer::Done(_), None) if via == Via::IdempotentResend && has_lookup => {
+            AfterSend::Lookup
+        }
+        (SendAnswer::Done(v), Some(LookupAnswer::Found(other))) if !same_effect(v, other) => {
+            AfterSend::AppliedTwice(several(
+                &[other.clone(), v.clone()],
+                "a resend was answered as new rather than replayed, and a lookup found an \
+                 earlier effect",
+            ))
+        }
         (SendAnswer::Done(v), _) => AfterSend::Commit(via, v.clone()),
         // The key is held for other parameters. Our own refund may still be there under it (an
         // earlier send of ours): look first, and refuse only once nothing earlier can land.

@@ -368,6 +368,18 @@ fn an_unknown_answer_is_never_a_failure() {
         ),
         AfterSend::Commit(Via::FoundByLookup, json!(2))
     );
+    // A resend's success is trusted as is when the service says it replayed it, and checked
+    // by a lookup when it was computed anew.
+    assert_eq!(
+        after_send(
+            &SendAnswer::Replayed(json!(3)),
+            Via::IdempotentResend,
+            true,
+            true,
+            None
+        ),
+        AfterSend::Commit(Via::IdempotentResend, json!(3))
+    );
     assert_eq!(
         after_send(
             &SendAnswer::Done(json!(3)),
@@ -376,7 +388,7 @@ fn an_unknown_answer_is_never_a_failure() {
             true,
             None
         ),
-        AfterSend::Commit(Via::IdempotentResend, json!(3))
+        AfterSend::Lookup
     );
     let conflict = SendAnswer::Conflict("x".into());
     assert_eq!(

@@ -14,9 +14,9 @@ pub use decide::{
     TakeoverPlan,
 };
 pub use record::{
-    Ambiguous, Authorized, Change, Claimed, Committed, Confirmed, Dispatched, Event, Failed,
-    Holder, LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused, Repair,
-    TakeoverReason, Via,
+    Ambiguous, AppliedTwice, Authorized, Change, Claimed, Committed, Confirmed, Dispatched, Event,
+    Failed, Holder, LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused,
+    Repair, TakeoverReason, Via,
 };
 pub use state::{Claim, EffectState, HistoryError, Resolution};
 pub use tier::{Effective, MarginError, Tier};

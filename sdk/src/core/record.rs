@@ -273,6 +273,19 @@ pub struct Failed {
     pub message: String,
 }
 
+/// `APPLIED_TWICE`: the target holds more than one effect under this key — it broke its promise
+/// to dedupe (or a send outlived the contract's bounds). Every one it holds is named, so a person
+/// can reverse the extra ones; the effect is closed, and nothing more is sent under the key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AppliedTwice {
+    /// Token of the claim that found it.
+    pub token: u64,
+    /// Each effect the target holds under the key, as it reported them.
+    pub found: Vec<Value>,
+    /// How it was found, for a person.
+    pub reason: String,
+}
+
 /// `LATE_RESULT`: an answer that arrived after the effect was resolved or its claim taken.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct LateResult {
@@ -322,6 +335,8 @@ pub enum Event {
     Ambiguous(Ambiguous),
     /// See [`Failed`].
     Failed(Failed),
+    /// See [`AppliedTwice`].
+    AppliedTwice(AppliedTwice),
     /// See [`LateResult`].
     LateResult(LateResult),
     /// See [`Confirmed`].
@@ -340,6 +355,7 @@ impl Event {
             Self::Refused(_) => "REFUSED",
             Self::Ambiguous(_) => "AMBIGUOUS",
             Self::Failed(_) => "FAILED",
+            Self::AppliedTwice(_) => "APPLIED_TWICE",
             Self::LateResult(_) => "LATE_RESULT",
             Self::Confirmed(_) => "CONFIRMED",
         }

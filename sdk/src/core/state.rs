@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::record::{Ambiguous, Committed, Event, Failed, Holder, Proposed, Refused};
+use super::record::{Ambiguous, AppliedTwice, Committed, Event, Failed, Holder, Proposed, Refused};
 
 /// The live claim on an in-flight effect.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +50,8 @@ pub enum Resolution {
     Failed(Failed),
     /// Unknowable from here.
     Ambiguous(Ambiguous),
+    /// The target holds it more than once.
+    AppliedTwice(AppliedTwice),
 }
 
 impl Resolution {
@@ -60,6 +62,7 @@ impl Resolution {
             Self::Refused(_) => "REFUSED",
             Self::Failed(_) => "FAILED",
             Self::Ambiguous(_) => "AMBIGUOUS",
+            Self::AppliedTwice(_) => "APPLIED_TWICE",
         }
     }
 }
@@ -230,6 +233,13 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             S::Resolved {
                 first,
                 resolution: Resolution::Failed(f.clone()),
+            }
+        }
+        (S::InFlight { first, claim }, Event::AppliedTwice(a)) => {
+            check_token(&claim, a.token)?;
+            S::Resolved {
+                first,
+                resolution: Resolution::AppliedTwice(a.clone()),
             }
         }
         (S::InFlight { first, .. }, Event::Ambiguous(a)) => S::Resolved {

@@ -8,13 +8,13 @@
 use serde_json::{Value, json};
 
 use super::decide::{
-    AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, after_send,
-    check_fresh, plan_recovery,
+    AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, TwiceDraft,
+    after_send, check_fresh, plan_recovery, same_effect,
 };
 use super::mutants::{self, Mutant};
 use super::record::{
-    Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult, LeaseVerdict,
-    Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
+    AppliedTwice, Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult,
+    LeaseVerdict, Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
 };
 use super::state::{Claim, EffectState};
 use super::tier::{Effective, Tier};
@@ -272,6 +272,7 @@ pub fn recover(
             hash,
         ))],
         RecoveryPlan::Ambiguous(a) => vec![Event::Ambiguous(a.clone())],
+        RecoveryPlan::AppliedTwice(d) => vec![applied_twice(token, d)],
         RecoveryPlan::Lookup | RecoveryPlan::Wait { .. } => Vec::new(),
     };
     (events, Some(plan))
@@ -284,9 +285,17 @@ pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
         if claim.token == token && claim.dispatched && claim.holder == *holder)
 }
 
-/// Whether a send's answer needs a lookup before it can be recorded.
-pub fn wants_lookup(answer: &SendAnswer, has_lookup: bool) -> bool {
-    after_send(answer, Via::FirstSend, has_lookup, false, None) == AfterSend::Lookup
+/// Whether a send's answer, recorded with `via` on success, needs a lookup first.
+pub fn wants_lookup(answer: &SendAnswer, via: Via, has_lookup: bool) -> bool {
+    after_send(answer, via, has_lookup, false, None) == AfterSend::Lookup
+}
+
+fn applied_twice(token: u64, d: &TwiceDraft) -> Event {
+    Event::AppliedTwice(AppliedTwice {
+        token,
+        found: d.found.clone(),
+        reason: d.reason.clone(),
+    })
 }
 
 /// What a send under claim `token` records: its resolution while the claim is still its own (none
@@ -311,6 +320,19 @@ pub fn record_answer(
             })];
         }
     };
+    // A superseded send's success and this one's, naming two different effects: both landed.
+    if let (SendAnswer::Done(mine) | SendAnswer::Replayed(mine), Some(late)) =
+        (answer, &claim.late_done)
+        && !same_effect(mine, late)
+    {
+        let d = TwiceDraft {
+            found: vec![late.clone(), mine.clone()],
+            reason: "an earlier send's late success and this send's success name two different \
+                     effects under this key: it was applied twice; reverse one by hand"
+                .into(),
+        };
+        return vec![applied_twice(token, &d)];
+    }
     let as_of = lookup.map_or(now_ms, |(_, asked_at)| asked_at);
     let earlier_quiet = as_of >= claim.quiet_after(Some(token));
     match after_send(
@@ -332,6 +354,7 @@ pub fn record_answer(
             &first.payload_hash,
         ))],
         AfterSend::Ambiguous(a) => vec![Event::Ambiguous(a)],
+        AfterSend::AppliedTwice(d) => vec![applied_twice(token, &d)],
         AfterSend::StayInFlight(_) | AfterSend::Lookup => Vec::new(),
     }
 }
@@ -387,6 +410,7 @@ pub fn final_refusal(d: &RefusalDraft, repairs: Vec<Repair>, hash: &str) -> Refu
 pub fn answer_json(a: &SendAnswer) -> Value {
     match a {
         SendAnswer::Done(v) => json!({ "done": v }),
+        SendAnswer::Replayed(v) => json!({ "done": v, "replayed": true }),
         SendAnswer::Definite { code, message } => {
             json!({ "failed": { "code": code, "message": message } })
         }

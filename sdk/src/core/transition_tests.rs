@@ -396,3 +396,111 @@ fn an_answer_after_the_claim_moved_is_recorded_as_late() {
     };
     assert_eq!(c.via, Via::LateAnswer);
 }
+
+/// Tier 1 in flight, taken over by "b", and resent under the key by "b".
+fn resent_by_b() -> Vec<Event> {
+    let mut h = taken_by_b(1, 9);
+    let facts = RecoveryFacts {
+        tier: TierFacts {
+            bound: Tier::One,
+            window_ms: Some(1_000_000),
+            margin_ms: 10,
+            has_lookup: true,
+        },
+        effective_at_takeover: Effective::DedupeInWindow,
+        recheck: live(),
+        transient: false,
+        has_lookup: true,
+        now_ms: 6,
+    };
+    let (events, plan) = recover(&state_of(&h), 2, &facts, None, &[], &holding("b", 9));
+    assert_eq!(plan, Some(RecoveryPlan::Resend(Via::IdempotentResend)));
+    h.extend(events);
+    h
+}
+
+#[test]
+fn a_tier_1_resend_answered_as_new_is_checked_and_two_under_one_key_close_as_applied_twice() {
+    let s = state_of(&resent_by_b());
+    let via = Via::IdempotentResend;
+    let re = |id: &str| json!({ "id": id });
+    let record = |answer: &SendAnswer, lookup: Option<&LookupAnswer>| {
+        record_answer(&s, 2, answer, via, true, 7, lookup.map(|l| (l, 7)))
+    };
+    // A replay is the promise kept: committed as is, no lookup.
+    let replayed = SendAnswer::Replayed(re("re_1"));
+    assert!(!wants_lookup(&replayed, via, true));
+    assert!(matches!(&record(&replayed, None)[..], [Event::Committed(c)] if c.via == via));
+    // An answer computed anew is checked first.
+    let fresh = SendAnswer::Done(re("re_2"));
+    assert!(wants_lookup(&fresh, via, true));
+    assert!(!wants_lookup(&fresh, Via::FirstSend, true));
+    // Only this one under the key: the first send never reached the service.
+    let once = LookupAnswer::Found(re("re_2"));
+    assert!(matches!(
+        &record(&fresh, Some(&once))[..],
+        [Event::Committed(_)]
+    ));
+    // Another one under the key, or several: applied twice, naming each.
+    for lookup in [
+        LookupAnswer::Found(re("re_1")),
+        LookupAnswer::Several(vec![re("re_1"), re("re_2")]),
+    ] {
+        let out = record(&fresh, Some(&lookup));
+        let [Event::AppliedTwice(t)] = &out[..] else {
+            panic!("{lookup:?}: {out:?}");
+        };
+        assert_eq!(t.found.len(), 2, "{t:?}");
+        let mut h = resent_by_b();
+        h.extend(out.clone());
+        assert!(matches!(
+            state_of(&h),
+            EffectState::Resolved {
+                resolution: Resolution::AppliedTwice(_),
+                ..
+            }
+        ));
+    }
+    // Several found at recovery closes the effect the same way.
+    let mut h = taken_by_b(2, 9);
+    let several = LookupAnswer::Several(vec![re("re_1"), re("re_2")]);
+    let (out, _) = recover(
+        &state_of(&h),
+        2,
+        &tier2_facts(20),
+        Some((&several, 20)),
+        &[],
+        &holding("b", 9),
+    );
+    assert!(matches!(&out[..], [Event::AppliedTwice(_)]), "{out:?}");
+    h.extend(out);
+    assert!(matches!(state_of(&h), EffectState::Resolved { .. }));
+}
+
+#[test]
+fn a_late_success_and_a_resend_s_success_naming_two_effects_close_as_applied_twice() {
+    let mut h = resent_by_b();
+    // The first holder's send answers late: re_1.
+    let late = SendAnswer::Done(json!({"id": "re_1"}));
+    h.extend(record_answer(
+        &state_of(&h),
+        1,
+        &late,
+        Via::FirstSend,
+        true,
+        7,
+        None,
+    ));
+    let s = state_of(&h);
+    // The resend's success names the same refund: the promise held.
+    let same = SendAnswer::Replayed(json!({"id": "re_1"}));
+    let out = record_answer(&s, 2, &same, Via::IdempotentResend, true, 8, None);
+    assert!(matches!(&out[..], [Event::Committed(_)]), "{out:?}");
+    // It names another: both landed.
+    let other = SendAnswer::Replayed(json!({"id": "re_2"}));
+    let out = record_answer(&s, 2, &other, Via::IdempotentResend, true, 8, None);
+    assert!(
+        matches!(&out[..], [Event::AppliedTwice(t)] if t.found.len() == 2),
+        "{out:?}"
+    );
+}

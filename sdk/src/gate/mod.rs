@@ -3,8 +3,9 @@
 //! step to the journal before acting on it. A crash anywhere leaves a history that the next
 //! attempt resolves by the recovery table, never by guessing.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,8 +15,8 @@ use crate::clock::Clock;
 use crate::core::decide::plan_submit;
 use crate::core::transition::{self, Holding};
 use crate::core::{
-    Ambiguous, EffectState, Event, Failed, Holder, MarginError, Proposed, Refused, Resolution,
-    SubmitPlan, Via, tier,
+    Ambiguous, AppliedTwice, EffectState, Event, Failed, Holder, MarginError, Proposed, Refused,
+    Resolution, SubmitPlan, Tier, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
 use crate::faults::{Crash, FaultPoint, Faults, NoFaults};
@@ -98,6 +99,9 @@ pub enum Outcome {
     Failed(Failed),
     /// Unknowable from here; a person must look.
     Ambiguous(Ambiguous),
+    /// The target holds the effect more than once (it did not dedupe as its tier promised): each
+    /// is named, for a person to reverse the extra ones. Nothing more is sent under the key.
+    AppliedTwice(AppliedTwice),
     /// A send may be in flight elsewhere, or the target could not be asked: try again later.
     InFlight {
         /// Suggested wait.
@@ -134,6 +138,7 @@ impl Outcome {
             Self::Refused(r) => format!("REFUSED:{}", r.code),
             Self::Failed(f) => format!("FAILED:{}", f.code),
             Self::Ambiguous(_) => "AMBIGUOUS".into(),
+            Self::AppliedTwice(_) => "APPLIED_TWICE".into(),
             Self::InFlight { .. } => "IN_FLIGHT".into(),
             Self::Retry { .. } => "RETRY".into(),
             Self::Superseded { .. } => "SUPERSEDED".into(),
@@ -227,6 +232,9 @@ pub struct Gate {
     faults: Arc<dyn Faults>,
     cfg: GateConfig,
     locks: LockDir,
+    /// Targets seen to apply an effect twice under one key: from then on this process trusts
+    /// them no further than tier 2, whatever they claim.
+    demoted: Arc<Mutex<HashSet<String>>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -259,6 +267,7 @@ impl Gate {
             faults: Arc::new(NoFaults),
             cfg,
             locks,
+            demoted: Arc::default(),
         })
     }
 
@@ -362,7 +371,7 @@ impl Bound {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
                 EffectState::Resolved { resolution, .. } => {
-                    Step::Done(outcome_of(resolution, true))
+                    Step::Done(self.outcome_of(resolution, true))
                 }
                 state => self.resume(key, &state)?,
             };
@@ -386,7 +395,7 @@ impl Bound {
                     .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
                 Step::Done(Outcome::Refused(note))
             }
-            SubmitPlan::Replay(res) => Step::Done(outcome_of(res, true)),
+            SubmitPlan::Replay(res) => Step::Done(self.outcome_of(res, true)),
             SubmitPlan::Recover(_) | SubmitPlan::Continue => self.resume(key, &state)?,
             SubmitPlan::Fresh => {
                 let proposal = Proposed {
@@ -395,7 +404,7 @@ impl Bound {
                     premises: effect.decided.clone(),
                     lease: effect.lease.clone(),
                     target: self.target.name().to_owned(),
-                    tier: self.target.tier().into(),
+                    tier: self.tier().into(),
                 };
                 self.authorize(key, &proposal)?
             }
@@ -457,6 +466,41 @@ impl Bound {
         &self.target
     }
 
+    /// The tier this binding acts on: the target's own, unless this process has seen the target
+    /// apply an effect twice under one key; then no better than tier 2 (lookups, no trust in
+    /// dedupe), whatever it claims.
+    pub fn tier(&self) -> Tier {
+        let demoted = self
+            .gate
+            .demoted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(self.target.name());
+        if demoted {
+            self.target.tier().max(Tier::Two)
+        } else {
+            self.target.tier()
+        }
+    }
+
+    /// The outcome of a resolution; one that shows the target applied an effect twice demotes
+    /// the target in this process.
+    pub(super) fn outcome_of(&self, res: Resolution, replayed: bool) -> Outcome {
+        if let Resolution::AppliedTwice(a) = &res {
+            tracing::error!(
+                target_name = self.target.name(),
+                found = a.found.len(),
+                "the target applied an effect twice under one key; treating it as tier 2 from now on"
+            );
+            self.gate
+                .demoted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(self.target.name().to_owned());
+        }
+        outcome_of(res, replayed)
+    }
+
     /// Make a decision: the effect with its premises read now by this gate's premise reader.
     pub fn decide(
         &self,
@@ -515,7 +559,7 @@ impl Bound {
     }
 }
 
-pub(super) fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
+fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
     match res {
         Resolution::Committed(c) => Outcome::Committed {
             via: c.via,
@@ -525,5 +569,6 @@ pub(super) fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
         Resolution::Refused(r) => Outcome::Refused(r),
         Resolution::Failed(f) => Outcome::Failed(f),
         Resolution::Ambiguous(a) => Outcome::Ambiguous(a),
+        Resolution::AppliedTwice(a) => Outcome::AppliedTwice(a),
     }
 }

@@ -13,7 +13,7 @@ use crate::faults::FaultPoint;
 use crate::liveness::HeldLock;
 
 use super::send::Sending;
-use super::{Bound, GateError, Outcome, Step, ms, outcome_of, wait_until};
+use super::{Bound, GateError, Outcome, Step, ms, wait_until};
 
 impl Bound {
     /// An in-flight effect: take the claim if the evidence allows, then act by the recovery table.
@@ -72,7 +72,7 @@ impl Bound {
     /// binding if it promises less, demoted by the clock past a tier-1 window.
     fn tier_facts(&self) -> TierFacts {
         TierFacts {
-            bound: self.target.tier(),
+            bound: self.tier(),
             window_ms: self.target.dedupe_window().map(ms),
             margin_ms: ms(self.gate.cfg.dedupe_margin),
             has_lookup: self.target.has_lookup(),
@@ -157,13 +157,14 @@ impl Bound {
                 RecoveryPlan::Lookup => Ok(Step::Done(self.busy("lookup did not settle"))),
                 RecoveryPlan::CommitFound(..)
                 | RecoveryPlan::Refuse(_)
-                | RecoveryPlan::Ambiguous(_) => {
+                | RecoveryPlan::Ambiguous(_)
+                | RecoveryPlan::AppliedTwice(_) => {
                     self.fault(FaultPoint::AfterRecord, key)?;
                     drop(lock);
                     Ok(match out.after {
                         EffectState::Resolved { resolution, .. } => {
                             self.gate.locks.forget(key.as_str(), token);
-                            Step::Done(outcome_of(resolution, false))
+                            Step::Done(self.outcome_of(resolution, false))
                         }
                         _ => Step::Again,
                     })

@@ -12,7 +12,7 @@ use crate::faults::FaultPoint;
 use crate::liveness::HeldLock;
 use crate::target::SendRequest;
 
-use super::{Bound, GateError, Outcome, Step, ms, outcome_of};
+use super::{Bound, GateError, Outcome, Step, ms};
 
 /// A send about to go out: under which claim, held by whom until when, and how a success would
 /// be recorded.
@@ -81,7 +81,7 @@ impl Bound {
         tracing::debug!(key = %key, token, ?answer, "send answered");
         self.fault(FaultPoint::AfterSend, key)?;
         let has_lookup = self.target.has_lookup();
-        let found = transition::wants_lookup(&answer, has_lookup).then(|| {
+        let found = transition::wants_lookup(&answer, via, has_lookup).then(|| {
             let asked_at = self.now();
             (self.lookup(key, &first.payload), asked_at)
         });
@@ -106,7 +106,7 @@ impl Bound {
         Ok(Step::Done(match out.after {
             EffectState::Resolved { resolution, .. } => {
                 self.gate.locks.forget(key.as_str(), token);
-                outcome_of(resolution, was_late)
+                self.outcome_of(resolution, was_late)
             }
             EffectState::InFlight { claim, .. } if claim.token == token => self.busy(&format!(
                 "sent, answer not known yet ({}); recovery will settle it",
@@ -123,6 +123,6 @@ fn answer_reason(a: &SendAnswer) -> String {
     match a {
         SendAnswer::Unknown(m) | SendAnswer::Conflict(m) | SendAnswer::SavedError(m) => m.clone(),
         SendAnswer::Definite { code, message } => format!("{code}: {message}"),
-        SendAnswer::Done(_) => "done".into(),
+        SendAnswer::Done(_) | SendAnswer::Replayed(_) => "done".into(),
     }
 }

@@ -56,6 +56,15 @@ pub trait Target: Send + Sync {
 pub trait TargetRecords: Send + Sync {
     /// The candidates for `payload`'s effect.
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String>;
+
+    /// Every effect at the target that carries an interlock key in its metadata, whatever the
+    /// journal knows: an audit's way to find effects whose journal rows are gone.
+    fn tagged(&self) -> Result<Vec<Value>, String>;
+}
+
+fn is_tagged(r: &Value) -> bool {
+    r.pointer(&format!("/metadata/{}", sim::KEY_FIELD))
+        .is_some()
 }
 
 fn payment_intent(payload: &Value) -> Result<&str, String> {
@@ -69,18 +78,32 @@ impl TargetRecords for stripe::StripeRefunds {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
         self.list_refunds(payment_intent(payload)?)
     }
+
+    fn tagged(&self) -> Result<Vec<Value>, String> {
+        let mut all = self.list_all_refunds()?;
+        all.retain(is_tagged);
+        Ok(all)
+    }
 }
 
 impl TargetRecords for sim::SimTarget {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        let refunds = self.0.refunds(payment_intent(payload)?);
-        Ok(refunds
-            .into_iter()
-            .map(|r| {
-                serde_json::json!({
-                    "id": r.id, "amount": r.amount, "status": "succeeded", "metadata": r.metadata,
-                })
-            })
+        Ok(self
+            .0
+            .refunds(payment_intent(payload)?)
+            .iter()
+            .map(sim::SimRefund::as_json)
             .collect())
+    }
+
+    fn tagged(&self) -> Result<Vec<Value>, String> {
+        let mut all: Vec<Value> = self
+            .0
+            .all_refunds()
+            .iter()
+            .map(sim::SimRefund::as_json)
+            .collect();
+        all.retain(is_tagged);
+        Ok(all)
     }
 }

@@ -39,6 +39,17 @@ pub struct SimRefund {
     pub created_ms: i64,
 }
 
+impl SimRefund {
+    /// The refund as Stripe lists it.
+    pub fn as_json(&self) -> Value {
+        json!({
+            "id": self.id, "object": "refund", "amount": self.amount,
+            "payment_intent": self.payment_intent, "status": "succeeded",
+            "metadata": self.metadata, "created": self.created_ms / 1000,
+        })
+    }
+}
+
 /// How the service answers a create-refund call, in HTTP terms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SimResponse {
@@ -259,6 +270,11 @@ impl SimPayments {
     /// at the service, applied, and its answer not yet delivered.
     pub fn hold_next_response(&self, stall: Arc<Stall>) {
         self.world().hold_after_apply = Some(stall);
+    }
+
+    /// Every refund on every payment, oldest first.
+    pub fn all_refunds(&self) -> Vec<SimRefund> {
+        self.world().refunds.clone()
     }
 
     /// Every refund on a payment, oldest first.
@@ -521,7 +537,8 @@ impl Target for SimTarget {
             .0
             .create_refund(&p.payment_intent, p.amount, key, metadata)
         {
-            SimResponse::Created(v) | SimResponse::Replayed(v) => SendAnswer::Done(v),
+            SimResponse::Created(v) => SendAnswer::Done(v),
+            SimResponse::Replayed(v) => SendAnswer::Replayed(v),
             SimResponse::Refused { code, message, .. } => SendAnswer::Definite { code, message },
             SimResponse::KeyReused => SendAnswer::Conflict(
                 "Keys for idempotent requests can only be used with the same parameters".into(),
@@ -541,13 +558,25 @@ impl Target for SimTarget {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
         match parse_payload(payload) {
-            Ok(p) => match self.0.find_by_key(&p.payment_intent, key.as_str()) {
-                Some(r) => LookupAnswer::Found(json!({
-                    "id": r.id, "object": "refund", "amount": r.amount,
-                    "payment_intent": r.payment_intent, "status": "succeeded",
-                })),
-                None => LookupAnswer::NotFound,
-            },
+            Ok(p) => {
+                let mut found: Vec<Value> = self
+                    .0
+                    .refunds(&p.payment_intent)
+                    .into_iter()
+                    .filter(|r| r.metadata.get(KEY_FIELD).map(String::as_str) == Some(key.as_str()))
+                    .map(|r| {
+                        json!({
+                            "id": r.id, "object": "refund", "amount": r.amount,
+                            "payment_intent": r.payment_intent, "status": "succeeded",
+                        })
+                    })
+                    .collect();
+                match found.len() {
+                    0 => LookupAnswer::NotFound,
+                    1 => LookupAnswer::Found(found.remove(0)),
+                    _ => LookupAnswer::Several(found),
+                }
+            }
             Err(e) => LookupAnswer::Unknown(e),
         }
     }

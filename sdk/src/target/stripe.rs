@@ -2,7 +2,9 @@
 //! with an `Idempotency-Key` and the effect key in `metadata[interlock_key]`; lookup by listing a
 //! payment's refunds (following `has_more`/`starting_after`) and matching that metadata.
 //!
-//! Answers map onto the core's table: 2xx is done; 4xx is a definite failure, except a 409 (a
+//! Answers map onto the core's table: 2xx is done (replayed when marked `Idempotent-Replayed`,
+//! which the gate expects of a resend; more than one refund under the key is reported as such,
+//! never as one); 4xx is a definite failure, except a 409 (a
 //! request with this key is still being processed: unknown, try later), a 429 (rate limited:
 //! unknown, nothing to conclude) and an `idempotency_error` (the key was used with other
 //! parameters: a conflict); 5xx, timeouts, lost connections and unreadable bodies are unknown.
@@ -152,10 +154,22 @@ impl StripeRefunds {
 
     /// Every refund on a payment, following pagination.
     pub fn list_refunds(&self, payment_intent: &str) -> Result<Vec<Value>, String> {
+        self.list(Some(payment_intent))
+    }
+
+    /// Every refund in the account, following pagination (an audit's view).
+    pub fn list_all_refunds(&self) -> Result<Vec<Value>, String> {
+        self.list(None)
+    }
+
+    fn list(&self, payment_intent: Option<&str>) -> Result<Vec<Value>, String> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let mut q = vec![("payment_intent", payment_intent), ("limit", PAGE)];
+            let mut q = vec![("limit", PAGE)];
+            if let Some(pi) = payment_intent {
+                q.push(("payment_intent", pi));
+            }
             if let Some(a) = after.as_deref() {
                 q.push(("starting_after", a));
             }
@@ -188,7 +202,8 @@ impl StripeRefunds {
             }
         }
         Err(format!(
-            "payment {payment_intent} has more than {} refunds",
+            "{} has more than {} refunds",
+            payment_intent.map_or_else(|| "the account".to_owned(), |p| format!("payment {p}")),
             MAX_PAGES * 100
         ))
     }
@@ -327,15 +342,22 @@ impl Target for StripeRefunds {
             Err(e) => return LookupAnswer::Unknown(e),
         };
         match self.list_refunds(&p.payment_intent) {
-            Ok(refunds) => refunds
-                .into_iter()
-                .find(|r| {
-                    r.pointer(&format!("/metadata/{KEY_FIELD}"))
-                        .and_then(Value::as_str)
-                        == Some(key.as_str())
-                        && counts(r)
-                })
-                .map_or(LookupAnswer::NotFound, LookupAnswer::Found),
+            Ok(refunds) => {
+                let mut found: Vec<Value> = refunds
+                    .into_iter()
+                    .filter(|r| {
+                        r.pointer(&format!("/metadata/{KEY_FIELD}"))
+                            .and_then(Value::as_str)
+                            == Some(key.as_str())
+                            && counts(r)
+                    })
+                    .collect();
+                match found.len() {
+                    0 => LookupAnswer::NotFound,
+                    1 => LookupAnswer::Found(found.remove(0)),
+                    _ => LookupAnswer::Several(found),
+                }
+            }
             Err(why) => LookupAnswer::Unknown(why),
         }
     }
@@ -345,7 +367,11 @@ impl Target for StripeRefunds {
 fn classify(http: Http) -> SendAnswer {
     match http {
         Http::Lost(why) => SendAnswer::Unknown(why),
-        Http::Answer { status, body, .. } if (200..300).contains(&status) => {
+        Http::Answer {
+            status,
+            body,
+            replayed,
+        } if (200..300).contains(&status) => {
             let is_refund = body
                 .get("id")
                 .and_then(Value::as_str)
@@ -357,6 +383,8 @@ fn classify(http: Http) -> SendAnswer {
                     code: format!("refund_{status}"),
                     message: format!("the service created the refund with status {status}"),
                 }
+            } else if is_refund && replayed {
+                SendAnswer::Replayed(body)
             } else if is_refund {
                 SendAnswer::Done(body)
             } else {
@@ -468,6 +496,15 @@ mod tests {
             ans(200, json!({"id": "re_1"})),
             SendAnswer::Done(_)
         ));
+        let replayed_200 = classify(Http::Answer {
+            status: 200,
+            body: json!({"id": "re_1"}),
+            replayed: true,
+        });
+        assert!(
+            matches!(replayed_200, SendAnswer::Replayed(_)),
+            "{replayed_200:?}"
+        );
         assert!(matches!(
             ans(200, json!({"nope": 1})),
             SendAnswer::Unknown(_)

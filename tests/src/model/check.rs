@@ -157,6 +157,9 @@ impl Explorer<'_> {
             Some("COMMITTED") if applied == 0 => {
                 self.record("committed_only_when_applied", fp, None, Vec::new());
             }
+            Some("APPLIED_TWICE") if applied < 2 => {
+                self.record("committed_only_when_applied", fp, None, Vec::new());
+            }
             Some("REFUSED" | "FAILED") if applied > 0 => {
                 self.record(
                     "closed_as_not_applied_only_when_not_applied",

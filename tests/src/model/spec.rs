@@ -125,8 +125,10 @@ impl Journal {
 /// A send's answer, compactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ans {
-    /// Success (or a replayed success).
+    /// Success, applied for this request.
     Done,
+    /// A saved success replayed from the key (`Idempotent-Replayed: true`).
+    Replayed,
     /// A definite 4xx.
     Definite,
     /// A fresh 5xx.
@@ -140,8 +142,10 @@ pub enum Ans {
 /// A lookup's answer, compactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Look {
-    /// Found by key.
+    /// Found by key, once.
     Found,
+    /// Found by key, more than once.
+    Several,
     /// Not found.
     NotFound,
     /// Could not ask.
@@ -430,6 +434,7 @@ fn recheck(premise_ok: bool, lease_live: bool) -> Recheck {
 fn send_answer(a: Ans) -> SendAnswer {
     match a {
         Ans::Done => SendAnswer::Done(json!({ "id": "re_1" })),
+        Ans::Replayed => SendAnswer::Replayed(json!({ "id": "re_1" })),
         Ans::Definite => SendAnswer::Definite {
             code: "charge_disputed".into(),
             message: "the charge is disputed".into(),
@@ -443,6 +448,9 @@ fn send_answer(a: Ans) -> SendAnswer {
 fn lookup_answer(l: Look) -> LookupAnswer {
     match l {
         Look::Found => LookupAnswer::Found(json!({ "id": "re_1" })),
+        Look::Several => {
+            LookupAnswer::Several(vec![json!({ "id": "re_1" }), json!({ "id": "re_2" })])
+        }
         Look::NotFound => LookupAnswer::NotFound,
         Look::Unknown => LookupAnswer::Unknown("HTTP 503".into()),
     }
@@ -500,7 +508,9 @@ impl State {
     }
 
     fn look(&self) -> Look {
-        if self.service.applied > 0 {
+        if self.service.applied > 1 {
+            Look::Several
+        } else if self.service.applied > 0 {
             Look::Found
         } else {
             Look::NotFound
@@ -693,6 +703,7 @@ fn process(cfg: &Config, n: &mut State, r: usize, server_error: Option<bool>) {
     };
     let ans = match (replay, server_error) {
         (Some(Ans::ServerError | Ans::SavedError), _) => Ans::SavedError,
+        (Some(Ans::Done | Ans::Replayed), _) => Ans::Replayed,
         (Some(saved), _) => saved,
         (None, None) => {
             n.service.applied = (n.service.applied + 1).min(3);
@@ -930,8 +941,8 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             }
         }
         Pc::AfterSend { token, via, answer } => {
-            let lookup =
-                transition::wants_lookup(&send_answer(answer), has_lookup).then(|| (n.look(), now));
+            let lookup = transition::wants_lookup(&send_answer(answer), via, has_lookup)
+                .then(|| (n.look(), now));
             next = Pc::Record {
                 token,
                 via,

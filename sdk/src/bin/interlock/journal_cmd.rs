@@ -228,6 +228,10 @@ pub(crate) fn scoreboard(j: &SqliteJournal, as_json: bool) -> anyhow::Result<()>
                 resolution: Resolution::Ambiguous(_),
                 ..
             } => "ambiguous".to_owned(),
+            EffectState::Resolved {
+                resolution: Resolution::AppliedTwice(_),
+                ..
+            } => "applied twice".to_owned(),
             EffectState::InFlight { .. } => "in flight".to_owned(),
             _ => "proposed".to_owned(),
         };
@@ -238,7 +242,10 @@ pub(crate) fn scoreboard(j: &SqliteJournal, as_json: bool) -> anyhow::Result<()>
                 .find(|r| {
                     matches!(
                         &r.event,
-                        Event::Committed(_) | Event::Failed(_) | Event::Ambiguous(_)
+                        Event::Committed(_)
+                            | Event::Failed(_)
+                            | Event::Ambiguous(_)
+                            | Event::AppliedTwice(_)
                     ) || matches!(&r.event, Event::Refused(x) if x.is_final)
                 })
                 .map(|r| r.at_ms);

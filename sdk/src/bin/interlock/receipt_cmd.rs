@@ -1,5 +1,6 @@
 //! `receipt export`, `receipt keygen`, `verify`.
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -7,7 +8,7 @@ use clap::{Args, Subcommand};
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::target::stripe::{StripeConfig, StripeRefunds};
-use interlock::verify::{Sources, verify as verify_key};
+use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
 use interlock::{EffectKey, SqliteJournal};
 
 #[derive(Subcommand)]
@@ -47,12 +48,18 @@ pub(crate) struct SignArgs {
 pub(crate) struct VerifyArgs {
     /// One effect; omit with --all.
     key: Option<String>,
-    /// Every effect in the journal.
+    /// Every effect the journal or the receipts know (and, with --ask-target, every refund at
+    /// the target that carries an interlock key).
     #[arg(long)]
     all: bool,
-    /// Directory of exported receipts to check the journal against.
+    /// Directory of exported receipts to check the journal against. With --all, a receipt whose
+    /// effect is missing from the journal fails, and so does a journal effect with no receipt.
     #[arg(long)]
     receipts: Option<PathBuf>,
+    /// Let signed receipts pass without checking their signatures when no key is given (by
+    /// default an unchecked signature fails: it proves nothing).
+    #[arg(long)]
+    accept_unchecked_signatures: bool,
     /// Check HMAC-SHA256 signatures with the key in this file (or INTERLOCK_HMAC_KEY).
     #[arg(long, conflicts_with = "ed25519_public_key_file")]
     hmac_key_file: Option<PathBuf>,
@@ -91,6 +98,30 @@ fn keys(j: &SqliteJournal, key: Option<String>, all: bool) -> anyhow::Result<Vec
 
 fn file_for(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("{}.json", key.replace(['/', '\\'], "_")))
+}
+
+fn read_receipt(file: &Path) -> Result<Receipt, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        format!(
+            "no receipt at {} ({e}): export it with `interlock receipt export`",
+            file.display()
+        )
+    })?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not a receipt: {e}", file.display()))
+}
+
+/// Every `*.json` in `dir`, in name order, read as a receipt.
+fn receipts_in(dir: &Path) -> anyhow::Result<Vec<(String, Result<Receipt, String>)>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the receipts directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    Ok(files
+        .into_iter()
+        .map(|f| (f.display().to_string(), read_receipt(&f)))
+        .collect())
 }
 
 pub(crate) fn run(j: &SqliteJournal, cmd: ReceiptCmd) -> anyhow::Result<()> {
@@ -162,40 +193,69 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
     } else {
         None
     };
-    let mut all_hold = true;
+    let records = target
+        .as_ref()
+        .map(|t| t as &dyn interlock::target::TargetRecords);
     let mut out = Vec::new();
-    for k in keys(j, args.key, args.all)? {
-        let receipt: Option<Receipt> = match &args.receipts {
-            Some(dir) => {
-                let f = file_for(dir, &k);
-                let text = std::fs::read_to_string(&f).with_context(|| {
-                    format!(
-                        "no receipt for {k} at {}: export it with `interlock receipt export`",
-                        f.display()
-                    )
-                })?;
-                Some(
-                    serde_json::from_str(&text)
-                        .with_context(|| format!("{} is not a receipt", f.display()))?,
-                )
+    // Every receipt in the directory, by the key it names; files that are not receipts fail.
+    let mut receipts: BTreeMap<String, Receipt> = BTreeMap::new();
+    if let (Some(dir), true) = (&args.receipts, args.all) {
+        for (file, parsed) in receipts_in(dir)? {
+            match parsed {
+                Ok(r) => {
+                    receipts.insert(r.key.clone(), r);
+                }
+                Err(why) => out.push(Verification::failed(file, why)),
             }
-            None => None,
+        }
+    }
+    let mut ks = keys(j, args.key, args.all)?;
+    ks.extend(
+        receipts
+            .keys()
+            .filter(|k| !ks.contains(k))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    for k in &ks {
+        let receipt = match (&args.receipts, receipts.remove(k)) {
+            (_, Some(r)) => Some(r),
+            (None, None) => None,
+            (Some(dir), None) => match read_receipt(&file_for(dir, k)) {
+                Ok(r) => Some(r),
+                Err(why) => {
+                    out.push(Verification::failed(k.clone(), why));
+                    continue;
+                }
+            },
         };
-        let v = verify_key(
+        let key = match EffectKey::fixed(k.clone()) {
+            Ok(key) => key,
+            Err(e) => {
+                out.push(Verification::failed(k.clone(), e.to_string()));
+                continue;
+            }
+        };
+        out.push(verify_key(
             j,
-            &EffectKey::fixed(k.clone())?,
+            &key,
             &Sources {
                 leases: Some(j),
-                records: target
-                    .as_ref()
-                    .map(|t| t as &dyn interlock::target::TargetRecords),
+                records,
                 receipt: receipt.as_ref(),
                 key: verifier.as_ref(),
+                accept_unchecked_signatures: args.accept_unchecked_signatures,
             },
-        );
-        all_hold &= v.holds();
-        out.push(v);
+        ));
     }
+    if let (Some(records), true) = (records, args.all) {
+        let known: HashSet<String> = ks.into_iter().collect();
+        out.extend(
+            strangers(records, &known)
+                .map_err(|e| anyhow::anyhow!("listing the target's refunds: {e}"))?,
+        );
+    }
+    let all_hold = out.iter().all(Verification::holds);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
