@@ -88,6 +88,14 @@ impl Stall {
         }
     }
 
+    /// Whether some attempt has reached the stall.
+    pub fn reached(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+    }
+
     /// Called by the stalled attempt: announce arrival, wait for release.
     pub fn hold(&self) {
         let mut s = self

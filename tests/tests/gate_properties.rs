@@ -1,6 +1,11 @@
 //! Randomized schedules through the real gate and journal: tier × crash point × world events
 //! before the decision and during the outage × duplicate deliveries × recoverers × zombie
-//! completions. After each schedule, R1–R7 are checked, and the journal must agree with the
+//! completions × recoverers stalled between their takeover and their resend × revocations and
+//! premise moves between the re-check and the send × recoveries through a binding that claims
+//! another tier or names another target × requests the service holds past the client's timeout ×
+//! saved 500s × clock steps. After each schedule, R1–R7 are checked (a send under a lease revoked
+//! before its `DISPATCHED`, on a failed re-check, or beside another send at a tier without
+//! dedupe is a violation at the instant it happens), and the journal must agree with the
 //! payments service's own records. Prints how many ran; a failure prints the seed that replays it
 //! (`INTERLOCK_SEED=<seed> cargo test -p interlock-tests --test gate_properties`).
 //! `INTERLOCK_SCHEDULES` sets the count (default 100,000).
@@ -47,12 +52,32 @@ struct Watch {
     inner: SimTarget,
     journal: Arc<SqliteJournal>,
     first_payload: Value,
-    sending: AtomicI32,
+    sending: Arc<AtomicI32>,
     violations: Mutex<Vec<String>>,
     sends: AtomicI32,
+    /// How many of the key's records existed when the lease was revoked: a `DISPATCHED` at or
+    /// after that position must never be sent under.
+    revoked_at: Mutex<Option<usize>>,
+    /// The next send is held inside the service and the client gives up on it (times out): the
+    /// request is still processed, later, when the stall is released.
+    detach_next: Mutex<Option<Arc<Stall>>>,
+    detached: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Watch {
+    /// Revoke the lease, noting where the key's history stood.
+    fn revoke(&self, key: &EffectKey) -> Result<(), String> {
+        self.journal
+            .revoke_lease(LEASE)
+            .map_err(|e| e.to_string())?;
+        let len = self.journal.history(key).map_err(|e| e.to_string())?.len();
+        self.revoked_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(len);
+        Ok(())
+    }
+
     fn violate(&self, what: String) {
         self.violations
             .lock()
@@ -86,13 +111,21 @@ impl Target for Watch {
                         0
                     }
                 };
-                let last = records.iter().rev().find_map(|r| match &r.event {
-                    Event::Dispatched(d) if d.token == token => Some(d.clone()),
-                    _ => None,
-                });
+                let last = records
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .find_map(|(i, r)| match &r.event {
+                        Event::Dispatched(d) if d.token == token => Some((i, d.clone())),
+                        _ => None,
+                    });
+                let revoked_at = *self.revoked_at.lock().unwrap_or_else(|e| e.into_inner());
                 match last {
-                    Some(d) if d.recheck.holds() => {}
-                    Some(d) => {
+                    Some((i, _)) if revoked_at.is_some_and(|at| i >= at) => self.violate(format!(
+                        "R4: sent under DISPATCHED #{i}, written after the lease was revoked"
+                    )),
+                    Some((_, d)) if d.recheck.holds() => {}
+                    Some((_, d)) => {
                         self.violate(format!("R4/R5: sent on a failed re-check {:?}", d.recheck))
                     }
                     None => self.violate("R1: no DISPATCHED for the sending claim".into()),
@@ -107,12 +140,113 @@ impl Target for Watch {
         if concurrent > 0 && self.tier() != Tier::One {
             self.violate("R2: two sends of one key in flight at a tier without dedupe".into());
         }
+        let detach = self
+            .detach_next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(stall) = detach {
+            // The request reaches the service and is held there; the client times out.
+            self.inner.0.hold_next(stall.clone());
+            let (inner, sending) = (self.inner.clone(), self.sending.clone());
+            let (key, payload, timeout) = (req.key.clone(), req.payload.clone(), req.timeout);
+            let handle = std::thread::spawn(move || {
+                inner.send(&SendRequest {
+                    key: &key,
+                    payload: &payload,
+                    timeout,
+                });
+                sending.fetch_sub(1, Ordering::SeqCst);
+            });
+            // The service may answer without holding it (a replay, a key in use).
+            while !stall.reached() && !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            self.detached
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+            return SendAnswer::Unknown("timed out; the service may still process it".into());
+        }
         let answer = self.inner.send(req);
         self.sending.fetch_sub(1, Ordering::SeqCst);
         answer
     }
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
         self.inner.lookup(key, payload)
+    }
+}
+
+/// The same service through a binding that claims tier 1 (a redeployed worker, or `interlock
+/// recover --tier 1`), or that names another target.
+struct Claiming {
+    watch: Arc<Watch>,
+    name: Option<&'static str>,
+}
+
+impl Target for Claiming {
+    fn name(&self) -> &str {
+        self.name.unwrap_or_else(|| self.watch.name())
+    }
+    fn tier(&self) -> Tier {
+        Tier::One
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        Some(WINDOW)
+    }
+    fn has_lookup(&self) -> bool {
+        self.watch.has_lookup()
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.watch.send(req)
+    }
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        self.watch.lookup(key, payload)
+    }
+}
+
+/// What the world does while an attempt is between its premise read and its `DISPATCHED`.
+#[derive(Clone, Copy, Debug)]
+enum Meanwhile {
+    Revoke,
+    RefundByHand,
+    Ineligible,
+}
+
+/// The simulated premises, with a change armed to happen right after the next read: a
+/// revocation or a premise move between the re-check and the send.
+struct Chaos {
+    inner: SimRefundPremises,
+    watch: Arc<Watch>,
+    next: Mutex<Option<Meanwhile>>,
+}
+
+impl interlock::PremiseReader for Chaos {
+    fn read(
+        &self,
+        key: &EffectKey,
+        payload: &Value,
+    ) -> Result<interlock::core::Premises, interlock::PremiseError> {
+        let read = self.inner.read(key, payload);
+        let armed = self.next.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match armed {
+            Some(Meanwhile::Revoke) => {
+                if let Err(e) = self.watch.revoke(key) {
+                    self.watch.violate(format!("revoking: {e}"));
+                }
+            }
+            Some(Meanwhile::RefundByHand) => self.inner.0.hand_refund(PAYMENT, AMOUNT),
+            Some(Meanwhile::Ineligible) => self.inner.0.set_eligible(PAYMENT, false),
+            None => {}
+        }
+        read
+    }
+    fn repairs(
+        &self,
+        payload: &Value,
+        now: &interlock::core::Premises,
+    ) -> Vec<interlock::core::Repair> {
+        self.inner.repairs(payload, now)
     }
 }
 
@@ -128,8 +262,8 @@ struct Tally {
 
 fn attempt(
     gate: &Gate,
-    watch: &Arc<Watch>,
-    sim: &Arc<SimPayments>,
+    target: Arc<dyn Target>,
+    premises: &Arc<Chaos>,
     effect: &Effect,
     n: u32,
     faults: Arc<ScriptedFaults>,
@@ -138,12 +272,19 @@ fn attempt(
         .clone()
         .with_faults(faults)
         .with_attempt(n.to_string())
-        .bind(watch.clone(), Arc::new(SimRefundPremises(sim.clone())))
+        .bind(target, premises.clone())
         .map_err(|e| e.to_string())?;
     match bound.submit(effect) {
         Ok(o) => Ok(Some(o)),
         Err(GateError::Crashed(_)) => Ok(None),
         Err(e) => Err(format!("gate error: {e}")),
+    }
+}
+
+/// Block until `stall` is reached, or the attempt that should reach it has ended without.
+fn reached_or_done<T>(stall: &Stall, attempt: &std::thread::ScopedJoinHandle<'_, T>) {
+    while !stall.reached() && !attempt.is_finished() {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -181,20 +322,53 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
         inner: SimTarget(sim.clone()),
         journal: journal.clone(),
         first_payload: effect.payload.clone(),
-        sending: AtomicI32::new(0),
+        sending: Arc::new(AtomicI32::new(0)),
         violations: Mutex::new(Vec::new()),
         sends: AtomicI32::new(0),
+        revoked_at: Mutex::new(None),
+        detach_next: Mutex::new(None),
+        detached: Mutex::new(Vec::new()),
     });
+    let chaos = Arc::new(Chaos {
+        inner: SimRefundPremises(sim.clone()),
+        watch: watch.clone(),
+        next: Mutex::new(None),
+    });
+    let meanwhile = |rng: &mut Rng| {
+        if rng.chance(15) {
+            let m = [
+                Meanwhile::Revoke,
+                Meanwhile::RefundByHand,
+                Meanwhile::Ineligible,
+            ][rng.below(3) as usize];
+            *chaos.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        }
+    };
     let points = [
         FaultPoint::BeforeDispatch,
         FaultPoint::AfterDispatch,
         FaultPoint::AfterSend,
         FaultPoint::AfterRecord,
     ];
-    let first = rng.below(7);
+    let first = rng.below(9);
     let mut n = 1;
-    let run =
-        |n: u32, faults: Arc<ScriptedFaults>| attempt(&gate, &watch, &sim, &effect, n, faults);
+    let run = |n: u32, faults: Arc<ScriptedFaults>| {
+        attempt(&gate, watch.clone(), &chaos, &effect, n, faults)
+    };
+    // A recovery through a binding that claims tier 1 whatever the service is; or, rarely, one
+    // bound to another target, which must be refused without touching the effect.
+    let run_elsewhere = |n: u32, rng: &mut Rng| -> Result<Option<Outcome>, String> {
+        let other = rng.chance(10);
+        let target = Arc::new(Claiming {
+            watch: watch.clone(),
+            name: other.then_some("other-payments"),
+        });
+        match attempt(&gate, target, &chaos, &effect, n, ScriptedFaults::new()) {
+            Err(e) if other && e.contains("other-payments") => Ok(None),
+            Ok(o) if other => Err(format!("another target's binding acted: {o:?}")),
+            r => r,
+        }
+    };
     let outage = |rng: &mut Rng, may_jump_time: bool| -> Result<(), String> {
         if rng.chance(15) {
             sim.hand_refund(PAYMENT, AMOUNT);
@@ -203,7 +377,13 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
             sim.hand_refund(PAYMENT, UNRELATED);
         }
         if rng.chance(15) {
-            journal.revoke_lease(LEASE).map_err(|e| e.to_string())?;
+            watch.revoke(&key)?;
+        }
+        if rng.chance(10) {
+            sim.error_before_apply(1);
+        }
+        if rng.chance(10) && may_jump_time {
+            clock.advance([1_000, 36_000][rng.below(2) as usize]);
         }
         if rng.chance(10) {
             sim.set_eligible(PAYMENT, false);
@@ -219,11 +399,81 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
         }
         Ok(())
     };
+    // A zombie's first attempt must reach its stall: nothing moves under it before then.
+    if !matches!(first, 4 | 5) {
+        meanwhile(&mut rng);
+    }
     match first {
         0..=3 => {
             let f = ScriptedFaults::new();
             f.arm(points[first as usize], Action::Crash);
             run(n, f)?;
+        }
+        6 => {
+            // A recoverer stalls between reading the state and writing its takeover, or between
+            // its takeover and its resend, while others recover; then it goes on.
+            let f = ScriptedFaults::new();
+            f.arm(points[1 + rng.below(2) as usize], Action::Crash);
+            run(n, f)?;
+            let stall = Stall::new();
+            let f = ScriptedFaults::new();
+            let at = [FaultPoint::BeforeTakeover, FaultPoint::AfterTakeover][rng.below(2) as usize];
+            f.arm(at, Action::Stall(stall.clone()));
+            std::thread::scope(|s| -> Result<(), String> {
+                n += 1;
+                let stalled = s.spawn(move || run(n, f));
+                reached_or_done(&stall, &stalled);
+                if rng.chance(60) {
+                    clock.advance(36_000);
+                }
+                outage(&mut rng, true)?;
+                for _ in 0..=rng.below(2) {
+                    n += 1;
+                    meanwhile(&mut rng);
+                    run(n, ScriptedFaults::new())?;
+                }
+                stall.release();
+                stalled
+                    .join()
+                    .map_err(|_| "stalled recoverer panicked".to_owned())??;
+                Ok(())
+            })?;
+        }
+        7 => {
+            // The service holds the first request past the client's timeout; recoverers come
+            // and go before the claim's deadline; then the service processes it.
+            let held = Stall::new();
+            *watch.detach_next.lock().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
+            run(n, ScriptedFaults::new())?;
+            // Only the first attempt's send (if it sent at all) is held.
+            watch
+                .detach_next
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if rng.chance(50) {
+                clock.advance(20_000);
+            }
+            outage(&mut rng, false)?;
+            for _ in 0..=rng.below(2) {
+                n += 1;
+                if rng.chance(30) {
+                    run_elsewhere(n, &mut rng)?;
+                } else {
+                    run(n, ScriptedFaults::new())?;
+                }
+            }
+            held.release();
+            let detached: Vec<_> = watch
+                .detached
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+                .collect();
+            for h in detached {
+                h.join()
+                    .map_err(|_| "the held request panicked".to_owned())?;
+            }
         }
         4 | 5 => {
             // A zombie: attempt 1 stalls (before its send, or with its request held inside the
@@ -238,7 +488,7 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
             }
             std::thread::scope(|s| -> Result<(), String> {
                 let zombie = s.spawn(|| run(1, f));
-                stall.wait_reached();
+                reached_or_done(&stall, &zombie);
                 // A request held at the service is cut off at the holder's deadline in real
                 // life; only a stall before sending may outlive it here.
                 if !held_at_service && rng.chance(50) {
@@ -261,9 +511,15 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
     if first <= 3 {
         outage(&mut rng, true)?;
     }
-    // Duplicate deliveries and a conflicting re-decision, some crashing in recovery.
+    // Duplicate deliveries and a conflicting re-decision, some crashing in recovery, some through
+    // a binding that claims more than the service promises.
     for _ in 0..rng.below(3) {
         n += 1;
+        meanwhile(&mut rng);
+        if rng.chance(15) {
+            run_elsewhere(n, &mut rng)?;
+            continue;
+        }
         let f = ScriptedFaults::new();
         if rng.chance(30) {
             let p = [

@@ -395,7 +395,14 @@ impl Bound {
                     .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
                 Step::Done(Outcome::Refused(note))
             }
-            SubmitPlan::Replay(res) => Step::Done(self.outcome_of(res, true)),
+            // A resolution is replayed only to the binding it was proposed through: another
+            // target's caller would take it for its own.
+            SubmitPlan::Replay(res) => {
+                if let Some(first) = state.first() {
+                    self.check_binding(key, first)?;
+                }
+                Step::Done(self.outcome_of(res, true))
+            }
             SubmitPlan::Recover(_) | SubmitPlan::Continue => self.resume(key, &state)?,
             SubmitPlan::Fresh => {
                 let proposal = Proposed {
