@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::decide::same_effect;
+use crate::core::state::landed_in;
 use crate::core::{Event, LeaseVerdict};
 use crate::effect::EffectKey;
 use crate::journal::{Journal, Record};
@@ -125,7 +126,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
     let Some(derived) = build(&history) else {
         return Verification::failed(key.as_str(), "the history does not form an effect");
     };
-    let mut columns = vec![valid(&derived, src)];
+    let mut columns = vec![valid(&derived, &history, src)];
     columns.push(happened_once(&derived, &history, src.records));
     let dispatches: Vec<_> = history
         .iter()
@@ -204,7 +205,16 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
     }
 }
 
-fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
+/// Outcomes after which only evidence may follow.
+const FINAL: [&str; 5] = [
+    "COMMITTED",
+    "REFUSED",
+    "FAILED",
+    "AMBIGUOUS",
+    "APPLIED_TWICE",
+];
+
+fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
     let Some(anchor) = src.receipt else {
         return match src.key {
             Some(_) => col(
@@ -262,9 +272,37 @@ fn valid(derived: &Receipt, src: &Sources<'_>) -> Column {
         ),
         ("escalations", anchor.escalations == derived.escalations),
     ];
-    // A receipt exported before the effect resolved (or before later evidence) is a prefix: its
-    // ending fields are compared only when it covers the whole chain.
-    if anchor.records.len() == derived.records.len() {
+    // A receipt exported before later evidence (a confirmation, a late answer, proof of a second
+    // application) is a prefix, and anchors everything but that evidence. One exported before
+    // the effect resolved anchors nothing of how it ended: that tail could have been rewritten.
+    if let Some(tail) = history
+        .get(anchor.records.len()..)
+        .filter(|t| !t.is_empty())
+    {
+        let unanchored = tail.iter().find(|r| {
+            !matches!(
+                r.event,
+                Event::Confirmed(_) | Event::LateResult(_) | Event::AppliedTwice(_)
+            )
+        });
+        if !FINAL.contains(&anchor.outcome.as_str()) || unanchored.is_some() {
+            return col(
+                "valid",
+                Some(false),
+                format!(
+                    "the receipt was exported with the effect {}; records {}..{} ({}) came after \
+                     and are not anchored by it: export the receipt again to anchor them",
+                    anchor.outcome,
+                    anchor.records.len(),
+                    history.len() - 1,
+                    tail.iter()
+                        .map(|r| r.event.kind())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    } else {
         fields.extend([
             ("outcome", anchor.outcome == derived.outcome),
             ("how", anchor.how == derived.how),
@@ -328,11 +366,7 @@ fn heard_of(history: &[Record]) -> Vec<Value> {
     for r in history {
         match &r.event {
             Event::Committed(c) => add(&c.result),
-            Event::LateResult(l) => {
-                if let Some(done) = l.answer.get("done") {
-                    add(done);
-                }
-            }
+            Event::LateResult(l) => landed_in(&l.answer).for_each(&mut add),
             Event::AppliedTwice(t) => t.found.iter().for_each(&mut add),
             _ => {}
         }

@@ -319,3 +319,56 @@ fn verify_fails_a_signature_it_did_not_check_unless_told_to_accept_it() {
     assert_eq!(stray.status.code(), Some(1), "{}", text(&stray));
     assert!(text(&stray).contains("stray.json"), "{}", text(&stray));
 }
+
+#[test]
+fn an_old_receipt_beside_the_current_one_fails_and_export_never_overwrites_another_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, key) = journal_with_a_refund(dir.path());
+    let keyfile = dir.path().join("hmac.key");
+    std::fs::write(&keyfile, "a shared receipt key").unwrap();
+    let receipts = dir.path().join("receipts");
+    let export = [
+        "receipt",
+        "export",
+        "--all",
+        "--out",
+        receipts.to_str().unwrap(),
+        "--hmac-key-file",
+        keyfile.to_str().unwrap(),
+    ];
+    assert!(cli(&j, &export).status.success());
+    let file = receipts.join(format!("{key}.json"));
+    std::fs::copy(&file, receipts.join(format!("{key}.old.json"))).unwrap();
+    let verify = [
+        "verify",
+        "--all",
+        "--receipts",
+        receipts.to_str().unwrap(),
+        "--hmac-key-file",
+        keyfile.to_str().unwrap(),
+    ];
+    let out = cli(&j, &verify);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("two receipts name this key"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_file(receipts.join(format!("{key}.old.json"))).unwrap();
+    assert_eq!(cli(&j, &verify).status.code(), Some(0));
+    // A receipt for another history sits where export would write: it is kept, export fails.
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    r["records"][0] = serde_json::json!("0".repeat(64));
+    std::fs::write(&file, r.to_string()).unwrap();
+    let again = cli(&j, &export);
+    assert!(!again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("no longer extends"),
+        "{}",
+        text(&again)
+    );
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(kept, r);
+}

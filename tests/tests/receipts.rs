@@ -436,3 +436,36 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
         );
     }
 }
+
+#[test]
+fn a_receipt_exported_before_the_effect_resolved_does_not_anchor_how_it_ended() {
+    let f = fixture();
+    let (s, k) = hmac();
+    let history = open(&f.path).history(&f.key).unwrap();
+    // Exported while in flight: PROPOSED, AUTHORIZED, DISPATCHED.
+    let mut early = build(&history[..3]).unwrap();
+    assert_eq!(early.outcome, "IN_FLIGHT");
+    s.sign(&mut early);
+    let (holds, detail) = valid_detail(&check(&f, &early, &k));
+    assert_eq!(holds, Some(false), "{detail}");
+    assert!(detail.contains("not anchored"), "{detail}");
+    // Exported once resolved, then a confirmation arrives: still anchored.
+    let r = receipt(&f, &s);
+    let j = open(&f.path);
+    j.append_with(&f.key, &mut |_| {
+        vec![interlock::core::Event::Confirmed(
+            interlock::core::Confirmed {
+                via: "lookup".into(),
+                event: None,
+                refund: None,
+                status: Some("succeeded".into()),
+                amount: Some(AMOUNT),
+                payment_intent: Some(PAYMENT.into()),
+                created: None,
+            },
+        )]
+    })
+    .unwrap();
+    let (holds, detail) = valid_detail(&check(&f, &r, &k));
+    assert_eq!(holds, Some(true), "{detail}");
+}

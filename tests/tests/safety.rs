@@ -456,7 +456,7 @@ fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, 
 #[test]
 fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2() {
     let b = Bench::new(Tier::Two);
-    let (_api, stripe) = key_ignoring_stripe(&b);
+    let (api, stripe) = key_ignoring_stripe(&b);
     // The first attempt sends, the refund lands, and the worker dies before journaling it.
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterSend, Action::Crash);
@@ -509,4 +509,15 @@ fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_truste
     let out = bound.recover(&key2).unwrap();
     assert_eq!(out.label(), "COMMITTED/found_by_lookup", "{out:?}");
     assert_eq!(b.refunded(), 3 * AMOUNT, "the demoted target was resent to");
+    // A gate started afresh over the same journal (a restarted worker, `interlock recover`)
+    // remembers it too.
+    let restarted = b.bind(&b.gate("restarted", None), stripe_again(&api));
+    assert_eq!(restarted.tier(), Tier::Two);
+}
+
+fn stripe_again(api: &interlock_e2e::payments_api::PaymentsApi) -> Arc<dyn Target> {
+    use interlock::target::stripe::{StripeConfig, StripeRefunds};
+    Arc::new(StripeRefunds::new(
+        StripeConfig::new(&api.base_url, "sk_test_interlock").unwrap(),
+    ))
 }

@@ -214,7 +214,7 @@ pub struct TwiceDraft {
     pub reason: String,
 }
 
-fn several(found: &[Value], when: &str) -> TwiceDraft {
+pub(super) fn several(found: &[Value], when: &str) -> TwiceDraft {
     TwiceDraft {
         found: found.to_vec(),
         reason: format!(
@@ -225,11 +225,14 @@ fn several(found: &[Value], when: &str) -> TwiceDraft {
     }
 }
 
-/// Whether two answers name the same effect: by the target's `id` where both carry one.
+/// Whether two answers may name the same effect. Only two different `id`s tell effects apart:
+/// the same effect read twice can differ in every other field (a status that moved, metadata
+/// one answer carries and the other does not), and an answer without an `id` proves nothing, so
+/// it never raises `APPLIED_TWICE` on its own.
 pub fn same_effect(a: &Value, b: &Value) -> bool {
     match (a.get("id"), b.get("id")) {
         (Some(x), Some(y)) => x == y,
-        _ => a == b,
+        _ => true,
     }
 }
 
@@ -246,8 +249,8 @@ pub struct RecoveryInput {
     pub now_ms: i64,
     /// No earlier send can still land after this time ([`Claim::quiet_after`]).
     pub quiet_after_ms: i64,
-    /// A superseded send's success answer, if one arrived.
-    pub late_done: Option<Value>,
+    /// The distinct effects superseded sends' answers proved landed.
+    pub late_done: Vec<Value>,
     /// The lease store or premise source failed in a way that may pass: such a failure never
     /// closes the effect; recovery waits for an answer instead.
     pub transient: bool,
@@ -262,8 +265,12 @@ pub struct RecoveryInput {
 /// a second send on a tier that cannot dedupe.
 pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> RecoveryPlan {
     let recheck = &input.recheck;
-    if let Some(v) = &input.late_done {
-        return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone());
+    match input.late_done.as_slice() {
+        [] => {}
+        [v] => return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone()),
+        all => {
+            return RecoveryPlan::AppliedTwice(several(all, "superseded sends' answers"));
+        }
     }
     let holds = recheck.holds();
     let blind = || {

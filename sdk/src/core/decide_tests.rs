@@ -56,7 +56,8 @@ fn claim(deadline_ms: i64) -> Claim {
         first_dispatch_ms: 0,
         dispatched: true,
         sends_until: [(1, deadline_ms)].into_iter().collect(),
-        late_done: None,
+        late_done: Vec::new(),
+        seen_ms: 0,
     }
 }
 
@@ -180,7 +181,7 @@ fn input(effective: Effective, recheck: Recheck, has_lookup: bool) -> RecoveryIn
         has_lookup,
         now_ms: 100,
         quiet_after_ms: 50,
-        late_done: None,
+        late_done: Vec::new(),
         transient: false,
     }
 }
@@ -270,7 +271,7 @@ fn a_superseded_sends_late_success_settles_recovery_at_every_tier() {
         Effective::Blind,
     ] {
         let late = RecoveryInput {
-            late_done: Some(json!({"id": "re_9"})),
+            late_done: vec![json!({"id": "re_9"})],
             ..input(eff, stale(), false)
         };
         assert_eq!(

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::decide::same_effect;
 use super::record::{Ambiguous, AppliedTwice, Committed, Event, Failed, Holder, Proposed, Refused};
 
 /// The live claim on an in-flight effect.
@@ -23,8 +24,12 @@ pub struct Claim {
     pub dispatched: bool,
     /// For every claim that dispatched, until when its send may still land at the target.
     pub sends_until: BTreeMap<u64, i64>,
-    /// What a superseded send answered, if it answered success: proof the effect landed.
-    pub late_done: Option<Value>,
+    /// Every distinct effect a superseded send's success (or its lookup) proved landed under
+    /// the key: one is proof the effect landed, two are proof it landed twice.
+    pub late_done: Vec<Value>,
+    /// The time of the key's latest record: the clock has read at least this much, so a
+    /// clock stepped back since is not believed where trusting it would be unsafe.
+    pub seen_ms: i64,
 }
 
 impl Claim {
@@ -129,6 +134,9 @@ pub fn fold<'a>(
             kind: event.kind(),
             why,
         })?;
+        if let EffectState::InFlight { claim, .. } = &mut state {
+            claim.seen_ms = claim.seen_ms.max(at_ms);
+        }
     }
     Ok(state)
 }
@@ -151,8 +159,10 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             {
                 *until = (*until).min(at_ms);
             }
-            if let Some(done) = l.answer.get("done") {
-                claim.late_done.get_or_insert_with(|| done.clone());
+            for landed in landed_in(&l.answer) {
+                if !claim.late_done.iter().any(|d| same_effect(d, landed)) {
+                    claim.late_done.push(landed.clone());
+                }
             }
             S::InFlight { first, claim }
         }
@@ -179,7 +189,8 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
                     first_dispatch_ms: at_ms,
                     dispatched: true,
                     sends_until: [(1, d.deadline_ms)].into_iter().collect(),
-                    late_done: None,
+                    late_done: Vec::new(),
+                    seen_ms: at_ms,
                 },
                 first,
             }
@@ -218,6 +229,7 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
                     dispatched: false,
                     sends_until: claim.sends_until,
                     late_done: claim.late_done,
+                    seen_ms: claim.seen_ms,
                 },
             }
         }
@@ -250,9 +262,31 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             first,
             resolution: Resolution::Refused(r.clone()),
         },
+        // Evidence, after the commit, that the committed effect was applied more than once.
+        (
+            S::Resolved {
+                first,
+                resolution: Resolution::Committed(_),
+            },
+            Event::AppliedTwice(a),
+        ) => S::Resolved {
+            first,
+            resolution: Resolution::AppliedTwice(a.clone()),
+        },
         (S::Resolved { .. }, _) => return Err("the effect was already resolved".into()),
         (S::Proposed { .. }, _) => return Err("nothing was dispatched yet".into()),
     })
+}
+
+/// The effects a late answer proves landed: its success, and whatever its lookup found.
+pub fn landed_in(answer: &Value) -> impl Iterator<Item = &Value> {
+    answer.get("done").into_iter().chain(
+        answer
+            .get("several")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten(),
+    )
 }
 
 fn check_payload(first: &Proposed, hash: &str) -> Result<(), String> {
@@ -368,7 +402,7 @@ mod tests {
             panic!()
         };
         assert_eq!(claim.quiet_after(None), 700);
-        assert_eq!(claim.late_done, Some(json!({"id": "re_1"})));
+        assert_eq!(claim.late_done, vec![json!({"id": "re_1"})]);
     }
 
     #[test]

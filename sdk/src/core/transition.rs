@@ -9,14 +9,14 @@ use serde_json::{Value, json};
 
 use super::decide::{
     AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, TwiceDraft,
-    after_send, check_fresh, plan_recovery, same_effect,
+    after_send, check_fresh, plan_recovery, same_effect, several,
 };
 use super::mutants::{self, Mutant};
 use super::record::{
     AppliedTwice, Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult,
     LeaseVerdict, Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
 };
-use super::state::{Claim, EffectState};
+use super::state::{Claim, EffectState, Resolution};
 use super::tier::{Effective, Tier};
 
 /// Who writes a claim or a dispatch, and until when its send may run.
@@ -175,9 +175,10 @@ pub struct TierFacts {
 }
 
 impl TierFacts {
-    /// The tier recovery acts on at `now_ms` for an effect proposed as `first` whose first
-    /// dispatch was at `first_dispatch_ms`.
-    pub fn effective(&self, first: &Proposed, first_dispatch_ms: i64, now_ms: i64) -> Effective {
+    /// The tier recovery acts on at `now_ms` for an effect proposed as `first` and in flight
+    /// under `claim`. The window is judged no earlier than the key's latest record: a clock
+    /// stepped back since then does not reopen a window it had already closed.
+    pub fn effective(&self, first: &Proposed, claim: &Claim, now_ms: i64) -> Effective {
         let tier = recovery_tier(first.tier, self.bound);
         let window = match tier {
             Tier::One => self.window_ms,
@@ -187,8 +188,8 @@ impl TierFacts {
             tier,
             window,
             self.margin_ms,
-            first_dispatch_ms,
-            now_ms,
+            claim.first_dispatch_ms,
+            now_ms.max(claim.seen_ms),
             self.has_lookup,
         )
     }
@@ -237,9 +238,7 @@ pub fn recover(
     let effective = if mutants::on(Mutant::WindowJudgedAtTakeover) {
         facts.effective_at_takeover
     } else {
-        facts
-            .tier
-            .effective(first, claim.first_dispatch_ms, facts.now_ms)
+        facts.tier.effective(first, claim, facts.now_ms)
     };
     let input = RecoveryInput {
         effective,
@@ -313,25 +312,20 @@ pub fn record_answer(
 ) -> Vec<Event> {
     let (first, claim) = match state {
         EffectState::InFlight { first, claim } if claim.token == token => (first, claim),
-        _ => {
-            return vec![Event::LateResult(LateResult {
-                token,
-                answer: answer_json(answer),
-            })];
-        }
+        _ => return late(state, token, answer, lookup.map(|(l, _)| l)),
     };
     // A superseded send's success and this one's, naming two different effects: both landed.
-    if let (SendAnswer::Done(mine) | SendAnswer::Replayed(mine), Some(late)) =
-        (answer, &claim.late_done)
-        && !same_effect(mine, late)
-    {
-        let d = TwiceDraft {
-            found: vec![late.clone(), mine.clone()],
-            reason: "an earlier send's late success and this send's success name two different \
-                     effects under this key: it was applied twice; reverse one by hand"
-                .into(),
-        };
-        return vec![applied_twice(token, &d)];
+    if let SendAnswer::Done(mine) | SendAnswer::Replayed(mine) = answer {
+        let all = distinct(claim.late_done.iter().chain([mine]));
+        if all.len() > 1 {
+            return vec![applied_twice(
+                token,
+                &several(
+                    &all,
+                    "an earlier send's late success and this send's success",
+                ),
+            )];
+        }
     }
     let as_of = lookup.map_or(now_ms, |(_, asked_at)| asked_at);
     let earlier_quiet = as_of >= claim.quiet_after(Some(token));
@@ -357,6 +351,58 @@ pub fn record_answer(
         AfterSend::AppliedTwice(d) => vec![applied_twice(token, &d)],
         AfterSend::StayInFlight(_) | AfterSend::Lookup => Vec::new(),
     }
+}
+
+/// What an answer under a claim that has moved records: `LATE_RESULT`, carrying what its lookup
+/// found beyond one effect; and, when the effect was committed as another effect than this
+/// answer (or its lookup) shows landed, `APPLIED_TWICE` after it.
+fn late(
+    state: &EffectState,
+    token: u64,
+    answer: &SendAnswer,
+    lookup: Option<&LookupAnswer>,
+) -> Vec<Event> {
+    let mut body = answer_json(answer);
+    if let (Some(LookupAnswer::Several(all)), Some(obj)) = (lookup, body.as_object_mut()) {
+        obj.insert("several".into(), Value::Array(all.clone()));
+    }
+    let mut events = Vec::new();
+    if let EffectState::Resolved {
+        resolution: Resolution::Committed(c),
+        ..
+    } = state
+    {
+        let all = distinct(
+            [&c.result]
+                .into_iter()
+                .chain(super::state::landed_in(&body)),
+        );
+        if all.len() > 1 {
+            events.push(applied_twice(
+                token,
+                &several(&all, "after the commit, a superseded send's answer"),
+            ));
+        }
+    }
+    events.insert(
+        0,
+        Event::LateResult(LateResult {
+            token,
+            answer: body,
+        }),
+    );
+    events
+}
+
+/// One of each effect, by [`same_effect`].
+fn distinct<'a>(values: impl IntoIterator<Item = &'a Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for v in values {
+        if !out.iter().any(|o| same_effect(o, v)) {
+            out.push(v.clone());
+        }
+    }
+    out
 }
 
 fn repairs_for(recheck: &Recheck, repairs: &[Repair]) -> Vec<Repair> {

@@ -504,3 +504,120 @@ fn a_late_success_and_a_resend_s_success_naming_two_effects_close_as_applied_twi
         "{out:?}"
     );
 }
+
+#[test]
+fn only_two_different_ids_raise_applied_twice_never_two_shapes_of_one_effect() {
+    let s = state_of(&resent_by_b());
+    let via = Via::IdempotentResend;
+    // The same refund as the send answered it and as the listing shows it, a status apart.
+    let sent = SendAnswer::Done(json!({"id": "re_1", "status": "pending"}));
+    let listed = LookupAnswer::Found(json!({"id": "re_1", "status": "succeeded", "metadata": {}}));
+    let out = record_answer(&s, 2, &sent, via, true, 7, Some((&listed, 7)));
+    assert!(matches!(&out[..], [Event::Committed(_)]), "{out:?}");
+    // A target whose answers carry no id cannot tell effects apart: it is never accused.
+    let bare = SendAnswer::Done(json!({"ok": true}));
+    let other = LookupAnswer::Found(json!({"id": "re_7"}));
+    let out = record_answer(&s, 2, &bare, via, true, 7, Some((&other, 7)));
+    assert!(matches!(&out[..], [Event::Committed(_)]), "{out:?}");
+}
+
+#[test]
+fn a_second_effect_seen_after_the_commit_turns_it_into_applied_twice() {
+    // A's late success (re_1) lands while B resends; D commits on A's late answer; then B's own
+    // answer (re_2), with a lookup that found both, arrives under a claim that has moved.
+    let mut h = resent_by_b();
+    h.extend(record_answer(
+        &state_of(&h),
+        1,
+        &SendAnswer::Done(json!({"id": "re_1"})),
+        Via::FirstSend,
+        true,
+        7,
+        None,
+    ));
+    let committed = vec![Event::Committed(Committed {
+        token: 2,
+        via: Via::LateAnswer,
+        result: json!({"id": "re_1"}),
+    })];
+    h.extend(committed);
+    let both = LookupAnswer::Several(vec![json!({"id": "re_1"}), json!({"id": "re_2"})]);
+    let out = record_answer(
+        &state_of(&h),
+        3,
+        &SendAnswer::Done(json!({"id": "re_2"})),
+        Via::IdempotentResend,
+        true,
+        8,
+        Some((&both, 8)),
+    );
+    assert!(
+        matches!(&out[..], [Event::LateResult(_), Event::AppliedTwice(t)] if t.found.len() == 2),
+        "{out:?}"
+    );
+    h.extend(out);
+    assert!(matches!(
+        state_of(&h),
+        EffectState::Resolved {
+            resolution: Resolution::AppliedTwice(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn two_superseded_sends_answering_two_effects_are_applied_twice_at_recovery() {
+    let mut h = taken_by_b(2, 9);
+    for (token, id) in [(1, "re_1"), (1, "re_2")] {
+        let done = SendAnswer::Done(json!({ "id": id }));
+        h.extend(record_answer(
+            &state_of(&h),
+            token,
+            &done,
+            Via::FirstSend,
+            true,
+            5,
+            None,
+        ));
+    }
+    let (out, _) = recover(
+        &state_of(&h),
+        2,
+        &tier2_facts(6),
+        None,
+        &[],
+        &holding("b", 9),
+    );
+    assert!(
+        matches!(&out[..], [Event::AppliedTwice(t)] if t.found.len() == 2),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_clock_stepped_back_does_not_reopen_a_closed_tier_1_window() {
+    let facts = TierFacts {
+        bound: Tier::One,
+        window_ms: Some(100),
+        margin_ms: 10,
+        has_lookup: true,
+    };
+    // First dispatch at 0; a record written at 95, past window − margin; the clock now reads 50.
+    let mut h = in_flight(1);
+    h.push(Event::LateResult(LateResult {
+        token: 1,
+        answer: json!({"unknown": "timed out"}),
+    }));
+    let s = fold(
+        h.iter()
+            .enumerate()
+            .map(|(i, e)| (if i + 1 == h.len() { 95 } else { 0 }, e)),
+    )
+    .unwrap();
+    let claim = claim_of(&s);
+    assert_eq!(claim.seen_ms, 95);
+    assert_eq!(
+        facts.effective(&proposal(1), &claim, 50),
+        Effective::LookupOnly
+    );
+}

@@ -53,9 +53,23 @@ pub struct GateConfig {
 
 impl GateConfig {
     /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
-    /// lock files beside the journal.
+    /// lock files beside the journal (in its directory, resolved to a canonical path).
     pub fn beside(journal_path: impl Into<PathBuf>) -> Self {
-        let mut lock_dir = journal_path.into().into_os_string();
+        // One directory however the journal was named (`./j.db`, `/srv/j.db`, a symlink):
+        // a recoverer that probed another directory would find every holder's lock free.
+        let path: PathBuf = journal_path.into();
+        let path = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => {
+                let dir = if dir.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    dir
+                };
+                std::fs::canonicalize(dir).map_or_else(|_| path.clone(), |d| d.join(name))
+            }
+            _ => path,
+        };
+        let mut lock_dir = path.into_os_string();
         lock_dir.push(".locks");
         Self {
             holder: Holder {
@@ -232,8 +246,8 @@ pub struct Gate {
     faults: Arc<dyn Faults>,
     cfg: GateConfig,
     locks: LockDir,
-    /// Targets seen to apply an effect twice under one key: from then on this process trusts
-    /// them no further than tier 2, whatever they claim.
+    /// Targets seen to apply an effect twice under one key (here, or in the journal at bind
+    /// time): from then on this gate trusts them no further than tier 2, whatever they claim.
     demoted: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -312,12 +326,33 @@ impl Gate {
                 source,
             })?;
         }
+        self.recall_demotion(target.name())?;
         Ok(Bound {
             gate: self.clone(),
             target,
             premises,
             stop: None,
         })
+    }
+
+    /// A target the journal shows applying an effect twice is trusted no further than tier 2 by
+    /// every gate over that journal, from its next binding on (after a restart, in
+    /// `interlock recover`), not only by the process that saw it happen.
+    fn recall_demotion(&self, target: &str) -> Result<(), GateError> {
+        for k in self.journal.keys_with("APPLIED_TWICE")? {
+            let Ok(key) = EffectKey::fixed(k) else {
+                continue;
+            };
+            let proposed_for = self.journal.state(&key)?.first().map(|f| f.target.clone());
+            if proposed_for.as_deref() == Some(target) {
+                self.demoted
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(target.to_owned());
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -473,9 +508,9 @@ impl Bound {
         &self.target
     }
 
-    /// The tier this binding acts on: the target's own, unless this process has seen the target
-    /// apply an effect twice under one key; then no better than tier 2 (lookups, no trust in
-    /// dedupe), whatever it claims.
+    /// The tier this binding acts on: the target's own, unless the target was seen applying an
+    /// effect twice under one key (by this gate, or in the journal when it was bound); then no
+    /// better than tier 2 (lookups, no trust in dedupe), whatever it claims.
     pub fn tier(&self) -> Tier {
         let demoted = self
             .gate
@@ -577,5 +612,25 @@ fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
         Resolution::Failed(f) => Outcome::Failed(f),
         Resolution::Ambiguous(a) => Outcome::Ambiguous(a),
         Resolution::AppliedTwice(a) => Outcome::AppliedTwice(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_journal_reached_by_two_paths_has_one_lock_directory() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real)?;
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link)?;
+        let by_real = GateConfig::beside(real.join("j.db")).lock_dir;
+        let by_link = GateConfig::beside(link.join("./j.db")).lock_dir;
+        let dotted = GateConfig::beside(real.join("..").join("real").join("j.db")).lock_dir;
+        assert_eq!(by_real, by_link);
+        assert_eq!(by_real, dotted);
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ impl Bound {
         // Read after the liveness check: a holder seen dead died before this instant.
         let now = self.now();
         let tier = self.tier_facts();
-        let effective = tier.effective(first, claim.first_dispatch_ms, now);
+        let effective = tier.effective(first, claim, now);
         let reason = match plan_takeover(claim, now, lock_free, effective) {
             TakeoverPlan::Wait { until_ms } => {
                 return Ok(Step::Done(Outcome::InFlight {

@@ -182,6 +182,22 @@ pub trait Journal: Send + Sync {
     /// Every key with at least one record, in first-append order.
     fn keys(&self) -> Result<Vec<String>, JournalError>;
 
+    /// Every key with a record of `kind` (e.g. `APPLIED_TWICE`).
+    fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
+        let mut out = Vec::new();
+        for k in self.keys()? {
+            let key = EffectKey::fixed(k.clone()).map_err(|e| JournalError::Corrupt {
+                path: self.location().to_owned(),
+                place: format!("key {k}"),
+                what: e.to_string(),
+            })?;
+            if self.history(&key)?.iter().any(|r| r.event.kind() == kind) {
+                out.push(k);
+            }
+        }
+        Ok(out)
+    }
+
     /// The key's folded state.
     fn state(&self, key: &EffectKey) -> Result<EffectState, JournalError> {
         let records = self.history(key)?;

@@ -425,6 +425,16 @@ impl Journal for SqliteJournal {
             .and_then(|rows| rows.collect::<Result<_, _>>())
             .map_err(|e| self.err(e))
     }
+
+    fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT DISTINCT key FROM records WHERE kind = ?1")
+            .map_err(|e| self.err(e))?;
+        st.query_map([kind], |r| r.get(0))
+            .and_then(|rows| rows.collect::<Result<_, _>>())
+            .map_err(|e| self.err(e))
+    }
 }
 
 const SCHEMA: &str = "

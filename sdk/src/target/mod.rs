@@ -62,6 +62,21 @@ pub trait TargetRecords: Send + Sync {
     fn tagged(&self) -> Result<Vec<Value>, String>;
 }
 
+/// A lookup's answer from every record at the target that carries the key: one of each `id`.
+pub fn by_key(records: impl IntoIterator<Item = Value>) -> LookupAnswer {
+    let mut found: Vec<Value> = Vec::new();
+    for r in records {
+        if r.get("id").is_none() || !found.iter().any(|f| f.get("id") == r.get("id")) {
+            found.push(r);
+        }
+    }
+    match found.len() {
+        0 => LookupAnswer::NotFound,
+        1 => LookupAnswer::Found(found.remove(0)),
+        _ => LookupAnswer::Several(found),
+    }
+}
+
 fn is_tagged(r: &Value) -> bool {
     r.pointer(&format!("/metadata/{}", sim::KEY_FIELD))
         .is_some()

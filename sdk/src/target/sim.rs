@@ -558,25 +558,13 @@ impl Target for SimTarget {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
         match parse_payload(payload) {
-            Ok(p) => {
-                let mut found: Vec<Value> = self
-                    .0
+            Ok(p) => super::by_key(
+                self.0
                     .refunds(&p.payment_intent)
-                    .into_iter()
+                    .iter()
                     .filter(|r| r.metadata.get(KEY_FIELD).map(String::as_str) == Some(key.as_str()))
-                    .map(|r| {
-                        json!({
-                            "id": r.id, "object": "refund", "amount": r.amount,
-                            "payment_intent": r.payment_intent, "status": "succeeded",
-                        })
-                    })
-                    .collect();
-                match found.len() {
-                    0 => LookupAnswer::NotFound,
-                    1 => LookupAnswer::Found(found.remove(0)),
-                    _ => LookupAnswer::Several(found),
-                }
-            }
+                    .map(SimRefund::as_json),
+            ),
             Err(e) => LookupAnswer::Unknown(e),
         }
     }

@@ -342,22 +342,12 @@ impl Target for StripeRefunds {
             Err(e) => return LookupAnswer::Unknown(e),
         };
         match self.list_refunds(&p.payment_intent) {
-            Ok(refunds) => {
-                let mut found: Vec<Value> = refunds
-                    .into_iter()
-                    .filter(|r| {
-                        r.pointer(&format!("/metadata/{KEY_FIELD}"))
-                            .and_then(Value::as_str)
-                            == Some(key.as_str())
-                            && counts(r)
-                    })
-                    .collect();
-                match found.len() {
-                    0 => LookupAnswer::NotFound,
-                    1 => LookupAnswer::Found(found.remove(0)),
-                    _ => LookupAnswer::Several(found),
-                }
-            }
+            Ok(refunds) => super::by_key(refunds.into_iter().filter(|r| {
+                r.pointer(&format!("/metadata/{KEY_FIELD}"))
+                    .and_then(Value::as_str)
+                    == Some(key.as_str())
+                    && counts(r)
+            })),
             Err(why) => LookupAnswer::Unknown(why),
         }
     }

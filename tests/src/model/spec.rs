@@ -799,8 +799,7 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                 return end(n, i, Pc::Start);
             };
             let lock_free = n.lock_free(claim.token);
-            let effective =
-                tier_facts(cfg, &binding).effective(&first, claim.first_dispatch_ms, now);
+            let effective = tier_facts(cfg, &binding).effective(&first, &claim, now);
             next = match plan_takeover(&claim, now, lock_free, effective) {
                 TakeoverPlan::Wait { .. } => Pc::Idle,
                 TakeoverPlan::Take(reason) => Pc::TakeLock {

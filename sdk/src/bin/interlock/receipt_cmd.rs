@@ -147,10 +147,23 @@ pub(crate) fn run(j: &SqliteJournal, cmd: ReceiptCmd) -> anyhow::Result<()> {
                 let Some(mut r) = build(&records) else {
                     bail!("no effect with key {k}: `interlock journal list` shows the keys")
                 };
+                let file = file_for(&out, k);
+                if file.exists() {
+                    let old = read_receipt(&file).map_err(anyhow::Error::msg)?;
+                    if !r.records.starts_with(&old.records) {
+                        bail!(
+                            "{} anchors a history of {k} that the journal no longer extends: the \
+                             journal changed since that receipt was exported; it is kept, and \
+                             `interlock verify {k} --receipts {}` shows where they differ",
+                            file.display(),
+                            out.display()
+                        );
+                    }
+                }
                 if let Some(s) = &signer {
                     s.sign(&mut r);
                 }
-                std::fs::write(file_for(&out, k), serde_json::to_string_pretty(&r)? + "\n")?;
+                std::fs::write(&file, serde_json::to_string_pretty(&r)? + "\n")?;
             }
             let how = if signer.is_some() {
                 "signed"
@@ -197,16 +210,34 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
         .as_ref()
         .map(|t| t as &dyn interlock::target::TargetRecords);
     let mut out = Vec::new();
-    // Every receipt in the directory, by the key it names; files that are not receipts fail.
+    // Every receipt in the directory, by the key it names. A file that is not a receipt, one
+    // filed under another key's name, and two files naming one key all fail: an old receipt
+    // slipped in beside the current one must not stand in for it.
     let mut receipts: BTreeMap<String, Receipt> = BTreeMap::new();
+    let mut doubtful: BTreeMap<String, String> = BTreeMap::new();
     if let (Some(dir), true) = (&args.receipts, args.all) {
+        let mut filed: BTreeMap<String, String> = BTreeMap::new();
         for (file, parsed) in receipts_in(dir)? {
-            match parsed {
-                Ok(r) => {
-                    receipts.insert(r.key.clone(), r);
+            let r = match parsed {
+                Ok(r) => r,
+                Err(why) => {
+                    out.push(Verification::failed(file, why));
+                    continue;
                 }
-                Err(why) => out.push(Verification::failed(file, why)),
+            };
+            let expected = file_for(dir, &r.key).display().to_string();
+            if let Some(other) = filed.insert(r.key.clone(), file.clone()) {
+                doubtful.insert(
+                    r.key.clone(),
+                    format!("two receipts name this key: {other} and {file}; keep only the latest"),
+                );
+            } else if file != expected {
+                doubtful.insert(
+                    r.key.clone(),
+                    format!("its receipt is filed as {file}, not {expected}"),
+                );
             }
+            receipts.insert(r.key.clone(), r);
         }
     }
     let mut ks = keys(j, args.key, args.all)?;
@@ -218,6 +249,10 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
             .collect::<Vec<_>>(),
     );
     for k in &ks {
+        if let Some(why) = doubtful.remove(k) {
+            out.push(Verification::failed(k.clone(), why));
+            continue;
+        }
         let receipt = match (&args.receipts, receipts.remove(k)) {
             (_, Some(r)) => Some(r),
             (None, None) => None,
