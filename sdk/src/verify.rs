@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::decide::same_effect;
+use crate::core::decide::absorb;
 use crate::core::state::landed_in;
 use crate::core::{Event, LeaseVerdict};
 use crate::effect::EffectKey;
@@ -84,11 +84,18 @@ fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Co
 
 /// Every effect at the target that carries an interlock key none of `known` names — a refund
 /// whose journal rows were deleted, a journal restored from an old backup, or a send under a
-/// forged key — each as a failing verification naming the target's reference.
+/// forged key — and every one that carries a known key on another payment than the one its
+/// effect was journaled for (`known` maps each key to its journaled payload), each as a failing
+/// verification naming the target's reference.
 pub fn strangers(
     records: &dyn TargetRecords,
-    known: &std::collections::HashSet<String>,
+    known: &std::collections::HashMap<String, Value>,
 ) -> Result<Vec<Verification>, String> {
+    let pi = |v: &Value| {
+        v.get("payment_intent")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     Ok(records
         .tagged()?
         .iter()
@@ -96,20 +103,23 @@ pub fn strangers(
             let key = r
                 .pointer("/metadata/interlock_key")
                 .and_then(Value::as_str)?;
-            (!known.contains(key)).then(|| {
-                Verification::failed(
-                    key,
-                    format!(
-                        "the target holds {} ({} on {}) carrying this key, but neither the journal \
-                         nor any receipt knows it",
-                        r.get("id").and_then(Value::as_str).unwrap_or("an effect"),
-                        r.get("amount").unwrap_or(&Value::Null),
-                        r.get("payment_intent")
-                            .and_then(Value::as_str)
-                            .unwrap_or("?"),
+            let id = r.get("id").and_then(Value::as_str).unwrap_or("an effect");
+            let on = pi(r).unwrap_or_else(|| "?".into());
+            let why = match known.get(key) {
+                None => format!(
+                    "the target holds {id} ({} on {on}) carrying this key, but neither the \
+                     journal nor any receipt knows it",
+                    r.get("amount").unwrap_or(&Value::Null)
+                ),
+                Some(payload) => match pi(payload) {
+                    Some(journaled) if journaled != on => format!(
+                        "the target holds {id} on {on} carrying this key, but the effect was \
+                         journaled for {journaled}"
                     ),
-                )
-            })
+                    _ => return None,
+                },
+            };
+            Some(Verification::failed(key, why))
         })
         .collect())
 }
@@ -281,9 +291,9 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
     {
         let unanchored = tail.iter().find(|r| {
             !matches!(
-                r.event,
+                &r.event,
                 Event::Confirmed(_) | Event::LateResult(_) | Event::AppliedTwice(_)
-            )
+            ) && !matches!(&r.event, Event::Refused(n) if !n.is_final)
         });
         if !FINAL.contains(&anchor.outcome.as_str()) || unanchored.is_some() {
             return col(
@@ -358,11 +368,7 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
 /// successes, and whatever an `APPLIED_TWICE` names.
 fn heard_of(history: &[Record]) -> Vec<Value> {
     let mut seen: Vec<Value> = Vec::new();
-    let mut add = |v: &Value| {
-        if !seen.iter().any(|s| same_effect(s, v)) {
-            seen.push(v.clone());
-        }
-    };
+    let mut add = |v: &Value| absorb(&mut seen, v);
     for r in history {
         match &r.event {
             Event::Committed(c) => add(&c.result),
@@ -380,6 +386,16 @@ fn happened_once(
     records: Option<&dyn TargetRecords>,
 ) -> Column {
     let heard = heard_of(history);
+    if matches!(derived.outcome.as_str(), "REFUSED" | "FAILED") && !heard.is_empty() {
+        return col(
+            "happened once",
+            Some(false),
+            format!(
+                "the journal says {}, but holds a success for the key: {}",
+                derived.outcome, heard[0]
+            ),
+        );
+    }
     if heard.len() > 1 || derived.outcome == "APPLIED_TWICE" {
         let ids: Vec<String> = heard
             .iter()

@@ -62,14 +62,23 @@ struct Watch {
     /// request is still processed, later, when the stall is released.
     detach_next: Mutex<Option<Arc<Stall>>>,
     detached: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The lease store, when it is kept apart from the journal.
+    apart: Option<Arc<Apart>>,
 }
 
 impl Watch {
     /// Revoke the lease, noting where the key's history stood.
     fn revoke(&self, key: &EffectKey) -> Result<(), String> {
-        self.journal
-            .revoke_lease(LEASE)
-            .map_err(|e| e.to_string())?;
+        match &self.apart {
+            Some(apart) => {
+                apart.0.lock().unwrap_or_else(|e| e.into_inner()).revoked_ms = Some(T0);
+            }
+            None => {
+                self.journal
+                    .revoke_lease(LEASE)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         let len = self.journal.history(key).map_err(|e| e.to_string())?.len();
         self.revoked_at
             .lock()
@@ -86,26 +95,26 @@ impl Watch {
     }
 }
 
-impl Target for Watch {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn tier(&self) -> Tier {
-        self.inner.tier()
-    }
-    fn dedupe_window(&self) -> Option<Duration> {
-        self.inner.dedupe_window()
-    }
-    fn has_lookup(&self) -> bool {
-        self.inner.has_lookup()
-    }
-    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+impl Watch {
+    /// A send by attempt `attempt`, checked against the journal at the instant it leaves.
+    fn send_as(&self, req: &SendRequest<'_>, attempt: u32) -> SendAnswer {
         self.sends.fetch_add(1, Ordering::SeqCst);
         match self.journal.history(req.key) {
             Ok(records) => {
                 let state = self.journal.state(req.key);
                 let token = match state {
-                    Ok(EffectState::InFlight { claim, .. }) if claim.dispatched => claim.token,
+                    Ok(EffectState::InFlight { claim, .. })
+                        if claim.dispatched && claim.holder.attempt == attempt.to_string() =>
+                    {
+                        claim.token
+                    }
+                    Ok(EffectState::InFlight { claim, .. }) if claim.dispatched => {
+                        self.violate(format!(
+                            "R2: attempt {attempt} sent under claim {} held by attempt {}",
+                            claim.token, claim.holder.attempt
+                        ));
+                        claim.token
+                    }
                     other => {
                         self.violate(format!("R1/R2: send while the journal says {other:?}"));
                         0
@@ -137,7 +146,7 @@ impl Target for Watch {
             self.violate("R3: sent a payload other than the first proposed".into());
         }
         let concurrent = self.sending.fetch_add(1, Ordering::SeqCst);
-        if concurrent > 0 && self.tier() != Tier::One {
+        if concurrent > 0 && self.inner.tier() != Tier::One {
             self.violate("R2: two sends of one key in flight at a tier without dedupe".into());
         }
         let detach = self
@@ -172,36 +181,74 @@ impl Target for Watch {
         self.sending.fetch_sub(1, Ordering::SeqCst);
         answer
     }
+
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
         self.inner.lookup(key, payload)
     }
 }
 
-/// The same service through a binding that claims tier 1 (a redeployed worker, or `interlock
-/// recover --tier 1`), or that names another target.
-struct Claiming {
+/// One attempt's binding to the watched service: honest, or claiming tier 1 whatever the
+/// service is (a redeployed worker, `interlock recover --tier 1`), or naming another target.
+struct Binding {
     watch: Arc<Watch>,
+    attempt: u32,
+    claims_tier1: bool,
     name: Option<&'static str>,
 }
 
-impl Target for Claiming {
+impl Target for Binding {
     fn name(&self) -> &str {
-        self.name.unwrap_or_else(|| self.watch.name())
+        self.name.unwrap_or_else(|| self.watch.inner.name())
     }
     fn tier(&self) -> Tier {
-        Tier::One
+        if self.claims_tier1 {
+            Tier::One
+        } else {
+            self.watch.inner.tier()
+        }
     }
     fn dedupe_window(&self) -> Option<Duration> {
-        Some(WINDOW)
+        if self.claims_tier1 {
+            Some(WINDOW)
+        } else {
+            self.watch.inner.dedupe_window()
+        }
     }
     fn has_lookup(&self) -> bool {
-        self.watch.has_lookup()
+        self.watch.inner.has_lookup()
     }
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        self.watch.send(req)
+        self.watch.send_as(req, self.attempt)
     }
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
         self.watch.lookup(key, payload)
+    }
+}
+
+/// A lease store apart from the journal: the gate cannot read it in its transaction and reads
+/// it once more when `DISPATCHED` is durable.
+struct Apart(Mutex<interlock::Grant>);
+
+impl interlock::LeaseStore for Apart {
+    fn check(
+        &self,
+        id: &str,
+        payload: &Value,
+        now_ms: i64,
+    ) -> Result<interlock::core::LeaseVerdict, interlock::lease::LeaseError> {
+        let grant = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(if grant.id == id {
+            grant.verdict(payload, now_ms)
+        } else {
+            interlock::core::LeaseVerdict::Dead {
+                reason: format!("no lease {id}"),
+            }
+        })
+    }
+    fn describe(&self, _: &str) -> Result<Option<interlock::Grant>, interlock::lease::LeaseError> {
+        Ok(Some(
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
     }
 }
 
@@ -262,7 +309,7 @@ struct Tally {
 
 fn attempt(
     gate: &Gate,
-    target: Arc<dyn Target>,
+    target: Arc<Binding>,
     premises: &Arc<Chaos>,
     effect: &Effect,
     n: u32,
@@ -302,8 +349,15 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
     let mut cfg = GateConfig::beside(dir.join("journal"));
     cfg.send_timeout = Duration::from_secs(30);
     cfg.settle = Duration::from_secs(5);
-    let gate =
-        Gate::new(journal.clone(), journal.clone(), dyn_clock, cfg).map_err(|e| e.to_string())?;
+    // Leases in the journal's own store (read in its transactions), or in a store apart.
+    let apart = rng
+        .chance(30)
+        .then(|| Arc::new(Apart(Mutex::new(World::grant()))));
+    let leases: Arc<dyn interlock::LeaseStore> = match &apart {
+        Some(a) => a.clone(),
+        None => journal.clone(),
+    };
+    let gate = Gate::new(journal.clone(), leases, dyn_clock, cfg).map_err(|e| e.to_string())?;
 
     // World events before the decision are part of what the decision sees.
     if rng.chance(20) {
@@ -328,6 +382,7 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
         revoked_at: Mutex::new(None),
         detach_next: Mutex::new(None),
         detached: Mutex::new(Vec::new()),
+        apart,
     });
     let chaos = Arc::new(Chaos {
         inner: SimRefundPremises(sim.clone()),
@@ -352,15 +407,24 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
     ];
     let first = rng.below(9);
     let mut n = 1;
-    let run = |n: u32, faults: Arc<ScriptedFaults>| {
-        attempt(&gate, watch.clone(), &chaos, &effect, n, faults)
+    let honest = |n: u32| {
+        Arc::new(Binding {
+            watch: watch.clone(),
+            attempt: n,
+            claims_tier1: false,
+            name: None,
+        })
     };
+    let run =
+        |n: u32, faults: Arc<ScriptedFaults>| attempt(&gate, honest(n), &chaos, &effect, n, faults);
     // A recovery through a binding that claims tier 1 whatever the service is; or, rarely, one
     // bound to another target, which must be refused without touching the effect.
     let run_elsewhere = |n: u32, rng: &mut Rng| -> Result<Option<Outcome>, String> {
         let other = rng.chance(10);
-        let target = Arc::new(Claiming {
+        let target = Arc::new(Binding {
             watch: watch.clone(),
+            attempt: n,
+            claims_tier1: true,
             name: other.then_some("other-payments"),
         });
         match attempt(&gate, target, &chaos, &effect, n, ScriptedFaults::new()) {
@@ -384,6 +448,10 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
         }
         if rng.chance(10) && may_jump_time {
             clock.advance([1_000, 36_000][rng.below(2) as usize]);
+        }
+        // A step back, well inside what the contract allows.
+        if rng.chance(5) {
+            clock.advance(-10_000);
         }
         if rng.chance(10) {
             sim.set_eligible(PAYMENT, false);
@@ -534,7 +602,7 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
     if rng.chance(10) {
         let e30 = decide(REDECIDED)?;
         let bound = gate
-            .bind(watch.clone(), Arc::new(SimRefundPremises(sim.clone())))
+            .bind(honest(n), Arc::new(SimRefundPremises(sim.clone())))
             .map_err(|e| e.to_string())?;
         match bound.submit(&e30) {
             Ok(Outcome::Refused(r))

@@ -414,7 +414,22 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
         panic!("the refund was not created")
     };
     f.world.sim.hand_refund(PAYMENT, 300);
-    let known = [f.key.to_string()].into_iter().collect();
+    // A refund under the journaled key, but on another payment than the effect's.
+    f.world.sim.add_payment("pi_elsewhere", 5_000);
+    let on_other = [("interlock_key".to_owned(), f.key.to_string())]
+        .into_iter()
+        .collect();
+    let interlock::target::sim::SimResponse::Created(elsewhere) =
+        f.world
+            .sim
+            .create_refund("pi_elsewhere", 1000, None, on_other)
+    else {
+        panic!("the refund was not created")
+    };
+    let journaled = open(&f.path).history(&f.key).unwrap();
+    let known = [(f.key.to_string(), build(&journaled).unwrap().payload)]
+        .into_iter()
+        .collect();
     // Asked in process, and over HTTP as Stripe's API lists an account's refunds.
     let api =
         interlock_e2e::payments_api::PaymentsApi::start(f.world.sim.clone(), "sk_test_x").unwrap();
@@ -425,14 +440,28 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
     let targets: [&dyn interlock::target::TargetRecords; 2] = [&sim, &stripe];
     for target in targets {
         let found = interlock::verify::strangers(target, &known).unwrap();
-        let [v] = &found[..] else {
-            panic!("one stranger expected (the hand refund carries no key): {found:?}");
+        let [a, b] = &found[..] else {
+            panic!("two strangers expected (the hand refund carries no key): {found:?}");
         };
-        assert_eq!(v.key, "lost-effect");
-        assert!(!v.holds());
+        let (lost_v, elsewhere_v) = if a.key == "lost-effect" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        assert_eq!(lost_v.key, "lost-effect");
+        assert!(!lost_v.holds() && !elsewhere_v.holds());
         assert!(
-            v.columns[0].detail.contains(lost["id"].as_str().unwrap()),
-            "{v:?}"
+            lost_v.columns[0]
+                .detail
+                .contains(lost["id"].as_str().unwrap()),
+            "{lost_v:?}"
+        );
+        assert_eq!(elsewhere_v.key, f.key.as_str());
+        assert!(
+            elsewhere_v.columns[0]
+                .detail
+                .contains(elsewhere["id"].as_str().unwrap()),
+            "{elsewhere_v:?}"
         );
     }
 }

@@ -236,6 +236,21 @@ pub fn same_effect(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// Add `v` to a list of distinct effects. Effects are told apart by `id` alone, whatever order
+/// they come in: an answer without an `id` stands for an effect only while nothing named one,
+/// and gives way to the first that does.
+pub fn absorb(list: &mut Vec<Value>, v: &Value) {
+    match v.get("id") {
+        Some(id) if list.iter().any(|l| l.get("id") == Some(id)) => {}
+        Some(_) => {
+            list.retain(|l| l.get("id").is_some());
+            list.push(v.clone());
+        }
+        None if list.is_empty() => list.push(v.clone()),
+        None => {}
+    }
+}
+
 /// What recovery decides on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecoveryInput {

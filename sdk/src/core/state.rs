@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::decide::same_effect;
+use super::decide::absorb;
 use super::record::{Ambiguous, AppliedTwice, Committed, Event, Failed, Holder, Proposed, Refused};
 
 /// The live claim on an in-flight effect.
@@ -160,9 +160,7 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
                 *until = (*until).min(at_ms);
             }
             for landed in landed_in(&l.answer) {
-                if !claim.late_done.iter().any(|d| same_effect(d, landed)) {
-                    claim.late_done.push(landed.clone());
-                }
+                absorb(&mut claim.late_done, landed);
             }
             S::InFlight { first, claim }
         }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::decide::{
     AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, TwiceDraft,
-    after_send, check_fresh, plan_recovery, same_effect, several,
+    absorb, after_send, check_fresh, plan_recovery, several,
 };
 use super::mutants::{self, Mutant};
 use super::record::{
@@ -394,13 +394,11 @@ fn late(
     events
 }
 
-/// One of each effect, by [`same_effect`].
+/// One of each effect, by [`absorb`].
 fn distinct<'a>(values: impl IntoIterator<Item = &'a Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for v in values {
-        if !out.iter().any(|o| same_effect(o, v)) {
-            out.push(v.clone());
-        }
+        absorb(&mut out, v);
     }
     out
 }

@@ -340,11 +340,16 @@ impl Gate {
     /// `interlock recover`), not only by the process that saw it happen.
     fn recall_demotion(&self, target: &str) -> Result<(), GateError> {
         for k in self.journal.keys_with("APPLIED_TWICE")? {
-            let Ok(key) = EffectKey::fixed(k) else {
-                continue;
-            };
-            let proposed_for = self.journal.state(&key)?.first().map(|f| f.target.clone());
-            if proposed_for.as_deref() == Some(target) {
+            // A key that cannot be read cannot clear the target: demote it, and leave the
+            // corruption to be reported where that key is used.
+            let proposed_for = EffectKey::fixed(k.clone())
+                .ok()
+                .and_then(|key| self.journal.state(&key).ok())
+                .map(|state| state.first().map(|f| f.target.clone()));
+            if proposed_for.is_none() {
+                tracing::warn!(key = %k, "an APPLIED_TWICE key cannot be read; trusting the target as tier 2");
+            }
+            if proposed_for.is_none_or(|t| t.as_deref() == Some(target)) {
                 self.demoted
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -405,7 +410,8 @@ impl Bound {
         for _ in 0..MAX_ROUNDS {
             let step = match self.gate.journal.state(key)? {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
-                EffectState::Resolved { resolution, .. } => {
+                EffectState::Resolved { first, resolution } => {
+                    self.check_binding(key, &first)?;
                     Step::Done(self.outcome_of(resolution, true))
                 }
                 state => self.resume(key, &state)?,

@@ -62,11 +62,15 @@ pub trait TargetRecords: Send + Sync {
     fn tagged(&self) -> Result<Vec<Value>, String>;
 }
 
-/// A lookup's answer from every record at the target that carries the key: one of each `id`.
+/// A lookup's answer from every record at the target that carries the key: one of each `id`. A
+/// record without an `id` cannot be counted, so the lookup cannot answer.
 pub fn by_key(records: impl IntoIterator<Item = Value>) -> LookupAnswer {
     let mut found: Vec<Value> = Vec::new();
     for r in records {
-        if r.get("id").is_none() || !found.iter().any(|f| f.get("id") == r.get("id")) {
+        if r.get("id").is_none() {
+            return LookupAnswer::Unknown("the target listed an effect without an id".into());
+        }
+        if !found.iter().any(|f| f.get("id") == r.get("id")) {
             found.push(r);
         }
     }

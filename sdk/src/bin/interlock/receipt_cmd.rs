@@ -1,7 +1,8 @@
 //! `receipt export`, `receipt keygen`, `verify`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -9,7 +10,7 @@ use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::target::stripe::{StripeConfig, StripeRefunds};
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
-use interlock::{EffectKey, SqliteJournal};
+use interlock::{EffectKey, SqliteJournal, SystemClock};
 
 #[derive(Subcommand)]
 pub(crate) enum ReceiptCmd {
@@ -60,6 +61,10 @@ pub(crate) struct VerifyArgs {
     /// default an unchecked signature fails: it proves nothing).
     #[arg(long)]
     accept_unchecked_signatures: bool,
+    /// Another journal that sends to the same target account (repeatable): its keys are not
+    /// reported as unknown by --all --ask-target.
+    #[arg(long = "also-journal", value_name = "PATH")]
+    also_journals: Vec<PathBuf>,
     /// Check HMAC-SHA256 signatures with the key in this file (or INTERLOCK_HMAC_KEY).
     #[arg(long, conflicts_with = "ed25519_public_key_file")]
     hmac_key_file: Option<PathBuf>,
@@ -96,8 +101,21 @@ fn keys(j: &SqliteJournal, key: Option<String>, all: bool) -> anyhow::Result<Vec
     }
 }
 
+/// One file per key, and never two keys in one file: every byte outside `[A-Za-z0-9._-]` is
+/// written as `%XX`, and a name too long for a file system becomes the key's SHA-256.
 fn file_for(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("{}.json", key.replace(['/', '\\'], "_")))
+    let mut name = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if name.len() > 200 || name.starts_with('.') {
+        name = format!("sha256-{}", interlock::effect::sha256_hex(key.as_bytes()));
+    }
+    dir.join(format!("{name}.json"))
 }
 
 fn read_receipt(file: &Path) -> Result<Receipt, String> {
@@ -108,6 +126,22 @@ fn read_receipt(file: &Path) -> Result<Receipt, String> {
         )
     })?;
     serde_json::from_str(&text).map_err(|e| format!("{} is not a receipt: {e}", file.display()))
+}
+
+/// Each key's journaled payload (`null` where its history cannot be read), for keys not yet known.
+fn journaled_payloads(
+    j: &SqliteJournal,
+    keys: &[String],
+    known: &mut HashMap<String, serde_json::Value>,
+) {
+    for k in keys {
+        let payload = EffectKey::fixed(k.clone())
+            .ok()
+            .and_then(|key| j.history(&key).ok())
+            .and_then(|h| build(&h))
+            .map_or(serde_json::Value::Null, |r| r.payload);
+        known.entry(k.clone()).or_insert(payload);
+    }
 }
 
 /// Every `*.json` in `dir`, in name order, read as a receipt.
@@ -284,11 +318,20 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
         ));
     }
     if let (Some(records), true) = (records, args.all) {
-        let known: HashSet<String> = ks.into_iter().collect();
-        out.extend(
-            strangers(records, &known)
-                .map_err(|e| anyhow::anyhow!("listing the target's refunds: {e}"))?,
-        );
+        let mut known = HashMap::new();
+        journaled_payloads(j, &ks, &mut known);
+        for path in &args.also_journals {
+            let other = SqliteJournal::open_read_only(path, Arc::new(SystemClock))
+                .with_context(|| format!("opening --also-journal {}", path.display()))?;
+            journaled_payloads(&other, &other.keys()?, &mut known);
+        }
+        match strangers(records, &known) {
+            Ok(found) => out.extend(found),
+            Err(e) => out.push(Verification::failed(
+                "(the target's records)",
+                format!("the target's refunds could not be listed, so unknown keys were not looked for: {e}"),
+            )),
+        }
     }
     let all_hold = out.iter().all(Verification::holds);
     if args.json {
@@ -317,4 +360,27 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
         );
     }
     Ok(all_hold)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_gets_its_own_receipt_file_of_a_usable_length() {
+        let dir = Path::new("/r");
+        let names: Vec<PathBuf> = ["a/b", "a_b", "a%2Fb", "a\\b", "case-4471-refund"]
+            .iter()
+            .map(|k| file_for(dir, k))
+            .collect();
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(names[4], dir.join("case-4471-refund.json"));
+        let long = file_for(dir, &"k/".repeat(120));
+        let name = long.file_name().unwrap().to_str().unwrap();
+        assert!(name.len() < 100 && name.starts_with("sha256-"), "{name}");
+    }
 }
