@@ -70,6 +70,9 @@ pub struct Env {
     pub sim: Arc<SimPayments>,
     /// The API's base URL.
     pub base_url: String,
+    /// The shop's order service, a service of its own (none: the workers decide on Stripe's
+    /// facts alone).
+    pub shop_url: Option<String>,
     /// Its secret key.
     pub secret: String,
     /// The shared journal (leases are granted and revoked here).
@@ -138,7 +141,7 @@ struct Cell<'a> {
 impl Cell<'_> {
     fn worker(&mut self, pause: Option<&str>) -> anyhow::Result<usize> {
         let e = self.env;
-        let vars = vec![
+        let mut vars = vec![
             (
                 "TEMPORAL_ADDRESS".to_owned(),
                 format!("http://{}", e.server.address),
@@ -158,6 +161,9 @@ impl Cell<'_> {
             ("INTERLOCK_SEND_TIMEOUT_MS".to_owned(), "10000".to_owned()),
             ("RUST_LOG".to_owned(), "info".to_owned()),
         ];
+        if let Some(shop) = &e.shop_url {
+            vars.push(("INTERLOCK_SHOP_URL".to_owned(), shop.clone()));
+        }
         let n = self.workers.len();
         let log = self.dir.join(format!("worker-{n}.log"));
         self.workers.push(WorkerProc::spawn(

@@ -19,6 +19,17 @@ use interlock::target::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
 
+/// Which of the server's faces it shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// Stripe's endpoints, the shop's order facts and the harness's admin endpoints.
+    All,
+    /// Stripe's endpoints and the admin endpoints, no shop: a Stripe-shaped server.
+    StripeOnly,
+    /// The shop's order facts alone: the shop's own service.
+    ShopOnly,
+}
+
 /// A running server; stops when dropped.
 pub struct PaymentsApi {
     server: Arc<Server>,
@@ -77,19 +88,21 @@ impl PaymentsApi {
 
     /// Serve `sim` on a free loopback port, accepting `secret` as the Bearer key.
     pub fn start(sim: Arc<SimPayments>, secret: &str) -> anyhow::Result<Self> {
-        let server = Arc::new(Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?);
-        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
-        let secret = format!("Bearer {secret}");
-        Self::serve(server, sim, secret, port)
+        Self::start_on(sim, secret, 0, Routes::All)
     }
 
-    /// Serve on a given loopback port (0 picks a free one).
-    pub fn start_on(sim: Arc<SimPayments>, secret: &str, port: u16) -> anyhow::Result<Self> {
+    /// Serve on a given loopback port (0 picks a free one), showing `routes`.
+    pub fn start_on(
+        sim: Arc<SimPayments>,
+        secret: &str,
+        port: u16,
+        routes: Routes,
+    ) -> anyhow::Result<Self> {
         let server = Arc::new(
             Server::http(("127.0.0.1", port)).map_err(|e| anyhow::anyhow!("port {port}: {e}"))?,
         );
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
-        Self::serve(server, sim, format!("Bearer {secret}"), port)
+        Self::serve(server, sim, format!("Bearer {secret}"), port, routes)
     }
 
     fn serve(
@@ -97,6 +110,7 @@ impl PaymentsApi {
         sim: Arc<SimPayments>,
         secret: String,
         port: u16,
+        routes: Routes,
     ) -> anyhow::Result<Self> {
         let s = server.clone();
         let held: Arc<Held> = Arc::default();
@@ -107,7 +121,7 @@ impl PaymentsApi {
                 let secret = secret.clone();
                 let held = held.clone();
                 // One thread per request: a request held inside the service must not block others.
-                std::thread::spawn(move || handle(&sim, &secret, &held, req));
+                std::thread::spawn(move || handle(&sim, &secret, &held, routes, req));
             }
         });
         Ok(Self {
@@ -147,9 +161,22 @@ fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 
 type Held = std::sync::Mutex<Vec<Arc<Stall>>>;
 
-fn handle(sim: &SimPayments, secret: &str, held: &Held, mut req: Request) {
+fn handle(sim: &SimPayments, secret: &str, held: &Held, routes: Routes, mut req: Request) {
     let path = req.url().split('?').next().unwrap_or_default().to_owned();
-    let (status, body, replayed) = if path.starts_with("/admin/") || path.starts_with("/shop/") {
+    let shop = path.starts_with("/shop/");
+    let shown = match routes {
+        Routes::All => true,
+        Routes::StripeOnly => !shop,
+        Routes::ShopOnly => shop,
+    };
+    let (status, body, replayed) = if !shown {
+        error(
+            404,
+            "invalid_request_error",
+            None,
+            &format!("Unrecognized request URL (GET: {path})"),
+        )
+    } else if path.starts_with("/admin/") || shop {
         admin(sim, held, &mut req, &path)
     } else if header(&req, "Authorization") != Some(secret) {
         error(

@@ -123,6 +123,20 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// `s` with every byte outside `[A-Za-z0-9_~-]` written as `%XX`: injective, and safe as one
+/// URL path segment or one file name.
+pub fn percent_encoded(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Hex SHA-256 of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

@@ -47,7 +47,7 @@ impl Faults for NoFaults {
 pub enum Action {
     /// Die here (once).
     Crash,
-    /// Stall here until the paired [`Release`] is dropped or fired (once).
+    /// Stall here until the test calls [`Stall::release`] (once).
     Stall(std::sync::Arc<Stall>),
 }
 

@@ -138,44 +138,21 @@ fn errors_name_the_cause_and_the_fix() {
 
 #[test]
 fn verify_exits_0_on_an_intact_journal_and_1_after_tampering() {
-    let dir = tempfile::tempdir().unwrap();
-    let (j, key) = journal_with_a_refund(dir.path());
-    let keyfile = dir.path().join("hmac.key");
-    std::fs::write(&keyfile, "a shared receipt key").unwrap();
-    let receipts = dir.path().join("receipts");
-    let export = cli(
-        &j,
-        &[
-            "receipt",
-            "export",
-            "--all",
-            "--out",
-            receipts.to_str().unwrap(),
-            "--hmac-key-file",
-            keyfile.to_str().unwrap(),
-        ],
-    );
+    let s = Signed::new();
+    let export = s.export();
     assert!(
         text(&export).contains("1 signed receipt"),
         "{}",
         text(&export)
     );
-    let args = [
-        "verify",
-        "--all",
-        "--receipts",
-        receipts.to_str().unwrap(),
-        "--hmac-key-file",
-        keyfile.to_str().unwrap(),
-    ];
-    let ok = cli(&j, &args);
+    let ok = s.verify_with_key();
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
     assert!(text(&ok).contains("1 of 1 effect(s) hold"));
     // Change the refunded amount in the journal, as someone with sqlite3 would.
-    let conn = rusqlite::Connection::open(&j).unwrap();
-    conn.execute("UPDATE records SET body = replace(body, '\"amount\":2000', '\"amount\":200') WHERE n = 0 AND key = ?1", [&key]).unwrap();
+    let conn = rusqlite::Connection::open(&s.j).unwrap();
+    conn.execute("UPDATE records SET body = replace(body, '\"amount\":2000', '\"amount\":200') WHERE n = 0 AND key = ?1", [&s.key]).unwrap();
     drop(conn);
-    let bad = cli(&j, &args);
+    let bad = s.verify_with_key();
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
     assert!(
         text(&bad).contains("FAIL valid") && text(&bad).contains("record 0"),
@@ -220,90 +197,88 @@ fn verify_exits_0_on_an_intact_journal_and_1_after_tampering() {
     assert_eq!(v.status.code(), Some(0), "{}", text(&v));
 }
 
+/// A journal with one refund, a shared receipt key, and where its receipts go.
+struct Signed {
+    _dir: tempfile::TempDir,
+    j: std::path::PathBuf,
+    key: String,
+    keyfile: String,
+    receipts: String,
+}
+
+impl Signed {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, key) = journal_with_a_refund(dir.path());
+        let keyfile = dir.path().join("hmac.key");
+        std::fs::write(&keyfile, "a shared receipt key").unwrap();
+        let receipts = dir.path().join("receipts").display().to_string();
+        Self {
+            keyfile: keyfile.display().to_string(),
+            receipts,
+            _dir: dir,
+            j,
+            key,
+        }
+    }
+
+    fn export(&self) -> Output {
+        let args = ["receipt", "export", "--all", "--out", &self.receipts];
+        cli(
+            &self.j,
+            &[&args[..], &["--hmac-key-file", &self.keyfile]].concat(),
+        )
+    }
+
+    /// `verify --all --receipts DIR` and `extra`.
+    fn verify(&self, extra: &[&str]) -> Output {
+        let args = ["verify", "--all", "--receipts", &self.receipts];
+        cli(&self.j, &[&args[..], extra].concat())
+    }
+
+    fn verify_with_key(&self) -> Output {
+        self.verify(&["--hmac-key-file", &self.keyfile])
+    }
+
+    fn receipt_file(&self) -> std::path::PathBuf {
+        Path::new(&self.receipts).join(format!("{}.json", self.key))
+    }
+}
+
 #[test]
 fn verify_all_walks_the_receipts_and_fails_an_effect_the_journal_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let (j, key) = journal_with_a_refund(dir.path());
-    let sk = dir.path().join("receipt.key");
-    let kg = cli(&j, &["receipt", "keygen", "--out", sk.to_str().unwrap()]);
-    let public = dir.path().join("receipt.pub");
-    std::fs::write(&public, &kg.stdout).unwrap();
-    let receipts = dir.path().join("receipts");
-    let export = cli(
-        &j,
-        &[
-            "receipt",
-            "export",
-            "--all",
-            "--out",
-            receipts.to_str().unwrap(),
-            "--ed25519-key-file",
-            sk.to_str().unwrap(),
-        ],
-    );
-    assert!(export.status.success(), "{}", text(&export));
-    let with_key = [
-        "verify",
-        "--all",
-        "--receipts",
-        receipts.to_str().unwrap(),
-        "--ed25519-public-key-file",
-        public.to_str().unwrap(),
-    ];
-    assert_eq!(cli(&j, &with_key).status.code(), Some(0));
+    let s = Signed::new();
+    assert!(s.export().status.success());
+    assert_eq!(s.verify_with_key().status.code(), Some(0));
     // Delete the effect's rows, as someone with sqlite3 would; its signed receipt remains.
-    let conn = rusqlite::Connection::open(&j).unwrap();
-    conn.execute("DELETE FROM records WHERE key = ?1", [&key])
+    let conn = rusqlite::Connection::open(&s.j).unwrap();
+    conn.execute("DELETE FROM records WHERE key = ?1", [&s.key])
         .unwrap();
     drop(conn);
-    let lost = cli(&j, &with_key);
+    let lost = s.verify_with_key();
     assert_eq!(lost.status.code(), Some(1), "{}", text(&lost));
+    let shown = text(&lost);
     assert!(
-        text(&lost).contains(&key) && text(&lost).contains("no record of this key"),
-        "{}",
-        text(&lost)
+        shown.contains(&s.key) && shown.contains("no record of this key"),
+        "{shown}"
     );
-    assert!(
-        text(&lost).contains("0 of 1 effect(s) hold"),
-        "{}",
-        text(&lost)
-    );
+    assert!(shown.contains("0 of 1 effect(s) hold"), "{shown}");
 }
 
 #[test]
 fn verify_fails_a_signature_it_did_not_check_unless_told_to_accept_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let (j, key) = journal_with_a_refund(dir.path());
-    let keyfile = dir.path().join("hmac.key");
-    std::fs::write(&keyfile, "a shared receipt key").unwrap();
-    let receipts = dir.path().join("receipts");
-    let export = cli(
-        &j,
-        &[
-            "receipt",
-            "export",
-            "--all",
-            "--out",
-            receipts.to_str().unwrap(),
-            "--hmac-key-file",
-            keyfile.to_str().unwrap(),
-        ],
-    );
-    assert!(export.status.success(), "{}", text(&export));
+    let s = Signed::new();
+    assert!(s.export().status.success());
     // Replace the signature by zeros.
-    let file = receipts.join(format!("{key}.json"));
+    let file = s.receipt_file();
     let mut r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     r["signature"]["value"] = serde_json::json!("0".repeat(64));
     std::fs::write(&file, r.to_string()).unwrap();
-    let no_key = ["verify", "--all", "--receipts", receipts.to_str().unwrap()];
-    let out = cli(&j, &no_key);
+    let out = s.verify(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("no key was given"), "{}", text(&out));
-    let accepted = cli(
-        &j,
-        &[&no_key[..], &["--accept-unchecked-signatures"]].concat(),
-    );
+    let accepted = s.verify(&["--accept-unchecked-signatures"]);
     assert_eq!(accepted.status.code(), Some(0), "{}", text(&accepted));
     assert!(
         text(&accepted).contains("NOT checked"),
@@ -311,57 +286,34 @@ fn verify_fails_a_signature_it_did_not_check_unless_told_to_accept_it() {
         text(&accepted)
     );
     // A file in the receipts directory that is not a receipt fails too, by name.
-    std::fs::write(receipts.join("stray.json"), "{}").unwrap();
-    let stray = cli(
-        &j,
-        &[&no_key[..], &["--accept-unchecked-signatures"]].concat(),
-    );
+    std::fs::write(Path::new(&s.receipts).join("stray.json"), "{}").unwrap();
+    let stray = s.verify(&["--accept-unchecked-signatures"]);
     assert_eq!(stray.status.code(), Some(1), "{}", text(&stray));
     assert!(text(&stray).contains("stray.json"), "{}", text(&stray));
 }
 
 #[test]
 fn an_old_receipt_beside_the_current_one_fails_and_export_never_overwrites_another_history() {
-    let dir = tempfile::tempdir().unwrap();
-    let (j, key) = journal_with_a_refund(dir.path());
-    let keyfile = dir.path().join("hmac.key");
-    std::fs::write(&keyfile, "a shared receipt key").unwrap();
-    let receipts = dir.path().join("receipts");
-    let export = [
-        "receipt",
-        "export",
-        "--all",
-        "--out",
-        receipts.to_str().unwrap(),
-        "--hmac-key-file",
-        keyfile.to_str().unwrap(),
-    ];
-    assert!(cli(&j, &export).status.success());
-    let file = receipts.join(format!("{key}.json"));
-    std::fs::copy(&file, receipts.join(format!("{key}.old.json"))).unwrap();
-    let verify = [
-        "verify",
-        "--all",
-        "--receipts",
-        receipts.to_str().unwrap(),
-        "--hmac-key-file",
-        keyfile.to_str().unwrap(),
-    ];
-    let out = cli(&j, &verify);
+    let s = Signed::new();
+    assert!(s.export().status.success());
+    let file = s.receipt_file();
+    let old = Path::new(&s.receipts).join(format!("{}.old.json", s.key));
+    std::fs::copy(&file, &old).unwrap();
+    let out = s.verify_with_key();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("two receipts name this key"),
         "{}",
         text(&out)
     );
-    std::fs::remove_file(receipts.join(format!("{key}.old.json"))).unwrap();
-    assert_eq!(cli(&j, &verify).status.code(), Some(0));
+    std::fs::remove_file(&old).unwrap();
+    assert_eq!(s.verify_with_key().status.code(), Some(0));
     // A receipt for another history sits where export would write: it is kept, export fails.
     let mut r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     r["records"][0] = serde_json::json!("0".repeat(64));
     std::fs::write(&file, r.to_string()).unwrap();
-    let again = cli(&j, &export);
+    let again = s.export();
     assert!(!again.status.success(), "{}", text(&again));
     assert!(
         text(&again).contains("no longer extends"),

@@ -35,7 +35,8 @@ pub struct Deps {
 
 impl Deps {
     /// From the environment: `STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_JOURNAL`, and
-    /// optionally `INTERLOCK_SETTLE_MS`, `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables.
+    /// optionally `INTERLOCK_SHOP_URL` (the shop's order service), `INTERLOCK_SETTLE_MS`,
+    /// `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables.
     pub fn from_env() -> anyhow::Result<Self> {
         let cfg = StripeConfig::from_env()?;
         let journal_path =
@@ -65,9 +66,21 @@ impl Deps {
             gate = gate.with_faults(p.clone());
         }
         let stripe = StripeRefunds::new(cfg.clone());
+        // The shop's order service is its own service, never looked for at Stripe's address;
+        // without one, the premises are Stripe's own.
+        let shop = match std::env::var("INTERLOCK_SHOP_URL") {
+            Ok(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(url.trim_end_matches('/').to_owned())
+            }
+            Ok(url) if !url.is_empty() => anyhow::bail!(
+                "INTERLOCK_SHOP_URL must start with http:// or https://, got {url:?}; unset it to \
+                 decide on Stripe's facts alone"
+            ),
+            _ => None,
+        };
         let premises = RefundPremises {
             stripe: StripeRefundPremises(stripe.clone()),
-            shop: Some(cfg.base_url.clone()),
+            shop,
         };
         let bind = |tier| {
             gate.bind(

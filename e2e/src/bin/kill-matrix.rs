@@ -1,8 +1,7 @@
-//! Run the kill matrix and write `results/e2e_matrix.md` and `.json`.
-//!
-//! Options: `--repeat N` (default 3), `--cases a,b`, `--systems x,y`, `--quick` (the CI subset:
-//! gated tiers 1 and 2 and the keyed baseline on six cases, once; written to
-//! `target/e2e-quick/`), `--out DIR`, `--port P` (Temporal dev server, default 7244).
+//! Run the kill matrix and write `results/e2e_matrix.md` and `.json`: the claims the README makes
+//! about crashes on a real Temporal dev server are this binary's output (`--help` for options).
+//! `--no-shop` runs the workers the way a Stripe user would, with no shop order service; the
+//! cases that move an order's eligibility cannot hold then.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::Parser;
 use interlock::target::sim::SimPayments;
 use interlock::{Clock, SqliteJournal, Tier};
 use interlock_e2e::cases::{ALL, QUICK};
 use interlock_e2e::cell::{Env, SYSTEMS, SharedSkew, run_cell};
-use interlock_e2e::payments_api::PaymentsApi;
+use interlock_e2e::payments_api::{PaymentsApi, Routes};
 use interlock_e2e::procs::DevServer;
 use interlock_e2e::report::{markdown, summarize};
 
@@ -27,24 +27,39 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The kill matrix on a real Temporal dev server.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// Repetitions of every cell (default 3; 1 with --quick).
+    #[arg(long)]
+    repeat: Option<u32>,
+    /// Only these cases, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
+    /// Only these systems, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    systems: Vec<String>,
+    /// The CI subset: gated tiers 1 and 2 and the keyed baseline on six cases, once.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write e2e_matrix.md and .json (default results/, or target/e2e-quick/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The Temporal dev server's port.
+    #[arg(long, default_value_t = 7244)]
+    port: u16,
+    /// No shop order service: workers decide on Stripe's facts alone.
+    #[arg(long)]
+    no_shop: bool,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let quick = args.iter().any(|a| a == "--quick");
-    let repeat: u32 = value("--repeat")
-        .map(|v| v.parse())
-        .transpose()
-        .context("--repeat N")?
-        .unwrap_or(if quick { 1 } else { 3 });
-    let list =
-        |name: &str| value(name).map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>());
-    let cases: Vec<_> = match list("--cases") {
-        Some(names) => names
+    let args = Args::parse();
+    let quick = args.quick;
+    let repeat = args.repeat.unwrap_or(if quick { 1 } else { 3 });
+    let cases: Vec<_> = if !args.cases.is_empty() {
+        args.cases
             .iter()
             .map(|n| {
                 ALL.iter()
@@ -52,16 +67,17 @@ fn main() -> anyhow::Result<()> {
                     .copied()
                     .with_context(|| format!("unknown case {n}"))
             })
-            .collect::<Result<_, _>>()?,
-        None if quick => ALL
-            .iter()
+            .collect::<Result<_, _>>()?
+    } else if quick {
+        ALL.iter()
             .filter(|c| QUICK.contains(&c.name))
             .copied()
-            .collect(),
-        None => ALL.to_vec(),
+            .collect()
+    } else {
+        ALL.to_vec()
     };
-    let systems: Vec<_> = match list("--systems") {
-        Some(names) => names
+    let systems: Vec<_> = if !args.systems.is_empty() {
+        args.systems
             .iter()
             .map(|n| {
                 SYSTEMS
@@ -70,27 +86,25 @@ fn main() -> anyhow::Result<()> {
                     .copied()
                     .with_context(|| format!("unknown system {n}"))
             })
-            .collect::<Result<_, _>>()?,
-        None if quick => SYSTEMS
+            .collect::<Result<_, _>>()?
+    } else if quick {
+        SYSTEMS
             .iter()
             .filter(|s| ["keyed", "gated_t1", "gated_t2"].contains(&s.0))
             .copied()
-            .collect(),
-        None => SYSTEMS.to_vec(),
+            .collect()
+    } else {
+        SYSTEMS.to_vec()
     };
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out_dir = value("--out").map(PathBuf::from).unwrap_or_else(|| {
+    let out_dir = args.out.clone().unwrap_or_else(|| {
         if quick {
             root.join("target/e2e-quick")
         } else {
             root.join("results")
         }
     });
-    let port: u16 = value("--port")
-        .map(|v| v.parse())
-        .transpose()
-        .context("--port P")?
-        .unwrap_or(7244);
+    let port = args.port;
     let bins = std::env::current_exe()?
         .parent()
         .map(PathBuf::from)
@@ -123,7 +137,19 @@ fn main() -> anyhow::Result<()> {
         skew.clone() as Arc<dyn Clock>,
     );
     let secret = "sk_test_e2e".to_owned();
-    let api = PaymentsApi::start(sim.clone(), &secret)?;
+    // Stripe's API and the shop's order service are two services, as they are in production;
+    // with --no-shop there is no shop at all and the workers decide on Stripe's facts alone.
+    let api = PaymentsApi::start_on(sim.clone(), &secret, 0, Routes::StripeOnly)?;
+    let shop = if args.no_shop {
+        None
+    } else {
+        Some(PaymentsApi::start_on(
+            sim.clone(),
+            &secret,
+            0,
+            Routes::ShopOnly,
+        )?)
+    };
     let journal_path = work.join("journal.db");
     let journal = Arc::new(SqliteJournal::open(
         &journal_path,
@@ -146,6 +172,7 @@ fn main() -> anyhow::Result<()> {
         server,
         sim,
         base_url: api.base_url.clone(),
+        shop_url: shop.as_ref().map(|s| s.base_url.clone()),
         secret,
         journal,
         journal_path,

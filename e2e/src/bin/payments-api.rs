@@ -1,42 +1,54 @@
-//! The payments API for the harness and for trying the worker examples by hand.
-//!
-//! Usage: `payments-api [--port 8787] [--secret sk_test_local] [--webhook-url URL
-//! --webhook-secret whsec_…]`; prints its base URL. With a webhook URL it sends a signed
-//! `refund.created` event there for every refund, as Stripe does.
+//! The payments API for the harness and for trying the worker examples by hand (`--help` for
+//! options); prints its base URL. With a webhook URL it sends a signed `refund.created` event
+//! there for every refund, as Stripe does; `--no-shop` leaves only Stripe's endpoints, the server
+//! a Stripe user's worker actually talks to.
 
 #![allow(clippy::print_stdout)] // its one line of output is the URL to use
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use interlock::target::sim::SimPayments;
 use interlock::{SystemClock, Tier};
-use interlock_e2e::payments_api::PaymentsApi;
+use interlock_e2e::payments_api::{PaymentsApi, Routes};
+
+/// The simulated payments service over Stripe's HTTP API.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// Loopback port to listen on.
+    #[arg(long, default_value_t = 8787)]
+    port: u16,
+    /// The secret key clients must send as `Authorization: Bearer …`.
+    #[arg(long, default_value = "sk_test_local")]
+    secret: String,
+    /// Hide the shop's order routes: only Stripe's endpoints (and the admin ones).
+    #[arg(long)]
+    no_shop: bool,
+    /// Send a signed `refund.created` event here for every refund.
+    #[arg(long, requires = "webhook_secret")]
+    webhook_url: Option<String>,
+    /// The webhook endpoint's `whsec_…` secret.
+    #[arg(long)]
+    webhook_secret: Option<String>,
+}
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let port: u16 = flag("--port")
-        .map(|p| p.parse())
-        .transpose()?
-        .unwrap_or(8787);
-    let secret = flag("--secret").unwrap_or_else(|| "sk_test_local".into());
+    let args = Args::parse();
     let sim = SimPayments::new(
         Tier::One,
         Duration::from_secs(24 * 3600),
         Arc::new(SystemClock),
     );
-    let api = PaymentsApi::start_on(sim, &secret, port)?;
-    if let Some(url) = flag("--webhook-url") {
-        let hook_secret = flag("--webhook-secret").ok_or_else(|| {
-            anyhow::anyhow!("--webhook-url needs --webhook-secret (the endpoint's whsec_… secret)")
-        })?;
-        api.send_webhooks(&url, &hook_secret);
+    let routes = if args.no_shop {
+        Routes::StripeOnly
+    } else {
+        Routes::All
+    };
+    let api = PaymentsApi::start_on(sim, &args.secret, args.port, routes)?;
+    if let (Some(url), Some(hook_secret)) = (&args.webhook_url, &args.webhook_secret) {
+        api.send_webhooks(url, hook_secret);
     }
     println!("{}", api.base_url);
     loop {

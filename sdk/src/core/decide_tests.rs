@@ -187,7 +187,7 @@ fn input(effective: Effective, recheck: Recheck, has_lookup: bool) -> RecoveryIn
 }
 
 #[test]
-fn recovery_table_matches_design_section_4() {
+fn recovery_table_matches_the_contract_s_recovery_table() {
     let found = LookupAnswer::Found(json!({"id": "re_1"}));
     let none = LookupAnswer::NotFound;
     let unknown = LookupAnswer::Unknown("503".into());

@@ -35,6 +35,7 @@ pub enum TakeoverReason {
 /// How a committed effect came to be known as committed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Via {
     /// The first send answered with success.
     FirstSend,
@@ -75,6 +76,7 @@ pub struct Repair {
 /// Stable refusal codes. A workflow may match on them.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RefusalCode {
     /// A premise moved between the decision and the dispatch.
     StalePremise,

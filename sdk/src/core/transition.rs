@@ -366,31 +366,28 @@ fn late(
     if let (Some(LookupAnswer::Several(all)), Some(obj)) = (lookup, body.as_object_mut()) {
         obj.insert("several".into(), Value::Array(all.clone()));
     }
-    let mut events = Vec::new();
-    if let EffectState::Resolved {
-        resolution: Resolution::Committed(c),
-        ..
-    } = state
-    {
-        let all = distinct(
+    let twice = match state {
+        EffectState::Resolved {
+            resolution: Resolution::Committed(c),
+            ..
+        } => Some(distinct(
             [&c.result]
                 .into_iter()
                 .chain(super::state::landed_in(&body)),
-        );
-        if all.len() > 1 {
-            events.push(applied_twice(
-                token,
-                &several(&all, "after the commit, a superseded send's answer"),
-            ));
-        }
-    }
-    events.insert(
-        0,
-        Event::LateResult(LateResult {
+        ))
+        .filter(|all| all.len() > 1),
+        _ => None,
+    };
+    let mut events = vec![Event::LateResult(LateResult {
+        token,
+        answer: body,
+    })];
+    if let Some(all) = twice {
+        events.push(applied_twice(
             token,
-            answer: body,
-        }),
-    );
+            &several(&all, "after the commit, a superseded send's answer"),
+        ));
+    }
     events
 }
 

@@ -95,8 +95,10 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// What an attempt ended with.
+/// What an attempt ended with. Workflows match on it; new outcomes may be added, so a match
+/// keeps a catch-all arm.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The effect landed once.
     Committed {

@@ -23,7 +23,10 @@ pub struct RefundPremises {
 
 impl RefundPremises {
     fn eligible(&self, shop: &str, payment_intent: &str) -> Result<bool, PremiseError> {
-        let url = format!("{shop}/shop/orders/{payment_intent}");
+        let url = format!(
+            "{shop}/shop/orders/{}",
+            crate::target::stripe::path_segment(payment_intent)
+        );
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(5)))
             .http_status_as_error(false)

@@ -211,7 +211,10 @@ impl StripeRefunds {
     /// The amount of a payment intent.
     /// A 4xx (no such payment, no access) is a definite answer; anything else may pass.
     pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, PremiseError> {
-        match self.get(&format!("/v1/payment_intents/{payment_intent}"), &[]) {
+        match self.get(
+            &format!("/v1/payment_intents/{}", path_segment(payment_intent)),
+            &[],
+        ) {
             Http::Answer {
                 status: 200, body, ..
             } => body
@@ -266,6 +269,12 @@ fn read(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Http {
         }
         Err(e) => Http::Lost(format!("no answer: {e}")),
     }
+}
+
+/// An id as one URL path segment: every byte outside Stripe's id alphabet is `%XX`, so an id
+/// can never reach another path (`pi_1/../../v1/refunds`) or carry a query.
+pub fn path_segment(id: &str) -> String {
+    crate::effect::percent_encoded(id)
 }
 
 fn error_message(body: &Value) -> String {
@@ -524,6 +533,12 @@ mod tests {
             classify(Http::Lost("reset".into())),
             SendAnswer::Unknown(_)
         ));
+    }
+
+    #[test]
+    fn an_id_stays_one_path_segment() {
+        assert_eq!(path_segment("pi_3Mtw-Bz"), "pi_3Mtw-Bz");
+        assert_eq!(path_segment("pi_1/../x?y=1"), "pi_1%2F%2E%2E%2Fx%3Fy%3D1");
     }
 
     #[test]

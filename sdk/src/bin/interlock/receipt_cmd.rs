@@ -101,18 +101,11 @@ fn keys(j: &SqliteJournal, key: Option<String>, all: bool) -> anyhow::Result<Vec
     }
 }
 
-/// One file per key, and never two keys in one file: every byte outside `[A-Za-z0-9._-]` is
+/// One file per key, and never two keys in one file: every byte outside `[A-Za-z0-9_~-]` is
 /// written as `%XX`, and a name too long for a file system becomes the key's SHA-256.
 fn file_for(dir: &Path, key: &str) -> PathBuf {
-    let mut name = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
-            name.push(char::from(b));
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
-    if name.len() > 200 || name.starts_with('.') {
+    let mut name = interlock::effect::percent_encoded(key);
+    if name.len() > 200 {
         name = format!("sha256-{}", interlock::effect::sha256_hex(key.as_bytes()));
     }
     dir.join(format!("{name}.json"))
