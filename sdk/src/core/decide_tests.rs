@@ -41,6 +41,7 @@ fn proposed(hash: &str) -> Proposed {
         lease: "l".into(),
         target: "t".into(),
         tier: 1,
+        window_ms: None,
     }
 }
 

@@ -179,6 +179,10 @@ pub struct Proposed {
     pub target: String,
     /// The target's tier when proposed.
     pub tier: u8,
+    /// A tier-1 target's dedupe window when proposed (ms): recovery trusts no longer a window,
+    /// whatever a later binding claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<i64>,
 }
 
 /// `AUTHORIZED`: the lease was live and covered the payload at submit.

@@ -334,6 +334,7 @@ mod tests {
             lease: "l".into(),
             target: "t".into(),
             tier: 2,
+            window_ms: None,
         })
     }
 

@@ -180,9 +180,12 @@ impl TierFacts {
     /// stepped back since then does not reopen a window it had already closed.
     pub fn effective(&self, first: &Proposed, claim: &Claim, now_ms: i64) -> Effective {
         let tier = recovery_tier(first.tier, self.bound);
-        let window = match tier {
-            Tier::One => self.window_ms,
-            Tier::Two | Tier::Three => None,
+        // The shorter of the window journaled at the proposal and the one this binding claims:
+        // a binding that claims a longer window than the service had cannot stretch it.
+        let window = match (tier, self.window_ms, first.window_ms) {
+            (Tier::One, Some(bound), Some(journaled)) => Some(bound.min(journaled)),
+            (Tier::One, bound, None) => bound,
+            _ => None,
         };
         super::tier::effective(
             tier,

@@ -35,6 +35,7 @@ fn proposal(tier: u8) -> Proposed {
         lease: "l".into(),
         target: "t".into(),
         tier,
+        window_ms: None,
     }
 }
 
@@ -619,5 +620,33 @@ fn a_clock_stepped_back_does_not_reopen_a_closed_tier_1_window() {
     assert_eq!(
         facts.effective(&proposal(1), &claim, 50),
         Effective::LookupOnly
+    );
+}
+
+#[test]
+fn a_binding_cannot_stretch_the_dedupe_window_journaled_at_the_proposal() {
+    let claims_a_day = TierFacts {
+        bound: Tier::One,
+        window_ms: Some(86_400_000),
+        margin_ms: 10,
+        has_lookup: true,
+    };
+    let claim = claim_of(&state_of(&in_flight(1)));
+    let journaled = Proposed {
+        window_ms: Some(100),
+        ..proposal(1)
+    };
+    assert_eq!(
+        claims_a_day.effective(&journaled, &claim, 95),
+        Effective::LookupOnly
+    );
+    assert_eq!(
+        claims_a_day.effective(&journaled, &claim, 50),
+        Effective::DedupeInWindow
+    );
+    // A proposal journaled before windows were recorded trusts the binding, as before.
+    assert_eq!(
+        claims_a_day.effective(&proposal(1), &claim, 95),
+        Effective::DedupeInWindow
     );
 }

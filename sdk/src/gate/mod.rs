@@ -455,6 +455,9 @@ impl Bound {
                     lease: effect.lease.clone(),
                     target: self.target.name().to_owned(),
                     tier: self.tier().into(),
+                    window_ms: (self.tier() == Tier::One)
+                        .then(|| self.target.dedupe_window().map(ms))
+                        .flatten(),
                 };
                 self.authorize(key, &proposal)?
             }
@@ -534,7 +537,7 @@ impl Bound {
     }
 
     /// The outcome of a resolution; one that shows the target applied an effect twice demotes
-    /// the target in this process.
+    /// the target for this gate (and, through the journal, for gates bound after it).
     pub(super) fn outcome_of(&self, res: Resolution, replayed: bool) -> Outcome {
         if let Resolution::AppliedTwice(a) = &res {
             tracing::error!(

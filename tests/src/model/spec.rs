@@ -384,6 +384,7 @@ fn proposal(cfg: &Config) -> Proposed {
         lease: "l".into(),
         target: "svc".into(),
         tier: cfg.service_tier.into(),
+        window_ms: (cfg.service_tier == Tier::One).then_some(WINDOW),
     }
 }
 
