@@ -268,13 +268,13 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
         }
     }
     let mut ks = keys(j, args.key, args.all)?;
-    ks.extend(
-        receipts
-            .keys()
-            .filter(|k| !ks.contains(k))
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
+    let in_journal: std::collections::HashSet<&String> = ks.iter().collect();
+    let only_in_receipts: Vec<String> = receipts
+        .keys()
+        .filter(|k| !in_journal.contains(k))
+        .cloned()
+        .collect();
+    ks.extend(only_in_receipts);
     for k in &ks {
         if let Some(why) = doubtful.remove(k) {
             out.push(Verification::failed(k.clone(), why));
