@@ -29,7 +29,6 @@ impl Drop for ChildGuard {
 
 /// The kill matrix on a real Temporal dev server.
 #[derive(Parser)]
-#[command(about)]
 struct Args {
     /// Repetitions of every cell (default 3; 1 with --quick).
     #[arg(long)]

@@ -15,7 +15,6 @@ use interlock_e2e::payments_api::{PaymentsApi, Routes};
 
 /// The simulated payments service over Stripe's HTTP API.
 #[derive(Parser)]
-#[command(about)]
 struct Args {
     /// Loopback port to listen on.
     #[arg(long, default_value_t = 8787)]

@@ -4,10 +4,19 @@
 
 use std::path::PathBuf;
 
+use clap::Parser;
 use interlock_tests::matrix::{render_markdown, run_all};
 
+/// The simulated fault matrix: every fault at every tier, for the gate and the baselines.
+#[derive(Parser)]
+struct Args {
+    /// Compare with the committed results instead of writing them; exit 1 on drift.
+    #[arg(long)]
+    check: bool,
+}
+
 fn main() -> anyhow::Result<()> {
-    let check = std::env::args().any(|a| a == "--check");
+    let check = Args::parse().check;
     let cells = run_all()?;
     let md = render_markdown(&cells);
     let json = serde_json::to_string_pretty(&serde_json::json!({ "cells": cells }))? + "\n";

@@ -64,8 +64,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
+/// Effects per second through the gate beside the disk's fsync rate, and the latency it adds.
+#[derive(clap::Parser)]
+struct Args {
+    /// A few hundred effects, printed and not written (CI keeps the benchmark from rotting).
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = <Args as clap::Parser>::parse().quick;
     let effects = if quick { 300 } else { 3000 };
     let budget = Duration::from_secs(if quick { 1 } else { 5 });
     let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR"))?;

@@ -42,17 +42,35 @@ impl Bug {
     }
 }
 
+/// Model-check the gate's protocol on the real core and hunt each known bug switched back in.
+#[derive(clap::Parser)]
+struct Args {
+    /// The small CI configurations; nothing is written.
+    #[arg(long)]
+    quick: bool,
+    /// Only the models whose name contains this.
+    #[arg(long)]
+    only: Option<String>,
+    /// Change one bound of every model run (`field=value`, repeatable): attempts, crashes,
+    /// jumps, horizon, revoke, move_premise, server_errors, lossy.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
+    /// Skip the mutant hunts.
+    #[arg(long)]
+    no_mutants: bool,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1));
+    let args = <Args as clap::Parser>::parse();
+    let quick = args.quick;
     let configs: Vec<Config> = models(quick)
         .into_iter()
-        .filter(|c| only.is_none_or(|o| c.name.contains(o.as_str())))
-        .map(|c| tweak(c, &args))
+        .filter(|c| {
+            args.only
+                .as_ref()
+                .is_none_or(|o| c.name.contains(o.as_str()))
+        })
+        .map(|c| tweak(c, &args.set))
         .collect::<anyhow::Result<_>>()?;
     let mut reports = Vec::new();
     for cfg in &configs {
@@ -86,7 +104,7 @@ fn main() -> anyhow::Result<()> {
             .map_or(u64::MAX, |r| r.states)
     });
     let mut mutant_reports = Vec::new();
-    if !args.iter().any(|a| a == "--no-mutants") {
+    if !args.no_mutants {
         for bug in bugs {
             mutant_reports.push(hunt(bug, &by_size));
         }
@@ -126,8 +144,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// `--set field=value` (repeatable) changes one bound of every model run, to explore by hand.
-fn tweak(mut c: Config, args: &[String]) -> anyhow::Result<Config> {
-    for pair in args.windows(2).filter(|w| w[0] == "--set").map(|w| &w[1]) {
+fn tweak(mut c: Config, pairs: &[String]) -> anyhow::Result<Config> {
+    for pair in pairs {
         let (k, v) = pair
             .split_once('=')
             .with_context(|| format!("--set {pair}: expected field=value"))?;
