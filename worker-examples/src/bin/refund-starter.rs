@@ -1,9 +1,6 @@
 //! Start a refund workflow and wait for it to close; print one JSON line with its report and the
-//! time it closed.
-//!
-//! Usage: `refund-starter <workflow-id> <payment_intent> <amount> <lease> <request-id> <system>`
-//! (`system`: naive, keyed, checked, gated_t1, gated_t2, gated_t3). Environment:
-//! `TEMPORAL_ADDRESS`, `TASK_QUEUE`.
+//! time it closed, which the kill matrix reads as the workflow's answer (`--help` for the
+//! arguments). Environment: `TEMPORAL_ADDRESS`, `TASK_QUEUE`.
 
 #![allow(clippy::print_stdout)] // its one JSON line is its answer
 
@@ -24,25 +21,36 @@ fn now_ms() -> u128 {
         .unwrap_or(0)
 }
 
+/// Start a refund workflow, wait for it to close, and print its report as one JSON line.
+#[derive(clap::Parser)]
+struct Args {
+    /// The workflow id.
+    workflow_id: String,
+    /// The payment to refund.
+    payment_intent: String,
+    /// Cents.
+    amount: i64,
+    /// The lease that approves it.
+    lease: String,
+    /// The approved request's id (the effect's key).
+    request_id: String,
+    /// How to refund: naive, keyed, checked, gated_t1, gated_t2 or gated_t3.
+    system: String,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [workflow_id, pi, amount, lease, request_id, system] = args.as_slice() else {
-        return Err(anyhow!(
-            "usage: refund-starter <workflow-id> <payment_intent> <amount> <lease> <request-id> <system>"
-        ));
-    };
-    let system: System = serde_json::from_value(json!(system)).map_err(|_| {
+    let args = <Args as clap::Parser>::parse();
+    let workflow_id = &args.workflow_id;
+    let system: System = serde_json::from_value(json!(args.system)).map_err(|_| {
         anyhow!("system must be one of naive, keyed, checked, gated_t1, gated_t2, gated_t3")
     })?;
     let request = RefundRequest {
-        request_id: request_id.clone(),
-        payment_intent: pi.clone(),
-        amount: amount
-            .parse()
-            .context("amount must be an integer number of cents")?,
+        request_id: args.request_id.clone(),
+        payment_intent: args.payment_intent.clone(),
+        amount: args.amount,
         currency: "usd".into(),
-        lease: lease.clone(),
+        lease: args.lease.clone(),
         system,
     };
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
