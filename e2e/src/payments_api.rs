@@ -174,7 +174,7 @@ fn handle(sim: &SimPayments, secret: &str, held: &Held, routes: Routes, mut req:
             404,
             "invalid_request_error",
             None,
-            &format!("Unrecognized request URL (GET: {path})"),
+            &format!("Unrecognized request URL ({}: {path})", req.method()),
         )
     } else if path.starts_with("/admin/") || shop {
         admin(sim, held, &mut req, &path)
