@@ -61,10 +61,7 @@ impl PaymentsApi {
                 .unwrap_or(0);
             let body = json!({
                 "id": format!("evt_{}", r.id), "object": "event", "type": "refund.created", "created": now_s,
-                "data": { "object": {
-                    "id": r.id, "object": "refund", "amount": r.amount, "payment_intent": r.payment_intent,
-                    "status": "succeeded", "metadata": r.metadata, "created": r.created_ms / 1000,
-                } },
+                "data": { "object": r.as_json() },
             })
             .to_string();
             let signature = interlock::webhook::sign(body.as_bytes(), &secret, now_s);

@@ -456,7 +456,7 @@ fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, 
 #[test]
 fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2() {
     let b = Bench::new(Tier::Two);
-    let (api, stripe) = key_ignoring_stripe(&b);
+    let (_api, stripe) = key_ignoring_stripe(&b);
     // The first attempt sends, the refund lands, and the worker dies before journaling it.
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterSend, Action::Crash);
@@ -503,7 +503,7 @@ fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_truste
     let effect2 = bound.decide(key2.clone(), &payload, LEASE).unwrap();
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterSend, Action::Crash);
-    let dying = b.bind(&gate.clone().with_faults(faults), stripe);
+    let dying = b.bind(&gate.clone().with_faults(faults), stripe.clone());
     assert!(dying.submit(&effect2).is_err());
     assert_eq!(b.refunded(), 3 * AMOUNT);
     let out = bound.recover(&key2).unwrap();
@@ -511,13 +511,6 @@ fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_truste
     assert_eq!(b.refunded(), 3 * AMOUNT, "the demoted target was resent to");
     // A gate started afresh over the same journal (a restarted worker, `interlock recover`)
     // remembers it too.
-    let restarted = b.bind(&b.gate("restarted", None), stripe_again(&api));
+    let restarted = b.bind(&b.gate("restarted", None), stripe);
     assert_eq!(restarted.tier(), Tier::Two);
-}
-
-fn stripe_again(api: &interlock_e2e::payments_api::PaymentsApi) -> Arc<dyn Target> {
-    use interlock::target::stripe::{StripeConfig, StripeRefunds};
-    Arc::new(StripeRefunds::new(
-        StripeConfig::new(&api.base_url, "sk_test_interlock").unwrap(),
-    ))
 }

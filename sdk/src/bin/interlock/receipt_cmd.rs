@@ -121,7 +121,8 @@ fn read_receipt(file: &Path) -> Result<Receipt, String> {
     serde_json::from_str(&text).map_err(|e| format!("{} is not a receipt: {e}", file.display()))
 }
 
-/// Each key's journaled payload (`null` where its history cannot be read), for keys not yet known.
+/// Each key's first proposed payload (`null` where its history cannot be read), for keys not
+/// yet known.
 fn journaled_payloads(
     j: &SqliteJournal,
     keys: &[String],
@@ -130,9 +131,9 @@ fn journaled_payloads(
     for k in keys {
         let payload = EffectKey::fixed(k.clone())
             .ok()
-            .and_then(|key| j.history(&key).ok())
-            .and_then(|h| build(&h))
-            .map_or(serde_json::Value::Null, |r| r.payload);
+            .and_then(|key| j.state(&key).ok())
+            .and_then(|s| s.first().map(|f| f.payload.clone()))
+            .unwrap_or(serde_json::Value::Null);
         known.entry(k.clone()).or_insert(payload);
     }
 }
