@@ -7,7 +7,9 @@
 pub enum FaultPoint {
     /// An attempt has started; it has read and written nothing.
     Start,
-    /// `PROPOSED`/`AUTHORIZED` are durable; nothing dispatched.
+    /// About to dispatch: nothing is journaled yet for a new key (it is proposed, authorized
+    /// and dispatched in one transaction); `PROPOSED`/`AUTHORIZED` are durable for a proposal
+    /// an earlier attempt left open.
     BeforeDispatch,
     /// `DISPATCHED` is durable; the request has not been sent.
     AfterDispatch,

@@ -417,14 +417,25 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
     };
     let run =
         |n: u32, faults: Arc<ScriptedFaults>| attempt(&gate, honest(n), &chaos, &effect, n, faults);
+    let proposed = || -> Result<bool, String> {
+        Ok(gate
+            .journal()
+            .state(&key)
+            .map_err(|e| e.to_string())?
+            .first()
+            .is_some())
+    };
     // A recovery through a binding that claims tier 1 whatever the service is; or, rarely, one
-    // bound to another target, which must be refused without touching the effect.
+    // bound to another target, which must be refused without touching the effect. Both act on a
+    // key already proposed through the honest binding: before that, either would simply be the
+    // first proposer, and its claims the ones the journal records.
     let run_elsewhere = |n: u32, rng: &mut Rng| -> Result<Option<Outcome>, String> {
-        let other = rng.chance(10);
+        let proposed = proposed()?;
+        let other = proposed && rng.chance(10);
         let target = Arc::new(Binding {
             watch: watch.clone(),
             attempt: n,
-            claims_tier1: true,
+            claims_tier1: proposed,
             name: other.then_some("other-payments"),
         });
         match attempt(&gate, target, &chaos, &effect, n, ScriptedFaults::new()) {
@@ -599,7 +610,9 @@ fn run_schedule(seed: u64, dir: &std::path::Path, tally: &mut Tally) -> Result<(
         }
         run(n, f)?;
     }
-    if rng.chance(10) {
+    // R3 binds a payload once the key holds one (every attempt may have died before proposing,
+    // in which case a re-decision is simply the first proposal).
+    if proposed()? && rng.chance(10) {
         let e30 = decide(REDECIDED)?;
         let bound = gate
             .bind(honest(n), Arc::new(SimRefundPremises(sim.clone())))

@@ -389,8 +389,9 @@ fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send()
     let b = Bench::new(Tier::Two);
     let leases = Arc::new(RevokedDuringDispatch {
         checks: std::sync::atomic::AtomicU32::new(0),
-        // Live at submit and in the dispatch's transaction; revoked as that record commits.
-        live_checks: 2,
+        // Live in the transaction that proposes and dispatches the new key (its only read
+        // before the send); revoked as that record commits.
+        live_checks: 1,
     });
     let gate = Gate::new(
         b.journal.clone(),

@@ -115,6 +115,40 @@ pub fn dispatch_first(
     }
 }
 
+/// A new key's whole way to its first send, in one transaction: `PROPOSED`, R4 at submit and, once
+/// authorized, the first dispatch on the same lease verdict and the premises read just before —
+/// so a first send costs one durable write before it and one after. The records are exactly those
+/// [`authorize`] and [`dispatch_first`] would write one after the other with nothing between them;
+/// nothing is derived unless the key is still absent.
+pub fn propose_and_dispatch(
+    state: &EffectState,
+    proposal: &Proposed,
+    recheck: &Recheck,
+    grant: Value,
+    premise_unavailable: Option<&str>,
+    repairs: &[Repair],
+    holding: &Holding,
+) -> Vec<Event> {
+    if *state != EffectState::Absent {
+        return Vec::new();
+    }
+    let mut events = authorize(state, proposal, &recheck.lease, grant);
+    if let Some(Event::Authorized(_)) = events.last() {
+        let proposed = EffectState::Proposed {
+            first: proposal.clone(),
+        };
+        events.extend(dispatch_first(
+            &proposed,
+            &proposal.payload_hash,
+            recheck,
+            premise_unavailable,
+            repairs,
+            holding,
+        ));
+    }
+    events
+}
+
 /// Until when the previous holder's send may still land: its deadline, whatever the evidence for
 /// the takeover. A holder seen dead (or one that gave up waiting and let its lock go) may have
 /// left a request the service is still processing; the contract bounds that processing by the

@@ -650,3 +650,72 @@ fn a_binding_cannot_stretch_the_dedupe_window_journaled_at_the_proposal() {
         Effective::DedupeInWindow
     );
 }
+
+#[test]
+fn a_fresh_key_is_proposed_authorized_and_dispatched_in_one_derivation_or_not_at_all() {
+    let p = proposal(1);
+    let hold = holding("a", 5);
+    let one = propose_and_dispatch(
+        &EffectState::Absent,
+        &p,
+        &live(),
+        json!({}),
+        None,
+        &[],
+        &hold,
+    );
+    // Exactly the records of the two steps written one after the other.
+    let mut two = authorize(&EffectState::Absent, &p, &LeaseVerdict::Live, json!({}));
+    two.extend(dispatch_first(
+        &state_of(&two),
+        "p",
+        &live(),
+        None,
+        &[],
+        &hold,
+    ));
+    assert_eq!(one, two);
+    assert!(matches!(
+        &one[..],
+        [Event::Proposed(_), Event::Authorized(_), Event::Dispatched(d)] if d.token == 1
+    ));
+    // A revoked lease: proposed and refused, nothing dispatched.
+    let revoked = Recheck {
+        lease: LeaseVerdict::Dead {
+            reason: "revoked".into(),
+        },
+        ..live()
+    };
+    let out = propose_and_dispatch(
+        &EffectState::Absent,
+        &p,
+        &revoked,
+        json!({}),
+        None,
+        &[],
+        &hold,
+    );
+    assert!(
+        matches!(&out[..], [Event::Proposed(_), Event::Refused(r)] if r.is_final && r.code == RefusalCode::Lease),
+        "{out:?}"
+    );
+    // Premises unreachable: authorized, then a retry note; the proposal stays open.
+    let out = propose_and_dispatch(
+        &EffectState::Absent,
+        &p,
+        &live(),
+        json!({}),
+        Some("down"),
+        &[],
+        &hold,
+    );
+    assert!(
+        matches!(&out[..], [Event::Proposed(_), Event::Authorized(_), Event::Refused(r)] if !r.is_final),
+        "{out:?}"
+    );
+    assert!(matches!(state_of(&out), EffectState::Proposed { .. }));
+    // A key another attempt proposed first: nothing, whatever this attempt read.
+    for seen in [state_of(&one[..1]), state_of(&one[..2]), state_of(&one)] {
+        assert!(propose_and_dispatch(&seen, &p, &live(), json!({}), None, &[], &hold).is_empty());
+    }
+}

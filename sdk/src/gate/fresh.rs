@@ -1,16 +1,54 @@
-//! The fresh path: propose and authorize (R4), then dispatch under the liveness lock: premises
-//! read (R5), and the lease read again inside the transaction that writes `DISPATCHED`, so a
-//! revocation that commits before that record stops the send.
+//! The way to a first send. A new key goes there in one durable transaction — the liveness lock
+//! taken and the premises read (R5) first, then `PROPOSED`, the lease (R4) and `DISPATCHED`
+//! together — so a revocation that commits before that transaction stops the send, and a crash
+//! before it leaves nothing to recover. A proposal that is already journaled (an earlier attempt
+//! stopped on an unreachable lease store or premise source) is authorized, then dispatched.
 
-use crate::core::transition;
+use std::time::Instant;
+
+use crate::core::transition::{self, Holding};
 use crate::core::{Event, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
+use crate::liveness::HeldLock;
 
 use super::send::Sending;
 use super::{Bound, GateError, Outcome, Step};
 
 impl Bound {
+    /// A new key: under the liveness lock, the premises, then `PROPOSED`, the lease and
+    /// `DISPATCHED` in one transaction, then the send.
+    pub(super) fn propose(&self, key: &EffectKey, proposal: &Proposed) -> Result<Step, GateError> {
+        let lock = match self.dispatch_lock(key)? {
+            Ok(lock) => lock,
+            Err(step) => return Ok(step),
+        };
+        let grant = self.describe_lease(&proposal.lease);
+        let premises = self.read_premises(key, proposal);
+        let repairs = self.repair_candidates(proposal, &premises);
+        let (holding, started) = self.holding();
+        let out = self.gate.journal.append_with(key, &mut |tx| {
+            let recheck = premises.with_lease(self.lease_in(tx, proposal));
+            transition::propose_and_dispatch(
+                tx.state,
+                proposal,
+                &recheck,
+                grant.clone(),
+                premises.unavailable(),
+                &repairs,
+                &holding,
+            )
+        })?;
+        self.after_dispatch_tx(
+            key,
+            proposal,
+            out.appended.last().map(|r| &r.event),
+            lock,
+            holding,
+            started,
+        )
+    }
+
     /// R4 at submit, written in one transaction with the proposal when it is fresh: the lease
     /// authorizes the effect, refuses it, or (store unreachable) is noted for a retry.
     pub(super) fn authorize(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
@@ -30,14 +68,9 @@ impl Bound {
     /// Under the liveness lock: the premises, then the lease and `DISPATCHED` in one
     /// transaction, then the send.
     pub(super) fn dispatch(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
-        self.fault(FaultPoint::BeforeDispatch, key)?;
-        if let Some(stopped) = self.cancelled() {
-            return Ok(stopped);
-        }
-        let Some(lock) = self.hold(key, 1)? else {
-            return Ok(Step::Done(
-                self.busy("another attempt is dispatching this effect"),
-            ));
+        let lock = match self.dispatch_lock(key)? {
+            Ok(lock) => lock,
+            Err(step) => return Ok(step),
         };
         let premises = self.read_premises(key, first);
         let repairs = self.repair_candidates(first, &premises);
@@ -53,7 +86,38 @@ impl Bound {
                 &holding,
             )
         })?;
-        match out.appended.last().map(|r| &r.event) {
+        self.after_dispatch_tx(
+            key,
+            first,
+            out.appended.last().map(|r| &r.event),
+            lock,
+            holding,
+            started,
+        )
+    }
+
+    /// Liveness lock 1, unless the attempt was cancelled or another attempt holds it.
+    fn dispatch_lock(&self, key: &EffectKey) -> Result<Result<HeldLock, Step>, GateError> {
+        self.fault(FaultPoint::BeforeDispatch, key)?;
+        if let Some(stopped) = self.cancelled() {
+            return Ok(Err(stopped));
+        }
+        Ok(self
+            .hold(key, 1)?
+            .ok_or_else(|| Step::Done(self.busy("another attempt is dispatching this effect"))))
+    }
+
+    /// Carry out what the first dispatch's transaction wrote last: send, or report its refusal.
+    fn after_dispatch_tx(
+        &self,
+        key: &EffectKey,
+        first: &Proposed,
+        last: Option<&Event>,
+        lock: HeldLock,
+        holding: Holding,
+        started: Instant,
+    ) -> Result<Step, GateError> {
+        match last {
             Some(Event::Dispatched(_)) => {
                 self.fault(FaultPoint::AfterDispatch, key)?;
                 let sending = Sending {

@@ -459,7 +459,7 @@ impl Bound {
                         .then(|| self.target.dedupe_window().map(ms))
                         .flatten(),
                 };
-                self.authorize(key, &proposal)?
+                self.propose(key, &proposal)?
             }
         })
     }

@@ -345,9 +345,12 @@ fn record_name(e: &interlock::core::Event) -> String {
 fn pc_name(pc: &Pc) -> String {
     match pc {
         Pc::Start => "reads the journal".into(),
-        Pc::Authorize => "proposes/authorizes (lease read in the transaction)".into(),
-        Pc::Lock1 => "takes liveness lock 1".into(),
-        Pc::Premises1 => "reads the premises".into(),
+        Pc::Authorize => "authorizes its journaled proposal (lease read in the transaction)".into(),
+        Pc::Lock1 { .. } => "takes liveness lock 1".into(),
+        Pc::Premises1 { .. } => "reads the premises".into(),
+        Pc::Dispatch1 { fresh: true, .. } => {
+            "proposes, authorizes and dispatches (lease read in the transaction)".into()
+        }
         Pc::Dispatch1 { .. } => "writes the first dispatch (lease read in the transaction)".into(),
         Pc::Observe { seen } => {
             format!("checks the holder's liveness on its snapshot of {seen} records")

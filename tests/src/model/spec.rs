@@ -159,14 +159,22 @@ pub enum Pc {
     Idle,
     /// About to read the key's state.
     Start,
-    /// About to write `PROPOSED`/`AUTHORIZED` (lease read in the transaction).
+    /// About to write `AUTHORIZED` for a journaled proposal (lease read in the transaction).
     Authorize,
     /// About to take liveness lock 1.
-    Lock1,
+    Lock1 {
+        /// A new key: proposed, authorized and dispatched in one transaction.
+        fresh: bool,
+    },
     /// About to read the premises for the first dispatch.
-    Premises1,
-    /// About to write the first `DISPATCHED`.
+    Premises1 {
+        /// A new key.
+        fresh: bool,
+    },
+    /// About to write the first `DISPATCHED` (with `PROPOSED` and `AUTHORIZED` for a new key).
     Dispatch1 {
+        /// A new key.
+        fresh: bool,
         /// What the premise read found.
         premise_ok: bool,
         /// Shell mutant: the lease as read with the premises.
@@ -739,7 +747,8 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             let state = n.journal.state();
             next = match (plan_submit(&state, KEY_PAYLOAD_HASH), binding.recover_only) {
                 (SubmitPlan::Fresh, true) | (SubmitPlan::Replay(_), _) => Pc::Idle,
-                (SubmitPlan::Fresh | SubmitPlan::Continue, _) => Pc::Authorize,
+                (SubmitPlan::Fresh, false) => Pc::Lock1 { fresh: true },
+                (SubmitPlan::Continue, _) => Pc::Authorize,
                 (SubmitPlan::Recover(_), _) => Pc::Observe {
                     seen: n.journal.0.len(),
                 },
@@ -752,38 +761,46 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             let events =
                 transition::authorize(&state, &first, &lease_verdict(n.lease_live()), json!({}));
             next = match events.last() {
-                Some(Event::Authorized(_)) => Pc::Lock1,
+                Some(Event::Authorized(_)) => Pc::Lock1 { fresh: false },
                 Some(_) => Pc::Idle,
                 None => Pc::Start,
             };
             n.journal.append(now, events);
         }
-        Pc::Lock1 => {
+        Pc::Lock1 { fresh } => {
             if n.take_lock(1, i) {
-                next = Pc::Premises1;
+                next = Pc::Premises1 { fresh };
             }
         }
-        Pc::Premises1 => {
+        Pc::Premises1 { fresh } => {
             next = Pc::Dispatch1 {
+                fresh,
                 premise_ok: !n.premise_moved,
                 early_lease: cfg.stale_lease_read.then(|| n.lease_live()),
             };
         }
         Pc::Dispatch1 {
+            fresh,
             premise_ok,
             early_lease,
         } => {
             let state = n.journal.state();
             let lease = early_lease.unwrap_or(n.lease_live());
             let hold = holding(i, attempt, now);
-            let events = transition::dispatch_first(
-                &state,
-                KEY_PAYLOAD_HASH,
-                &recheck(premise_ok, lease),
-                None,
-                &[],
-                &hold,
-            );
+            let recheck = recheck(premise_ok, lease);
+            let events = if fresh {
+                transition::propose_and_dispatch(
+                    &state,
+                    &proposal(cfg),
+                    &recheck,
+                    json!({}),
+                    None,
+                    &[],
+                    &hold,
+                )
+            } else {
+                transition::dispatch_first(&state, KEY_PAYLOAD_HASH, &recheck, None, &[], &hold)
+            };
             next = match events.last() {
                 Some(Event::Dispatched(_)) => Pc::Send {
                     token: 1,
