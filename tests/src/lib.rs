@@ -2,6 +2,8 @@
 //! matrix, and the judge that scores each cell against the payments service's own records.
 
 pub mod baselines;
+pub mod bench;
+pub mod bench_report;
 pub mod cases;
 pub mod gated;
 pub mod matrix;

@@ -112,7 +112,7 @@ impl EffectState {
 }
 
 /// A history that breaks the journal's own grammar.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 #[error("record {index} ({kind}) cannot follow the records before it: {why}")]
 pub struct HistoryError {
     /// 0-based position of the offending record in the key's chain.

@@ -6,6 +6,7 @@
 
 mod chain;
 mod sqlite;
+mod sqlite_group;
 mod sqlite_leases;
 
 use serde::{Deserialize, Serialize};
@@ -50,7 +51,7 @@ pub struct AppendOutcome {
 }
 
 /// Errors from a journal. Every one names where it happened.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
     /// The file is not an SQLite database.

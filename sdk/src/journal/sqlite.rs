@@ -1,16 +1,16 @@
 //! The default journal: one SQLite file shared by every worker process on a host. WAL with
-//! `synchronous=FULL` and one `BEGIN IMMEDIATE` transaction per append, so a record is on disk
-//! when `append_with` returns and two processes never decide on the same state.
+//! `synchronous=FULL`; appends run in `BEGIN IMMEDIATE` transactions that threads of one process
+//! share (group commit, `sqlite_group`), so a record is on disk when `append_with` returns, two
+//! writers never decide on the same state, and concurrent senders share fsyncs.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rusqlite::{
-    Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params,
-};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::chain::{record_hash, verify_chain};
+use super::sqlite_group::{Group, Writer};
 use super::sqlite_leases::TxLeaseReader;
 use super::{AppendOutcome, Decide, Journal, JournalError, Record, TxView};
 use crate::clock::Clock;
@@ -33,7 +33,10 @@ pub enum Durability {
 
 /// An SQLite journal.
 pub struct SqliteJournal {
-    conn: Mutex<Connection>,
+    group: Group,
+    /// Reads see committed records only; `None` where the write connection never leaves a group
+    /// open (in memory, read-only).
+    reader: Option<Mutex<Connection>>,
     path: String,
     store: String,
     clock: Arc<dyn Clock>,
@@ -61,14 +64,21 @@ impl SqliteJournal {
     ) -> Result<Self, JournalError> {
         let shown = path.as_ref().display().to_string();
         let conn = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
-        Self::init(
+        let mut journal = Self::init(
             conn,
-            shown,
+            shown.clone(),
             store_id(path.as_ref()),
             clock,
             durability,
             true,
-        )
+        )?;
+        let reader = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
+        reader
+            .busy_timeout(BUSY_TIMEOUT)
+            .and_then(|()| reader.pragma_update(None, "query_only", "ON"))
+            .map_err(|e| map_err(&shown, e))?;
+        journal.reader = Some(Mutex::new(reader));
+        Ok(journal)
     }
 
     /// Open an existing journal for reading only (inspection, audits). Appends fail with a
@@ -85,7 +95,8 @@ impl SqliteJournal {
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| map_err(&shown, e))?;
         let journal = Self {
-            conn: Mutex::new(conn),
+            group: Group::new(conn, false),
+            reader: None,
             store: store_id(path.as_ref()),
             path: shown,
             clock,
@@ -95,7 +106,7 @@ impl SqliteJournal {
     }
 
     fn check_schema_read_only(&self) -> Result<(), JournalError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let format: Option<String> = conn
             .query_row(
                 "SELECT value FROM interlock_meta WHERE name = 'format'",
@@ -182,7 +193,9 @@ impl SqliteJournal {
             });
         }
         let journal = Self {
-            conn: Mutex::new(conn),
+            // A file's commits cost an fsync each, worth sharing; memory's cost nothing.
+            group: Group::new(conn, wal),
+            reader: None,
             path,
             store,
             clock,
@@ -192,65 +205,78 @@ impl SqliteJournal {
     }
 
     fn ensure_schema(&self) -> Result<(), JournalError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let tables: Vec<String> = {
-            let mut st = tx
-                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-                .map_err(|e| self.err(e))?;
-            st.query_map([], |r| r.get(0))
-                .and_then(|rows| rows.collect::<Result<_, _>>())
-                .map_err(|e| self.err(e))?
-        };
-        if tables.iter().any(|t| t == "interlock_meta") {
-            let get = |name: &str| -> Result<Option<String>, JournalError> {
-                tx.query_row(
-                    "SELECT value FROM interlock_meta WHERE name = ?1",
-                    [name],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| self.err(e))
+        self.write(|conn| {
+            let tables: Vec<String> = {
+                let mut st = conn
+                    .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    .map_err(|e| self.err(e))?;
+                st.query_map([], |r| r.get(0))
+                    .and_then(|rows| rows.collect::<Result<_, _>>())
+                    .map_err(|e| self.err(e))?
             };
-            let format = get("format")?;
-            if format.as_deref() != Some(FORMAT) {
-                return Err(JournalError::Foreign {
+            if tables.iter().any(|t| t == "interlock_meta") {
+                let get = |name: &str| -> Result<Option<String>, JournalError> {
+                    conn.query_row(
+                        "SELECT value FROM interlock_meta WHERE name = ?1",
+                        [name],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| self.err(e))
+                };
+                let format = get("format")?;
+                if format.as_deref() != Some(FORMAT) {
+                    return Err(JournalError::Foreign {
+                        path: self.path.clone(),
+                        why: format!("its format marker is {format:?}"),
+                    });
+                }
+                let version = get("schema_version")?.unwrap_or_default();
+                if version != SCHEMA_VERSION.to_string() {
+                    return Err(JournalError::SchemaVersion {
+                        path: self.path.clone(),
+                        found: version,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+                Ok(((), false))
+            } else if let Some(other) = tables.iter().find(|t| !t.starts_with("sqlite_")) {
+                Err(JournalError::Foreign {
                     path: self.path.clone(),
-                    why: format!("its format marker is {format:?}"),
-                });
+                    why: format!("it holds a table named {other:?} and no journal marker"),
+                })
+            } else {
+                conn.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
+                conn.execute(
+                    "INSERT INTO interlock_meta (name, value) VALUES ('format', ?1), ('schema_version', ?2)",
+                    params![FORMAT, SCHEMA_VERSION.to_string()],
+                )
+                .map_err(|e| self.err(e))?;
+                Ok(((), true))
             }
-            let version = get("schema_version")?.unwrap_or_default();
-            if version != SCHEMA_VERSION.to_string() {
-                return Err(JournalError::SchemaVersion {
-                    path: self.path.clone(),
-                    found: version,
-                    supported: SCHEMA_VERSION,
-                });
-            }
-        } else if let Some(other) = tables.iter().find(|t| !t.starts_with("sqlite_")) {
-            return Err(JournalError::Foreign {
-                path: self.path.clone(),
-                why: format!("it holds a table named {other:?} and no journal marker"),
-            });
-        } else {
-            tx.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
-            tx.execute(
-                "INSERT INTO interlock_meta (name, value) VALUES ('format', ?1), ('schema_version', ?2)",
-                params![FORMAT, SCHEMA_VERSION.to_string()],
-            )
-            .map_err(|e| self.err(e))?;
-        }
-        tx.commit().map_err(|e| self.err(e))
+        })
     }
 
-    pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock leaves the connection usable: SQLite rolls back an open
-        // transaction when its handle is next used or dropped.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Transactions this handle has committed (each one fsync with full durability): with
+    /// concurrent appends, fewer than the appends.
+    pub fn commits(&self) -> u64 {
+        self.group.commits()
+    }
+
+    /// Run a write in a group transaction (see `sqlite_group`); durable when this returns.
+    pub(super) fn write<T>(
+        &self,
+        part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
+    ) -> Result<T, JournalError> {
+        self.group.write(&|e| self.err(e), part)
+    }
+
+    /// A connection that sees committed records only.
+    pub(super) fn read_conn(&self) -> ReadConn<'_> {
+        match &self.reader {
+            Some(r) => ReadConn::Reader(r.lock().unwrap_or_else(PoisonError::into_inner)),
+            None => ReadConn::Writer(self.group.idle_conn()),
+        }
     }
 
     pub(super) fn err(&self, e: rusqlite::Error) -> JournalError {
@@ -331,7 +357,7 @@ impl SqliteJournal {
 
     fn insert(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         key: &str,
         records: &mut Vec<Record>,
         event: Event,
@@ -376,7 +402,7 @@ impl Journal for SqliteJournal {
     }
 
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         self.read(&conn, key.as_str())
     }
 
@@ -385,39 +411,38 @@ impl Journal for SqliteJournal {
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let mut records = self.read(&tx, key.as_str())?;
-        let before = self.fold(key.as_str(), &records)?;
-        let mut appended = Vec::new();
-        let leases = TxLeaseReader {
-            journal: self,
-            conn: &tx,
-        };
-        let events = decide(&TxView {
-            state: &before,
-            records: &records,
-            leases: Some(&leases),
-        });
-        for event in events {
-            appended.push(self.insert(&tx, key.as_str(), &mut records, event)?);
-        }
-        // Refuse to commit anything that would make the history unreadable.
-        let after = self.fold(key.as_str(), &records)?;
-        if !appended.is_empty() {
-            tx.commit().map_err(|e| self.err(e))?;
-        }
-        Ok(AppendOutcome {
-            before,
-            appended,
-            after,
+        self.write(|tx| {
+            let mut records = self.read(tx, key.as_str())?;
+            let before = self.fold(key.as_str(), &records)?;
+            let mut appended = Vec::new();
+            let leases = TxLeaseReader {
+                journal: self,
+                conn: tx,
+            };
+            let events = decide(&TxView {
+                state: &before,
+                records: &records,
+                leases: Some(&leases),
+            });
+            for event in events {
+                appended.push(self.insert(tx, key.as_str(), &mut records, event)?);
+            }
+            // Refuse to commit anything that would make the history unreadable.
+            let after = self.fold(key.as_str(), &records)?;
+            let keep = !appended.is_empty();
+            Ok((
+                AppendOutcome {
+                    before,
+                    appended,
+                    after,
+                },
+                keep,
+            ))
         })
     }
 
     fn keys(&self) -> Result<Vec<String>, JournalError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut st = conn
             .prepare("SELECT key FROM records WHERE n = 0 ORDER BY seq")
             .map_err(|e| self.err(e))?;
@@ -427,7 +452,7 @@ impl Journal for SqliteJournal {
     }
 
     fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut st = conn
             .prepare("SELECT DISTINCT key FROM records WHERE kind = ?1")
             .map_err(|e| self.err(e))?;
@@ -461,6 +486,22 @@ CREATE TABLE leases (
     revoked_ms INTEGER
 );
 ";
+
+/// A connection for reading: the journal's own read connection, or its idle write connection.
+pub(super) enum ReadConn<'a> {
+    Reader(MutexGuard<'a, Connection>),
+    Writer(MutexGuard<'a, Writer>),
+}
+
+impl std::ops::Deref for ReadConn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        match self {
+            Self::Reader(c) => c,
+            Self::Writer(w) => w,
+        }
+    }
+}
 
 /// One name per database file, however it was reached: the leases of a journal opened twice are
 /// still the journal's own.

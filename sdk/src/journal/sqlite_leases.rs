@@ -25,14 +25,18 @@ impl SqliteJournal {
             Some((f, c)) => (Some(f.clone()), Some(*c)),
             None => (None, None),
         };
-        let conn = self.conn();
-        let done = conn
-            .execute(
-                "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![grant.id, grant.approver, scope, cap_field, cap, grant.granted_ms, grant.expires_ms, grant.revoked_ms],
-            )
-            .map_err(|e| store_err(self.err(e)))?;
+        let done = self
+            .write(|conn| {
+                let n = conn
+                    .execute(
+                        "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        params![grant.id, grant.approver, scope, cap_field, cap, grant.granted_ms, grant.expires_ms, grant.revoked_ms],
+                    )
+                    .map_err(|e| self.err(e))?;
+                Ok((n, n > 0))
+            })
+            .map_err(store_err)?;
         if done == 0 {
             return Err(LeaseError::Invalid(format!(
                 "lease {} already exists: revoke it and grant a new id",
@@ -45,19 +49,23 @@ impl SqliteJournal {
     /// Revoke a lease now. Returns false when no live lease has that id.
     pub fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError> {
         let now = self.now_ms();
-        let conn = self.conn();
-        let n = conn
-            .execute(
-                "UPDATE leases SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
-                params![id, now],
-            )
-            .map_err(|e| store_err(self.err(e)))?;
+        let n = self
+            .write(|conn| {
+                let n = conn
+                    .execute(
+                        "UPDATE leases SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
+                        params![id, now],
+                    )
+                    .map_err(|e| self.err(e))?;
+                Ok((n, n > 0))
+            })
+            .map_err(store_err)?;
         Ok(n > 0)
     }
 
     /// Every grant, oldest first.
     pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut st = conn
             .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
             .map_err(|e| store_err(self.err(e)))?;
@@ -72,7 +80,7 @@ impl SqliteJournal {
     }
 
     fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         self.lease_on(&conn, id)
     }
 

@@ -1,107 +1,73 @@
 //! Benchmark: effects per second through the gate (a no-op tier-1 target, a journal on disk with
-//! full durability) next to the raw fsync rate of the same disk, measured in the same run; and the
-//! p50/p99 latency the gate adds per effect. Writes `docs/benchmarks.md`.
+//! full durability) against the raw fsync rate of the same disk, measured in the same run —
+//! serially, and with 1, 4, 16 and 64 concurrent senders as threads of one process and as
+//! separate processes. Writes `results/bench_journal.json` and regenerates `docs/benchmarks.md`.
 //!
-//! `--quick` runs a few hundred effects and prints without writing (CI keeps it from rotting).
+//! `--quick` runs briefly and prints without writing (CI keeps it from rotting).
 
 #![allow(clippy::print_stdout)] // a benchmark's report is its output
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::Path;
-use std::sync::Arc;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use interlock::core::{LookupAnswer, SendAnswer};
-use interlock::premise::NoPremises;
+use anyhow::Context;
 use interlock::target::{SendRequest, Target};
-use interlock::{
-    Clock, Effect, EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock, Tier,
-};
+use interlock::{Effect, EffectKey};
+use interlock_tests::bench::{self, NoOp};
 use serde_json::{Value, json};
 
-struct NoOp;
-
-impl Target for NoOp {
-    fn name(&self) -> &str {
-        "no-op"
-    }
-    fn tier(&self) -> Tier {
-        Tier::One
-    }
-    fn dedupe_window(&self) -> Option<Duration> {
-        Some(Duration::from_secs(86_400))
-    }
-    fn has_lookup(&self) -> bool {
-        true
-    }
-    fn send(&self, _req: &SendRequest<'_>) -> SendAnswer {
-        SendAnswer::Done(json!({"id": "re_noop"}))
-    }
-    fn lookup(&self, _key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        LookupAnswer::NotFound
-    }
-}
-
-fn fsync_rate(dir: &Path, budget: Duration) -> anyhow::Result<(f64, u64)> {
-    let path = dir.join("fsync-probe");
-    let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
-    let block = vec![0u8; 512];
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < budget {
-        f.write_all(&block)?;
-        f.sync_data()?;
-        n += 1;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    std::fs::remove_file(&path)?;
-    Ok((rate, n))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).copied().unwrap_or_default()
-}
-
-/// Effects per second through the gate beside the disk's fsync rate, and the latency it adds.
+/// Effects per second through the gate against the disk's fsync rate, serially and with
+/// concurrent senders.
 #[derive(clap::Parser)]
 struct Args {
-    /// A few hundred effects, printed and not written (CI keeps the benchmark from rotting).
+    /// A short run, printed and not written (CI keeps the benchmark from rotting).
     #[arg(long)]
     quick: bool,
+    /// Run as one sender process of a concurrent measurement, on this journal (internal).
+    #[arg(long, hide = true)]
+    sender: Option<PathBuf>,
+    /// The sender's name (internal).
+    #[arg(long, hide = true, default_value = "p")]
+    name: String,
+    /// How long a sender sends, in milliseconds (internal).
+    #[arg(long, hide = true, default_value_t = 1000)]
+    millis: u64,
 }
 
-fn main() -> anyhow::Result<()> {
-    let quick = <Args as clap::Parser>::parse().quick;
-    let effects = if quick { 300 } else { 3000 };
-    let budget = Duration::from_secs(if quick { 1 } else { 5 });
-    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR"))?;
-    let (fsyncs_per_s, fsyncs) = fsync_rate(dir.path(), budget)?;
+const SENDERS: [usize; 4] = [1, 4, 16, 64];
 
+fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    if let Some(journal) = &args.sender {
+        return sender_process(journal, &args.name, Duration::from_millis(args.millis));
+    }
+    let quick = args.quick;
+    let serial_effects = if quick { 300 } else { 3000 };
+    let probe = Duration::from_secs(if quick { 1 } else { 5 });
+    let each = Duration::from_millis(if quick { 300 } else { 3000 });
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR"))?;
+
+    eprintln!(
+        "probing the disk's fsync rate ({} s each way)…",
+        probe.as_secs()
+    );
+    let (fsync_per_s, fsyncs) = bench::fsync_rate(dir.path(), probe, true)?;
+    let (append_per_s, _) = bench::fsync_rate(dir.path(), probe, false)?;
+
+    eprintln!("{serial_effects} effects one after another…");
     let path = dir.path().join("bench.db");
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&path, clock.clone())?);
-    journal.grant_lease(&Grant::new("bench", "ops", clock.now_ms()))?;
-    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path))?;
-    let bound = gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?;
-    let mut gated = Vec::with_capacity(effects);
-    let mut direct = Vec::with_capacity(effects);
-    let start = Instant::now();
-    for i in 0..effects {
-        let key = EffectKey::derive(&["bench".to_owned(), i.to_string()]);
-        let effect = Effect::new(
-            key.clone(),
-            &json!({"amount": i, "currency": "usd"}),
-            "bench",
-        )?;
+    let (bound, journal) = bench::bound(&path, true)?;
+    let commits_before = journal.commits();
+    let mut gated = Vec::with_capacity(serial_effects);
+    let mut direct = Vec::with_capacity(serial_effects);
+    for i in 0..serial_effects as u64 {
         let t = Instant::now();
-        let out = bound.submit(&effect)?;
+        bench::one_effect(&bound, "serial", i)?;
         gated.push(t.elapsed());
-        anyhow::ensure!(
-            matches!(out, Outcome::Committed { .. }),
-            "effect {i}: {out:?}"
-        );
+        let key = EffectKey::derive(&["direct".to_owned(), i.to_string()]);
+        let effect = Effect::new(key.clone(), &json!({"amount": i}), bench::LEASE)?;
         let t = Instant::now();
         let _ = NoOp.send(&SendRequest {
             key: &key,
@@ -110,46 +76,129 @@ fn main() -> anyhow::Result<()> {
         });
         direct.push(t.elapsed());
     }
-    let wall = start.elapsed();
-    let effects_per_s = effects as f64 / gated.iter().sum::<Duration>().as_secs_f64();
+    let serial_commits = (journal.commits() - commits_before) as f64 / serial_effects as f64;
+    let serial_effects_per_s = serial_effects as f64 / gated.iter().sum::<Duration>().as_secs_f64();
     gated.sort();
     direct.sort();
-    let added = |p| percentile(&gated, p).saturating_sub(percentile(&direct, p));
-    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
-    let appends = 3.0;
-    let report = format!(
-        "# Benchmarks\n\nRegenerated by `cargo run -p interlock-tests --bin gate-bench` (dependencies and the \
-         `interlock` crate build at opt-level 2 in the dev profile). Timings depend on the machine and its disk, \
-         so this file is not checked for drift; the ratios are measured side by side in one run.\n\n\
-         ## Gate throughput against the disk's own fsync rate\n\n\
-         Each effect through the gate is three durable transactions (`PROPOSED`+`AUTHORIZED` together, \
-         `DISPATCHED` before the send, `COMMITTED` after it), each committed with `synchronous=FULL` in WAL \
-         mode, so the ceiling is about a third of the disk's fsync rate. The rest goes to reading and \
-         verifying the key's hash chain inside each transaction, the liveness lock file, and the fencing \
-         read before the send.\n\n\
-         | measure | value |\n|---|---|\n\
-         | raw fsync rate (512-byte append + `fdatasync`, same directory, {fsyncs} syncs) | {fsyncs_per_s:.0} /s |\n\
-         | effects through the gate (no-op tier-1 target, {effects} effects, {:.1} s) | {effects_per_s:.0} /s |\n\
-         | effects per second ÷ fsyncs per second | {:.3} (ceiling at {appends} syncs per effect: {:.3}) |\n\n\
-         ## Latency the gate adds per effect\n\n\
-         The same {effects} effects, each timed through the gate and as a direct call of the same no-op target.\n\n\
-         | percentile | through the gate | direct call | added by the gate |\n|---|---|---|---|\n\
-         | p50 | {} | {} | {} |\n| p99 | {} | {} | {} |\n",
-        wall.as_secs_f64(),
-        effects_per_s / fsyncs_per_s,
-        1.0 / appends,
-        ms(percentile(&gated, 0.5)),
-        ms(percentile(&direct, 0.5)),
-        ms(added(0.5)),
-        ms(percentile(&gated, 0.99)),
-        ms(percentile(&direct, 0.99)),
-        ms(added(0.99)),
-    );
-    print!("{report}");
-    if !quick {
-        let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
-        std::fs::write(&out, &report)?;
-        eprintln!("wrote {}", out.display());
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let added = |p| ms(bench::percentile(&gated, p).saturating_sub(bench::percentile(&direct, p)));
+
+    let mut concurrent = Vec::new();
+    for senders in SENDERS {
+        eprintln!("{senders} concurrent senders, threads then processes…");
+        let before = journal.commits();
+        let (done, took) = bench::threads(&bound, senders, &format!("c{senders}"), each)?;
+        let commits = journal.commits() - before;
+        let per_s = done as f64 / took.as_secs_f64();
+        let (p_done, p_took, p_commits) = processes(&path, senders, each)?;
+        let p_per_s = p_done as f64 / p_took.as_secs_f64();
+        concurrent.push(json!({
+            "workers": senders,
+            "effects": done,
+            "effects_per_s": round(per_s, 1),
+            "effects_per_fsync": round(per_s / fsync_per_s, 3),
+            "commits_per_effect": round(commits as f64 / done.max(1) as f64, 3),
+            "processes": {
+                "effects": p_done,
+                "effects_per_s": round(p_per_s, 1),
+                "effects_per_fsync": round(p_per_s / fsync_per_s, 3),
+                "commits_per_effect": round(p_commits as f64 / p_done.max(1) as f64, 3),
+            },
+        }));
     }
+
+    let report = json!({
+        "generated_by": "cargo run -p interlock-tests --bin gate-bench",
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "fsync_per_s": round(fsync_per_s, 0),
+        "fsync_probe": format!("4 KiB rewritten in place + fdatasync, {fsyncs} syncs in the journal's directory"),
+        "fsync_append_per_s": round(append_per_s, 0),
+        "serial_effects": serial_effects,
+        "serial_effects_per_s": round(serial_effects_per_s, 1),
+        "serial_ratio": round(serial_effects_per_s / fsync_per_s, 3),
+        "serial_commits_per_effect": round(serial_commits, 3),
+        "serial_latency_ms": {
+            "p50": round(ms(bench::percentile(&gated, 0.5)), 3),
+            "p99": round(ms(bench::percentile(&gated, 0.99)), 3),
+            "added_p50": round(added(0.5), 3),
+            "added_p99": round(added(0.99), 3),
+        },
+        "seconds_per_concurrent_run": each.as_secs_f64(),
+        "concurrent": concurrent,
+    });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let e2e = std::fs::read_to_string(root.join("results/bench_e2e.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok());
+    let md = interlock_tests::bench_report::render(&report, e2e.as_ref());
+    print!("{md}");
+    if !quick {
+        std::fs::write(
+            root.join("results/bench_journal.json"),
+            serde_json::to_string_pretty(&report)? + "\n",
+        )?;
+        std::fs::write(root.join("docs/benchmarks.md"), md)?;
+        eprintln!("wrote results/bench_journal.json and docs/benchmarks.md");
+    }
+    Ok(())
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// `n` sender processes, each with its own journal handle on the same file, started together.
+/// Returns the effects they committed, the wall time, and the commits they made.
+fn processes(journal: &Path, n: usize, each: Duration) -> anyhow::Result<(u64, Duration, u64)> {
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for i in 0..n {
+        let mut child = Command::new(&exe)
+            .arg("--sender")
+            .arg(journal)
+            .args(["--name", &format!("p{n}-{i}")])
+            .args(["--millis", &each.as_millis().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting a sender process")?;
+        let mut out = BufReader::new(child.stdout.take().context("sender stdout")?);
+        let mut ready = String::new();
+        out.read_line(&mut ready)?;
+        anyhow::ensure!(ready.trim() == "ready", "sender {i} said {ready:?}");
+        children.push((child, out));
+    }
+    let start = Instant::now();
+    for (child, _) in &mut children {
+        writeln!(child.stdin.as_mut().context("sender stdin")?, "go")?;
+    }
+    let (mut effects, mut commits) = (0, 0);
+    for (mut child, mut out) in children {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let v: Value =
+            serde_json::from_str(&line).with_context(|| format!("sender said {line:?}"))?;
+        effects += v["effects"].as_u64().unwrap_or(0);
+        commits += v["commits"].as_u64().unwrap_or(0);
+        anyhow::ensure!(child.wait()?.success(), "a sender process failed");
+    }
+    Ok((effects, start.elapsed(), commits))
+}
+
+/// One sender process: open the journal, say ready, wait for "go", send for `each`, report.
+fn sender_process(journal: &Path, name: &str, each: Duration) -> anyhow::Result<()> {
+    let (bound, handle) = bench::bound(journal, false)?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "ready")?;
+    stdout.flush()?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    let (effects, _) = bench::threads(&bound, 1, name, each)?;
+    writeln!(
+        stdout,
+        "{}",
+        json!({"effects": effects, "commits": handle.commits()})
+    )?;
     Ok(())
 }

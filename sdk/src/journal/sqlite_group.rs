@@ -1,0 +1,321 @@
+//! Group commit for writers sharing one journal handle. A commit costs one fsync whatever it
+//! holds, so threads that arrive while another thread's write is under way join its open
+//! transaction instead of queueing for a transaction of their own; the last one in commits for
+//! all. Each writer's part runs in a savepoint (its failure undoes only its own records), decides
+//! on everything written before it in the group (so two writers never decide on the same state),
+//! and returns only once the group is durable: a group that fails to commit fails every part in
+//! it. Reads go to a separate connection, which sees committed records only.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use rusqlite::Connection;
+
+use super::JournalError;
+
+/// A group admits at most this many writes: the write lock other processes wait for is held for
+/// the whole group.
+const MAX_GROUP: usize = 64;
+/// Failed groups remembered for the writers that took part in them.
+const FAILED_KEPT: usize = 64;
+
+/// The write connection and the group open on it.
+pub(super) struct Writer {
+    conn: Connection,
+    /// The group transaction open on `conn`: its number and how many writes joined it.
+    open: Option<(u64, usize)>,
+    /// Numbers handed out so far.
+    last: u64,
+    /// Every group up to this number has ended (committed or failed).
+    ended: u64,
+    /// Recent groups that ended without committing, with the reason.
+    failed: BTreeMap<u64, JournalError>,
+}
+
+/// The writer, shared by every thread that appends through one journal handle.
+pub(super) struct Group {
+    writer: Mutex<Writer>,
+    ended: Condvar,
+    /// Threads between asking for the writer and getting it: a part leaves the group open only
+    /// while one of them is sure to join and carry it on.
+    queued: AtomicUsize,
+    /// False for a store with no fsync to share (in memory): every part commits at once.
+    grouping: bool,
+    /// Groups committed.
+    commits: AtomicU64,
+}
+
+/// How a writer's part of a group ended.
+enum Part<T> {
+    /// Its records stay (or it wrote nothing and its read is to be confirmed by the commit).
+    Done(T),
+    /// It failed; its savepoint was rolled back, the group goes on.
+    Failed(JournalError),
+    /// It panicked; its savepoint was rolled back, the group goes on, the panic is re-raised.
+    Panicked(Box<dyn std::any::Any + Send>),
+}
+
+impl Group {
+    pub(super) fn new(conn: Connection, grouping: bool) -> Self {
+        Self {
+            writer: Mutex::new(Writer {
+                conn,
+                open: None,
+                last: 0,
+                ended: 0,
+                failed: BTreeMap::new(),
+            }),
+            ended: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            grouping,
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    /// Transactions committed so far (each one fsync on a durable file).
+    pub(super) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// The write connection with no group open on it: for set-up and for reads where the
+    /// journal has no separate read connection (which never groups, so nothing is left open).
+    pub(super) fn idle_conn(&self) -> MutexGuard<'_, Writer> {
+        self.lock()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        // A panic while holding the lock is caught inside `write`; the guard is never poisoned
+        // with a group half-open.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run `part` inside a group transaction. `part` returns its value and whether its writes
+    /// stay (`false` rolls them back: it decided to write nothing, or refuses what it wrote).
+    /// Returns once the group holding the part is durable.
+    pub(super) fn write<T>(
+        &self,
+        err: &dyn Fn(rusqlite::Error) -> JournalError,
+        part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
+    ) -> Result<T, JournalError> {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let mut w = self.lock();
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        let group = match w.open {
+            Some((g, _)) => g,
+            None => {
+                w.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+                w.last += 1;
+                let g = w.last;
+                w.open = Some((g, 0));
+                g
+            }
+        };
+        let (mine, broken) = run_part(&w.conn, err, part);
+        let size = match &mut w.open {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => 1,
+        };
+        let carry_on = self.grouping
+            && broken.is_none()
+            && size < MAX_GROUP
+            && self.queued.load(Ordering::SeqCst) > 0;
+        if carry_on {
+            while w.ended < group {
+                w = self.ended.wait(w).unwrap_or_else(PoisonError::into_inner);
+            }
+        } else {
+            let ended = match broken {
+                Some(e) => Err(e),
+                None => w.conn.execute_batch("COMMIT").map_err(err),
+            };
+            if ended.is_ok() {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = ended {
+                // A failed COMMIT may leave the transaction open; end it so the next group
+                // starts clean. Nothing of this group is on disk.
+                let _ = w.conn.execute_batch("ROLLBACK");
+                w.failed.insert(group, e);
+                while w.failed.len() > FAILED_KEPT {
+                    w.failed.pop_first();
+                }
+            }
+            w.open = None;
+            w.ended = group;
+            self.ended.notify_all();
+        }
+        let failed = w.failed.get(&group).cloned();
+        drop(w);
+        match (mine, failed) {
+            (Part::Panicked(p), _) => resume_unwind(p),
+            (Part::Failed(e), _) | (Part::Done(_), Some(e)) => Err(e),
+            (Part::Done(t), None) => Ok(t),
+        }
+    }
+}
+
+impl std::ops::Deref for Writer {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// One writer's part in a savepoint. The second value is set when the savepoint itself could
+/// not be handled: the group's transaction is then unusable and must be rolled back whole.
+fn run_part<T>(
+    conn: &Connection,
+    err: &dyn Fn(rusqlite::Error) -> JournalError,
+    part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
+) -> (Part<T>, Option<JournalError>) {
+    if let Err(e) = conn.execute_batch("SAVEPOINT part") {
+        let e = err(e);
+        return (Part::Failed(e.clone()), Some(e));
+    }
+    let (outcome, keep) = match catch_unwind(AssertUnwindSafe(|| part(conn))) {
+        Ok(Ok((t, keep))) => (Part::Done(t), keep),
+        Ok(Err(e)) => (Part::Failed(e), false),
+        Err(p) => (Part::Panicked(p), false),
+    };
+    let end = if keep {
+        "RELEASE part"
+    } else {
+        "ROLLBACK TO part; RELEASE part"
+    };
+    match conn.execute_batch(end) {
+        Ok(()) => (outcome, None),
+        Err(e) => {
+            let e = err(e);
+            let outcome = match outcome {
+                Part::Panicked(p) => Part::Panicked(p),
+                _ => Part::Failed(e.clone()),
+            };
+            (outcome, Some(e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn group(dir: &std::path::Path) -> Arc<Group> {
+        let conn = Connection::open(dir.join("g.db")).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        Arc::new(Group::new(conn, true))
+    }
+
+    fn err(e: rusqlite::Error) -> JournalError {
+        JournalError::Storage {
+            path: "g.db".into(),
+            what: e.to_string(),
+        }
+    }
+
+    fn insert(conn: &Connection, x: i64) -> Result<(), JournalError> {
+        conn.execute("INSERT INTO t (x) VALUES (?1)", [x])
+            .map(|_| ())
+            .map_err(err)
+    }
+
+    fn wait_for(cond: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !cond() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A first part inserts 1 and holds its group open until a second writer has queued for
+    /// it; `second` then runs as the second part of the same group, on another thread.
+    fn two_parts<R: Send + 'static>(
+        g: &Arc<Group>,
+        second: impl FnOnce(Arc<Group>) -> R + Send + 'static,
+    ) -> (Result<(), JournalError>, R) {
+        let inside = Arc::new(AtomicBool::new(false));
+        let (g2, inside2) = (g.clone(), inside.clone());
+        let joiner = std::thread::spawn(move || {
+            wait_for(|| inside2.load(Ordering::SeqCst));
+            second(g2)
+        });
+        let first = g.write(&err, |conn| {
+            insert(conn, 1)?;
+            inside.store(true, Ordering::SeqCst);
+            wait_for(|| g.queued.load(Ordering::SeqCst) > 0);
+            Ok(((), true))
+        });
+        (first, joiner.join().unwrap())
+    }
+
+    fn rows(g: &Group) -> Vec<i64> {
+        let w = g.lock();
+        let mut st = w.prepare("SELECT x FROM t ORDER BY x").unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_writer_that_arrives_during_a_write_joins_its_transaction_and_one_commit_covers_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        let (first, second) = two_parts(&g, |g| {
+            g.write(&err, |conn| insert(conn, 2).map(|()| ((), true)))
+        });
+        first.unwrap();
+        second.unwrap();
+        assert_eq!(g.commits(), 1);
+        assert_eq!(rows(&g), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_part_that_fails_undoes_only_its_own_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        let (first, second) = two_parts(&g, |g| {
+            g.write(&err, |conn| -> Result<((), bool), JournalError> {
+                insert(conn, 2)?;
+                Err(JournalError::Storage {
+                    path: "g.db".into(),
+                    what: "refused".into(),
+                })
+            })
+        });
+        first.unwrap();
+        assert!(second.is_err());
+        assert_eq!(g.commits(), 1);
+        assert_eq!(rows(&g), vec![1]);
+    }
+
+    #[test]
+    fn a_part_that_panics_undoes_only_its_own_writes_and_the_group_still_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        let (first, panicked) = two_parts(&g, |g| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                g.write(&err, |conn| -> Result<((), bool), JournalError> {
+                    insert(conn, 2)?;
+                    panic!("a bug inside a part")
+                })
+            }))
+            .is_err()
+        });
+        first.unwrap();
+        assert!(panicked, "the panic reaches the thread whose part panicked");
+        assert_eq!(rows(&g), vec![1]);
+        // The writer is usable afterwards.
+        g.write(&err, |conn| insert(conn, 3).map(|()| ((), true)))
+            .unwrap();
+        assert_eq!(rows(&g), vec![1, 3]);
+    }
+}

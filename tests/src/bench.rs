@@ -1,0 +1,152 @@
+//! The journal benchmark's moving parts: a target that costs nothing (so what is measured is the
+//! gate and its journal), the disk's own fsync rate to compare against, and senders that push
+//! effects through one gate for a fixed time.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use interlock::core::{LookupAnswer, SendAnswer};
+use interlock::premise::NoPremises;
+use interlock::target::{SendRequest, Target};
+use interlock::{
+    Bound, Clock, Effect, EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock,
+    Tier,
+};
+use serde_json::{Value, json};
+
+/// The lease every benchmark effect runs under.
+pub const LEASE: &str = "bench";
+
+/// A tier-1 target that answers at once and remembers nothing.
+#[derive(Debug)]
+pub struct NoOp;
+
+impl Target for NoOp {
+    fn name(&self) -> &str {
+        "no-op"
+    }
+    fn tier(&self) -> Tier {
+        Tier::One
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        Some(Duration::from_secs(86_400))
+    }
+    fn has_lookup(&self) -> bool {
+        true
+    }
+    fn send(&self, _req: &SendRequest<'_>) -> SendAnswer {
+        SendAnswer::Done(json!({"id": "re_noop"}))
+    }
+    fn lookup(&self, _key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        LookupAnswer::NotFound
+    }
+}
+
+/// Syncs per second of one small durable write in `dir`: `overwrite` rewrites one 4 KiB block in
+/// place (the cheapest durable write the disk allows), otherwise 512 bytes are appended (each
+/// sync then also commits the file's new size).
+pub fn fsync_rate(dir: &Path, budget: Duration, overwrite: bool) -> anyhow::Result<(f64, u64)> {
+    let path = dir.join("fsync-probe");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)?;
+    let block = vec![7u8; if overwrite { 4096 } else { 512 }];
+    if overwrite {
+        f.write_all(&block)?;
+        f.sync_all()?;
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        if overwrite {
+            f.write_all_at(&block, 0)?;
+        } else {
+            f.write_all(&block)?;
+        }
+        f.sync_data()?;
+        n += 1;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    std::fs::remove_file(&path)?;
+    Ok((rate, n))
+}
+
+/// A gate over the journal at `path` (with the benchmark lease granted when `grant`), bound to
+/// the no-op target. Returns the journal too, for its commit count.
+pub fn bound(path: &Path, grant: bool) -> anyhow::Result<(Bound, Arc<SqliteJournal>)> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(path, clock.clone())?);
+    if grant {
+        journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()))?;
+    }
+    let gate = Gate::new(
+        journal.clone(),
+        journal.clone(),
+        clock,
+        GateConfig::beside(path),
+    )?;
+    Ok((gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?, journal))
+}
+
+/// One effect through the gate; anything but a first commit is an error.
+pub fn one_effect(bound: &Bound, sender: &str, i: u64) -> anyhow::Result<()> {
+    let key = EffectKey::derive(&[sender.to_owned(), i.to_string()]);
+    let effect = Effect::new(key, &json!({"amount": i, "currency": "usd"}), LEASE)?;
+    match bound.submit(&effect)? {
+        Outcome::Committed {
+            replayed: false, ..
+        } => Ok(()),
+        other => anyhow::bail!("effect {sender}/{i}: {other:?}"),
+    }
+}
+
+/// `senders` threads sharing `bound`, each sending effects until `for_how_long` has passed.
+/// Returns the effects committed and the wall time they took.
+pub fn threads(
+    bound: &Bound,
+    senders: usize,
+    run: &str,
+    for_how_long: Duration,
+) -> anyhow::Result<(u64, Duration)> {
+    let barrier = Barrier::new(senders + 1);
+    let (done, start) = std::thread::scope(|s| -> anyhow::Result<(u64, Instant)> {
+        let handles: Vec<_> = (0..senders)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || -> anyhow::Result<u64> {
+                    let sender = format!("{run}-t{t}");
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut i = 0;
+                    while start.elapsed() < for_how_long {
+                        one_effect(bound, &sender, i)?;
+                        i += 1;
+                    }
+                    Ok(i)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut done = 0;
+        for h in handles {
+            done += h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a sender thread panicked"))??;
+        }
+        Ok((done, start))
+    })?;
+    Ok((done, start.elapsed()))
+}
+
+/// The value at percentile `p` of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
