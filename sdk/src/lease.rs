@@ -108,6 +108,22 @@ pub enum LeaseError {
     Invalid(String),
 }
 
+impl From<crate::journal::JournalError> for LeaseError {
+    fn from(e: crate::journal::JournalError) -> Self {
+        Self::Store(e.to_string())
+    }
+}
+
+/// The verdict on lease `id` (as recorded, if ever granted) for `payload` at `now_ms`.
+pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64) -> LeaseVerdict {
+    match grant {
+        Some(g) => g.verdict(payload, now_ms),
+        None => LeaseVerdict::Dead {
+            reason: format!("no lease named {id} was ever granted"),
+        },
+    }
+}
+
 /// Where leases live.
 pub trait LeaseStore: Send + Sync {
     /// Whether lease `id` is live at `now_ms` and covers `payload`. Unknown ids are dead.

@@ -52,22 +52,25 @@ pub fn render(journal: &Value, e2e: Option<&Value>) -> String {
     let _ = write!(
         md,
         "### Concurrent senders ({} s each)\n\n\
-         | senders | threads: effects/s | effects per fsync | commits per effect | processes: \
-         effects/s | effects per fsync | commits per effect |\n|---|---|---|---|---|---|---|\n",
+         | senders | threads: effects/s | effects per fsync | commits per effect | CPU ms per \
+         effect | processes: effects/s | effects per fsync | commits per effect | CPU ms per \
+         effect |\n|---|---|---|---|---|---|---|---|---|\n",
         num(&journal["seconds_per_concurrent_run"]),
     );
     for row in journal["concurrent"].as_array().into_iter().flatten() {
         let p = &row["processes"];
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             num(&row["workers"]),
             num(&row["effects_per_s"]),
             num(&row["effects_per_fsync"]),
             num(&row["commits_per_effect"]),
+            num(&row["cpu_ms_per_effect"]),
             num(&p["effects_per_s"]),
             num(&p["effects_per_fsync"]),
             num(&p["commits_per_effect"]),
+            num(&p["cpu_ms_per_effect"]),
         );
     }
     md.push('\n');

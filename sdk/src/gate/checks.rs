@@ -21,12 +21,32 @@ impl Bound {
         fenced(|| leases.check(&first.lease, &first.payload, now))
     }
 
-    pub(super) fn describe_lease(&self, id: &str) -> Value {
-        match self.gate.leases.describe(id) {
-            Ok(Some(g)) => serde_json::to_value(g).unwrap_or(Value::Null),
-            Ok(None) => Value::Null,
-            Err(LeaseError::Store(e) | LeaseError::Invalid(e)) => json!({ "error": e }),
-        }
+    /// R4 as `AUTHORIZED` records it: the verdict on the lease and the grant it stands on, both
+    /// as of the journal's write transaction `tx` where the leases live in the journal's store
+    /// (one read), else from the lease store while `tx` holds the journal's write lock.
+    pub(super) fn authorization_in(
+        &self,
+        tx: &TxView<'_>,
+        first: &Proposed,
+    ) -> (LeaseVerdict, Value) {
+        let Some(leases) = tx.leases.filter(|_| self.gate.leases_in_journal) else {
+            let store = &self.gate.leases;
+            let grant = catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease)));
+            return (self.lease_in(tx, first), describe(grant));
+        };
+        let read = catch_unwind(AssertUnwindSafe(|| leases.grant(&first.lease)));
+        let verdict = match &read {
+            Ok(Ok(grant)) => {
+                crate::lease::verdict_of(grant.as_ref(), &first.lease, &first.payload, self.now())
+            }
+            Ok(Err(e)) => LeaseVerdict::Error {
+                message: e.to_string(),
+            },
+            Err(_) => LeaseVerdict::Error {
+                message: "the lease store panicked".into(),
+            },
+        };
+        (verdict, describe(read))
     }
 
     /// The lease as of the journal's write transaction `tx`: read in it where the leases live
@@ -98,6 +118,16 @@ impl Bound {
         let target = &self.target;
         catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
             .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+    }
+}
+
+/// The grant as `AUTHORIZED` records it: evidence only, so a read that failed is recorded as such.
+fn describe(read: std::thread::Result<Result<Option<crate::lease::Grant>, LeaseError>>) -> Value {
+    match read {
+        Ok(Ok(Some(g))) => serde_json::to_value(g).unwrap_or(Value::Null),
+        Ok(Ok(None)) => Value::Null,
+        Ok(Err(LeaseError::Store(e) | LeaseError::Invalid(e))) => json!({ "error": e }),
+        Err(_) => json!({ "error": "the lease store panicked" }),
     }
 }
 

@@ -23,17 +23,16 @@ impl Bound {
             Ok(lock) => lock,
             Err(step) => return Ok(step),
         };
-        let grant = self.describe_lease(&proposal.lease);
         let premises = self.read_premises(key, proposal);
         let repairs = self.repair_candidates(proposal, &premises);
         let (holding, started) = self.holding();
         let out = self.gate.journal.append_with(key, &mut |tx| {
-            let recheck = premises.with_lease(self.lease_in(tx, proposal));
+            let (lease, grant) = self.authorization_in(tx, proposal);
             transition::propose_and_dispatch(
                 tx.state,
                 proposal,
-                &recheck,
-                grant.clone(),
+                &premises.with_lease(lease),
+                grant,
                 premises.unavailable(),
                 &repairs,
                 &holding,
@@ -52,11 +51,9 @@ impl Bound {
     /// R4 at submit, written in one transaction with the proposal when it is fresh: the lease
     /// authorizes the effect, refuses it, or (store unreachable) is noted for a retry.
     pub(super) fn authorize(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
-        // The grant's description is evidence only; the verdict is read in the transaction.
-        let grant = self.describe_lease(&first.lease);
         let out = self.gate.journal.append_with(key, &mut |tx| {
-            let lease = self.lease_in(tx, first);
-            transition::authorize(tx.state, first, &lease, grant.clone())
+            let (lease, grant) = self.authorization_in(tx, first);
+            transition::authorize(tx.state, first, &lease, grant)
         })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Authorized(_)) => self.dispatch(key, first),

@@ -8,6 +8,7 @@ mod chain;
 mod sqlite;
 mod sqlite_group;
 mod sqlite_leases;
+mod sqlite_readers;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +19,7 @@ use serde_json::Value;
 
 use crate::core::{EffectState, Event, HistoryError, LeaseVerdict};
 use crate::effect::EffectKey;
-use crate::lease::LeaseError;
+use crate::lease::{Grant, LeaseError};
 
 /// One stored record.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -150,8 +151,18 @@ pub struct TxView<'a> {
 
 /// Leases read inside a journal's write transaction.
 pub trait TxLeases {
+    /// Lease `id` as recorded, as of this transaction.
+    fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError>;
+
     /// The verdict on lease `id` for `payload` at `now_ms`, as of this transaction.
-    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError>;
+    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
+        Ok(crate::lease::verdict_of(
+            self.grant(id)?.as_ref(),
+            id,
+            payload,
+            now_ms,
+        ))
+    }
 }
 
 /// A decision made inside the journal's transaction: what to append, given what it can see.

@@ -4,14 +4,15 @@
 //! writers never decide on the same state, and concurrent senders share fsyncs.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::chain::{record_hash, verify_chain};
-use super::sqlite_group::{Group, Writer};
+use super::sqlite_group::Group;
 use super::sqlite_leases::TxLeaseReader;
+use super::sqlite_readers::Readers;
 use super::{AppendOutcome, Decide, Journal, JournalError, Record, TxView};
 use crate::clock::Clock;
 use crate::core::{EffectState, Event, state::fold};
@@ -36,7 +37,7 @@ pub struct SqliteJournal {
     group: Group,
     /// Reads see committed records only; `None` where the write connection never leaves a group
     /// open (in memory, read-only).
-    reader: Option<Mutex<Connection>>,
+    readers: Option<Readers>,
     path: String,
     store: String,
     clock: Arc<dyn Clock>,
@@ -72,12 +73,7 @@ impl SqliteJournal {
             durability,
             true,
         )?;
-        let reader = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
-        reader
-            .busy_timeout(BUSY_TIMEOUT)
-            .and_then(|()| reader.pragma_update(None, "query_only", "ON"))
-            .map_err(|e| map_err(&shown, e))?;
-        journal.reader = Some(Mutex::new(reader));
+        journal.readers = Some(Readers::new(path.as_ref().to_path_buf(), BUSY_TIMEOUT));
         Ok(journal)
     }
 
@@ -96,7 +92,7 @@ impl SqliteJournal {
             .map_err(|e| map_err(&shown, e))?;
         let journal = Self {
             group: Group::new(conn, false),
-            reader: None,
+            readers: None,
             store: store_id(path.as_ref()),
             path: shown,
             clock,
@@ -106,7 +102,10 @@ impl SqliteJournal {
     }
 
     fn check_schema_read_only(&self) -> Result<(), JournalError> {
-        let conn = self.read_conn();
+        self.read_with(|conn| self.check_schema_on(conn))
+    }
+
+    fn check_schema_on(&self, conn: &Connection) -> Result<(), JournalError> {
         let format: Option<String> = conn
             .query_row(
                 "SELECT value FROM interlock_meta WHERE name = 'format'",
@@ -195,7 +194,7 @@ impl SqliteJournal {
         let journal = Self {
             // A file's commits cost an fsync each, worth sharing; memory's cost nothing.
             group: Group::new(conn, wal),
-            reader: None,
+            readers: None,
             path,
             store,
             clock,
@@ -271,11 +270,18 @@ impl SqliteJournal {
         self.group.write(&|e| self.err(e), part)
     }
 
-    /// A connection that sees committed records only.
-    pub(super) fn read_conn(&self) -> ReadConn<'_> {
-        match &self.reader {
-            Some(r) => ReadConn::Reader(r.lock().unwrap_or_else(PoisonError::into_inner)),
-            None => ReadConn::Writer(self.group.idle_conn()),
+    /// Run `f` on a connection that sees committed records only: the write connection when it
+    /// is idle (its page cache holds what it last wrote), else a read connection of its own.
+    pub(super) fn read_with<T, E: From<JournalError>>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match &self.readers {
+            Some(readers) => match self.group.try_idle() {
+                Some(w) => f(&w),
+                None => readers.with(f).map_err(|e| self.err(e))?,
+            },
+            None => f(&self.group.idle_conn()),
         }
     }
 
@@ -402,8 +408,7 @@ impl Journal for SqliteJournal {
     }
 
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
-        let conn = self.read_conn();
-        self.read(&conn, key.as_str())
+        self.read_with(|conn| self.read(conn, key.as_str()))
     }
 
     fn append_with(
@@ -442,30 +447,35 @@ impl Journal for SqliteJournal {
     }
 
     fn keys(&self) -> Result<Vec<String>, JournalError> {
-        let conn = self.read_conn();
-        let mut st = conn
-            .prepare("SELECT key FROM records WHERE n = 0 ORDER BY seq")
-            .map_err(|e| self.err(e))?;
-        st.query_map([], |r| r.get(0))
-            .and_then(|rows| rows.collect::<Result<_, _>>())
-            .map_err(|e| self.err(e))
+        self.read_with(|conn| {
+            let mut st = conn
+                .prepare_cached("SELECT key FROM records WHERE n = 0 ORDER BY seq")
+                .map_err(|e| self.err(e))?;
+            st.query_map([], |r| r.get(0))
+                .and_then(|rows| rows.collect::<Result<_, _>>())
+                .map_err(|e| self.err(e))
+        })
     }
 
     fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
-        let conn = self.read_conn();
-        let mut st = conn
-            .prepare("SELECT DISTINCT key FROM records WHERE kind = ?1")
-            .map_err(|e| self.err(e))?;
-        st.query_map([kind], |r| r.get(0))
-            .and_then(|rows| rows.collect::<Result<_, _>>())
-            .map_err(|e| self.err(e))
+        self.read_with(|conn| {
+            let mut st = conn
+                .prepare_cached("SELECT DISTINCT key FROM records WHERE kind = ?1")
+                .map_err(|e| self.err(e))?;
+            st.query_map([kind], |r| r.get(0))
+                .and_then(|rows| rows.collect::<Result<_, _>>())
+                .map_err(|e| self.err(e))
+        })
     }
 }
 
+// `seq` needs no AUTOINCREMENT: records are never deleted, so the next rowid is always one past
+// the last, and each commit is spared a write to `sqlite_sequence`. (Journals created with it
+// read the same.)
 const SCHEMA: &str = "
 CREATE TABLE interlock_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE records (
-    seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq   INTEGER PRIMARY KEY,
     key   TEXT NOT NULL,
     n     INTEGER NOT NULL,
     kind  TEXT NOT NULL,
@@ -486,22 +496,6 @@ CREATE TABLE leases (
     revoked_ms INTEGER
 );
 ";
-
-/// A connection for reading: the journal's own read connection, or its idle write connection.
-pub(super) enum ReadConn<'a> {
-    Reader(MutexGuard<'a, Connection>),
-    Writer(MutexGuard<'a, Writer>),
-}
-
-impl std::ops::Deref for ReadConn<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        match self {
-            Self::Reader(c) => c,
-            Self::Writer(w) => w,
-        }
-    }
-}
 
 /// One name per database file, however it was reached: the leases of a journal opened twice are
 /// still the journal's own.

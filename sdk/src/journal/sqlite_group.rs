@@ -85,6 +85,17 @@ impl Group {
         self.lock()
     }
 
+    /// The write connection if it is free right now with no group open: its page cache holds
+    /// what it last wrote, where another connection would read those pages from the file again.
+    pub(super) fn try_idle(&self) -> Option<MutexGuard<'_, Writer>> {
+        let w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        w.open.is_none().then_some(w)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Writer> {
         // A panic while holding the lock is caught inside `write`; the guard is never poisoned
         // with a group half-open.

@@ -8,7 +8,7 @@ use super::TxLeases;
 use super::sqlite::SqliteJournal;
 use crate::core::LeaseVerdict;
 use crate::journal::Journal;
-use crate::lease::{Grant, LeaseError, LeaseStore};
+use crate::lease::{Grant, LeaseError, LeaseStore, verdict_of};
 
 fn store_err(e: impl std::fmt::Display) -> LeaseError {
     LeaseError::Store(e.to_string())
@@ -65,23 +65,23 @@ impl SqliteJournal {
 
     /// Every grant, oldest first.
     pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
-        let conn = self.read_conn();
-        let mut st = conn
-            .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
-            .map_err(|e| store_err(self.err(e)))?;
-        let rows = st
-            .query_map([], row_to_parts)
-            .map_err(|e| store_err(self.err(e)))?;
-        rows.map(|r| {
-            r.map_err(|e| store_err(self.err(e)))
-                .and_then(parts_to_grant)
+        self.read_with(|conn| {
+            let mut st = conn
+                .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
+                .map_err(|e| store_err(self.err(e)))?;
+            let rows = st
+                .query_map([], row_to_parts)
+                .map_err(|e| store_err(self.err(e)))?;
+            rows.map(|r| {
+                r.map_err(|e| store_err(self.err(e)))
+                    .and_then(parts_to_grant)
+            })
+            .collect()
         })
-        .collect()
     }
 
     fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
-        let conn = self.read_conn();
-        self.lease_on(&conn, id)
+        self.read_with(|conn| self.lease_on(conn, id))
     }
 
     fn lease_on(&self, conn: &Connection, id: &str) -> Result<Option<Grant>, LeaseError> {
@@ -104,22 +104,8 @@ pub(super) struct TxLeaseReader<'a> {
 }
 
 impl TxLeases for TxLeaseReader<'_> {
-    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
-        Ok(verdict_of(
-            self.journal.lease_on(self.conn, id)?,
-            id,
-            payload,
-            now_ms,
-        ))
-    }
-}
-
-fn verdict_of(grant: Option<Grant>, id: &str, payload: &Value, now_ms: i64) -> LeaseVerdict {
-    match grant {
-        Some(g) => g.verdict(payload, now_ms),
-        None => LeaseVerdict::Dead {
-            reason: format!("no lease named {id} was ever granted"),
-        },
+    fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        self.journal.lease_on(self.conn, id)
     }
 }
 
@@ -168,7 +154,7 @@ fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
 
 impl LeaseStore for SqliteJournal {
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
-        Ok(verdict_of(self.lease(id)?, id, payload, now_ms))
+        Ok(verdict_of(self.lease(id)?.as_ref(), id, payload, now_ms))
     }
 
     fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError> {

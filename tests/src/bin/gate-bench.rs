@@ -25,6 +25,10 @@ struct Args {
     /// A short run, printed and not written (CI keeps the benchmark from rotting).
     #[arg(long)]
     quick: bool,
+    /// Measure only these numbers of concurrent senders, print, and write nothing (for
+    /// profiling); `--senders 0` measures the serial path alone.
+    #[arg(long)]
+    senders: Vec<usize>,
     /// Run as one sender process of a concurrent measurement, on this journal (internal).
     #[arg(long, hide = true)]
     sender: Option<PathBuf>,
@@ -80,17 +84,24 @@ fn main() -> anyhow::Result<()> {
     let serial_effects_per_s = serial_effects as f64 / gated.iter().sum::<Duration>().as_secs_f64();
     gated.sort();
     direct.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let added = |p| ms(bench::percentile(&gated, p).saturating_sub(bench::percentile(&direct, p)));
 
     let mut concurrent = Vec::new();
-    for senders in SENDERS {
+    let partial = !args.senders.is_empty();
+    let senders_measured = if partial {
+        args.senders.iter().copied().filter(|&n| n > 0).collect()
+    } else {
+        SENDERS.to_vec()
+    };
+    for senders in senders_measured {
         eprintln!("{senders} concurrent senders, threads then processes…");
         let before = journal.commits();
+        let cpu = bench::cpu_time();
         let (done, took) = bench::threads(&bound, senders, &format!("c{senders}"), each)?;
+        let cpu = bench::cpu_time().saturating_sub(cpu);
         let commits = journal.commits() - before;
         let per_s = done as f64 / took.as_secs_f64();
-        let (p_done, p_took, p_commits) = processes(&path, senders, each)?;
+        let (p_done, p_took, p_commits, p_cpu) = processes(&path, senders, each)?;
         let p_per_s = p_done as f64 / p_took.as_secs_f64();
         concurrent.push(json!({
             "workers": senders,
@@ -98,11 +109,13 @@ fn main() -> anyhow::Result<()> {
             "effects_per_s": round(per_s, 1),
             "effects_per_fsync": round(per_s / fsync_per_s, 3),
             "commits_per_effect": round(commits as f64 / done.max(1) as f64, 3),
+            "cpu_ms_per_effect": round(ms(cpu) / done.max(1) as f64, 3),
             "processes": {
                 "effects": p_done,
                 "effects_per_s": round(p_per_s, 1),
                 "effects_per_fsync": round(p_per_s / fsync_per_s, 3),
                 "commits_per_effect": round(p_commits as f64 / p_done.max(1) as f64, 3),
+                "cpu_ms_per_effect": round(ms(p_cpu) / p_done.max(1) as f64, 3),
             },
         }));
     }
@@ -132,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         .and_then(|s| serde_json::from_str::<Value>(&s).ok());
     let md = interlock_tests::bench_report::render(&report, e2e.as_ref());
     print!("{md}");
-    if !quick {
+    if !quick && !partial {
         std::fs::write(
             root.join("results/bench_journal.json"),
             serde_json::to_string_pretty(&report)? + "\n",
@@ -143,14 +156,23 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 fn round(x: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
     (x * f).round() / f
 }
 
 /// `n` sender processes, each with its own journal handle on the same file, started together.
-/// Returns the effects they committed, the wall time, and the commits they made.
-fn processes(journal: &Path, n: usize, each: Duration) -> anyhow::Result<(u64, Duration, u64)> {
+/// Returns the effects they committed, the wall time, the commits they made and the CPU time
+/// they used while sending.
+fn processes(
+    journal: &Path,
+    n: usize,
+    each: Duration,
+) -> anyhow::Result<(u64, Duration, u64, Duration)> {
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for i in 0..n {
@@ -173,7 +195,7 @@ fn processes(journal: &Path, n: usize, each: Duration) -> anyhow::Result<(u64, D
     for (child, _) in &mut children {
         writeln!(child.stdin.as_mut().context("sender stdin")?, "go")?;
     }
-    let (mut effects, mut commits) = (0, 0);
+    let (mut effects, mut commits, mut cpu_ms) = (0, 0, 0);
     for (mut child, mut out) in children {
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -181,9 +203,15 @@ fn processes(journal: &Path, n: usize, each: Duration) -> anyhow::Result<(u64, D
             serde_json::from_str(&line).with_context(|| format!("sender said {line:?}"))?;
         effects += v["effects"].as_u64().unwrap_or(0);
         commits += v["commits"].as_u64().unwrap_or(0);
+        cpu_ms += v["cpu_ms"].as_u64().unwrap_or(0);
         anyhow::ensure!(child.wait()?.success(), "a sender process failed");
     }
-    Ok((effects, start.elapsed(), commits))
+    Ok((
+        effects,
+        start.elapsed(),
+        commits,
+        Duration::from_millis(cpu_ms),
+    ))
 }
 
 /// One sender process: open the journal, say ready, wait for "go", send for `each`, report.
@@ -194,11 +222,13 @@ fn sender_process(journal: &Path, name: &str, each: Duration) -> anyhow::Result<
     stdout.flush()?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
+    let cpu = bench::cpu_time();
     let (effects, _) = bench::threads(&bound, 1, name, each)?;
+    let cpu_ms = bench::cpu_time().saturating_sub(cpu).as_millis() as u64;
     writeln!(
         stdout,
         "{}",
-        json!({"effects": effects, "commits": handle.commits()})
+        json!({"effects": effects, "commits": handle.commits(), "cpu_ms": cpu_ms})
     )?;
     Ok(())
 }
