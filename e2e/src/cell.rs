@@ -390,7 +390,10 @@ fn judge(
             .and_then(|r| r.get("outcome"))
             .and_then(Value::as_str)
             .unwrap_or("NO_ANSWER");
-        let code = report.and_then(|r| r.get("code")).and_then(Value::as_str);
+        // How it ended, as the report's label has it: the via, the refusal code or the code.
+        let code = ["via", "refusal", "code"]
+            .iter()
+            .find_map(|f| report.and_then(|r| r.get(f)).and_then(Value::as_str));
         let repairs = report
             .and_then(|r| r.get("repairs"))
             .and_then(Value::as_array)

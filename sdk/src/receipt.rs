@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::core::{Confirmed, Event, Premises};
+use crate::core::{
+    Confirmed, EffectState, Event, Premises, RefusalCode, Resolution, Status, Tier, Via,
+};
 use crate::effect::canonical_json;
 use crate::journal::Record;
 
@@ -21,11 +23,39 @@ pub const RECEIPT_VERSION: u32 = 1;
 pub const UNSIGNED_NOTE: &str =
     "unsigned: proves internal consistency only — anyone can rebuild a consistent chain";
 
+/// How a receipt is signed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SignatureAlg {
+    /// HMAC-SHA256 with a shared secret.
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    /// Ed25519: anyone with the public key can check it.
+    #[serde(rename = "ed25519")]
+    Ed25519,
+}
+
+impl SignatureAlg {
+    /// The label, as written in receipts.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::HmacSha256 => "hmac-sha256",
+            Self::Ed25519 => "ed25519",
+        }
+    }
+}
+
+impl std::fmt::Display for SignatureAlg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// A signature over a receipt's canonical JSON (with `signature` set to null).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
-    /// `hmac-sha256` or `ed25519`.
-    pub alg: String,
+    /// The algorithm.
+    pub alg: SignatureAlg,
     /// Hex.
     pub value: String,
 }
@@ -43,8 +73,8 @@ pub struct Receipt {
     pub payload: Value,
     /// Target name and its tier when proposed.
     pub target: String,
-    /// Tier.
-    pub tier: u8,
+    /// The tier journaled when it was proposed.
+    pub tier: Tier,
     /// The lease it ran under.
     pub lease: String,
     /// Who approved the lease (from the grant snapshot taken at submit).
@@ -55,10 +85,10 @@ pub struct Receipt {
     pub premises_decided: Premises,
     /// Premises as last re-checked before a send (none if nothing was dispatched).
     pub premises_rechecked: Option<Premises>,
-    /// `COMMITTED`, `REFUSED`, `FAILED`, `AMBIGUOUS`, `APPLIED_TWICE`, or `IN_FLIGHT` /
-    /// `PROPOSED` if unresolved.
-    pub outcome: String,
-    /// How: the commit's via, the refusal code, the target's error code.
+    /// Where it stands: how it ended, or `IN_FLIGHT` / `PROPOSED` if unresolved.
+    pub outcome: Status,
+    /// How: the commit's via, the refusal code, the target's error code (see [`Receipt::via`]
+    /// and [`Receipt::refusal`] for the typed values).
     pub how: Option<String>,
     /// The target's reference (e.g. the refund id; for `APPLIED_TWICE`, every id, comma-separated).
     pub target_ref: Option<String>,
@@ -96,25 +126,20 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         Event::Dispatched(d) => Some(d.recheck.premises_now.clone()),
         _ => None,
     });
-    let (outcome, how, target_ref) = match &state {
-        crate::core::EffectState::Resolved { resolution, .. } => match resolution {
-            crate::core::Resolution::Committed(c) => (
-                "COMMITTED",
-                serde_json::to_value(c.via)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned)),
+    let outcome = state.status()?;
+    let (how, target_ref) = match &state {
+        EffectState::Resolved { resolution, .. } => match resolution {
+            Resolution::Committed(c) => (
+                Some(c.via.as_str().to_owned()),
                 c.result
                     .get("id")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
             ),
-            crate::core::Resolution::Refused(r) => {
-                ("REFUSED", Some(r.code.as_str().to_owned()), None)
-            }
-            crate::core::Resolution::Failed(f) => ("FAILED", Some(f.code.clone()), None),
-            crate::core::Resolution::Ambiguous(_) => ("AMBIGUOUS", None, None),
-            crate::core::Resolution::AppliedTwice(t) => (
-                "APPLIED_TWICE",
+            Resolution::Refused(r) => (Some(r.code.as_str().to_owned()), None),
+            Resolution::Failed(f) => (Some(f.code.clone()), None),
+            Resolution::Ambiguous(_) => (None, None),
+            Resolution::AppliedTwice(t) => (
                 None,
                 Some(
                     t.found
@@ -125,8 +150,7 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
                 ),
             ),
         },
-        crate::core::EffectState::InFlight { .. } => ("IN_FLIGHT", None, None),
-        _ => ("PROPOSED", None, None),
+        _ => (None, None),
     };
     Some(Receipt {
         version: RECEIPT_VERSION,
@@ -134,7 +158,7 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         payload_hash: first.payload_hash.clone(),
         payload: first.payload.clone(),
         target: first.target.clone(),
-        tier: first.tier,
+        tier: Tier::try_from(first.tier).ok()?,
         lease: first.lease.clone(),
         approver: grant
             .get("approver")
@@ -143,7 +167,7 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         grant,
         premises_decided: first.premises.clone(),
         premises_rechecked,
-        outcome: outcome.to_owned(),
+        outcome,
         how,
         target_ref,
         escalations: Vec::new(),
@@ -163,6 +187,24 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         signature: None,
         note: UNSIGNED_NOTE.to_owned(),
     })
+}
+
+impl Receipt {
+    /// How a committed effect is known to have landed.
+    pub fn via(&self) -> Option<Via> {
+        let how = self.how.as_deref()?;
+        (self.outcome == Status::Committed)
+            .then(|| serde_json::from_value(Value::String(how.to_owned())).ok())
+            .flatten()
+    }
+
+    /// Why a refused effect was refused.
+    pub fn refusal(&self) -> Option<RefusalCode> {
+        let how = self.how.as_deref()?;
+        (self.outcome == Status::Refused)
+            .then(|| serde_json::from_value(Value::String(how.to_owned())).ok())
+            .flatten()
+    }
 }
 
 /// A key that signs receipts.
@@ -214,13 +256,16 @@ impl SigningKeyKind {
     pub fn sign(&self, r: &mut Receipt) {
         let bytes = unsigned_bytes(r);
         let (alg, value) = match self {
-            Self::Hmac(k) => ("hmac-sha256", hmac_hex(k, &bytes).unwrap_or_default()),
-            Self::Ed25519(k) => ("ed25519", hex::encode(k.sign(&bytes).to_bytes())),
+            Self::Hmac(k) => (
+                SignatureAlg::HmacSha256,
+                hmac_hex(k, &bytes).unwrap_or_default(),
+            ),
+            Self::Ed25519(k) => (
+                SignatureAlg::Ed25519,
+                hex::encode(k.sign(&bytes).to_bytes()),
+            ),
         };
-        r.signature = Some(Signature {
-            alg: alg.into(),
-            value,
-        });
+        r.signature = Some(Signature { alg, value });
         r.note = match self {
             Self::Hmac(_) => "signed with HMAC-SHA256: anyone holding the shared key can check it",
             Self::Ed25519(_) => "signed with Ed25519: anyone holding the public key can check it",
@@ -256,15 +301,15 @@ impl VerifyingKeyKind {
             return Err("the receipt is unsigned, but a key was given: it proves nothing".into());
         };
         let bytes = unsigned_bytes(r);
-        let ok = match (self, sig.alg.as_str()) {
-            (Self::Hmac(k), "hmac-sha256") => {
+        let ok = match (self, sig.alg) {
+            (Self::Hmac(k), SignatureAlg::HmacSha256) => {
                 let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(k) else {
                     return Err("unusable HMAC key".into());
                 };
                 mac.update(&bytes);
                 hex::decode(&sig.value).is_ok_and(|v| mac.verify_slice(&v).is_ok())
             }
-            (Self::Ed25519(k), "ed25519") => hex::decode(&sig.value)
+            (Self::Ed25519(k), SignatureAlg::Ed25519) => hex::decode(&sig.value)
                 .ok()
                 .and_then(|v| <[u8; 64]>::try_from(v).ok())
                 .is_some_and(|v| {

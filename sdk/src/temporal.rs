@@ -16,9 +16,7 @@ use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-#[cfg(test)]
-use crate::core::RefusalCode;
-use crate::core::{Change, Premises, Repair, Via};
+use crate::core::{Change, Premises, RefusalCode, Repair, Status, Via};
 use crate::effect::{Effect, EffectKey};
 use crate::gate::{Bound, GateError, Outcome};
 use crate::journal::JournalError;
@@ -71,10 +69,12 @@ pub struct GatedReceipt {
 pub struct FailureDetails {
     /// The effect's key.
     pub key: String,
-    /// `REFUSED`, `AMBIGUOUS` or `FAILED`.
-    pub outcome: String,
-    /// Refusal code, or the target's error code for `FAILED`.
-    pub code: Option<String>,
+    /// How the effect ended: `REFUSED`, `FAILED`, `AMBIGUOUS` or `APPLIED_TWICE`.
+    pub outcome: Status,
+    /// Why it was refused (`REFUSED`).
+    pub refusal: Option<RefusalCode>,
+    /// The target's error code (`FAILED`).
+    pub target_code: Option<String>,
     /// For a person.
     pub reason: String,
     /// Premises that moved.
@@ -152,15 +152,14 @@ pub fn verdict(
         next_retry_delay: delay,
         details,
     };
-    let details = |outcome: &str, code: Option<String>, reason: String, changes, repairs| {
-        Some(Box::new(FailureDetails {
-            key: key.to_string(),
-            outcome: outcome.into(),
-            code,
-            reason,
-            changes,
-            repairs,
-        }))
+    let details = |outcome: Status, reason: String, changes, repairs| FailureDetails {
+        key: key.to_string(),
+        outcome,
+        refusal: None,
+        target_code: None,
+        reason,
+        changes,
+        repairs,
     };
     let outcome = match result {
         Ok(o) => o,
@@ -215,20 +214,22 @@ pub fn verdict(
             format!("{}: {}", r.code, r.reason),
             false,
             None,
-            details(
-                "REFUSED",
-                Some(r.code.as_str().to_owned()),
-                r.reason,
-                r.changes,
-                r.repairs,
-            ),
+            Some(Box::new(FailureDetails {
+                refusal: Some(r.code),
+                ..details(Status::Refused, r.reason, r.changes, r.repairs)
+            })),
         )),
         Outcome::Ambiguous(a) => Err(fail(
             AMBIGUOUS,
             a.reason.clone(),
             false,
             None,
-            details("AMBIGUOUS", None, a.reason, a.changes, Vec::new()),
+            Some(Box::new(details(
+                Status::Ambiguous,
+                a.reason,
+                a.changes,
+                Vec::new(),
+            ))),
         )),
         Outcome::AppliedTwice(a) => {
             let ids: Vec<String> = a
@@ -245,7 +246,12 @@ pub fn verdict(
                 message.clone(),
                 false,
                 None,
-                details("APPLIED_TWICE", None, message, Vec::new(), Vec::new()),
+                Some(Box::new(details(
+                    Status::AppliedTwice,
+                    message,
+                    Vec::new(),
+                    Vec::new(),
+                ))),
             ))
         }
         Outcome::Failed(f) => Err(fail(
@@ -253,7 +259,10 @@ pub fn verdict(
             format!("{}: {}", f.code, f.message),
             false,
             None,
-            details("FAILED", Some(f.code), f.message, Vec::new(), Vec::new()),
+            Some(Box::new(FailureDetails {
+                target_code: Some(f.code),
+                ..details(Status::Failed, f.message, Vec::new(), Vec::new())
+            })),
         )),
         Outcome::InFlight {
             retry_after,
@@ -388,7 +397,8 @@ mod tests {
         let f = verdict(&key(), 2, Ok(refused)).unwrap_err();
         assert_eq!((f.type_name, f.retryable), (REFUSED, false));
         let d = f.details.unwrap();
-        assert_eq!(d.code.as_deref(), Some("stale_premise_at_recovery"));
+        assert_eq!(d.outcome, Status::Refused);
+        assert_eq!(d.refusal, Some(RefusalCode::StalePremiseAtRecovery));
         assert_eq!(d.changes.len(), 1);
         let amb = Outcome::Ambiguous(Ambiguous {
             reason: "tier 3".into(),

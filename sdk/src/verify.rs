@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::core::decide::absorb;
 use crate::core::state::landed_in;
-use crate::core::{Event, LeaseVerdict};
+use crate::core::{Event, LeaseVerdict, Status};
 use crate::effect::EffectKey;
 use crate::journal::{Journal, Record};
 use crate::lease::LeaseStore;
@@ -36,8 +36,9 @@ pub struct Column {
 pub struct Verification {
     /// The key.
     pub key: String,
-    /// The receipt's outcome as derived from the journal.
-    pub outcome: String,
+    /// The receipt's outcome as derived from the journal; `None` where no history could be
+    /// read.
+    pub outcome: Option<Status>,
     /// The columns.
     pub columns: Vec<Column>,
 }
@@ -53,7 +54,7 @@ impl Verification {
     pub fn failed(key: impl Into<String>, detail: impl Into<String>) -> Self {
         Self {
             key: key.into(),
-            outcome: "UNKNOWN".into(),
+            outcome: None,
             columns: vec![col("valid", Some(false), detail)],
         }
     }
@@ -210,19 +211,10 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
     columns.push(col("escalations", None, "none recorded"));
     Verification {
         key: key.to_string(),
-        outcome: derived.outcome.clone(),
+        outcome: Some(derived.outcome),
         columns,
     }
 }
-
-/// Outcomes after which only evidence may follow.
-const FINAL: [&str; 5] = [
-    "COMMITTED",
-    "REFUSED",
-    "FAILED",
-    "AMBIGUOUS",
-    "APPLIED_TWICE",
-];
 
 fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
     let Some(anchor) = src.receipt else {
@@ -295,7 +287,8 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
                 Event::Confirmed(_) | Event::LateResult(_) | Event::AppliedTwice(_)
             ) && !matches!(&r.event, Event::Refused(n) if !n.is_final)
         });
-        if !FINAL.contains(&anchor.outcome.as_str()) || unanchored.is_some() {
+        // After a final outcome only evidence may follow.
+        if !anchor.outcome.is_final() || unanchored.is_some() {
             return col(
                 "valid",
                 Some(false),
@@ -386,7 +379,7 @@ fn happened_once(
     records: Option<&dyn TargetRecords>,
 ) -> Column {
     let heard = heard_of(history);
-    if matches!(derived.outcome.as_str(), "REFUSED" | "FAILED") && !heard.is_empty() {
+    if matches!(derived.outcome, Status::Refused | Status::Failed) && !heard.is_empty() {
         return col(
             "happened once",
             Some(false),
@@ -396,7 +389,7 @@ fn happened_once(
             ),
         );
     }
-    if heard.len() > 1 || derived.outcome == "APPLIED_TWICE" {
+    if heard.len() > 1 || derived.outcome == Status::AppliedTwice {
         let ids: Vec<String> = heard
             .iter()
             .map(|v| {
@@ -462,8 +455,8 @@ fn happened_once(
         .iter()
         .filter_map(|r| r.get("id").and_then(Value::as_str))
         .collect();
-    let (holds, what) = match derived.outcome.as_str() {
-        "COMMITTED" => (
+    let (holds, what) = match derived.outcome {
+        Status::Committed => (
             Some(
                 tagged.len() == 1
                     && derived
@@ -477,7 +470,7 @@ fn happened_once(
                 ids.join(", ")
             ),
         ),
-        "REFUSED" | "FAILED" => (
+        Status::Refused | Status::Failed => (
             Some(tagged.is_empty()),
             format!("{} effect(s) at the target carry the key", tagged.len()),
         ),

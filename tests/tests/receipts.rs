@@ -113,7 +113,7 @@ fn an_untouched_journal_verifies_every_column_against_its_signed_receipt() {
     assert_eq!(get("premises held").holds, Some(true));
     assert_eq!(get("approved by").detail, "ana@support");
     assert_eq!(get("approval verified").holds, Some(true));
-    assert_eq!(r.outcome, "COMMITTED");
+    assert_eq!(r.outcome, interlock::core::Status::Committed);
     assert_eq!(r.records.len(), 6);
 }
 
@@ -473,7 +473,7 @@ fn a_receipt_exported_before_the_effect_resolved_does_not_anchor_how_it_ended() 
     let history = open(&f.path).history(&f.key).unwrap();
     // Exported while in flight: PROPOSED, AUTHORIZED, DISPATCHED.
     let mut early = build(&history[..3]).unwrap();
-    assert_eq!(early.outcome, "IN_FLIGHT");
+    assert_eq!(early.outcome, interlock::core::Status::InFlight);
     s.sign(&mut early);
     let (holds, detail) = valid_detail(&check(&f, &early, &k));
     assert_eq!(holds, Some(false), "{detail}");

@@ -17,7 +17,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
 use crate::baselines::{self, Attempt};
-use crate::model::{Decision, RefundReport, RefundRequest, System};
+use crate::model::{Decision, RefundReport, RefundRequest, Reported, System};
 use crate::pause::Pause;
 use interlock::target::refund_premises::RefundPremises;
 
@@ -177,13 +177,8 @@ impl RefundActivities {
         };
         let receipt = gated(&ctx, bound, effect).await?;
         Ok(RefundReport {
-            outcome: "COMMITTED".into(),
-            code: Some(
-                serde_json::to_value(receipt.via)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-            ),
+            outcome: Reported::Committed,
+            via: Some(receipt.via),
             refund_id: receipt
                 .result
                 .get("id")
@@ -194,7 +189,7 @@ impl RefundActivities {
             } else {
                 String::new()
             },
-            repairs: Vec::new(),
+            ..RefundReport::default()
         })
     }
 

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use interlock::EffectKey;
-use interlock::core::{LeaseVerdict, Premises};
+use interlock::core::{LeaseVerdict, Premises, RefusalCode};
 use interlock::lease::LeaseStore;
 use interlock::premise::PremiseReader;
 use interlock::target::stripe::StripeRefunds;
 use serde_json::{Value, json};
 
-use crate::model::{Decision, RefundReport};
+use crate::model::{Decision, RefundReport, Reported};
 use crate::pause::Pause;
 use interlock::target::refund_premises::RefundPremises;
 
@@ -99,7 +99,7 @@ fn posted(p: Posted, pause: Option<&Pause>) -> Attempt {
     }
     match p {
         Posted::Refunded(id) => Attempt::Report(RefundReport {
-            outcome: "REFUNDED".into(),
+            outcome: Reported::Refunded,
             refund_id: Some(id),
             ..RefundReport::default()
         }),
@@ -164,7 +164,7 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
     match interlock::target::Target::lookup(target, &key, &payload) {
         interlock::core::LookupAnswer::Found(r) => {
             return Attempt::Report(RefundReport {
-                outcome: "REFUNDED".into(),
+                outcome: Reported::Refunded,
                 refund_id: r.get("id").and_then(Value::as_str).map(str::to_owned),
                 detail: "found by lookup".into(),
                 ..RefundReport::default()
@@ -172,7 +172,7 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         }
         interlock::core::LookupAnswer::Several(all) => {
             return Attempt::Report(RefundReport {
-                outcome: "REFUNDED".into(),
+                outcome: Reported::Refunded,
                 refund_id: all
                     .first()
                     .and_then(|r| r.get("id"))
@@ -189,8 +189,8 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         Ok(LeaseVerdict::Live) => {}
         Ok(LeaseVerdict::Dead { reason }) => {
             return Attempt::Report(RefundReport {
-                outcome: "REFUSED".into(),
-                code: Some("lease".into()),
+                outcome: Reported::Refused,
+                refusal: Some(RefusalCode::Lease),
                 detail: reason,
                 ..RefundReport::default()
             });
@@ -210,8 +210,8 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
     };
     if now != d.premises {
         return Attempt::Report(RefundReport {
-            outcome: "REFUSED".into(),
-            code: Some("stale_premise".into()),
+            outcome: Reported::Refused,
+            refusal: Some(RefusalCode::StalePremise),
             detail: format!("decided on {:?}, now {:?}", d.premises, now),
             ..RefundReport::default()
         });

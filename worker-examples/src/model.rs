@@ -1,6 +1,6 @@
 //! What the workflow and its activities exchange.
 
-use interlock::core::Premises;
+use interlock::core::{Premises, RefusalCode, Status, Via};
 use serde::{Deserialize, Serialize};
 
 /// How the refund step is carried out.
@@ -80,12 +80,66 @@ pub struct Decision {
     pub premises: Premises,
 }
 
+/// How a refund step ended, as its workflow reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum Reported {
+    /// The gate: the refund landed once.
+    Committed,
+    /// The gate: a check failed and nothing was sent on the refusing path.
+    Refused,
+    /// The gate: the payments API definitively said no.
+    Failed,
+    /// The gate: unknowable from here.
+    Ambiguous,
+    /// The gate: the payments API holds the refund more than once.
+    AppliedTwice,
+    /// A baseline: the payments API answered with a refund.
+    Refunded,
+    /// The step failed in a way its system does not classify.
+    #[default]
+    Error,
+}
+
+impl Reported {
+    /// The label (`COMMITTED`, `REFUNDED`, …).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Committed => "COMMITTED",
+            Self::Refused => "REFUSED",
+            Self::Failed => "FAILED",
+            Self::Ambiguous => "AMBIGUOUS",
+            Self::AppliedTwice => "APPLIED_TWICE",
+            Self::Refunded => "REFUNDED",
+            Self::Error => "ERROR",
+        }
+    }
+}
+
+impl From<Status> for Reported {
+    fn from(s: Status) -> Self {
+        match s {
+            Status::Committed => Self::Committed,
+            Status::Refused => Self::Refused,
+            Status::Failed => Self::Failed,
+            Status::Ambiguous => Self::Ambiguous,
+            Status::AppliedTwice => Self::AppliedTwice,
+            _ => Self::Error,
+        }
+    }
+}
+
 /// What the workflow answers: its account of what happened.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct RefundReport {
-    /// `COMMITTED`, `REFUNDED`, `REFUSED`, `AMBIGUOUS`, `FAILED` or `ERROR`.
-    pub outcome: String,
-    /// A refusal code, the target's error code, or how a commit was known.
+    /// How the step ended.
+    pub outcome: Reported,
+    /// How a commit is known to have landed.
+    pub via: Option<Via>,
+    /// Why it was refused.
+    pub refusal: Option<RefusalCode>,
+    /// The payments API's error code, or the failure type of an unclassified error.
     pub code: Option<String>,
     /// The refund id the answer names, if any.
     pub refund_id: Option<String>,
@@ -96,19 +150,24 @@ pub struct RefundReport {
 }
 
 impl RefundReport {
-    /// `OUTCOME` or `OUTCOME:code`.
+    /// `OUTCOME` or `OUTCOME:how` (the via, the refusal code or the error code).
     pub fn label(&self) -> String {
-        match &self.code {
-            Some(c) => format!("{}:{c}", self.outcome),
-            None => self.outcome.clone(),
+        let how = self
+            .via
+            .map(|v| v.as_str().to_owned())
+            .or(self.refusal.map(|r| r.as_str().to_owned()))
+            .or(self.code.clone());
+        match how {
+            Some(c) => format!("{}:{c}", self.outcome.label()),
+            None => self.outcome.label().to_owned(),
         }
     }
 
     /// Whether the answer claims money moved.
     pub fn says_refunded(&self) -> Option<bool> {
-        match self.outcome.as_str() {
-            "COMMITTED" | "REFUNDED" => Some(true),
-            "REFUSED" | "FAILED" | "ERROR" => Some(false),
+        match self.outcome {
+            Reported::Committed | Reported::Refunded => Some(true),
+            Reported::Refused | Reported::Failed | Reported::Error => Some(false),
             _ => None,
         }
     }

@@ -13,7 +13,7 @@ use temporalio_macros::{workflow, workflow_methods};
 use temporalio_sdk::{ActivityExecutionError, ActivityOptions, WorkflowContext, WorkflowResult};
 
 use crate::activities::RefundActivities;
-use crate::model::{RefundReport, RefundRequest, System};
+use crate::model::{RefundReport, RefundRequest, Reported, System};
 
 /// The workflow.
 #[workflow]
@@ -47,18 +47,20 @@ fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> RefundReport 
     };
     match details {
         Some(d) => RefundReport {
-            outcome: d.outcome,
-            code: d.code,
+            outcome: d.outcome.into(),
+            refusal: d.refusal,
+            code: d.target_code,
             refund_id: None,
             detail: d.reason,
             repairs: d.repairs.into_iter().map(|r| r.kind).collect(),
+            ..RefundReport::default()
         },
         None => RefundReport {
-            outcome: "ERROR".into(),
+            outcome: Reported::Error,
             code: (!kind.is_empty()).then_some(kind),
             refund_id: None,
             detail: message,
-            repairs: Vec::new(),
+            ..RefundReport::default()
         },
     }
 }

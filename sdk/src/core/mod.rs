@@ -6,6 +6,7 @@ pub mod decide;
 pub mod mutants;
 pub mod record;
 pub mod state;
+pub mod status;
 pub mod tier;
 pub mod transition;
 
@@ -19,4 +20,5 @@ pub use record::{
     Repair, TakeoverReason, Via,
 };
 pub use state::{Claim, EffectState, HistoryError, Resolution};
+pub use status::Status;
 pub use tier::{Effective, MarginError, Tier};

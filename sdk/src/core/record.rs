@@ -51,6 +51,26 @@ pub enum Via {
     LateAnswer,
 }
 
+impl Via {
+    /// The label, as written in the journal and shown to people (`first_send`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FirstSend => "first_send",
+            Self::IdempotentResend => "idempotent_resend",
+            Self::FoundByLookup => "found_by_lookup",
+            Self::ReappliedAfterLookup => "reapplied_after_lookup",
+            Self::FailedButLanded => "failed_but_landed",
+            Self::LateAnswer => "late_answer",
+        }
+    }
+}
+
+impl std::fmt::Display for Via {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One premise that moved between the decision and a re-check.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Change {

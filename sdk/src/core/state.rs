@@ -60,15 +60,9 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    /// Record kind of the resolution.
+    /// Record kind of the resolution (its status's label).
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Committed(_) => "COMMITTED",
-            Self::Refused(_) => "REFUSED",
-            Self::Failed(_) => "FAILED",
-            Self::Ambiguous(_) => "AMBIGUOUS",
-            Self::AppliedTwice(_) => "APPLIED_TWICE",
-        }
+        self.status().label()
     }
 }
 

@@ -4,7 +4,6 @@
 //! attempt resolves by the recovery table, never by guessing.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -15,7 +14,7 @@ use crate::clock::Clock;
 use crate::core::decide::plan_submit;
 use crate::core::transition::{self, Holding};
 use crate::core::{
-    Ambiguous, AppliedTwice, EffectState, Event, Failed, Holder, MarginError, Proposed, Refused,
+    Ambiguous, AppliedTwice, EffectState, Event, Failed, MarginError, Proposed, Refused,
     Resolution, SubmitPlan, Tier, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
@@ -27,73 +26,15 @@ use crate::premise::{PremiseError, PremiseReader};
 use crate::target::Target;
 
 mod checks;
+mod config;
 mod fresh;
 mod recovery;
 mod send;
 
+pub use config::{ConfigError, GateConfig, GateConfigBuilder};
+
 /// A state that moves under an attempt is re-planned at most this many times per call.
 const MAX_ROUNDS: usize = 8;
-
-/// How the gate runs.
-#[derive(Clone, Debug)]
-pub struct GateConfig {
-    /// Who this gate is, for claims.
-    pub holder: Holder,
-    /// A send is cut off after this long.
-    pub send_timeout: Duration,
-    /// Added to the send timeout for a claim's deadline: covers bytes still in flight.
-    pub settle: Duration,
-    /// A tier-1 target is trusted only until `window − margin` after the first dispatch.
-    pub dedupe_margin: Duration,
-    /// Where liveness lock files live (one host only).
-    pub lock_dir: PathBuf,
-    /// Suggested wait before retrying an effect in flight elsewhere.
-    pub retry_after: Duration,
-}
-
-impl GateConfig {
-    /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
-    /// lock files beside the journal (in its directory, resolved to a canonical path).
-    pub fn beside(journal_path: impl Into<PathBuf>) -> Self {
-        // One directory however the journal was named (`./j.db`, `/srv/j.db`, a symlink):
-        // a recoverer that probed another directory would find every holder's lock free.
-        let path: PathBuf = journal_path.into();
-        let path = match (path.parent(), path.file_name()) {
-            (Some(dir), Some(name)) => {
-                let dir = if dir.as_os_str().is_empty() {
-                    std::path::Path::new(".")
-                } else {
-                    dir
-                };
-                std::fs::canonicalize(dir).map_or_else(|_| path.clone(), |d| d.join(name))
-            }
-            _ => path,
-        };
-        let mut lock_dir = path.into_os_string();
-        lock_dir.push(".locks");
-        Self {
-            holder: Holder {
-                host: host_name(),
-                pid: std::process::id(),
-                attempt: "1".into(),
-            },
-            send_timeout: Duration::from_secs(30),
-            settle: Duration::from_secs(5),
-            dedupe_margin: Duration::from_secs(3600),
-            lock_dir: lock_dir.into(),
-            retry_after: Duration::from_millis(500),
-        }
-    }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
 
 /// What an attempt ended with. Workflows match on it; new outcomes may be added, so a match
 /// keeps a catch-all arm.
@@ -148,9 +89,9 @@ impl Outcome {
                 replayed: true,
                 ..
             } => {
-                format!("COMMITTED/{}(replayed)", via_str(*via))
+                format!("COMMITTED/{via}(replayed)")
             }
-            Self::Committed { via, .. } => format!("COMMITTED/{}", via_str(*via)),
+            Self::Committed { via, .. } => format!("COMMITTED/{via}"),
             Self::Refused(r) => format!("REFUSED:{}", r.code),
             Self::Failed(f) => format!("FAILED:{}", f.code),
             Self::Ambiguous(_) => "AMBIGUOUS".into(),
@@ -167,17 +108,6 @@ impl Outcome {
             self,
             Self::InFlight { .. } | Self::Retry { .. } | Self::Superseded { .. }
         )
-    }
-}
-
-fn via_str(via: Via) -> &'static str {
-    match via {
-        Via::FirstSend => "first_send",
-        Via::IdempotentResend => "idempotent_resend",
-        Via::FoundByLookup => "found_by_lookup",
-        Via::ReappliedAfterLookup => "reapplied_after_lookup",
-        Via::FailedButLanded => "failed_but_landed",
-        Via::LateAnswer => "late_answer",
     }
 }
 
@@ -215,6 +145,9 @@ pub enum GateError {
         /// The target this binding sends to.
         bound: String,
     },
+    /// The configuration cannot run a gate.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The liveness lock directory cannot be used.
     #[error("liveness locks in {dir}: {source}: make the directory writable")]
     Locks {
@@ -270,6 +203,7 @@ impl Gate {
         clock: Arc<dyn Clock>,
         cfg: GateConfig,
     ) -> Result<Self, GateError> {
+        cfg.check()?;
         let locks = LockDir::new(&cfg.lock_dir).map_err(|source| GateError::Locks {
             dir: cfg.lock_dir.display().to_string(),
             source,
@@ -623,25 +557,5 @@ fn outcome_of(res: Resolution, replayed: bool) -> Outcome {
         Resolution::Failed(f) => Outcome::Failed(f),
         Resolution::Ambiguous(a) => Outcome::Ambiguous(a),
         Resolution::AppliedTwice(a) => Outcome::AppliedTwice(a),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_journal_reached_by_two_paths_has_one_lock_directory() -> std::io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let real = dir.path().join("real");
-        std::fs::create_dir(&real)?;
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&real, &link)?;
-        let by_real = GateConfig::beside(real.join("j.db")).lock_dir;
-        let by_link = GateConfig::beside(link.join("./j.db")).lock_dir;
-        let dotted = GateConfig::beside(real.join("..").join("real").join("j.db")).lock_dir;
-        assert_eq!(by_real, by_link);
-        assert_eq!(by_real, dotted);
-        Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! `journal list`, `journal show`, `recover`, `scoreboard`.
 
+use interlock::core::Status;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -63,7 +64,7 @@ pub(crate) fn confirm(j: &SqliteJournal, args: ConfirmArgs) -> anyhow::Result<()
     };
     for k in keys {
         let records = j.history(&key(&k)?)?;
-        if summary(&records).0 != "COMMITTED" {
+        if summary(&records).0 != Some(Status::Committed) {
             continue;
         }
         let d = interlock::webhook::confirm_by_lookup(j, &target, &key(&k)?)?;
@@ -76,9 +77,9 @@ fn key(k: &str) -> anyhow::Result<EffectKey> {
     EffectKey::fixed(k).context("the key must be one `interlock journal list` prints")
 }
 
-fn summary(records: &[Record]) -> (String, String) {
+fn summary(records: &[Record]) -> (Option<Status>, String) {
     let r = build(records);
-    let outcome = r.as_ref().map_or("?".into(), |r| r.outcome.clone());
+    let outcome = r.as_ref().map(|r| r.outcome);
     let how = r.and_then(|r| r.how).unwrap_or_default();
     (outcome, how)
 }
@@ -147,7 +148,8 @@ pub(crate) fn run(j: &SqliteJournal, cmd: JournalCmd) -> anyhow::Result<()> {
                 }
                 let (outcome, how) = summary(&records);
                 println!(
-                    "→ {outcome} {how} (chain of {} records intact, head {})",
+                    "→ {} {how} (chain of {} records intact, head {})",
+                    outcome.map_or("?", Status::label),
                     records.len(),
                     &records[records.len() - 1].hash[..16]
                 );

@@ -1,5 +1,6 @@
 //! `receipt export`, `receipt keygen`, `verify`.
 
+use interlock::core::Status;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -336,7 +337,7 @@ pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool
                 "{} {} — {}",
                 if v.holds() { "HOLDS" } else { "FAILS" },
                 v.key,
-                v.outcome
+                v.outcome.map_or("UNKNOWN", Status::label)
             );
             for c in &v.columns {
                 let mark = match c.holds {

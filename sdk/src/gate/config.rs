@@ -1,0 +1,201 @@
+//! How a gate runs: who it is in the claims it writes, how long a send may take, how far a
+//! tier-1 target's dedupe window is trusted, and where the liveness locks live. The defaults suit
+//! a journal on the local disk; the builder checks what it is given, so a configuration that
+//! would cut every send off at once is refused when it is made, not found in production.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::core::Holder;
+
+/// How the gate runs.
+#[derive(Clone, Debug)]
+pub struct GateConfig {
+    /// Who this gate is, for claims.
+    pub holder: Holder,
+    /// A send is cut off after this long.
+    pub send_timeout: Duration,
+    /// Added to the send timeout for a claim's deadline: covers bytes still in flight.
+    pub settle: Duration,
+    /// A tier-1 target is trusted only until `window − margin` after the first dispatch.
+    pub dedupe_margin: Duration,
+    /// Where liveness lock files live (one host only).
+    pub lock_dir: PathBuf,
+    /// Suggested wait before retrying an effect in flight elsewhere.
+    pub retry_after: Duration,
+}
+
+impl GateConfig {
+    /// A builder, starting from the defaults for a journal at `journal_path` (see
+    /// [`GateConfig::beside`]).
+    pub fn builder(journal_path: impl Into<PathBuf>) -> GateConfigBuilder {
+        GateConfigBuilder {
+            cfg: Self::beside(journal_path),
+        }
+    }
+
+    /// Whether this configuration can run a gate.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.send_timeout.is_zero() {
+            return Err(ConfigError::ZeroSendTimeout);
+        }
+        if self.retry_after.is_zero() {
+            return Err(ConfigError::ZeroRetryAfter);
+        }
+        if self.holder.host.trim().is_empty() {
+            return Err(ConfigError::NoHost);
+        }
+        Ok(())
+    }
+
+    /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
+    /// lock files beside the journal (in its directory, resolved to a canonical path).
+    pub fn beside(journal_path: impl Into<PathBuf>) -> Self {
+        // One directory however the journal was named (`./j.db`, `/srv/j.db`, a symlink):
+        // a recoverer that probed another directory would find every holder's lock free.
+        let path: PathBuf = journal_path.into();
+        let path = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => {
+                let dir = if dir.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    dir
+                };
+                std::fs::canonicalize(dir).map_or_else(|_| path.clone(), |d| d.join(name))
+            }
+            _ => path,
+        };
+        let mut lock_dir = path.into_os_string();
+        lock_dir.push(".locks");
+        Self {
+            holder: Holder {
+                host: host_name(),
+                pid: std::process::id(),
+                attempt: "1".into(),
+            },
+            send_timeout: Duration::from_secs(30),
+            settle: Duration::from_secs(5),
+            dedupe_margin: Duration::from_secs(3600),
+            lock_dir: lock_dir.into(),
+            retry_after: Duration::from_millis(500),
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A configuration that cannot run a gate.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Every send would be cut off before it started.
+    #[error(
+        "the send timeout is zero: every send would be cut off at once; give it at least the target's usual answer time"
+    )]
+    ZeroSendTimeout,
+    /// Callers told to retry at once would spin.
+    #[error(
+        "retry_after is zero: callers would retry an effect in flight in a tight loop; give it a pause (the default is 500 ms)"
+    )]
+    ZeroRetryAfter,
+    /// Claims must name a host.
+    #[error("the holder's host name is empty: claims must name the host that may be sending")]
+    NoHost,
+}
+
+/// Builds a [`GateConfig`]: the journal's path first, then only what differs from the defaults.
+#[derive(Clone, Debug)]
+pub struct GateConfigBuilder {
+    cfg: GateConfig,
+}
+
+impl GateConfigBuilder {
+    /// A send is cut off after this long (default 30 s).
+    pub fn send_timeout(mut self, d: Duration) -> Self {
+        self.cfg.send_timeout = d;
+        self
+    }
+
+    /// Added to the send timeout for a claim's deadline (default 5 s).
+    pub fn settle(mut self, d: Duration) -> Self {
+        self.cfg.settle = d;
+        self
+    }
+
+    /// How long before its dedupe window ends a tier-1 target stops being trusted (default 1 h).
+    pub fn dedupe_margin(mut self, d: Duration) -> Self {
+        self.cfg.dedupe_margin = d;
+        self
+    }
+
+    /// Suggested wait before retrying an effect in flight elsewhere (default 500 ms).
+    pub fn retry_after(mut self, d: Duration) -> Self {
+        self.cfg.retry_after = d;
+        self
+    }
+
+    /// Where liveness lock files live (default: beside the journal).
+    pub fn lock_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cfg.lock_dir = dir.into();
+        self
+    }
+
+    /// Who this gate is in the claims it writes (default: this host and process, attempt 1).
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.cfg.holder = holder;
+        self
+    }
+
+    /// The configuration, once checked.
+    pub fn build(self) -> Result<GateConfig, ConfigError> {
+        self.cfg.check()?;
+        Ok(self.cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_that_would_cut_every_send_off_is_refused_when_built() {
+        let zero = GateConfig::builder("j.db")
+            .send_timeout(Duration::ZERO)
+            .build();
+        assert_eq!(zero.err(), Some(ConfigError::ZeroSendTimeout));
+        let spin = GateConfig::builder("j.db")
+            .retry_after(Duration::ZERO)
+            .build();
+        assert_eq!(spin.err(), Some(ConfigError::ZeroRetryAfter));
+        let ok = GateConfig::builder("j.db")
+            .send_timeout(Duration::from_secs(2))
+            .settle(Duration::from_millis(100))
+            .build();
+        assert_eq!(
+            ok.map(|c| c.send_timeout).ok(),
+            Some(Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn one_journal_reached_by_two_paths_has_one_lock_directory() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real)?;
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link)?;
+        let by_real = GateConfig::beside(real.join("j.db")).lock_dir;
+        let by_link = GateConfig::beside(link.join("./j.db")).lock_dir;
+        let dotted = GateConfig::beside(real.join("..").join("real").join("j.db")).lock_dir;
+        assert_eq!(by_real, by_link);
+        assert_eq!(by_real, dotted);
+        Ok(())
+    }
+}
