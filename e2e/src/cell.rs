@@ -89,6 +89,36 @@ pub struct Env {
     pub work: PathBuf,
 }
 
+impl Env {
+    /// The environment of a worker process polling `queue` against this environment's services.
+    pub fn worker_vars(&self, queue: &str) -> Vec<(String, String)> {
+        let mut vars = vec![
+            (
+                "TEMPORAL_ADDRESS".to_owned(),
+                format!("http://{}", self.server.address),
+            ),
+            ("TASK_QUEUE".to_owned(), queue.to_owned()),
+            ("STRIPE_API_BASE".to_owned(), self.base_url.clone()),
+            ("STRIPE_SECRET_KEY".to_owned(), self.secret.clone()),
+            (
+                "INTERLOCK_JOURNAL".to_owned(),
+                self.journal_path.display().to_string(),
+            ),
+            (
+                "INTERLOCK_CLOCK_SKEW_FILE".to_owned(),
+                self.skew.file.display().to_string(),
+            ),
+            ("INTERLOCK_SETTLE_MS".to_owned(), "500".to_owned()),
+            ("INTERLOCK_SEND_TIMEOUT_MS".to_owned(), "10000".to_owned()),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+        ];
+        if let Some(shop) = &self.shop_url {
+            vars.push(("INTERLOCK_SHOP_URL".to_owned(), shop.clone()));
+        }
+        vars
+    }
+}
+
 /// One judged cell.
 #[derive(Serialize, Clone, Debug)]
 pub struct CellResult {
@@ -141,29 +171,7 @@ struct Cell<'a> {
 impl Cell<'_> {
     fn worker(&mut self, pause: Option<&str>) -> anyhow::Result<usize> {
         let e = self.env;
-        let mut vars = vec![
-            (
-                "TEMPORAL_ADDRESS".to_owned(),
-                format!("http://{}", e.server.address),
-            ),
-            ("TASK_QUEUE".to_owned(), self.queue.clone()),
-            ("STRIPE_API_BASE".to_owned(), e.base_url.clone()),
-            ("STRIPE_SECRET_KEY".to_owned(), e.secret.clone()),
-            (
-                "INTERLOCK_JOURNAL".to_owned(),
-                e.journal_path.display().to_string(),
-            ),
-            (
-                "INTERLOCK_CLOCK_SKEW_FILE".to_owned(),
-                e.skew.file.display().to_string(),
-            ),
-            ("INTERLOCK_SETTLE_MS".to_owned(), "500".to_owned()),
-            ("INTERLOCK_SEND_TIMEOUT_MS".to_owned(), "10000".to_owned()),
-            ("RUST_LOG".to_owned(), "info".to_owned()),
-        ];
-        if let Some(shop) = &e.shop_url {
-            vars.push(("INTERLOCK_SHOP_URL".to_owned(), shop.clone()));
-        }
+        let vars = e.worker_vars(&self.queue);
         let n = self.workers.len();
         let log = self.dir.join(format!("worker-{n}.log"));
         self.workers.push(WorkerProc::spawn(

@@ -3,7 +3,6 @@
 
 pub mod baselines;
 pub mod bench;
-pub mod bench_report;
 pub mod cases;
 pub mod gated;
 pub mod matrix;

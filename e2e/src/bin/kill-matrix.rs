@@ -4,28 +4,13 @@
 //! cases that move an order's eligibility cannot hold then.
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use interlock::target::sim::SimPayments;
-use interlock::{Clock, SqliteJournal, Tier};
 use interlock_e2e::cases::{ALL, QUICK};
-use interlock_e2e::cell::{Env, SYSTEMS, SharedSkew, run_cell};
-use interlock_e2e::payments_api::{PaymentsApi, Routes};
-use interlock_e2e::procs::DevServer;
+use interlock_e2e::cell::{SYSTEMS, run_cell};
 use interlock_e2e::report::{markdown, summarize};
-
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use interlock_e2e::stack;
 
 /// The kill matrix on a real Temporal dev server.
 #[derive(Parser)]
@@ -103,83 +88,18 @@ fn main() -> anyhow::Result<()> {
             root.join("results")
         }
     });
-    let port = args.port;
-    let bins = std::env::current_exe()?
-        .parent()
-        .map(PathBuf::from)
-        .context("no binary directory")?;
-    let (worker_bin, starter_bin, cli_bin) = (
-        bins.join("refund-worker"),
-        bins.join("refund-starter"),
-        bins.join("interlock"),
-    );
-    for b in [&worker_bin, &starter_bin, &cli_bin] {
-        if !b.exists() {
-            bail!(
-                "{} is missing: build it with `cargo build -p worker-examples -p interlock`",
-                b.display()
-            );
-        }
-    }
     let scratch = tempfile::tempdir()?;
     let work = match std::env::var_os("KILL_MATRIX_KEEP") {
         Some(dir) => PathBuf::from(dir),
         None => scratch.path().to_owned(),
     };
     std::fs::create_dir_all(&work)?;
-    eprintln!("starting the Temporal dev server on 127.0.0.1:{port} …");
-    let server = DevServer::start(&work, port)?;
-    let skew = SharedSkew::new(work.join("clock-skew"))?;
-    let sim = SimPayments::new(
-        Tier::One,
-        Duration::from_secs(24 * 3600),
-        skew.clone() as Arc<dyn Clock>,
-    );
-    let secret = "sk_test_e2e".to_owned();
-    // Stripe's API and the shop's order service are two services, as they are in production;
-    // with --no-shop there is no shop at all and the workers decide on Stripe's facts alone.
-    let api = PaymentsApi::start_on(sim.clone(), &secret, 0, Routes::StripeOnly)?;
-    let shop = if args.no_shop {
-        None
-    } else {
-        Some(PaymentsApi::start_on(
-            sim.clone(),
-            &secret,
-            0,
-            Routes::ShopOnly,
-        )?)
-    };
-    let journal_path = work.join("journal.db");
-    let journal = Arc::new(SqliteJournal::open(
-        &journal_path,
-        skew.clone() as Arc<dyn Clock>,
-    )?);
-    // The API's signed refund webhooks go to `interlock webhook serve`, which records them.
-    let webhook_secret = "whsec_e2e";
-    let hook_port = port + 10;
-    let _receiver = ChildGuard(
-        Command::new(&cli_bin)
-            .args(["webhook", "serve", "--port", &hook_port.to_string()])
-            .env("INTERLOCK_JOURNAL", &journal_path)
-            .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
-            .stderr(std::fs::File::create(work.join("webhooks.log"))?)
-            .spawn()
-            .context("starting `interlock webhook serve`")?,
-    );
-    api.send_webhooks(&format!("http://127.0.0.1:{hook_port}/"), webhook_secret);
-    let env = Env {
-        server,
-        sim,
-        base_url: api.base_url.clone(),
-        shop_url: shop.as_ref().map(|s| s.base_url.clone()),
-        secret,
-        journal,
-        journal_path,
-        skew,
-        worker_bin,
-        starter_bin,
-        work: work.clone(),
-    };
+    let (env, services) = stack::start(&stack::Options {
+        work: &work,
+        port: args.port,
+        no_shop: args.no_shop,
+        webhooks: true,
+    })?;
     let total = cases.len() * systems.len() * repeat as usize;
     let mut cells = Vec::new();
     let mut n = 0;
@@ -225,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .filter(|c| c.system.starts_with("gated") && !c.held)
         .count();
-    drop(api);
+    drop(services);
     if failed_gated > 0 {
         bail!("{failed_gated} gated cell(s) did not hold");
     }

@@ -143,7 +143,7 @@ fn main() -> anyhow::Result<()> {
     let e2e = std::fs::read_to_string(root.join("results/bench_e2e.json"))
         .ok()
         .and_then(|s| serde_json::from_str::<Value>(&s).ok());
-    let md = interlock_tests::bench_report::render(&report, e2e.as_ref());
+    let md = interlock_e2e::bench_report::render(&report, e2e.as_ref());
     print!("{md}");
     if !quick && !partial {
         std::fs::write(

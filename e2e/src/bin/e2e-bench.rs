@@ -1,0 +1,223 @@
+//! Benchmark: what the gate costs end to end. On one Temporal dev server and one payments API, the
+//! same refund workflows run for `naive`, `keyed` and `gated_t1`, one system after another in one
+//! run, a fixed number at a time, each system with one worker process of its own; every workflow
+//! is timed from its start to its close. Writes `results/bench_e2e.json` and regenerates
+//! `docs/benchmarks.md` (`--help` for options; `--quick` runs a few and writes nothing).
+//!
+//! Every workflow must have refunded its payment exactly once, by the payments API's own records,
+//! or the run fails: a fast system that did not do the work measures nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use interlock::Grant;
+use interlock_e2e::cell::Env;
+use interlock_e2e::procs::{StarterProc, WorkerProc, now_ms};
+use interlock_e2e::stack;
+use serde_json::{Value, json};
+
+/// The end-to-end overhead benchmark on a real Temporal dev server.
+#[derive(Parser)]
+struct Args {
+    /// Measured workflows per system.
+    #[arg(long, default_value_t = 200)]
+    workflows: usize,
+    /// Workflows running at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Systems, comma-separated, in the order they run.
+    #[arg(long, value_delimiter = ',', default_value = "naive,keyed,gated_t1")]
+    systems: Vec<String>,
+    /// A short run (20 workflows, 4 at a time), printed and not written.
+    #[arg(long)]
+    quick: bool,
+    /// The Temporal dev server's port.
+    #[arg(long, default_value_t = 7264)]
+    port: u16,
+}
+
+/// Workflows run first for each system and not counted: the worker's connections and caches.
+const WARM_UP: usize = 8;
+const LOAD_WAIT: Duration = Duration::from_secs(900);
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (workflows, concurrency) = if args.quick {
+        (20, 4)
+    } else {
+        (args.workflows, args.concurrency)
+    };
+    anyhow::ensure!(
+        workflows > 0 && concurrency > 0,
+        "--workflows and --concurrency must be at least 1"
+    );
+    for s in &args.systems {
+        if !["naive", "keyed", "checked", "gated_t1"].contains(&s.as_str()) {
+            bail!(
+                "system {s}: choose from naive, keyed, checked, gated_t1 (the service acts as tier 1)"
+            );
+        }
+    }
+    let load_bin = stack::sibling("refund-load")?;
+    let scratch = tempfile::tempdir()?;
+    let (env, services) = stack::start(&stack::Options {
+        work: scratch.path(),
+        port: args.port,
+        no_shop: false,
+        webhooks: false,
+    })?;
+    let mut rows = Vec::new();
+    for system in &args.systems {
+        eprintln!(
+            "{system}: {WARM_UP} warm-up workflows, then {workflows}, {concurrency} at a time …"
+        );
+        let row = run_system(&env, &load_bin, system, workflows, concurrency)?;
+        eprintln!(
+            "{system}: {} workflows/s, p50 {} ms, p99 {} ms",
+            row["throughput_per_s"], row["p50_ms"], row["p99_ms"]
+        );
+        rows.push(row);
+    }
+    drop(services);
+    let p50 = |name: &str| {
+        rows.iter()
+            .find(|r| r["system"] == name)
+            .and_then(|r| r["p50_ms"].as_f64())
+    };
+    let ratio = p50("gated_t1")
+        .zip(p50("keyed"))
+        .map(|(g, k)| round(g / k, 3));
+    let report = json!({
+        "generated_by": "cargo run -p interlock-e2e --bin e2e-bench",
+        "workflows": workflows,
+        "concurrency": concurrency,
+        "warm_up": WARM_UP,
+        "systems": rows,
+        "gated_t1_p50_over_keyed": ratio,
+    });
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    if args.quick {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    std::fs::write(
+        root.join("results/bench_e2e.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    // The page holds both benchmarks; the journal's half comes from its own last run.
+    let journal = std::fs::read_to_string(root.join("results/bench_journal.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+        .unwrap_or(Value::Null);
+    std::fs::write(
+        root.join("docs/benchmarks.md"),
+        interlock_e2e::bench_report::render(&journal, Some(&report)),
+    )?;
+    eprintln!("wrote results/bench_e2e.json and docs/benchmarks.md");
+    Ok(())
+}
+
+/// Payments, leases and a worker for `system`; the warm-up; the measured run; the check that
+/// every payment was refunded once.
+fn run_system(
+    env: &Env,
+    load_bin: &Path,
+    system: &str,
+    workflows: usize,
+    concurrency: usize,
+) -> anyhow::Result<Value> {
+    let stamp = now_ms() % 1_000_000;
+    let warm = format!("warm-{system}-{stamp}");
+    let measured = format!("{system}-{stamp}");
+    for (prefix, n) in [(&warm, WARM_UP), (&measured, workflows)] {
+        for i in 0..n {
+            let pi = format!("pi_{prefix}_{i}");
+            env.sim.add_payment(&pi, 10_000);
+            env.journal
+                .grant_lease(
+                    &Grant::new(format!("lease-{prefix}-{i}"), "ana@support", now_ms())
+                        .scope("payment_intent", pi.as_str())
+                        .cap("amount", 2000),
+                )
+                .context("granting a benchmark lease")?;
+        }
+    }
+    let queue = format!("bench-{system}-{stamp}");
+    let dir = env.work.join(&queue);
+    std::fs::create_dir_all(&dir)?;
+    let _worker = WorkerProc::spawn(
+        &env.worker_bin,
+        &env.worker_vars(&queue),
+        None,
+        &dir,
+        &dir.join("worker.log"),
+    )?;
+    let vars = [
+        (
+            "TEMPORAL_ADDRESS".to_owned(),
+            format!("http://{}", env.server.address),
+        ),
+        ("TASK_QUEUE".to_owned(), queue.clone()),
+    ];
+    let load = |prefix: &str, n: usize, c: usize| -> anyhow::Result<Value> {
+        let args = [
+            "--system",
+            system,
+            "--prefix",
+            prefix,
+            "--workflows",
+            &n.to_string(),
+            "--concurrency",
+            &c.to_string(),
+        ]
+        .map(str::to_owned);
+        StarterProc::spawn(load_bin, &args, &vars)?.wait(LOAD_WAIT)
+    };
+    load(&warm, WARM_UP, WARM_UP.min(concurrency))?;
+    let out = load(&measured, workflows, concurrency)?;
+    let mut latencies: Vec<f64> = out["latencies_ms"]
+        .as_array()
+        .context("refund-load gave no latencies")?
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let wall_s = out["wall_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+    let refunded_once = (0..workflows)
+        .filter(|i| {
+            let refunds = env.sim.refunds(&format!("pi_{measured}_{i}"));
+            refunds.len() == 1 && refunds[0].amount == 2000
+        })
+        .count();
+    if refunded_once != workflows {
+        bail!(
+            "{system}: only {refunded_once} of {workflows} payments were refunded exactly once \
+             (workflows ended {}); see {}",
+            out["labels"],
+            dir.display()
+        );
+    }
+    Ok(json!({
+        "system": system,
+        "workflows": workflows,
+        "throughput_per_s": round(workflows as f64 / wall_s.max(1e-9), 2),
+        "p50_ms": round(percentile(&latencies, 0.50), 1),
+        "p99_ms": round(percentile(&latencies, 0.99), 1),
+        "max_ms": round(latencies.last().copied().unwrap_or(0.0), 1),
+        "wall_s": round(wall_s, 2),
+        "refunded_once": refunded_once,
+        "outcomes": out["labels"],
+    }))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(0.0)
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}

@@ -1,0 +1,130 @@
+//! The services an end-to-end run stands on, started the same way for the kill matrix and the
+//! overhead benchmark: a Temporal dev server, the payments API (Stripe's endpoints) and the shop's
+//! order service as two services, the shared journal, and optionally the webhook receiver.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use interlock::target::sim::SimPayments;
+use interlock::{Clock, SqliteJournal, Tier};
+
+use crate::cell::{Env, SharedSkew};
+use crate::payments_api::{PaymentsApi, Routes};
+use crate::procs::DevServer;
+
+/// A child process killed when dropped.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What runs beside the [`Env`] and stops when dropped.
+pub struct Services {
+    /// The payments API (Stripe's endpoints).
+    pub api: PaymentsApi,
+    /// The shop's order service, if any.
+    pub shop: Option<PaymentsApi>,
+    _receiver: Option<ChildGuard>,
+}
+
+/// How to start the stack.
+pub struct Options<'a> {
+    /// Scratch directory (the dev server's database, the journal, logs).
+    pub work: &'a Path,
+    /// The dev server's port (it also takes the next three; the webhook receiver port + 10).
+    pub port: u16,
+    /// No shop order service: workers decide on Stripe's facts alone.
+    pub no_shop: bool,
+    /// Send the payments API's signed webhooks to `interlock webhook serve`.
+    pub webhooks: bool,
+}
+
+/// The binary `name` beside the running one, or an error saying how to build it.
+pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?
+        .parent()
+        .map(|d| d.join(name))
+        .context("no binary directory")?;
+    if !path.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build -p worker-examples -p interlock --features interlock/cli`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Start everything and return the environment cells and benchmarks run in.
+pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
+    let (worker_bin, starter_bin) = (sibling("refund-worker")?, sibling("refund-starter")?);
+    eprintln!("starting the Temporal dev server on 127.0.0.1:{} …", o.port);
+    let server = DevServer::start(o.work, o.port)?;
+    let skew = SharedSkew::new(o.work.join("clock-skew"))?;
+    let sim = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(24 * 3600),
+        skew.clone() as Arc<dyn Clock>,
+    );
+    let secret = "sk_test_e2e".to_owned();
+    // Stripe's API and the shop's order service are two services, as they are in production.
+    let api = PaymentsApi::start_on(sim.clone(), &secret, 0, Routes::StripeOnly)?;
+    let shop = if o.no_shop {
+        None
+    } else {
+        Some(PaymentsApi::start_on(
+            sim.clone(),
+            &secret,
+            0,
+            Routes::ShopOnly,
+        )?)
+    };
+    let journal_path = o.work.join("journal.db");
+    let journal = Arc::new(SqliteJournal::open(
+        &journal_path,
+        skew.clone() as Arc<dyn Clock>,
+    )?);
+    let receiver = if o.webhooks {
+        // The API's signed refund webhooks go to `interlock webhook serve`, which records them.
+        let webhook_secret = "whsec_e2e";
+        let hook_port = o.port + 10;
+        let child = Command::new(sibling("interlock")?)
+            .args(["webhook", "serve", "--port", &hook_port.to_string()])
+            .env("INTERLOCK_JOURNAL", &journal_path)
+            .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
+            .stderr(std::fs::File::create(o.work.join("webhooks.log"))?)
+            .spawn()
+            .context("starting `interlock webhook serve`")?;
+        api.send_webhooks(&format!("http://127.0.0.1:{hook_port}/"), webhook_secret);
+        Some(ChildGuard(child))
+    } else {
+        None
+    };
+    let env = Env {
+        server,
+        sim,
+        base_url: api.base_url.clone(),
+        shop_url: shop.as_ref().map(|s| s.base_url.clone()),
+        secret,
+        journal,
+        journal_path,
+        skew,
+        worker_bin,
+        starter_bin,
+        work: o.work.to_owned(),
+    };
+    Ok((
+        env,
+        Services {
+            api,
+            shop,
+            _receiver: receiver,
+        },
+    ))
+}
