@@ -88,11 +88,16 @@ fn render_e2e(md: &mut String, e2e: &Value) {
     let _ = write!(
         md,
         "## End to end on a Temporal dev server\n\n{} refund workflows per system, {} at a time, \
-         against the payments API over HTTP, on one dev server and one worker process per \
-         system, run one system after another in the same run.\n\n\
+         against the payments API over HTTP (Stripe's endpoints and the shop's order service), on \
+         one dev server, one worker process per system. The systems take turns in {} rounds, \
+         each round in another order, after {} warm-up workflows each; latency is from the \
+         workflow's start to its close, throughput is workflows per second while the system ran. \
+         Every payment is checked refunded exactly once by the payments API's records.\n\n\
          | system | workflows | throughput (workflows/s) | p50 | p99 |\n|---|---|---|---|---|\n",
         num(&e2e["workflows"]),
         num(&e2e["concurrency"]),
+        num(&e2e["rounds"]),
+        num(&e2e["warm_up"]),
     );
     for row in e2e["systems"].as_array().into_iter().flatten() {
         let _ = writeln!(

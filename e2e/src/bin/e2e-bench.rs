@@ -7,6 +7,9 @@
 //! Every workflow must have refunded its payment exactly once, by the payments API's own records,
 //! or the run fails: a fast system that did not do the work measures nothing.
 
+#![allow(clippy::print_stdout)] // `--quick` prints its report
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +43,8 @@ struct Args {
 
 /// Workflows run first for each system and not counted: the worker's connections and caches.
 const WARM_UP: usize = 8;
+/// The measured workflows of each system run in this many turns, interleaved with the others'.
+const ROUNDS: usize = 4;
 const LOAD_WAIT: Duration = Duration::from_secs(900);
 
 fn main() -> anyhow::Result<()> {
@@ -68,17 +73,35 @@ fn main() -> anyhow::Result<()> {
         no_shop: false,
         webhooks: false,
     })?;
-    let mut rows = Vec::new();
-    for system in &args.systems {
+    // Systems take turns in rounds, each round in a different order, so whatever drifts during
+    // the run (the dev server's database growing, the machine's other load) falls on all alike.
+    let rounds = ROUNDS.min(workflows);
+    let mut runs = args
+        .systems
+        .iter()
+        .map(|system| SystemRun::start(&env, &load_bin, system, workflows, rounds))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for r in 0..rounds {
+        for k in 0..runs.len() {
+            let idx = (k + r) % runs.len();
+            let n = workflows / rounds + usize::from(r < workflows % rounds);
+            eprintln!(
+                "round {}/{rounds}: {} runs {n} workflows, {concurrency} at a time …",
+                r + 1,
+                runs[idx].system
+            );
+            runs[idx].round(&env, r, n, concurrency)?;
+        }
+    }
+    let rows = runs
+        .iter()
+        .map(SystemRun::summary)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for row in &rows {
         eprintln!(
-            "{system}: {WARM_UP} warm-up workflows, then {workflows}, {concurrency} at a time …"
+            "{}: {} workflows/s, p50 {} ms, p99 {} ms",
+            row["system"], row["throughput_per_s"], row["p50_ms"], row["p99_ms"]
         );
-        let row = run_system(&env, &load_bin, system, workflows, concurrency)?;
-        eprintln!(
-            "{system}: {} workflows/s, p50 {} ms, p99 {} ms",
-            row["throughput_per_s"], row["p50_ms"], row["p99_ms"]
-        );
-        rows.push(row);
     }
     drop(services);
     let p50 = |name: &str| {
@@ -94,6 +117,7 @@ fn main() -> anyhow::Result<()> {
         "workflows": workflows,
         "concurrency": concurrency,
         "warm_up": WARM_UP,
+        "rounds": rounds,
         "systems": rows,
         "gated_t1_p50_over_keyed": ratio,
     });
@@ -119,52 +143,83 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Payments, leases and a worker for `system`; the warm-up; the measured run; the check that
-/// every payment was refunded once.
-fn run_system(
-    env: &Env,
-    load_bin: &Path,
-    system: &str,
-    workflows: usize,
-    concurrency: usize,
-) -> anyhow::Result<Value> {
-    let stamp = now_ms() % 1_000_000;
-    let warm = format!("warm-{system}-{stamp}");
-    let measured = format!("{system}-{stamp}");
-    for (prefix, n) in [(&warm, WARM_UP), (&measured, workflows)] {
-        for i in 0..n {
-            let pi = format!("pi_{prefix}_{i}");
-            env.sim.add_payment(&pi, 10_000);
-            env.journal
-                .grant_lease(
-                    &Grant::new(format!("lease-{prefix}-{i}"), "ana@support", now_ms())
-                        .scope("payment_intent", pi.as_str())
-                        .cap("amount", 2000),
-                )
-                .context("granting a benchmark lease")?;
+/// One system's worker, its payments and what its rounds measured.
+struct SystemRun {
+    system: String,
+    load_bin: PathBuf,
+    stamp: i64,
+    dir: PathBuf,
+    vars: [(String, String); 2],
+    _worker: WorkerProc,
+    latencies: Vec<f64>,
+    busy_s: f64,
+    done: usize,
+    labels: BTreeMap<String, u64>,
+}
+
+impl SystemRun {
+    /// Payments and leases for every round, a worker of its own, and the warm-up.
+    fn start(
+        env: &Env,
+        load_bin: &Path,
+        system: &str,
+        workflows: usize,
+        rounds: usize,
+    ) -> anyhow::Result<Self> {
+        let stamp = now_ms() % 1_000_000;
+        let per_round = workflows.div_ceil(rounds);
+        let mut prefixes = vec![(format!("warm-{system}-{stamp}"), WARM_UP)];
+        prefixes.extend((0..rounds).map(|r| (format!("{system}-{stamp}-r{r}"), per_round)));
+        for (prefix, n) in &prefixes {
+            for i in 0..*n {
+                let pi = format!("pi_{prefix}_{i}");
+                env.sim.add_payment(&pi, 10_000);
+                env.journal
+                    .grant_lease(
+                        &Grant::new(format!("lease-{prefix}-{i}"), "ana@support", now_ms())
+                            .scope("payment_intent", pi.as_str())
+                            .cap("amount", 2000),
+                    )
+                    .context("granting a benchmark lease")?;
+            }
         }
+        let queue = format!("bench-{system}-{stamp}");
+        let dir = env.work.join(&queue);
+        std::fs::create_dir_all(&dir)?;
+        let worker = WorkerProc::spawn(
+            &env.worker_bin,
+            &env.worker_vars(&queue),
+            None,
+            &dir,
+            &dir.join("worker.log"),
+        )?;
+        let run = Self {
+            system: system.to_owned(),
+            load_bin: load_bin.to_owned(),
+            stamp,
+            dir,
+            vars: [
+                (
+                    "TEMPORAL_ADDRESS".to_owned(),
+                    format!("http://{}", env.server.address),
+                ),
+                ("TASK_QUEUE".to_owned(), queue),
+            ],
+            _worker: worker,
+            latencies: Vec::new(),
+            busy_s: 0.0,
+            done: 0,
+            labels: BTreeMap::new(),
+        };
+        eprintln!("{system}: {WARM_UP} warm-up workflows …");
+        run.load(&format!("warm-{system}-{stamp}"), WARM_UP, WARM_UP)?;
+        Ok(run)
     }
-    let queue = format!("bench-{system}-{stamp}");
-    let dir = env.work.join(&queue);
-    std::fs::create_dir_all(&dir)?;
-    let _worker = WorkerProc::spawn(
-        &env.worker_bin,
-        &env.worker_vars(&queue),
-        None,
-        &dir,
-        &dir.join("worker.log"),
-    )?;
-    let vars = [
-        (
-            "TEMPORAL_ADDRESS".to_owned(),
-            format!("http://{}", env.server.address),
-        ),
-        ("TASK_QUEUE".to_owned(), queue.clone()),
-    ];
-    let load = |prefix: &str, n: usize, c: usize| -> anyhow::Result<Value> {
+
+    fn load(&self, prefix: &str, n: usize, c: usize) -> anyhow::Result<Value> {
         let args = [
             "--system",
-            system,
+            &self.system,
             "--prefix",
             prefix,
             "--workflows",
@@ -173,43 +228,59 @@ fn run_system(
             &c.to_string(),
         ]
         .map(str::to_owned);
-        StarterProc::spawn(load_bin, &args, &vars)?.wait(LOAD_WAIT)
-    };
-    load(&warm, WARM_UP, WARM_UP.min(concurrency))?;
-    let out = load(&measured, workflows, concurrency)?;
-    let mut latencies: Vec<f64> = out["latencies_ms"]
-        .as_array()
-        .context("refund-load gave no latencies")?
-        .iter()
-        .filter_map(Value::as_f64)
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    let wall_s = out["wall_ms"].as_f64().unwrap_or(0.0) / 1000.0;
-    let refunded_once = (0..workflows)
-        .filter(|i| {
-            let refunds = env.sim.refunds(&format!("pi_{measured}_{i}"));
-            refunds.len() == 1 && refunds[0].amount == 2000
-        })
-        .count();
-    if refunded_once != workflows {
-        bail!(
-            "{system}: only {refunded_once} of {workflows} payments were refunded exactly once \
-             (workflows ended {}); see {}",
-            out["labels"],
-            dir.display()
-        );
+        StarterProc::spawn(&self.load_bin, &args, &self.vars)?.wait(LOAD_WAIT)
     }
-    Ok(json!({
-        "system": system,
-        "workflows": workflows,
-        "throughput_per_s": round(workflows as f64 / wall_s.max(1e-9), 2),
-        "p50_ms": round(percentile(&latencies, 0.50), 1),
-        "p99_ms": round(percentile(&latencies, 0.99), 1),
-        "max_ms": round(latencies.last().copied().unwrap_or(0.0), 1),
-        "wall_s": round(wall_s, 2),
-        "refunded_once": refunded_once,
-        "outcomes": out["labels"],
-    }))
+
+    /// Round `r`: `n` workflows, `c` at a time; each payment must then hold one refund.
+    fn round(&mut self, env: &Env, r: usize, n: usize, c: usize) -> anyhow::Result<()> {
+        let prefix = format!("{}-{}-r{r}", self.system, self.stamp);
+        let out = self.load(&prefix, n, c)?;
+        self.latencies.extend(
+            out["latencies_ms"]
+                .as_array()
+                .context("refund-load gave no latencies")?
+                .iter()
+                .filter_map(Value::as_f64),
+        );
+        self.busy_s += out["wall_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+        for (label, count) in out["labels"].as_object().into_iter().flatten() {
+            *self.labels.entry(label.clone()).or_default() += count.as_u64().unwrap_or(0);
+        }
+        let once = (0..n)
+            .filter(|i| {
+                let refunds = env.sim.refunds(&format!("pi_{prefix}_{i}"));
+                refunds.len() == 1 && refunds[0].amount == 2000
+            })
+            .count();
+        if once != n {
+            bail!(
+                "{}: only {once} of {n} payments were refunded exactly once in round {} \
+                 (workflows ended {}); see {}",
+                self.system,
+                r + 1,
+                out["labels"],
+                self.dir.display()
+            );
+        }
+        self.done += n;
+        Ok(())
+    }
+
+    fn summary(&self) -> anyhow::Result<Value> {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_by(f64::total_cmp);
+        Ok(json!({
+            "system": self.system,
+            "workflows": self.done,
+            "throughput_per_s": round(self.done as f64 / self.busy_s.max(1e-9), 2),
+            "p50_ms": round(percentile(&sorted, 0.50), 1),
+            "p99_ms": round(percentile(&sorted, 0.99), 1),
+            "max_ms": round(sorted.last().copied().unwrap_or(0.0), 1),
+            "busy_s": round(self.busy_s, 2),
+            "refunded_once": self.done,
+            "outcomes": self.labels,
+        }))
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
