@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use interlock::faults::Stall;
-use interlock::target::sim::SimPayments;
 use interlock::{Clock, Grant, SqliteJournal, SystemClock, Tier};
+use interlock_testkit::faults::Stall;
+use interlock_testkit::sim::SimPayments;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -457,7 +457,7 @@ fn judge(
 /// own records, after giving the API's webhook a moment to be recorded.
 fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Result<()> {
     let key = interlock::EffectKey::fixed(request)?;
-    let target = interlock::target::sim::SimTarget(env.sim.clone());
+    let target = interlock_testkit::sim::SimTarget(env.sim.clone());
     let committed = cell.outcome.starts_with("COMMITTED");
     let t0 = std::time::Instant::now();
     let v = loop {

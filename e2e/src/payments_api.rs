@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use interlock::Tier;
-use interlock::faults::Stall;
-use interlock::target::sim::{SimPayments, SimRefund, SimResponse};
+use interlock_testkit::faults::Stall;
+use interlock_testkit::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
 

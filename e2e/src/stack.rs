@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use interlock::target::sim::SimPayments;
 use interlock::{Clock, SqliteJournal, Tier};
+use interlock_testkit::sim::SimPayments;
 
 use crate::cell::{Env, SharedSkew};
 use crate::payments_api::{PaymentsApi, Routes};

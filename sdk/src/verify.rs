@@ -19,6 +19,7 @@ use crate::journal::{Journal, Record};
 use crate::lease::LeaseStore;
 use crate::receipt::{Receipt, UNSIGNED_NOTE, VerifyingKeyKind, build};
 use crate::target::TargetRecords;
+use crate::target::refund::key_of;
 
 /// One column of a verification.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -101,9 +102,7 @@ pub fn strangers(
         .tagged()?
         .iter()
         .filter_map(|r| {
-            let key = r
-                .pointer("/metadata/interlock_key")
-                .and_then(Value::as_str)?;
+            let key = key_of(r)?;
             let id = r.get("id").and_then(Value::as_str).unwrap_or("an effect");
             let on = pi(r).unwrap_or_else(|| "?".into());
             let why = match known.get(key) {
@@ -429,15 +428,12 @@ fn happened_once(
     let tagged: Vec<&Value> = all
         .iter()
         .filter(counts)
-        .filter(|r| {
-            r.pointer("/metadata/interlock_key").and_then(Value::as_str)
-                == Some(derived.key.as_str())
-        })
+        .filter(|r| key_of(r) == Some(derived.key.as_str()))
         .collect();
     let untagged: Vec<String> = all
         .iter()
         .filter(counts)
-        .filter(|r| r.pointer("/metadata/interlock_key").is_none())
+        .filter(|r| key_of(r).is_none())
         .map(|r| {
             format!(
                 "{} ({})",

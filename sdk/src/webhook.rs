@@ -177,10 +177,7 @@ pub fn handle(
     if !kind.starts_with("refund.") && kind != "charge.refund.updated" {
         return Ok(Delivery::Ignored(format!("{kind} is not a refund event")));
     }
-    let Some(key) = object
-        .pointer("/metadata/interlock_key")
-        .and_then(Value::as_str)
-    else {
+    let Some(key) = crate::target::refund::key_of(object) else {
         return Ok(Delivery::Ignored(
             "the refund carries no effect key (a hand refund?)".into(),
         ));

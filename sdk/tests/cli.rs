@@ -9,8 +9,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::target::sim::{RefundPayload, SimPayments, SimRefundPremises, SimTarget};
 use interlock::{EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock, Tier};
+use interlock_testkit::sim::{RefundPayload, SimPayments, SimRefundPremises, SimTarget};
 
 fn cli(journal: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_interlock"))

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use interlock::Effect;
-use interlock::target::sim::{RefundPayload, SimPayments, SimResponse};
+use interlock_testkit::sim::{RefundPayload, SimPayments, SimResponse};
 
 use crate::system::{Answer, Attempt, Fault, Says, System};
 

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::faults::{Action, FaultPoint, ScriptedFaults};
+use interlock::faults::FaultPoint;
 use interlock::journal::SqliteJournal;
-use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::{Clock, Effect, Gate, GateConfig, GateError, Outcome, Tier};
+use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
 
 use crate::system::{Answer, Attempt, Fault, Says, System};
 use crate::world::World;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use interlock::Tier;
-use interlock::faults::Stall;
+use interlock_testkit::faults::Stall;
 use serde::Serialize;
 
 use crate::baselines::{Baseline, Kind};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use interlock::Effect;
-use interlock::faults::Stall;
+use interlock_testkit::faults::Stall;
 
 /// A fault injected into one attempt.
 #[derive(Clone, Debug)]

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use interlock::core::Premises;
-use interlock::target::sim::{RefundPayload, SimPayments, SimRefundPremises};
 use interlock::{Effect, EffectKey, Grant, ManualClock, PremiseReader, Tier};
+use interlock_testkit::sim::{RefundPayload, SimPayments, SimRefundPremises};
 use serde_json::json;
 
 /// The payment refunded in every cell.

@@ -12,11 +12,11 @@ use interlock::core::{Event, LeaseVerdict, Premises, RefusalCode};
 use interlock::journal::{Journal, JournalError};
 use interlock::lease::{Grant, LeaseError, LeaseStore};
 use interlock::premise::{FnPremises, PremiseError, PremiseReader};
-use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::target::{SendAnswer, SendRequest, Target};
 use interlock::{
     Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, SqliteJournal, Tier,
 };
+use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock_tests::world::{AMOUNT, PAYMENT, T0, World};
 use serde_json::Value;
 

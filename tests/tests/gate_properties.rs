@@ -17,13 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use interlock::core::{EffectState, Event, LookupAnswer, Resolution, SendAnswer};
-use interlock::faults::{Action, FaultPoint, ScriptedFaults, Stall};
+use interlock::faults::FaultPoint;
 use interlock::journal::{Journal, SqliteJournal};
-use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::target::{SendRequest, Target};
 use interlock::{
     Clock, Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, Tier,
 };
+use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
+use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock_tests::world::{
     AMOUNT, LEASE, PAID, PAYMENT, REDECIDED, T0, UNRELATED, WINDOW, World,
 };

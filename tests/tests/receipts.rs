@@ -7,12 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::faults::{Action, FaultPoint, ScriptedFaults};
+use interlock::faults::FaultPoint;
 use interlock::journal::{Journal, record_hash};
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
-use interlock::target::sim::{SimRefundPremises, SimTarget};
 use interlock::verify::{Sources, verify};
 use interlock::{EffectKey, Gate, GateConfig, GateError, ManualClock, SqliteJournal, Tier};
+use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_testkit::sim::{SimRefundPremises, SimTarget};
 use interlock_tests::raw_sql;
 use interlock_tests::world::{AMOUNT, PAYMENT, T0, World};
 use serde_json::Value;
@@ -406,7 +407,7 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
     let metadata = [("interlock_key".to_owned(), "lost-effect".to_owned())]
         .into_iter()
         .collect();
-    let interlock::target::sim::SimResponse::Created(lost) =
+    let interlock_testkit::sim::SimResponse::Created(lost) =
         f.world
             .sim
             .create_refund(PAYMENT, 1500, Some("lost-effect"), metadata)
@@ -419,7 +420,7 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
     let on_other = [("interlock_key".to_owned(), f.key.to_string())]
         .into_iter()
         .collect();
-    let interlock::target::sim::SimResponse::Created(elsewhere) =
+    let interlock_testkit::sim::SimResponse::Created(elsewhere) =
         f.world
             .sim
             .create_refund("pi_elsewhere", 1000, None, on_other)

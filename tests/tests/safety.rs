@@ -9,14 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use interlock::core::{LookupAnswer, RefusalCode, SendAnswer, Via};
-use interlock::faults::{Action, FaultPoint, ScriptedFaults, Stall};
+use interlock::faults::FaultPoint;
 use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock::target::{SendRequest, Target};
 use interlock::{
     Bound, Effect, EffectKey, Gate, GateConfig, GateError, Journal, ManualClock, Outcome,
     SqliteJournal, Tier,
 };
+use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
+use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
 use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
 use serde_json::Value;
 

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use interlock::core::{LookupAnswer, SendAnswer};
-use interlock::faults::Stall;
 use interlock::premise::PremiseReader;
-use interlock::target::sim::SimPayments;
 use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::target::{SendRequest, Target};
 use interlock::{EffectKey, ManualClock, Tier};
 use interlock_e2e::payments_api::PaymentsApi;
+use interlock_testkit::faults::Stall;
+use interlock_testkit::sim::SimPayments;
 use serde_json::json;
 
 const SECRET: &str = "sk_test_interlock";

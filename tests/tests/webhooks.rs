@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use interlock::core::Event;
 use interlock::journal::Journal;
-use interlock::target::sim::{SimRefundPremises, SimTarget};
 use interlock::webhook::{Delivery, handle, sign};
 use interlock::{Gate, GateConfig, Outcome, SqliteJournal, Tier};
+use interlock_testkit::sim::{SimRefundPremises, SimTarget};
 use interlock_tests::world::{AMOUNT, World};
 use serde_json::json;
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use interlock::target::sim::SimPayments;
 use interlock::{SystemClock, Tier};
 use interlock_e2e::payments_api::{PaymentsApi, Routes};
+use interlock_testkit::sim::SimPayments;
 
 /// The simulated payments service over Stripe's HTTP API.
 #[derive(Parser)]

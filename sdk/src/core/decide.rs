@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::record::{Ambiguous, Change, LeaseVerdict, Premises, Recheck, RefusalCode, Repair, Via};
+use super::record::{Ambiguous, Change, LeaseVerdict, Premises, Recheck, RefusalCode, Via};
 use super::state::{Claim, EffectState, Resolution};
 use super::tier::Effective;
 
@@ -502,20 +502,6 @@ pub fn after_send(
         }
         (SendAnswer::Unknown(why), _) => AfterSend::StayInFlight(why.clone()),
     }
-}
-
-/// A refund-shaped repair: the amount still fits in what is left to refund, if the other
-/// refund was not this one.
-pub fn still_fits(amount: i64, paid: i64, refunded_now: i64, payload: &Value) -> Option<Repair> {
-    let left = paid.checked_sub(refunded_now)?;
-    (amount > 0 && left >= amount).then(|| Repair {
-        kind: "still_fits".into(),
-        summary: format!(
-            "{amount} still fits: {left} of {paid} is left to refund, if the other refund was \
-             not this one"
-        ),
-        payload: payload.clone(),
-    })
 }
 
 #[cfg(test)]

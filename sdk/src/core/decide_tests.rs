@@ -422,16 +422,3 @@ fn an_unknown_answer_is_never_a_failure() {
         AfterSend::Refuse(_)
     ));
 }
-
-#[test]
-fn still_fits_only_when_what_is_left_covers_the_amount() {
-    let r = still_fits(2000, 10_000, 500, &json!({"amount": 2000}));
-    assert_eq!(r.as_ref().map(|r| r.kind.as_str()), Some("still_fits"));
-    assert!(
-        r.map(|r| r.summary)
-            .unwrap_or_default()
-            .contains("9500 of 10000")
-    );
-    assert!(still_fits(2000, 10_000, 9_000, &json!({})).is_none());
-    assert!(still_fits(0, 10_000, 0, &json!({})).is_none());
-}

@@ -2,8 +2,8 @@
 //! sends under the effect's key, and — if it can — looks an effect up by that key. Its answers are
 //! the core's [`SendAnswer`] and [`LookupAnswer`], so every target is judged by the same table.
 
+pub mod refund;
 pub mod refund_premises;
-pub mod sim;
 pub mod stripe;
 
 use std::time::Duration;
@@ -82,16 +82,10 @@ pub fn by_key(records: impl IntoIterator<Item = Value>) -> LookupAnswer {
 }
 
 fn is_tagged(r: &Value) -> bool {
-    r.pointer(&format!("/metadata/{}", sim::KEY_FIELD))
-        .is_some()
+    refund::key_of(r).is_some()
 }
 
-fn payment_intent(payload: &Value) -> Result<&str, String> {
-    payload
-        .get("payment_intent")
-        .and_then(Value::as_str)
-        .ok_or_else(|| "the payload names no payment_intent".to_owned())
-}
+use refund::payment_intent;
 
 impl TargetRecords for stripe::StripeRefunds {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
@@ -100,28 +94,6 @@ impl TargetRecords for stripe::StripeRefunds {
 
     fn tagged(&self) -> Result<Vec<Value>, String> {
         let mut all = self.list_all_refunds()?;
-        all.retain(is_tagged);
-        Ok(all)
-    }
-}
-
-impl TargetRecords for sim::SimTarget {
-    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        Ok(self
-            .0
-            .refunds(payment_intent(payload)?)
-            .iter()
-            .map(sim::SimRefund::as_json)
-            .collect())
-    }
-
-    fn tagged(&self) -> Result<Vec<Value>, String> {
-        let mut all: Vec<Value> = self
-            .0
-            .all_refunds()
-            .iter()
-            .map(sim::SimRefund::as_json)
-            .collect();
         all.retain(is_tagged);
         Ok(all)
     }

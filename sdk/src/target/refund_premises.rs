@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::core::{Premises, Repair};
 use crate::effect::EffectKey;
 use crate::premise::{PremiseError, PremiseReader};
-use crate::target::sim::refund_repairs;
+use crate::target::refund::refund_repairs;
 use crate::target::stripe::StripeRefundPremises;
 use serde_json::{Value, json};
 

@@ -18,7 +18,7 @@ use super::{SendRequest, Target};
 use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
 use crate::effect::EffectKey;
 use crate::premise::{PremiseError, PremiseReader};
-use crate::target::sim::{KEY_FIELD, RefundPayload, refund_repairs};
+use crate::target::refund::{RefundPayload, key_of, refund_repairs};
 
 /// Stripe remembers idempotency keys for 24 hours.
 pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -326,7 +326,7 @@ impl Target for StripeRefunds {
         let form = [
             ("payment_intent", p.payment_intent.as_str()),
             ("amount", amount.as_str()),
-            ("metadata[interlock_key]", req.key.as_str()),
+            ("metadata[interlock_key]", req.key.as_str()), // refund::KEY_FIELD
         ];
         // Every send carries the key, whatever tier this binding assumes: the tier only decides
         // how far recovery trusts the service, and a binding that assumes less must not send
@@ -351,12 +351,11 @@ impl Target for StripeRefunds {
             Err(e) => return LookupAnswer::Unknown(e),
         };
         match self.list_refunds(&p.payment_intent) {
-            Ok(refunds) => super::by_key(refunds.into_iter().filter(|r| {
-                r.pointer(&format!("/metadata/{KEY_FIELD}"))
-                    .and_then(Value::as_str)
-                    == Some(key.as_str())
-                    && counts(r)
-            })),
+            Ok(refunds) => super::by_key(
+                refunds
+                    .into_iter()
+                    .filter(|r| key_of(r) == Some(key.as_str()) && counts(r)),
+            ),
             Err(why) => LookupAnswer::Unknown(why),
         }
     }
@@ -439,10 +438,7 @@ impl PremiseReader for StripeRefundPremises {
             .map_err(PremiseError::Unavailable)?;
         let mut others = 0i64;
         for r in refunds.iter().filter(|r| counts(r)) {
-            let mine = r
-                .pointer(&format!("/metadata/{KEY_FIELD}"))
-                .and_then(Value::as_str)
-                == Some(key.as_str());
+            let mine = key_of(r) == Some(key.as_str());
             if !mine {
                 others += r.get("amount").and_then(Value::as_i64).ok_or_else(|| {
                     PremiseError::Invalid(format!(

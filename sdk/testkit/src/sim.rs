@@ -11,16 +11,16 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{SendRequest, Target};
-use crate::clock::Clock;
-use crate::core::decide::still_fits;
-use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
-use crate::effect::{EffectKey, canonical_json, sha256_hex};
-use crate::faults::Stall;
-use crate::premise::{PremiseError, PremiseReader};
+use interlock::clock::Clock;
+use interlock::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
+use interlock::effect::{EffectKey, canonical_json, sha256_hex};
+use interlock::premise::{PremiseError, PremiseReader};
+use interlock::target::refund::payment_intent;
+use interlock::target::{SendRequest, Target, TargetRecords};
 
-/// Metadata field that carries the effect key on every refund the gate creates.
-pub const KEY_FIELD: &str = "interlock_key";
+use crate::faults::Stall;
+
+pub use interlock::target::refund::{KEY_FIELD, RefundPayload, refund_repairs};
 
 /// A refund as the service keeps it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -483,19 +483,8 @@ fn apply(
     SimResponse::Created(body)
 }
 
-/// The refund effect's payload.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RefundPayload {
-    /// The payment refunded.
-    pub payment_intent: String,
-    /// Cents.
-    pub amount: i64,
-    /// ISO currency.
-    pub currency: String,
-}
-
 fn parse_payload(payload: &Value) -> Result<RefundPayload, String> {
-    serde_json::from_value(payload.clone()).map_err(|e| format!("not a refund payload: {e}"))
+    RefundPayload::from_value(payload)
 }
 
 /// [`SimPayments`] as a gate target.
@@ -558,7 +547,7 @@ impl Target for SimTarget {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
         match parse_payload(payload) {
-            Ok(p) => super::by_key(
+            Ok(p) => interlock::target::by_key(
                 self.0
                     .refunds(&p.payment_intent)
                     .iter()
@@ -589,23 +578,23 @@ impl PremiseReader for SimRefundPremises {
     }
 }
 
-/// `still_fits` for a refund payload, from premises named as [`SimRefundPremises`] names them.
-pub fn refund_repairs(payload: &Value, now: &Premises) -> Vec<Repair> {
-    let get = |k: &str| now.get(k).and_then(Value::as_i64);
-    let eligible = now
-        .get("order_eligible")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    match (
-        parse_payload(payload),
-        get("amount_paid"),
-        get("refunded_by_others"),
-    ) {
-        (Ok(p), Some(paid), Some(others)) if eligible => {
-            still_fits(p.amount, paid, others, payload)
-                .into_iter()
-                .collect()
-        }
-        _ => Vec::new(),
+impl TargetRecords for SimTarget {
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
+        Ok(self
+            .0
+            .refunds(payment_intent(payload)?)
+            .iter()
+            .map(SimRefund::as_json)
+            .collect())
+    }
+
+    fn tagged(&self) -> Result<Vec<Value>, String> {
+        Ok(self
+            .0
+            .all_refunds()
+            .iter()
+            .map(SimRefund::as_json)
+            .filter(|r| interlock::target::refund::key_of(r).is_some())
+            .collect())
     }
 }
