@@ -1,6 +1,49 @@
 //! Interlock makes side effects safe under crashes and retries: each effect happens once (or is
 //! honestly marked unknown), under a lease that was live when it fired, on premises that still
-//! held when it landed. See the repository README for a tour and `docs/` for the contract.
+//! held when it landed.
+//!
+//! # One gated refund, start to finish
+//!
+//! 1. **Decide.** [`Bound::decide`] fixes the [`Effect`]: its [`EffectKey`] (an approved request
+//!    id, or derived from the workflow's ids), its payload, the lease it runs under, and the
+//!    premises read *now* by the binding's [`PremiseReader`].
+//! 2. **Submit.** [`Bound::submit`] is the whole body of every attempt — the first, a retry after
+//!    a crash, a duplicate delivery. It reads the key's history from the [`Journal`] and asks the
+//!    pure [`core`] what to do ([`core::decide::plan_submit`]).
+//! 3. **Dispatch.** A new key takes its liveness lock, re-reads the premises, and in one journal
+//!    transaction reads the lease and writes `PROPOSED`, `AUTHORIZED` and `DISPATCHED`
+//!    ([`core::transition::propose_and_dispatch`]); the send's record is durable before the send.
+//! 4. **Send.** The claim's fencing token is read again, the [`Target`] is called under the key
+//!    with a budget, and its answer is recorded by [`core::transition::record_answer`] — the
+//!    second and last durable write of a first send.
+//! 5. **Recover.** An attempt that finds the effect in flight checks whether the holder can still
+//!    be sending, takes the claim under a new token, and resolves by the target's tier: resend
+//!    under the same key inside a dedupe window (tier 1), look the effect up (tier 2), or mark it
+//!    ambiguous (tier 3) — re-reading the lease and the premises before anything goes out again.
+//! 6. **Prove.** A [`receipt`] lists every record behind the outcome, signed if asked; [`verify`]
+//!    checks it against the journal, the lease store and the target's own records; [`webhook`]
+//!    records the target's confirmations. Under Temporal, `temporal::gated()` (feature
+//!    `temporal`) wraps steps 2–5 as an activity body.
+//!
+//! # The rules every attempt keeps
+//!
+//! * **R1 — journal before act.** Nothing is sent without a durable `DISPATCHED` for the sending
+//!   claim ([`journal`], [`core::transition`]).
+//! * **R2 — one sender at a time.** A claim carries a fencing token; a takeover is written only
+//!   on the exact claim it planned on, and a superseded attempt sends nothing ([`gate`]).
+//! * **R3 — one payload per key.** The first proposed payload is the only one ever sent; another
+//!   is refused as `conflicting_payload`.
+//! * **R4 — authorized when it fires.** The lease is read inside the transaction that writes each
+//!   send's record ([`lease`]).
+//! * **R5 — the facts still hold.** The premises are re-read before every send, resends included;
+//!   a moved premise refuses with what changed and the repairs that still fit ([`premise`]).
+//! * **R6 — honest outcomes.** `COMMITTED` only when the effect landed, `REFUSED`/`FAILED` only
+//!   when it did not, `AMBIGUOUS` when that cannot be known, `APPLIED_TWICE` when the target broke
+//!   its promise ([`core::Status`]).
+//! * **R7 — every effect ends.** Once faults stop, every effect reaches one of those outcomes by
+//!   the recovery table ([`core::decide`]).
+//!
+//! The contract in full, and where its guarantees end, is `docs/contract.md` in the repository.
 
 pub mod clock;
 pub mod core;
