@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use interlock::Tier;
+use interlock::target::refund::Refunded;
 use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
@@ -207,14 +208,21 @@ fn read_json(req: &mut Request) -> Result<Value, (u16, Value, bool)> {
 
 /// The harness's side door, and the shop's own order facts.
 fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16, Value, bool) {
-    if let Some(pi) = path.strip_prefix("/shop/orders/") {
-        return match sim.eligible(pi) {
-            Some(e) => (200, json!({ "payment_intent": pi, "eligible": e }), false),
+    if let Some(id) = path.strip_prefix("/shop/orders/") {
+        // The shop knows its orders by the payment intent or the charge that paid for them.
+        let pi = sim
+            .intent_of(&Refunded::PaymentIntent(id.to_owned()))
+            .or_else(|| sim.intent_of(&Refunded::Charge(id.to_owned())));
+        return match pi
+            .as_deref()
+            .and_then(|pi| sim.eligible(pi).map(|e| (pi, e)))
+        {
+            Some((pi, e)) => (200, json!({ "payment_intent": pi, "eligible": e }), false),
             None => error(
                 404,
                 "invalid_request_error",
                 Some("resource_missing"),
-                &format!("no order for {pi}"),
+                &format!("no order for {id}"),
             ),
         };
     }
@@ -306,6 +314,34 @@ fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
             create(sim, &form, key.as_deref())
         }
         (Method::Get, "/v1/refunds") => list(sim, &query),
+        (Method::Get, p) if p.starts_with("/v1/charges/") => {
+            let id = &p["/v1/charges/".len()..];
+            let pi = sim.intent_of(&Refunded::Charge(id.to_owned()));
+            match pi
+                .as_deref()
+                .and_then(|pi| sim.payment(pi).map(|a| (pi, a)))
+            {
+                Some((pi, amount)) => {
+                    let refunded: i64 = sim.refunds(pi).iter().map(|r| r.amount).sum();
+                    (
+                        200,
+                        json!({
+                            "id": id, "object": "charge", "amount": amount,
+                            "amount_captured": amount, "amount_refunded": refunded,
+                            "refunded": refunded >= amount, "payment_intent": pi,
+                            "currency": "usd", "status": "succeeded", "captured": true,
+                        }),
+                        false,
+                    )
+                }
+                None => error(
+                    404,
+                    "invalid_request_error",
+                    Some("resource_missing"),
+                    &format!("No such charge: '{id}'"),
+                ),
+            }
+        }
         (Method::Get, p) if p.starts_with("/v1/payment_intents/") => {
             let id = &p["/v1/payment_intents/".len()..];
             match sim.payment(id) {
@@ -314,6 +350,7 @@ fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
                     json!({
                         "id": id, "object": "payment_intent", "amount": amount,
                         "amount_received": amount, "currency": "usd", "status": "succeeded",
+                        "latest_charge": sim.charge_of(id),
                     }),
                     false,
                 ),
@@ -336,13 +373,25 @@ fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
 
 fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u16, Value, bool) {
     let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let Some(pi) = get("payment_intent") else {
-        return error(
-            400,
-            "invalid_request_error",
-            Some("parameter_missing"),
-            "Missing required param: payment_intent.",
-        );
+    let of = match (get("payment_intent"), get("charge")) {
+        (Some(pi), None) => Refunded::PaymentIntent(pi),
+        (None, Some(ch)) => Refunded::Charge(ch),
+        (Some(_), Some(_)) => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_invalid"),
+                "You may only specify one of these parameters: charge, payment_intent.",
+            );
+        }
+        (None, None) => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_missing"),
+                "One of the following params should be provided for this request: payment_intent or charge.",
+            );
+        }
     };
     let amount = match get("amount").map(|a| a.parse::<i64>()) {
         Some(Ok(a)) => a,
@@ -363,7 +412,7 @@ fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u
                 .map(|k| (k.to_owned(), v.clone()))
         })
         .collect();
-    match sim.create_refund(&pi, amount, key, metadata) {
+    match sim.create_refund_of(&of, amount, key, metadata) {
         SimResponse::Created(v) => (200, v, false),
         SimResponse::Replayed(v) => (200, v, true),
         SimResponse::Refused {
@@ -397,9 +446,10 @@ fn list(sim: &SimPayments, q: &BTreeMap<String, String>) -> (u16, Value, bool) {
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(10)
         .clamp(1, 100);
-    let mut refunds = match q.get("payment_intent") {
-        Some(pi) => sim.refunds(pi),
-        None => sim.all_refunds(),
+    let mut refunds = match (q.get("payment_intent"), q.get("charge")) {
+        (Some(pi), _) => sim.refunds(pi),
+        (None, Some(ch)) => sim.refunds_of(&Refunded::Charge(ch.clone())),
+        (None, None) => sim.all_refunds(),
     };
     refunds.reverse(); // newest first, as Stripe lists
     let start = match q.get("starting_after") {

@@ -93,11 +93,9 @@ pub fn strangers(
     records: &dyn TargetRecords,
     known: &std::collections::HashMap<String, Value>,
 ) -> Result<Vec<Verification>, String> {
-    let pi = |v: &Value| {
-        v.get("payment_intent")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
+    // The payment a refund or a payload is on, by the field the journaled payload names it by.
+    let on_field = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).map(str::to_owned);
+    let pi = |v: &Value| on_field(v, "payment_intent");
     Ok(records
         .tagged()?
         .iter()
@@ -111,13 +109,21 @@ pub fn strangers(
                      journal nor any receipt knows it",
                     r.get("amount").unwrap_or(&Value::Null)
                 ),
-                Some(payload) => match pi(payload) {
-                    Some(journaled) if journaled != on => format!(
-                        "the target holds {id} on {on} carrying this key, but the effect was \
-                         journaled for {journaled}"
-                    ),
-                    _ => return None,
-                },
+                Some(payload) => {
+                    let field = if payload.get("charge").is_some() {
+                        "charge"
+                    } else {
+                        "payment_intent"
+                    };
+                    match (on_field(payload, field), on_field(r, field)) {
+                        (Some(journaled), found) if Some(&journaled) != found.as_ref() => format!(
+                            "the target holds {id} on {} carrying this key, but the effect was \
+                             journaled for {journaled}",
+                            found.unwrap_or_else(|| "?".into())
+                        ),
+                        _ => return None,
+                    }
+                }
             };
             Some(Verification::failed(key, why))
         })

@@ -286,15 +286,27 @@ pub fn confirm_by_lookup(
 /// what a lookup found).
 /// A confirmation must be about the refund the effect asked for: its payment and its amount.
 fn same_refund(payload: &Value, c: &Confirmed) -> Result<(), String> {
-    let want_pi = payload.get("payment_intent").and_then(Value::as_str);
+    // The effect names a payment intent or a charge; the refund must be on that one.
+    let (field, want) = if let Some(ch) = payload.get("charge").and_then(Value::as_str) {
+        ("charge", Some(ch))
+    } else {
+        (
+            "payment_intent",
+            payload.get("payment_intent").and_then(Value::as_str),
+        )
+    };
+    let got = match field {
+        "charge" => c.charge.as_deref(),
+        _ => c.payment_intent.as_deref(),
+    };
     let want_amount = payload.get("amount").and_then(Value::as_i64);
-    if c.payment_intent.as_deref() != want_pi || c.amount != want_amount {
+    if got != want || c.amount != want_amount {
         return Err(format!(
             "the refund is {} on {}, but the effect asked for {} on {}: not a confirmation of it",
             c.amount.map_or("no amount".into(), |a| a.to_string()),
-            c.payment_intent.as_deref().unwrap_or("no payment"),
+            got.unwrap_or("no payment"),
             want_amount.map_or("no amount".into(), |a| a.to_string()),
-            want_pi.unwrap_or("no payment"),
+            want.unwrap_or("no payment"),
         ));
     }
     Ok(())
@@ -309,6 +321,7 @@ fn confirmed_from(via: &str, event: Option<&str>, object: &Value) -> Confirmed {
         status: text("status"),
         amount: object.get("amount").and_then(Value::as_i64),
         payment_intent: text("payment_intent"),
+        charge: text("charge"),
         created: object.get("created").and_then(Value::as_i64),
     }
 }

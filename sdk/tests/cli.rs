@@ -51,11 +51,7 @@ fn journal_with_a_refund(dir: &Path) -> (std::path::PathBuf, String) {
         )
         .unwrap();
     let key = EffectKey::fixed("case-4471-refund").unwrap();
-    let payload = RefundPayload {
-        payment_intent: "pi_881".into(),
-        amount: 2000,
-        currency: "usd".into(),
-    };
+    let payload = RefundPayload::of_payment_intent("pi_881", 2000, "usd");
     let effect = bound.decide(key.clone(), &payload, "case-4471").unwrap();
     assert!(matches!(
         bound.submit(&effect).unwrap(),

@@ -84,7 +84,7 @@ impl System for Baseline {
         };
         let response = self
             .sim
-            .create_refund(&p.payment_intent, p.amount, key, BTreeMap::new());
+            .create_refund_of(&p.refunded, p.amount, key, BTreeMap::new());
         if faults.iter().any(|f| matches!(f, Fault::CrashAfterApply)) {
             return Ok(Attempt::Crashed);
         }

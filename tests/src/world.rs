@@ -50,11 +50,7 @@ impl World {
 
     /// The refund payload for `amount`.
     pub fn payload(amount: i64) -> RefundPayload {
-        RefundPayload {
-            payment_intent: PAYMENT.into(),
-            amount,
-            currency: "usd".into(),
-        }
+        RefundPayload::of_payment_intent(PAYMENT, amount, "usd")
     }
 
     /// The decision: the payload plus premises read by code at decision time.

@@ -491,6 +491,7 @@ fn a_receipt_exported_before_the_effect_resolved_does_not_anchor_how_it_ended() 
                 status: Some("succeeded".into()),
                 amount: Some(AMOUNT),
                 payment_intent: Some(PAYMENT.into()),
+                charge: None,
                 created: None,
             },
         )]

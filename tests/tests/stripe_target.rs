@@ -174,3 +174,80 @@ fn a_server_answering_garbage_is_unknown_never_done_or_failed() {
     ));
     let _ = server.join();
 }
+
+#[test]
+fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_gate() {
+    use interlock::target::refund::RefundPayload;
+    use interlock::{Clock, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock};
+
+    let (sim, _api, t) = setup(Tier::One);
+    let charge = sim.charge_of("pi_1").expect("the payment's charge");
+    // Someone refunds part of the payment by hand, through the payment intent: it is on the
+    // charge too, and counts as refunded by others.
+    sim.hand_refund("pi_1", 1500);
+    let premises = StripeRefundPremises(t.clone());
+    let payload = RefundPayload::of_charge(&charge, 2000, "usd");
+    let value = serde_json::to_value(&payload).unwrap();
+    assert_eq!(value["charge"], json!(charge));
+    let key = EffectKey::derive(&["by-charge"]);
+    let read = premises.read(&key, &value).unwrap();
+    assert_eq!(read["amount_paid"], json!(10_000));
+    assert_eq!(read["refunded_by_others"], json!(1500));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
+    journal
+        .grant_lease(
+            &Grant::new("l", "ana@support", clock.now_ms())
+                .scope("charge", charge.as_str())
+                .cap("amount", 2000),
+        )
+        .unwrap();
+    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path)).unwrap();
+    let bound = gate.bind(Arc::new(t.clone()), Arc::new(premises)).unwrap();
+    let effect = bound.decide(key.clone(), &payload, "l").unwrap();
+    let out = bound.submit(&effect).unwrap();
+    assert!(
+        matches!(&out, Outcome::Committed { replayed: false, result, .. } if result["charge"] == json!(charge)),
+        "{out:?}"
+    );
+    // The refund is on the charge and the payment intent alike, found by the key on either.
+    let refunds = sim.refunds("pi_1");
+    assert_eq!(refunds.iter().map(|r| r.amount).sum::<i64>(), 3500);
+    assert!(
+        matches!(t.lookup(&key, &value), LookupAnswer::Found(r) if r["charge"] == json!(charge))
+    );
+    // A retry replays from the journal; nothing more reaches the service.
+    let requests = sim.requests();
+    assert!(matches!(
+        bound.submit(&effect).unwrap(),
+        Outcome::Committed { replayed: true, .. }
+    ));
+    assert_eq!(sim.requests(), requests);
+    // A charge the service does not know is a definite 404, not a send into the void.
+    let unknown = json!({"charge": "ch_nobody", "amount": 100, "currency": "usd"});
+    let answer = t.send(&SendRequest {
+        key: &EffectKey::derive(&["nobody"]),
+        payload: &unknown,
+        timeout: Duration::from_secs(5),
+    });
+    assert!(
+        matches!(&answer, SendAnswer::Definite { code, .. } if code == "resource_missing"),
+        "{answer:?}"
+    );
+    // A payload naming both is refused before anything is sent.
+    let both =
+        json!({"charge": charge, "payment_intent": "pi_1", "amount": 100, "currency": "usd"});
+    let answer = t.send(&SendRequest {
+        key: &EffectKey::derive(&["both"]),
+        payload: &both,
+        timeout: Duration::from_secs(5),
+    });
+    assert!(
+        matches!(&answer, SendAnswer::Definite { code, .. } if code == "invalid_payload"),
+        "{answer:?}"
+    );
+    assert_eq!(sim.requests(), requests + 1);
+}

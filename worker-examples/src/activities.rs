@@ -11,7 +11,7 @@ use interlock::premise::PremiseReader;
 use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::temporal::{GatedEffect, gated};
 use interlock::{Bound, Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
-use serde_json::{Value, json};
+use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -109,7 +109,7 @@ pub struct RefundActivities {
 }
 
 fn payload(r: &RefundRequest) -> Value {
-    json!({ "payment_intent": r.payment_intent, "amount": r.amount, "currency": r.currency })
+    r.payload()
 }
 
 /// Run a baseline's blocking attempt with the same heartbeats the gated activity gets.

@@ -10,7 +10,7 @@ use interlock::core::{LeaseVerdict, Premises, RefusalCode};
 use interlock::lease::LeaseStore;
 use interlock::premise::PremiseReader;
 use interlock::target::stripe::StripeRefunds;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::model::{Decision, RefundReport, Reported};
 use crate::pause::Pause;
@@ -47,8 +47,9 @@ pub fn post_refund(
         req = req.header("Idempotency-Key", k);
     }
     let amount = d.request.amount.to_string();
+    let refunded = d.request.refunded();
     let mut form = vec![
-        ("payment_intent", d.request.payment_intent.as_str()),
+        (refunded.field(), refunded.id()),
         ("amount", amount.as_str()),
     ];
     if let Some(t) = tag {
@@ -160,7 +161,7 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         Ok(k) => k,
         Err(e) => return Attempt::GiveUp(e.to_string()),
     };
-    let payload = json!({"payment_intent": d.request.payment_intent, "amount": d.request.amount, "currency": d.request.currency});
+    let payload = d.request.payload();
     match interlock::target::Target::lookup(target, &key, &payload) {
         interlock::core::LookupAnswer::Found(r) => {
             return Attempt::Report(RefundReport {

@@ -1,7 +1,9 @@
 //! What the workflow and its activities exchange.
 
 use interlock::core::{Premises, RefusalCode, Status, Via};
+use interlock::target::refund::{RefundPayload, Refunded};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// How the refund step is carried out.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,8 +61,8 @@ impl System {
 pub struct RefundRequest {
     /// The approved request's id: the gate's (and the checked baseline's) effect key.
     pub request_id: String,
-    /// The payment to refund.
-    pub payment_intent: String,
+    /// What to refund: a payment intent (`pi_…`) or a charge (`ch_…`).
+    pub payment: String,
     /// Cents.
     pub amount: i64,
     /// ISO currency.
@@ -69,6 +71,28 @@ pub struct RefundRequest {
     pub lease: String,
     /// How the refund step runs.
     pub system: System,
+}
+
+impl RefundRequest {
+    /// What the refund names at Stripe: a charge when the id is a charge's (`ch_…`), else a
+    /// payment intent.
+    pub fn refunded(&self) -> Refunded {
+        if self.payment.starts_with("ch_") {
+            Refunded::Charge(self.payment.clone())
+        } else {
+            Refunded::PaymentIntent(self.payment.clone())
+        }
+    }
+
+    /// The refund effect's payload, as Stripe's create-refund call names its fields.
+    pub fn payload(&self) -> Value {
+        serde_json::to_value(RefundPayload {
+            refunded: self.refunded(),
+            amount: self.amount,
+            currency: self.currency.clone(),
+        })
+        .unwrap_or(Value::Null)
+    }
 }
 
 /// The request with the premises read at decision time.

@@ -337,6 +337,9 @@ pub struct Confirmed {
     pub amount: Option<i64>,
     /// The payment it belongs to.
     pub payment_intent: Option<String>,
+    /// The charge it belongs to, where the target names one (absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charge: Option<String>,
     /// When the target created it (its clock, seconds).
     pub created: Option<i64>,
 }

@@ -85,11 +85,11 @@ fn is_tagged(r: &Value) -> bool {
     refund::key_of(r).is_some()
 }
 
-use refund::payment_intent;
+use refund::refunded;
 
 impl TargetRecords for stripe::StripeRefunds {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        self.list_refunds(payment_intent(payload)?)
+        self.list_refunds(&refunded(payload)?)
     }
 
     fn tagged(&self) -> Result<Vec<Value>, String> {

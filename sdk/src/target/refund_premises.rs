@@ -7,12 +7,13 @@ use std::time::Duration;
 use crate::core::{Premises, Repair};
 use crate::effect::EffectKey;
 use crate::premise::{PremiseError, PremiseReader};
-use crate::target::refund::refund_repairs;
+use crate::target::refund::{refund_repairs, refunded};
 use crate::target::stripe::StripeRefundPremises;
 use serde_json::{Value, json};
 
 /// Stripe's facts plus, if a shop is given, its eligibility flag
-/// (`GET {shop}/shop/orders/{payment_intent}` answering `{"eligible": bool}`).
+/// (`GET {shop}/shop/orders/{id}` answering `{"eligible": bool}`, where `id` is the payment
+/// intent or the charge the refund names).
 #[derive(Debug, Clone)]
 pub struct RefundPremises {
     /// Stripe's side.
@@ -22,10 +23,10 @@ pub struct RefundPremises {
 }
 
 impl RefundPremises {
-    fn eligible(&self, shop: &str, payment_intent: &str) -> Result<bool, PremiseError> {
+    fn eligible(&self, shop: &str, order: &str) -> Result<bool, PremiseError> {
         let url = format!(
             "{shop}/shop/orders/{}",
-            crate::target::stripe::path_segment(payment_intent)
+            crate::target::stripe::path_segment(order)
         );
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(5)))
@@ -46,7 +47,7 @@ impl RefundPremises {
         match (status, body.get("eligible").and_then(Value::as_bool)) {
             (200, Some(e)) => Ok(e),
             (404, _) => Err(PremiseError::Invalid(format!(
-                "the shop has no order for {payment_intent}"
+                "the shop has no order for {order}"
             ))),
             (s, _) if s >= 500 => Err(PremiseError::Unavailable(format!("{url}: HTTP {s}"))),
             (s, _) => Err(PremiseError::Invalid(format!(
@@ -60,11 +61,11 @@ impl PremiseReader for RefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let mut p = self.stripe.read(key, payload)?;
         if let Some(shop) = &self.shop {
-            let pi = payload
-                .get("payment_intent")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            p.insert("order_eligible".into(), json!(self.eligible(shop, pi)?));
+            let of = refunded(payload).map_err(PremiseError::Invalid)?;
+            p.insert(
+                "order_eligible".into(),
+                json!(self.eligible(shop, of.id())?),
+            );
         }
         Ok(p)
     }

@@ -18,7 +18,7 @@ use super::{SendRequest, Target};
 use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
 use crate::effect::EffectKey;
 use crate::premise::{PremiseError, PremiseReader};
-use crate::target::refund::{RefundPayload, key_of, refund_repairs};
+use crate::target::refund::{RefundPayload, Refunded, key_of, refund_repairs};
 
 /// Stripe remembers idempotency keys for 24 hours.
 pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -152,9 +152,9 @@ impl StripeRefunds {
         read(req.call())
     }
 
-    /// Every refund on a payment, following pagination.
-    pub fn list_refunds(&self, payment_intent: &str) -> Result<Vec<Value>, String> {
-        self.list(Some(payment_intent))
+    /// Every refund of a payment intent or a charge, following pagination.
+    pub fn list_refunds(&self, of: &Refunded) -> Result<Vec<Value>, String> {
+        self.list(Some(of))
     }
 
     /// Every refund in the account, following pagination (an audit's view).
@@ -162,13 +162,13 @@ impl StripeRefunds {
         self.list(None)
     }
 
-    fn list(&self, payment_intent: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(&self, of: Option<&Refunded>) -> Result<Vec<Value>, String> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let mut q = vec![("limit", PAGE)];
-            if let Some(pi) = payment_intent {
-                q.push(("payment_intent", pi));
+            if let Some(of) = of {
+                q.push((of.field(), of.id()));
             }
             if let Some(a) = after.as_deref() {
                 q.push(("starting_after", a));
@@ -203,35 +203,40 @@ impl StripeRefunds {
         }
         Err(format!(
             "{} has more than {} refunds",
-            payment_intent.map_or_else(|| "the account".to_owned(), |p| format!("payment {p}")),
+            of.map_or_else(|| "the account".to_owned(), ToString::to_string),
             MAX_PAGES * 100
         ))
     }
 
-    /// The amount of a payment intent.
+    /// The amount paid on a payment intent (received) or a charge (captured).
     /// A 4xx (no such payment, no access) is a definite answer; anything else may pass.
-    pub fn payment_amount(&self, payment_intent: &str) -> Result<i64, PremiseError> {
-        match self.get(
-            &format!("/v1/payment_intents/{}", path_segment(payment_intent)),
-            &[],
-        ) {
+    pub fn payment_amount(&self, of: &Refunded) -> Result<i64, PremiseError> {
+        let (path, paid) = match of {
+            Refunded::PaymentIntent(id) => (
+                format!("/v1/payment_intents/{}", path_segment(id)),
+                "amount_received",
+            ),
+            Refunded::Charge(id) => (
+                format!("/v1/charges/{}", path_segment(id)),
+                "amount_captured",
+            ),
+        };
+        match self.get(&path, &[]) {
             Http::Answer {
                 status: 200, body, ..
             } => body
-                .get("amount_received")
+                .get(paid)
                 .or_else(|| body.get("amount"))
                 .and_then(Value::as_i64)
-                .ok_or_else(|| {
-                    PremiseError::Invalid("payment intent answered without an amount".into())
-                }),
+                .ok_or_else(|| PremiseError::Invalid(format!("{of} answered without an amount"))),
             Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
                 Err(PremiseError::Invalid(format!(
-                    "payment intent {payment_intent}: {status} {}",
+                    "{of}: {status} {}",
                     error_message(&body)
                 )))
             }
             Http::Answer { status, body, .. } => Err(PremiseError::Unavailable(format!(
-                "payment intent {payment_intent}: {status} {}",
+                "{of}: {status} {}",
                 error_message(&body)
             ))),
             Http::Lost(why) => Err(PremiseError::Unavailable(why)),
@@ -292,7 +297,7 @@ fn counts(refund: &Value) -> bool {
 }
 
 fn parse(payload: &Value) -> Result<RefundPayload, String> {
-    serde_json::from_value(payload.clone()).map_err(|e| format!("not a refund payload: {e}"))
+    RefundPayload::from_value(payload)
 }
 
 impl Target for StripeRefunds {
@@ -324,7 +329,7 @@ impl Target for StripeRefunds {
         };
         let amount = p.amount.to_string();
         let form = [
-            ("payment_intent", p.payment_intent.as_str()),
+            (p.refunded.field(), p.refunded.id()),
             ("amount", amount.as_str()),
             ("metadata[interlock_key]", req.key.as_str()), // refund::KEY_FIELD
         ];
@@ -350,7 +355,7 @@ impl Target for StripeRefunds {
             Ok(p) => p,
             Err(e) => return LookupAnswer::Unknown(e),
         };
-        match self.list_refunds(&p.payment_intent) {
+        match self.list_refunds(&p.refunded) {
             Ok(refunds) => super::by_key(
                 refunds
                     .into_iter()
@@ -431,10 +436,10 @@ pub struct StripeRefundPremises(pub StripeRefunds);
 impl PremiseReader for StripeRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let p = parse(payload).map_err(PremiseError::Invalid)?;
-        let paid = self.0.payment_amount(&p.payment_intent)?;
+        let paid = self.0.payment_amount(&p.refunded)?;
         let refunds = self
             .0
-            .list_refunds(&p.payment_intent)
+            .list_refunds(&p.refunded)
             .map_err(PremiseError::Unavailable)?;
         let mut others = 0i64;
         for r in refunds.iter().filter(|r| counts(r)) {

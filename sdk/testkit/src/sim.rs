@@ -15,7 +15,7 @@ use interlock::clock::Clock;
 use interlock::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
 use interlock::effect::{EffectKey, canonical_json, sha256_hex};
 use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::refund::payment_intent;
+use interlock::target::refund::{Refunded, refunded};
 use interlock::target::{SendRequest, Target, TargetRecords};
 
 use crate::faults::Stall;
@@ -29,6 +29,8 @@ pub struct SimRefund {
     pub id: String,
     /// The payment refunded.
     pub payment_intent: String,
+    /// The payment's charge.
+    pub charge: String,
     /// Cents.
     pub amount: i64,
     /// The idempotency key it was created under, if any.
@@ -44,7 +46,7 @@ impl SimRefund {
     pub fn as_json(&self) -> Value {
         json!({
             "id": self.id, "object": "refund", "amount": self.amount,
-            "payment_intent": self.payment_intent, "status": "succeeded",
+            "payment_intent": self.payment_intent, "charge": self.charge, "status": "succeeded",
             "metadata": self.metadata, "created": self.created_ms / 1000,
         })
     }
@@ -78,6 +80,7 @@ pub enum SimResponse {
 
 #[derive(Clone, Debug)]
 struct Intent {
+    charge: String,
     amount: i64,
     eligible: bool,
     disputed: bool,
@@ -159,16 +162,40 @@ impl SimPayments {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Create a payment of `amount` cents.
+    /// Create a payment of `amount` cents, with its one charge ([`charge_of`]).
+    ///
+    /// [`charge_of`]: Self::charge_of
     pub fn add_payment(&self, id: &str, amount: i64) {
         self.world().intents.insert(
             id.to_owned(),
             Intent {
+                charge: charge_id(id),
                 amount,
                 eligible: true,
                 disputed: false,
             },
         );
+    }
+
+    /// The charge of a payment intent (`pi_X` is charged as `ch_X`).
+    pub fn charge_of(&self, payment_intent: &str) -> Option<String> {
+        self.world()
+            .intents
+            .get(payment_intent)
+            .map(|i| i.charge.clone())
+    }
+
+    /// The payment intent a refund of `of` takes money back from, if the service knows it.
+    pub fn intent_of(&self, of: &Refunded) -> Option<String> {
+        let w = self.world();
+        match of {
+            Refunded::PaymentIntent(pi) => w.intents.contains_key(pi).then(|| pi.clone()),
+            Refunded::Charge(ch) => w
+                .intents
+                .iter()
+                .find(|(_, i)| &i.charge == ch)
+                .map(|(pi, _)| pi.clone()),
+        }
     }
 
     /// Support refunds by hand from a dashboard: no key, no metadata.
@@ -180,6 +207,7 @@ impl SimPayments {
             let refund = SimRefund {
                 id,
                 payment_intent: payment_intent.to_owned(),
+                charge: charge_id(payment_intent),
                 amount,
                 idempotency_key: None,
                 metadata: BTreeMap::new(),
@@ -287,6 +315,19 @@ impl SimPayments {
             .collect()
     }
 
+    /// Every refund of a payment intent or a charge, oldest first (`GET /v1/refunds?charge=…`).
+    pub fn refunds_of(&self, of: &Refunded) -> Vec<SimRefund> {
+        self.world()
+            .refunds
+            .iter()
+            .filter(|r| match of {
+                Refunded::PaymentIntent(pi) => &r.payment_intent == pi,
+                Refunded::Charge(ch) => &r.charge == ch,
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Sum refunded on a payment.
     pub fn refunded(&self, payment_intent: &str) -> i64 {
         self.refunds(payment_intent).iter().map(|r| r.amount).sum()
@@ -297,7 +338,7 @@ impl SimPayments {
         self.world().requests
     }
 
-    /// `POST /v1/refunds`, as Stripe documents it.
+    /// `POST /v1/refunds` with `payment_intent`, as Stripe documents it.
     pub fn create_refund(
         &self,
         payment_intent: &str,
@@ -305,8 +346,26 @@ impl SimPayments {
         idempotency_key: Option<&str>,
         metadata: BTreeMap<String, String>,
     ) -> SimResponse {
+        self.create_refund_of(
+            &Refunded::PaymentIntent(payment_intent.to_owned()),
+            amount,
+            idempotency_key,
+            metadata,
+        )
+    }
+
+    /// `POST /v1/refunds` with `payment_intent` or `charge`, as Stripe documents it. The key's
+    /// parameters include which of the two was named: the same refund asked for by charge under a
+    /// key first used with the payment intent is a conflict, as at Stripe.
+    pub fn create_refund_of(
+        &self,
+        of: &Refunded,
+        amount: i64,
+        idempotency_key: Option<&str>,
+        metadata: BTreeMap<String, String>,
+    ) -> SimResponse {
         let params = sha256_hex(&canonical_json(&json!({
-            "payment_intent": payment_intent, "amount": amount, "metadata": metadata,
+            of.field(): of.id(), "amount": amount, "metadata": metadata,
         })));
         let stall = {
             let mut w = self.world();
@@ -347,14 +406,7 @@ impl SimPayments {
             if let Some(k) = idempotency_key {
                 w.in_progress.remove(k);
             }
-            let response = apply(
-                &mut w,
-                payment_intent,
-                amount,
-                idempotency_key,
-                metadata,
-                now,
-            );
+            let response = apply(&mut w, of, amount, idempotency_key, metadata, now);
             let save = matches!(
                 response,
                 SimResponse::Created(_) | SimResponse::ServerError(_)
@@ -414,6 +466,14 @@ impl SimPayments {
     }
 }
 
+/// The one charge of payment intent `pi_X`: `ch_X`.
+fn charge_id(payment_intent: &str) -> String {
+    format!(
+        "ch_{}",
+        payment_intent.strip_prefix("pi_").unwrap_or(payment_intent)
+    )
+}
+
 fn next_id(w: &mut World) -> String {
     w.next_id += 1;
     format!("re_sim{:06}", w.next_id)
@@ -421,7 +481,7 @@ fn next_id(w: &mut World) -> String {
 
 fn apply(
     w: &mut World,
-    payment_intent: &str,
+    of: &Refunded,
     amount: i64,
     key: Option<&str>,
     metadata: BTreeMap<String, String>,
@@ -432,13 +492,22 @@ fn apply(
         code: code.into(),
         message,
     };
-    let Some(intent) = w.intents.get(payment_intent).cloned() else {
+    let found = match of {
+        Refunded::PaymentIntent(pi) => w.intents.get(pi).map(|i| (pi.clone(), i.clone())),
+        Refunded::Charge(ch) => w
+            .intents
+            .iter()
+            .find(|(_, i)| &i.charge == ch)
+            .map(|(pi, i)| (pi.clone(), i.clone())),
+    };
+    let Some((payment_intent, intent)) = found else {
         return refused(
             404,
             "resource_missing",
-            format!("No such payment_intent: '{payment_intent}'"),
+            format!("No such {}: '{}'", of.field(), of.id()),
         );
     };
+    let payment_intent = payment_intent.as_str();
     if w.error_before_apply > 0 {
         w.error_before_apply -= 1;
         return SimResponse::ServerError(500);
@@ -466,6 +535,7 @@ fn apply(
     let refund = SimRefund {
         id,
         payment_intent: payment_intent.to_owned(),
+        charge: intent.charge.clone(),
         amount,
         idempotency_key: key.map(str::to_owned),
         metadata,
@@ -473,7 +543,7 @@ fn apply(
     };
     let body = json!({
         "id": refund.id, "object": "refund", "amount": amount, "payment_intent": payment_intent,
-        "status": "succeeded", "metadata": refund.metadata,
+        "charge": refund.charge, "status": "succeeded", "metadata": refund.metadata,
     });
     w.refunds.push(refund);
     if w.error_after_apply > 0 {
@@ -524,7 +594,7 @@ impl Target for SimTarget {
         let key = (self.0.tier() == Tier::One).then_some(req.key.as_str());
         match self
             .0
-            .create_refund(&p.payment_intent, p.amount, key, metadata)
+            .create_refund_of(&p.refunded, p.amount, key, metadata)
         {
             SimResponse::Created(v) => SendAnswer::Done(v),
             SimResponse::Replayed(v) => SendAnswer::Replayed(v),
@@ -549,7 +619,7 @@ impl Target for SimTarget {
         match parse_payload(payload) {
             Ok(p) => interlock::target::by_key(
                 self.0
-                    .refunds(&p.payment_intent)
+                    .refunds_of(&p.refunded)
                     .iter()
                     .filter(|r| r.metadata.get(KEY_FIELD).map(String::as_str) == Some(key.as_str()))
                     .map(SimRefund::as_json),
@@ -567,10 +637,9 @@ impl PremiseReader for SimRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let p = parse_payload(payload).map_err(PremiseError::Invalid)?;
         self.0
-            .refund_premises(&p.payment_intent, Some(key.as_str()))
-            .ok_or_else(|| {
-                PremiseError::Invalid(format!("no such payment_intent: {}", p.payment_intent))
-            })
+            .intent_of(&p.refunded)
+            .and_then(|pi| self.0.refund_premises(&pi, Some(key.as_str())))
+            .ok_or_else(|| PremiseError::Invalid(format!("no such {}", p.refunded)))
     }
 
     fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
@@ -582,7 +651,7 @@ impl TargetRecords for SimTarget {
     fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
         Ok(self
             .0
-            .refunds(payment_intent(payload)?)
+            .refunds_of(&refunded(payload)?)
             .iter()
             .map(SimRefund::as_json)
             .collect())

@@ -64,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
         let (client, queue, prefix) = (client.clone(), queue.clone(), args.prefix.clone());
         let request = RefundRequest {
             request_id: format!("req-{prefix}-{i}"),
-            payment_intent: format!("pi_{prefix}_{i}"),
+            payment: format!("pi_{prefix}_{i}"),
             amount: args.amount,
             currency: "usd".into(),
             lease: format!("lease-{prefix}-{i}"),

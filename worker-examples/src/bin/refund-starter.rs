@@ -26,8 +26,8 @@ fn now_ms() -> u128 {
 struct Args {
     /// The workflow id.
     workflow_id: String,
-    /// The payment to refund.
-    payment_intent: String,
+    /// What to refund: a payment intent (`pi_…`) or a charge (`ch_…`).
+    payment: String,
     /// Cents.
     amount: i64,
     /// The lease that approves it.
@@ -47,7 +47,7 @@ async fn main() -> anyhow::Result<()> {
     })?;
     let request = RefundRequest {
         request_id: args.request_id.clone(),
-        payment_intent: args.payment_intent.clone(),
+        payment: args.payment.clone(),
         amount: args.amount,
         currency: "usd".into(),
         lease: args.lease.clone(),
