@@ -4,12 +4,13 @@
 //! all. Each writer's part runs in a savepoint (its failure undoes only its own records), decides
 //! on everything written before it in the group (so two writers never decide on the same state),
 //! and returns only once the group is durable: a group that fails to commit fails every part in
-//! it. Reads go to a separate connection, which sees committed records only.
+//! it, each part reading how its own group ended from a slot it holds (never from a table a later
+//! group could overwrite). A connection left inside a failed transaction refuses every later
+//! write. Reads go to a connection that sees committed records only.
 
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rusqlite::Connection;
 
@@ -18,20 +19,26 @@ use super::JournalError;
 /// A group admits at most this many writes: the write lock other processes wait for is held for
 /// the whole group.
 const MAX_GROUP: usize = 64;
-/// Failed groups remembered for the writers that took part in them.
-const FAILED_KEPT: usize = 64;
+
+/// How a group ended, set once by the writer that ends it and read by every part in it: each
+/// part holds its own group's slot, so no later group's ending can hide how its own ended.
+type Ending = Arc<OnceLock<Result<(), JournalError>>>;
+
+/// The group transaction open on the write connection.
+struct Open {
+    /// How many writes joined it.
+    size: usize,
+    /// How it ended, once it has.
+    ending: Ending,
+}
 
 /// The write connection and the group open on it.
 pub(super) struct Writer {
     conn: Connection,
-    /// The group transaction open on `conn`: its number and how many writes joined it.
-    open: Option<(u64, usize)>,
-    /// Numbers handed out so far.
-    last: u64,
-    /// Every group up to this number has ended (committed or failed).
-    ended: u64,
-    /// Recent groups that ended without committing, with the reason.
-    failed: BTreeMap<u64, JournalError>,
+    open: Option<Open>,
+    /// Set when a group could not be ended cleanly and the connection may still be inside its
+    /// transaction: every later write fails rather than build on rows that were never committed.
+    stuck: Option<JournalError>,
 }
 
 /// The writer, shared by every thread that appends through one journal handle.
@@ -63,9 +70,7 @@ impl Group {
             writer: Mutex::new(Writer {
                 conn,
                 open: None,
-                last: 0,
-                ended: 0,
-                failed: BTreeMap::new(),
+                stuck: None,
             }),
             ended: Condvar::new(),
             queued: AtomicUsize::new(0),
@@ -93,7 +98,7 @@ impl Group {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        w.open.is_none().then_some(w)
+        (w.open.is_none() && w.stuck.is_none() && w.conn.is_autocommit()).then_some(w)
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -113,30 +118,30 @@ impl Group {
         self.queued.fetch_add(1, Ordering::SeqCst);
         let mut w = self.lock();
         self.queued.fetch_sub(1, Ordering::SeqCst);
-        let group = match w.open {
-            Some((g, _)) => g,
-            None => {
-                w.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
-                w.last += 1;
-                let g = w.last;
-                w.open = Some((g, 0));
-                g
-            }
-        };
+        if let Some(e) = &w.stuck {
+            return Err(e.clone());
+        }
+        if w.open.is_none() {
+            w.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+            w.open = Some(Open {
+                size: 0,
+                ending: Ending::default(),
+            });
+        }
         let (mine, broken) = run_part(&w.conn, err, part);
-        let size = match &mut w.open {
-            Some((_, n)) => {
-                *n += 1;
-                *n
+        let (size, ending) = match &mut w.open {
+            Some(open) => {
+                open.size += 1;
+                (open.size, open.ending.clone())
             }
-            None => 1,
+            None => (1, Ending::default()),
         };
         let carry_on = self.grouping
             && broken.is_none()
             && size < MAX_GROUP
             && self.queued.load(Ordering::SeqCst) > 0;
         if carry_on {
-            while w.ended < group {
+            while ending.get().is_none() {
                 w = self.ended.wait(w).unwrap_or_else(PoisonError::into_inner);
             }
         } else {
@@ -146,26 +151,31 @@ impl Group {
             };
             if ended.is_ok() {
                 self.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(e) = ended {
+            } else {
                 // A failed COMMIT may leave the transaction open; end it so the next group
                 // starts clean. Nothing of this group is on disk.
                 let _ = w.conn.execute_batch("ROLLBACK");
-                w.failed.insert(group, e);
-                while w.failed.len() > FAILED_KEPT {
-                    w.failed.pop_first();
-                }
             }
+            if !w.conn.is_autocommit() {
+                w.stuck = Some(err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                    Some(
+                        "the journal's write connection could not end a failed transaction; \
+                         reopen the journal"
+                            .into(),
+                    ),
+                )));
+            }
+            let _ = ending.set(ended);
             w.open = None;
-            w.ended = group;
             self.ended.notify_all();
         }
-        let failed = w.failed.get(&group).cloned();
         drop(w);
-        match (mine, failed) {
+        match (mine, ending.get()) {
             (Part::Panicked(p), _) => resume_unwind(p),
-            (Part::Failed(e), _) | (Part::Done(_), Some(e)) => Err(e),
-            (Part::Done(t), None) => Ok(t),
+            (Part::Failed(e), _) => Err(e),
+            (Part::Done(_), Some(Err(e))) => Err(e.clone()),
+            (Part::Done(t), _) => Ok(t),
         }
     }
 }
@@ -306,6 +316,42 @@ mod tests {
         assert!(second.is_err());
         assert_eq!(g.commits(), 1);
         assert_eq!(rows(&g), vec![1]);
+    }
+
+    #[test]
+    fn a_group_whose_commit_fails_fails_every_part_in_it_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        // A deferred foreign key is checked at COMMIT: a part that breaks it makes its whole
+        // group's commit fail, deterministically.
+        g.lock()
+            .execute_batch(
+                "PRAGMA foreign_keys = ON;
+                 CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TABLE child (pid INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+            )
+            .unwrap();
+        let (first, second) = two_parts(&g, |g| {
+            g.write(&err, |conn| {
+                conn.execute("INSERT INTO child (pid) VALUES (999)", [])
+                    .map_err(err)?;
+                Ok(((), true))
+            })
+        });
+        assert!(first.is_err(), "the first part's group never committed");
+        assert!(second.is_err());
+        assert_eq!(g.commits(), 0);
+        assert!(
+            rows(&g).is_empty(),
+            "nothing of the failed group is on disk"
+        );
+        assert!(
+            g.try_idle().is_some(),
+            "the writer is out of the failed transaction"
+        );
+        g.write(&err, |conn| insert(conn, 3).map(|()| ((), true)))
+            .unwrap();
+        assert_eq!(rows(&g), vec![3]);
     }
 
     #[test]
