@@ -65,19 +65,20 @@ impl Race {
 
     fn worker(&self, mode: &str, start_at_ms: i64, extra: &[&str]) -> Child {
         Command::new(env!("CARGO_BIN_EXE_race-worker"))
-            .arg(format!("journal={}", self.journal.display()))
-            .arg(format!("api={}", self.api.base_url))
-            .arg(format!("secret={SECRET}"))
-            .arg("tier=2")
-            .arg(format!("mode={mode}"))
-            .arg(format!("key={KEY}"))
-            .arg("amount=2000")
-            .arg(format!("premises={}", self.premises))
-            .arg(format!("start_at_ms={start_at_ms}"))
-            .arg(format!("settle_ms={}", self.settle_ms))
-            .arg(format!("send_timeout_ms={}", self.send_timeout_ms))
-            .arg("poll_ms=20")
-            .arg("give_up_ms=20000")
+            .arg("--journal")
+            .arg(&self.journal)
+            .args(["--api", &self.api.base_url])
+            .args(["--secret", SECRET])
+            .args(["--tier", "2"])
+            .args(["--mode", mode])
+            .args(["--key", KEY])
+            .args(["--amount", "2000"])
+            .args(["--premises", &self.premises])
+            .args(["--start-at-ms", &start_at_ms.to_string()])
+            .args(["--settle-ms", &self.settle_ms.to_string()])
+            .args(["--send-timeout-ms", &self.send_timeout_ms.to_string()])
+            .args(["--poll-ms", "20"])
+            .args(["--give-up-ms", "20000"])
             .args(extra)
             .stdout(Stdio::piped())
             .spawn()
@@ -130,7 +131,7 @@ fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund() {
 #[test]
 fn after_a_crash_before_send_eight_recoverers_make_one_resolution() {
     let race = Race::new(Duration::from_millis(200), 300, 3000);
-    let dying = race.worker("submit", 0, &["die_at=after_dispatch"]);
+    let dying = race.worker("submit", 0, &["--die-at", "after_dispatch"]);
     let status = dying.wait_with_output().unwrap().status;
     assert_eq!(status.signal(), Some(9), "the sender died by SIGKILL");
     assert_eq!(count(&race.history(), "DISPATCHED"), 1);

@@ -1,14 +1,9 @@
 //! One worker process for the multi-process tests: opens the shared journal, binds the refunds
 //! target over HTTP, and submits (or recovers) one effect until it has a final answer or its time
-//! is up. Prints one JSON line. Arguments are `name=value` pairs:
-//!
-//! `journal`, `api`, `secret`, `tier`, `mode` (submit|recover), `key`, `amount`, `premises`
-//! (JSON), `start_at_ms`, `settle_ms`, `send_timeout_ms`, `poll_ms`, `give_up_ms`, and optionally
-//! `die_at` (after_dispatch|after_send): SIGKILL this process at that point.
+//! is up. Prints one JSON line (`--help` for the arguments).
 
 #![allow(clippy::print_stdout)] // its one JSON line is its answer
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,32 +32,66 @@ impl Faults for DieAt {
     }
 }
 
+/// One racing worker: submit or recover one effect until it has a final answer or time is up.
+#[derive(clap::Parser)]
+struct Args {
+    /// The shared journal.
+    #[arg(long)]
+    journal: std::path::PathBuf,
+    /// The payments API's base URL.
+    #[arg(long)]
+    api: String,
+    /// Its secret key.
+    #[arg(long)]
+    secret: String,
+    /// The tier the target is bound as (1, 2 or 3).
+    #[arg(long)]
+    tier: u8,
+    /// submit or recover.
+    #[arg(long, value_parser = ["submit", "recover"])]
+    mode: String,
+    /// The effect's key.
+    #[arg(long)]
+    key: String,
+    /// Cents.
+    #[arg(long)]
+    amount: i64,
+    /// The decided premises, as JSON.
+    #[arg(long)]
+    premises: String,
+    /// Start at this wall-clock time (ms since the epoch), so racers start together.
+    #[arg(long)]
+    start_at_ms: i64,
+    /// The gate's settle margin.
+    #[arg(long)]
+    settle_ms: u64,
+    /// The gate's send timeout.
+    #[arg(long)]
+    send_timeout_ms: u64,
+    /// Longest wait between attempts.
+    #[arg(long)]
+    poll_ms: u64,
+    /// Stop trying after this long.
+    #[arg(long)]
+    give_up_ms: u64,
+    /// SIGKILL this process at this point (after_dispatch, after_send, …).
+    #[arg(long)]
+    die_at: Option<String>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: HashMap<String, String> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-        .collect();
-    let arg = |k: &str| {
-        args.get(k)
-            .cloned()
-            .ok_or_else(|| anyhow!("missing argument {k}=…"))
-    };
-    let num = |k: &str| -> anyhow::Result<u64> {
-        arg(k)?
-            .parse()
-            .with_context(|| format!("{k} must be a number"))
-    };
+    let args = <Args as clap::Parser>::parse();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(arg("journal")?, clock.clone())?);
-    let tier = Tier::try_from(u8::try_from(num("tier")?)?).map_err(|e| anyhow!(e))?;
-    let target =
-        StripeRefunds::new(StripeConfig::new(arg("api")?, arg("secret")?)?).assume_tier(tier);
-    let mut cfg = GateConfig::beside(arg("journal")?);
-    cfg.settle = Duration::from_millis(num("settle_ms")?);
-    cfg.send_timeout = Duration::from_millis(num("send_timeout_ms")?);
-    cfg.retry_after = Duration::from_millis(num("poll_ms")?);
+    let journal = Arc::new(SqliteJournal::open(&args.journal, clock.clone())?);
+    let tier = Tier::try_from(args.tier).map_err(|e| anyhow!(e))?;
+    let target = StripeRefunds::new(StripeConfig::new(&args.api, &args.secret)?).assume_tier(tier);
+    let cfg = GateConfig::builder(&args.journal)
+        .settle(Duration::from_millis(args.settle_ms))
+        .send_timeout(Duration::from_millis(args.send_timeout_ms))
+        .retry_after(Duration::from_millis(args.poll_ms))
+        .build()?;
     let mut gate = Gate::new(journal.clone(), journal, clock.clone(), cfg)?;
-    if let Some(point) = args.get("die_at") {
+    if let Some(point) = &args.die_at {
         let point: FaultPoint = serde_json::from_value(json!(point))?;
         gate = gate.with_faults(Arc::new(DieAt(point)));
     }
@@ -70,17 +99,15 @@ fn main() -> anyhow::Result<()> {
         Arc::new(target.clone()),
         Arc::new(StripeRefundPremises(target)),
     )?;
-    let key = EffectKey::fixed(arg("key")?)?;
-    let payload =
-        json!({ "payment_intent": "pi_race", "amount": num("amount")?, "currency": "usd" });
-    let premises: Premises = serde_json::from_str(&arg("premises")?)?;
+    let key = EffectKey::fixed(args.key.clone())?;
+    let payload = json!({ "payment_intent": "pi_race", "amount": args.amount, "currency": "usd" });
+    let premises: Premises = serde_json::from_str(&args.premises).context("--premises")?;
     let effect = Effect::new(key.clone(), &payload, "race-lease")?.premises(premises);
-    let start_at = i64::try_from(num("start_at_ms")?)?;
-    while clock.now_ms() < start_at {
+    while clock.now_ms() < args.start_at_ms {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let give_up = Instant::now() + Duration::from_millis(num("give_up_ms")?);
-    let recover = arg("mode")? == "recover";
+    let give_up = Instant::now() + Duration::from_millis(args.give_up_ms);
+    let recover = args.mode == "recover";
     let mut attempts = 0;
     let outcome = loop {
         attempts += 1;
@@ -100,7 +127,7 @@ fn main() -> anyhow::Result<()> {
             break o;
         }
         if let Outcome::InFlight { retry_after, .. } | Outcome::Retry { retry_after, .. } = &o {
-            std::thread::sleep((*retry_after).min(Duration::from_millis(num("poll_ms")?)));
+            std::thread::sleep((*retry_after).min(Duration::from_millis(args.poll_ms)));
         }
     };
     println!(
