@@ -33,14 +33,58 @@ pub struct Deps {
     pause: Option<Arc<Pause>>,
 }
 
+/// How the worker's activities reach Stripe, the shop and the journal (the worker binary fills it
+/// from its flags or the environment).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Stripe's API (or a server that speaks it).
+    pub stripe: StripeConfig,
+    /// The journal file.
+    pub journal: String,
+    /// The shop's order service, if any (never looked for at Stripe's address).
+    pub shop_url: Option<String>,
+    /// The gate's settle margin.
+    pub settle: Duration,
+    /// The gate's send timeout.
+    pub send_timeout: Duration,
+}
+
 impl Deps {
     /// From the environment: `STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_JOURNAL`, and
     /// optionally `INTERLOCK_SHOP_URL` (the shop's order service), `INTERLOCK_SETTLE_MS`,
-    /// `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables.
+    /// `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables. A value that cannot be read is an
+    /// error naming the variable.
     pub fn from_env() -> anyhow::Result<Self> {
-        let cfg = StripeConfig::from_env()?;
-        let journal_path =
-            std::env::var("INTERLOCK_JOURNAL").unwrap_or_else(|_| "interlock-journal.db".into());
+        let ms = |k: &str, d: u64| -> anyhow::Result<Duration> {
+            match std::env::var(k) {
+                Ok(v) => v
+                    .parse()
+                    .map(Duration::from_millis)
+                    .with_context(|| format!("{k}={v:?} is not a number of milliseconds")),
+                Err(_) => Ok(Duration::from_millis(d)),
+            }
+        };
+        Self::new(Settings {
+            stripe: StripeConfig::from_env()?,
+            journal: std::env::var("INTERLOCK_JOURNAL")
+                .unwrap_or_else(|_| "interlock-journal.db".into()),
+            shop_url: std::env::var("INTERLOCK_SHOP_URL")
+                .ok()
+                .filter(|u| !u.is_empty()),
+            settle: ms("INTERLOCK_SETTLE_MS", 1_000)?,
+            send_timeout: ms("INTERLOCK_SEND_TIMEOUT_MS", 10_000)?,
+        })
+    }
+
+    /// From explicit settings (and the harness's pause and clock variables).
+    pub fn new(settings: Settings) -> anyhow::Result<Self> {
+        let Settings {
+            stripe: cfg,
+            journal: journal_path,
+            shop_url,
+            settle,
+            send_timeout,
+        } = settings;
         let clock: Arc<dyn Clock> = match crate::clock::SkewClock::from_env() {
             Some(c) => Arc::new(c),
             None => Arc::new(SystemClock),
@@ -50,16 +94,11 @@ impl Deps {
                 format!("opening the journal {journal_path} (INTERLOCK_JOURNAL)")
             })?,
         );
-        let env_ms = |k: &str, d: u64| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map_or(Duration::from_millis(d), Duration::from_millis)
-        };
-        let mut gate_cfg = GateConfig::beside(&journal_path);
-        gate_cfg.settle = env_ms("INTERLOCK_SETTLE_MS", 1_000);
-        gate_cfg.send_timeout = env_ms("INTERLOCK_SEND_TIMEOUT_MS", 10_000);
-        gate_cfg.retry_after = Duration::from_millis(500);
+        let gate_cfg = GateConfig::builder(&journal_path)
+            .settle(settle)
+            .send_timeout(send_timeout)
+            .retry_after(Duration::from_millis(500))
+            .build()?;
         let pause = Pause::from_env().map(Arc::new);
         let mut gate = Gate::new(journal.clone(), journal.clone(), clock.clone(), gate_cfg)?;
         if let Some(p) = &pause {
@@ -68,15 +107,15 @@ impl Deps {
         let stripe = StripeRefunds::new(cfg.clone());
         // The shop's order service is its own service, never looked for at Stripe's address;
         // without one, the premises are Stripe's own.
-        let shop = match std::env::var("INTERLOCK_SHOP_URL") {
-            Ok(url) if url.starts_with("http://") || url.starts_with("https://") => {
+        let shop = match shop_url {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
                 Some(url.trim_end_matches('/').to_owned())
             }
-            Ok(url) if !url.is_empty() => anyhow::bail!(
-                "INTERLOCK_SHOP_URL must start with http:// or https://, got {url:?}; unset it to \
-                 decide on Stripe's facts alone"
+            Some(url) => anyhow::bail!(
+                "the shop's URL (INTERLOCK_SHOP_URL) must start with http:// or https://, got \
+                 {url:?}; leave it out to decide on Stripe's facts alone"
             ),
-            _ => None,
+            None => None,
         };
         let premises = RefundPremises {
             stripe: StripeRefundPremises(stripe.clone()),

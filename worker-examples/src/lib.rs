@@ -10,6 +10,6 @@ pub mod model;
 pub mod pause;
 pub mod workflow;
 
-pub use activities::{Deps, RefundActivities};
+pub use activities::{Deps, RefundActivities, Settings};
 pub use model::{Decision, RefundReport, RefundRequest, System};
 pub use workflow::RefundWorkflow;

@@ -1,29 +1,77 @@
 //! The refund worker: polls a task queue on a Temporal server and runs the refund workflow and
-//! its activities.
-//!
-//! Environment: `TEMPORAL_ADDRESS` (default `http://127.0.0.1:7233`), `TASK_QUEUE` (default
-//! `refunds`), `STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_JOURNAL` (default
-//! `interlock-journal.db`), optionally `INTERLOCK_SETTLE_MS`, `INTERLOCK_SEND_TIMEOUT_MS`,
-//! `RUST_LOG`.
+//! its activities. Configured by flags or the environment (`--help` lists both); `RUST_LOG` sets
+//! the log level.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use interlock::target::stripe::StripeConfig;
 use temporalio_client::{Client, ClientOptions, Connection, ConnectionOptions, Url};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
-use worker_examples::{Deps, RefundActivities, RefundWorkflow};
+use worker_examples::{Deps, RefundActivities, RefundWorkflow, Settings};
+
+/// The refund worker: polls a task queue and runs the refund workflow and its activities. Every
+/// setting can come from a flag or from the environment variable named beside it.
+#[derive(clap::Parser)]
+struct Args {
+    /// The Temporal frontend.
+    #[arg(
+        long,
+        env = "TEMPORAL_ADDRESS",
+        default_value = "http://127.0.0.1:7233"
+    )]
+    temporal_address: String,
+    /// The task queue to poll.
+    #[arg(long, env = "TASK_QUEUE", default_value = "refunds")]
+    task_queue: String,
+    /// Stripe's API, or a server that speaks it.
+    #[arg(
+        long,
+        env = "STRIPE_API_BASE",
+        default_value = "https://api.stripe.com"
+    )]
+    stripe_api_base: String,
+    /// The Stripe secret key (`sk_test_…` for test mode).
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    stripe_secret_key: String,
+    /// The journal file shared by every worker on this host.
+    #[arg(
+        long,
+        env = "INTERLOCK_JOURNAL",
+        default_value = "interlock-journal.db"
+    )]
+    journal: String,
+    /// The shop's order service (`GET {url}/shop/orders/{id}`); without it the worker decides on
+    /// Stripe's facts alone.
+    #[arg(long, env = "INTERLOCK_SHOP_URL")]
+    shop_url: Option<String>,
+    /// The gate's settle margin, in milliseconds.
+    #[arg(long, env = "INTERLOCK_SETTLE_MS", default_value_t = 1_000)]
+    settle_ms: u64,
+    /// The gate's send timeout, in milliseconds.
+    #[arg(long, env = "INTERLOCK_SEND_TIMEOUT_MS", default_value_t = 10_000)]
+    send_timeout_ms: u64,
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
-    let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());
-    let deps = Arc::new(Deps::from_env()?);
+    let addr = args.temporal_address;
+    let queue = args.task_queue;
+    let deps = Arc::new(Deps::new(Settings {
+        stripe: StripeConfig::new(&args.stripe_api_base, &args.stripe_secret_key)?,
+        journal: args.journal,
+        shop_url: args.shop_url.filter(|u| !u.is_empty()),
+        settle: Duration::from_millis(args.settle_ms),
+        send_timeout: Duration::from_millis(args.send_timeout_ms),
+    })?);
     let runtime = Runtime::from_current_tokio(Default::default())?;
     let conn = Connection::connect(
         ConnectionOptions::new(
