@@ -46,7 +46,7 @@
 //! The contract in full, and where its guarantees end, is `docs/contract.md` in the repository.
 
 pub mod clock;
-pub mod core;
+pub use interlock_core as core;
 pub mod effect;
 pub mod faults;
 pub mod gate;

@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::core::record::{Holder, Proposed, TakeoverReason};
-use crate::core::state::Claim;
+use crate::record::{Holder, Proposed, TakeoverReason};
+use crate::state::Claim;
 
 fn live() -> Recheck {
     Recheck {

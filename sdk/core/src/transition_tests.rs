@@ -1,9 +1,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::core::record::Premises;
-use crate::core::state::Resolution;
-use crate::core::state::fold;
+use crate::record::Premises;
+use crate::state::Resolution;
+use crate::state::fold;
 
 const TIER2: TierFacts = TierFacts {
     bound: Tier::Two,

@@ -308,7 +308,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::core::record::{
+    use crate::record::{
         Claimed, Dispatched, LateResult, LeaseVerdict, Premises, Recheck, TakeoverReason, Via,
     };
 

@@ -1,6 +1,9 @@
 //! The decision core: pure functions from what was read to what to do. No I/O, no clock, no
 //! randomness — the journal, the targets, the Temporal activity, the CLI and the tests all wrap
-//! these, so the rules are decided in exactly one place and can be tested exhaustively.
+//! these, so the rules are decided in exactly one place and can be tested exhaustively. It is a
+//! crate of its own so that purity is a fact of its dependencies (serde and thiserror, nothing
+//! that reads a disk, a socket or a clock), not a convention; `interlock` re-exports it as
+//! `interlock::core`.
 
 pub mod decide;
 pub mod mutants;
