@@ -22,8 +22,8 @@
 //!    ambiguous (tier 3) — re-reading the lease and the premises before anything goes out again.
 //! 6. **Prove.** A [`receipt`] lists every record behind the outcome, signed if asked; [`verify`]
 //!    checks it against the journal, the lease store and the target's own records; [`webhook`]
-//!    records the target's confirmations. Under Temporal, `temporal::gated()` (feature
-//!    `temporal`) wraps steps 2–5 as an activity body.
+//!    records the target's confirmations. Under Temporal, `interlock_temporal::gated()` (the
+//!    `interlock-temporal` crate) wraps steps 2–5 as an activity body.
 //!
 //! # The rules every attempt keeps
 //!
@@ -56,8 +56,6 @@ mod liveness;
 pub mod premise;
 pub mod receipt;
 pub mod target;
-#[cfg(feature = "temporal")]
-pub mod temporal;
 pub mod verify;
 pub mod webhook;
 

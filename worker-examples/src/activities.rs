@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use interlock::premise::PremiseReader;
 use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
-use interlock::temporal::{GatedEffect, gated};
+use interlock_temporal::{GatedEffect, gated};
 use interlock::{Bound, Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
 use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
@@ -156,7 +156,7 @@ async fn with_heartbeats<T: Send + 'static>(
     ctx: &ActivityContext,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ActivityError> {
-    interlock::temporal::with_heartbeats(ctx, work)
+    interlock_temporal::with_heartbeats(ctx, work)
         .await
         .map_err(|e| ApplicationFailure::new(format!("worker task died: {e}")).into())
 }

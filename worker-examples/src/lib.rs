@@ -1,5 +1,5 @@
 //! A refund workflow whose refund step is a gated Temporal activity: decide (read the premises)
-//! → refund (through `interlock::temporal::gated`) → report. The same workflow can run the refund
+//! → refund (through `interlock_temporal::gated`) → report. The same workflow can run the refund
 //! through the baselines Interlock is measured against (a naive retry, Temporal's recommended
 //! idempotency key, a careful hand-written re-check), so the kill matrix compares like with like.
 

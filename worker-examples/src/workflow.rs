@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use interlock::temporal::FailureDetails;
+use interlock_temporal::FailureDetails;
 use temporalio_common::RetryPolicy;
 use temporalio_common::error::IncomingError;
 use temporalio_macros::{workflow, workflow_methods};

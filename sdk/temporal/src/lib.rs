@@ -1,4 +1,6 @@
-//! `gated()`: the whole body of a Temporal activity. Every attempt Temporal makes — the first, a
+//! `gated()`: the whole body of a Temporal activity. A crate of its own so that a user of the gate
+//! alone never builds the Temporal SDK.
+//! Every attempt Temporal makes — the first, a
 //! retry after a worker died, an attempt that overlaps a stalled one — passes through the journal,
 //! the lease check and the premise check. The blocking gate runs on tokio's blocking pool while
 //! this task heartbeats, so a dead worker is noticed by the heartbeat timeout within seconds.
@@ -16,10 +18,10 @@ use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-use crate::core::{Change, Premises, RefusalCode, Repair, Status, Via};
-use crate::effect::{Effect, EffectKey};
-use crate::gate::{Bound, GateError, Outcome};
-use crate::journal::JournalError;
+use interlock::core::{Change, Premises, RefusalCode, Repair, Status, Via};
+use interlock::effect::{Effect, EffectKey};
+use interlock::gate::{Bound, GateError, Outcome};
+use interlock::journal::JournalError;
 
 /// Failure type of a refusal (non-retryable).
 pub const REFUSED: &str = "InterlockRefused";
@@ -279,6 +281,19 @@ pub fn verdict(
             Some(Duration::from_millis(200)),
             None,
         )),
+        // An outcome a newer `interlock` added: stop the workflow's retries and let a person look,
+        // rather than guess whether it is final.
+        other => Err(fail(
+            JOURNAL,
+            format!(
+                "the gate answered {}, which this version of interlock-temporal does not know: \
+                 upgrade interlock-temporal to match interlock",
+                other.label()
+            ),
+            false,
+            None,
+            None,
+        )),
     }
 }
 
@@ -374,7 +389,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::core::{Ambiguous, Refused};
+    use interlock::core::{Ambiguous, Refused};
 
     fn key() -> EffectKey {
         EffectKey::derive(&["wf", "refund"])
@@ -408,7 +423,7 @@ mod tests {
             verdict(&key(), 2, Ok(amb)).unwrap_err().type_name,
             AMBIGUOUS
         );
-        let twice = Outcome::AppliedTwice(crate::core::AppliedTwice {
+        let twice = Outcome::AppliedTwice(interlock::core::AppliedTwice {
             token: 2,
             found: vec![json!({"id": "re_1"}), json!({"id": "re_2"})],
             reason: "two under one key".into(),
