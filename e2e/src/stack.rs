@@ -54,7 +54,7 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
         .context("no binary directory")?;
     if !path.exists() {
         bail!(
-            "{} is missing: build it with `cargo build -p worker-examples -p interlock --features interlock/cli`",
+            "{} is missing: build it with `cargo build -p interlock-cli -p worker-examples -p interlock-e2e`",
             path.display()
         );
     }
