@@ -1,0 +1,213 @@
+//! What a refund is, whichever service makes it: its payload, the metadata field that carries the
+//! effect's key on the service's side, and the repair a refund refused on moved facts can be
+//! offered. The Stripe target, the premise readers and the simulated service all speak this.
+
+use serde_json::Value;
+
+use crate::core::{Premises, Repair};
+
+/// Metadata field that carries the effect key on every refund the gate creates.
+pub const KEY_FIELD: &str = "interlock_key";
+
+/// What a refund takes money back from: Stripe refunds a payment intent or a charge.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refunded {
+    /// A payment intent (`pi_…`).
+    PaymentIntent(String),
+    /// A charge (`ch_…`).
+    Charge(String),
+}
+
+impl Refunded {
+    /// The field a refund request, a listing and a refund object name it by.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::PaymentIntent(_) => "payment_intent",
+            Self::Charge(_) => "charge",
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        match self {
+            Self::PaymentIntent(id) | Self::Charge(id) => id,
+        }
+    }
+
+    /// Whether `record` (a refund object, or a payload) is on this payment or charge.
+    pub fn names(&self, record: &Value) -> bool {
+        record.get(self.field()).and_then(Value::as_str) == Some(self.id())
+    }
+}
+
+impl std::fmt::Display for Refunded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.field(), self.id())
+    }
+}
+
+/// The refund effect's payload: `{"payment_intent": "pi_…", …}` or `{"charge": "ch_…", …}`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RefundPayload {
+    /// What is refunded.
+    #[serde(flatten)]
+    pub refunded: Refunded,
+    /// Cents.
+    pub amount: i64,
+    /// ISO currency.
+    pub currency: String,
+}
+
+impl RefundPayload {
+    /// A refund of `amount` cents of a payment intent.
+    pub fn of_payment_intent(
+        id: impl Into<String>,
+        amount: i64,
+        currency: impl Into<String>,
+    ) -> Self {
+        Self {
+            refunded: Refunded::PaymentIntent(id.into()),
+            amount,
+            currency: currency.into(),
+        }
+    }
+
+    /// A refund of `amount` cents of a charge.
+    pub fn of_charge(id: impl Into<String>, amount: i64, currency: impl Into<String>) -> Self {
+        Self {
+            refunded: Refunded::Charge(id.into()),
+            amount,
+            currency: currency.into(),
+        }
+    }
+
+    /// Read a refund payload, or say what is wrong with it: it names a payment intent or a
+    /// charge (not both), a positive amount and a currency.
+    pub fn from_value(payload: &Value) -> Result<Self, String> {
+        if payload.get("payment_intent").is_some() && payload.get("charge").is_some() {
+            return Err(
+                "not a refund payload: it names both a payment_intent and a charge; name one"
+                    .into(),
+            );
+        }
+        let p: Self = serde_json::from_value(payload.clone()).map_err(|e| {
+            format!("not a refund payload ({e}): it needs a payment_intent or a charge, an amount and a currency")
+        })?;
+        if p.refunded.id().is_empty() {
+            return Err(format!(
+                "not a refund payload: the {} is empty",
+                p.refunded.field()
+            ));
+        }
+        if p.amount <= 0 {
+            return Err(format!(
+                "not a refund payload: the amount must be positive, not {}",
+                p.amount
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// The effect key a refund record carries in its metadata, if any.
+pub fn key_of(refund: &Value) -> Option<&str> {
+    refund
+        .get("metadata")
+        .and_then(|m| m.get(KEY_FIELD))
+        .and_then(Value::as_str)
+}
+
+/// What a refund payload refunds.
+pub fn refunded(payload: &Value) -> Result<Refunded, String> {
+    RefundPayload::from_value(payload).map(|p| p.refunded)
+}
+
+/// A refund refused because others refunded part of the payment meanwhile may still fit in what
+/// is left: offered as a new decision, never applied automatically.
+pub fn still_fits(amount: i64, paid: i64, refunded_now: i64, payload: &Value) -> Option<Repair> {
+    let left = paid.checked_sub(refunded_now)?;
+    (amount > 0 && left >= amount).then(|| Repair {
+        kind: "still_fits".into(),
+        summary: format!(
+            "{amount} still fits: {left} of {paid} is left to refund, if the other refund was \
+             not this one"
+        ),
+        payload: payload.clone(),
+    })
+}
+
+/// The repairs for a refund payload, from premises named `amount_paid`, `refunded_by_others` and
+/// (when the shop is asked) `order_eligible`.
+pub fn refund_repairs(payload: &Value, now: &Premises) -> Vec<Repair> {
+    let get = |k: &str| now.get(k).and_then(Value::as_i64);
+    let eligible = now
+        .get("order_eligible")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    match (
+        RefundPayload::from_value(payload),
+        get("amount_paid"),
+        get("refunded_by_others"),
+    ) {
+        (Ok(p), Some(paid), Some(others)) if eligible => {
+            still_fits(p.amount, paid, others, payload)
+                .into_iter()
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn still_fits_only_when_what_is_left_covers_the_amount() {
+        let r = still_fits(2000, 10_000, 500, &json!({"amount": 2000}));
+        assert_eq!(r.as_ref().map(|r| r.kind.as_str()), Some("still_fits"));
+        assert!(
+            r.map(|r| r.summary)
+                .unwrap_or_default()
+                .contains("9500 of 10000")
+        );
+        assert!(still_fits(2000, 10_000, 9_000, &json!({})).is_none());
+        assert!(still_fits(0, 10_000, 0, &json!({})).is_none());
+    }
+
+    #[test]
+    fn a_payload_names_a_payment_intent_or_a_charge_and_serializes_as_stripe_names_them() {
+        let pi = RefundPayload::of_payment_intent("pi_1", 2000, "usd");
+        let v = serde_json::to_value(&pi).unwrap();
+        assert_eq!(
+            v,
+            json!({"payment_intent": "pi_1", "amount": 2000, "currency": "usd"})
+        );
+        assert_eq!(RefundPayload::from_value(&v).unwrap(), pi);
+        let ch = json!({"charge": "ch_1", "amount": 500, "currency": "usd"});
+        assert_eq!(
+            RefundPayload::from_value(&ch).unwrap().refunded,
+            Refunded::Charge("ch_1".into())
+        );
+        for bad in [
+            json!({"payment_intent": "pi_1", "charge": "ch_1", "amount": 1, "currency": "usd"}),
+            json!({"amount": 1, "currency": "usd"}),
+            json!({"charge": "", "amount": 1, "currency": "usd"}),
+            json!({"charge": "ch_1", "amount": 0, "currency": "usd"}),
+            json!({"charge": 7, "amount": 1, "currency": "usd"}),
+        ] {
+            let e = RefundPayload::from_value(&bad).unwrap_err();
+            assert!(e.starts_with("not a refund payload"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_key_is_read_from_the_refund_s_metadata() {
+        let r = json!({"id": "re_1", "metadata": {"interlock_key": "k1"}});
+        assert_eq!(key_of(&r), Some("k1"));
+        assert_eq!(key_of(&json!({"id": "re_2", "metadata": {}})), None);
+    }
+}
