@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use interlock::Tier;
-use interlock::target::refund::Refunded;
+use interlock_stripe::refund::Refunded;
 use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
@@ -65,7 +65,7 @@ impl PaymentsApi {
                 "data": { "object": r.as_json() },
             })
             .to_string();
-            let signature = interlock::webhook::sign(body.as_bytes(), &secret, now_s);
+            let signature = interlock_stripe::webhook::sign(body.as_bytes(), &secret, now_s);
             let url = url.clone();
             // Delivered from its own thread, as Stripe delivers asynchronously; redelivered once
             // if the receiver did not answer 2xx.

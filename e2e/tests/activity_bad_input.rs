@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::target::refund_premises::RefundPremises;
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{Effect, EffectKey, Gate, GateConfig, Grant, SqliteJournal, SystemClock, Tier};
 use interlock_e2e::payments_api::PaymentsApi;
+use interlock_stripe::RefundPremises;
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_temporal::{Failure, IN_FLIGHT, JOURNAL, REFUSED, verdict};
 use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};

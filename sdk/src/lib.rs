@@ -21,9 +21,16 @@
 //!    under the same key inside a dedupe window (tier 1), look the effect up (tier 2), or mark it
 //!    ambiguous (tier 3) — re-reading the lease and the premises before anything goes out again.
 //! 6. **Prove.** A [`receipt`] lists every record behind the outcome, signed if asked; [`verify`]
-//!    checks it against the journal, the lease store and the target's own records; [`webhook`]
-//!    records the target's confirmations. Under Temporal, `interlock_temporal::gated()` (the
-//!    `interlock-temporal` crate) wraps steps 2–5 as an activity body.
+//!    checks it against the journal, the lease store and the target's own records; the target's
+//!    own confirmations (Stripe's signed webhooks, `interlock_stripe::webhook`) are journaled
+//!    beside them. Under Temporal, `interlock_temporal::gated()` wraps steps 2–5 as an activity
+//!    body.
+//!
+//! The crates: `interlock-core` (the pure core, here as [`core`]), `interlock` (this one: the
+//! gate, the SQLite journal, leases, receipts, verify), `interlock-stripe` (the Stripe refunds
+//! target, refund premises, webhooks), `interlock-temporal` (`gated()`), `interlock-cli` (the
+//! `interlock` command line) and `interlock-testkit` (scripted faults and a simulated payments
+//! service, for tests only).
 //!
 //! # The rules every attempt keeps
 //!
@@ -57,7 +64,6 @@ pub mod premise;
 pub mod receipt;
 pub mod target;
 pub mod verify;
-pub mod webhook;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};

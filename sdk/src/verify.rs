@@ -19,7 +19,6 @@ use crate::journal::{Journal, Record};
 use crate::lease::LeaseStore;
 use crate::receipt::{Receipt, UNSIGNED_NOTE, VerifyingKeyKind, build};
 use crate::target::TargetRecords;
-use crate::target::refund::key_of;
 
 /// One column of a verification.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -100,7 +99,7 @@ pub fn strangers(
         .tagged()?
         .iter()
         .filter_map(|r| {
-            let key = key_of(r)?;
+            let key = records.key_of(r)?;
             let id = r.get("id").and_then(Value::as_str).unwrap_or("an effect");
             let on = pi(r).unwrap_or_else(|| "?".into());
             let why = match known.get(key) {
@@ -434,12 +433,12 @@ fn happened_once(
     let tagged: Vec<&Value> = all
         .iter()
         .filter(counts)
-        .filter(|r| key_of(r) == Some(derived.key.as_str()))
+        .filter(|r| records.key_of(r) == Some(derived.key.as_str()))
         .collect();
     let untagged: Vec<String> = all
         .iter()
         .filter(counts)
-        .filter(|r| key_of(r).is_none())
+        .filter(|r| records.key_of(r).is_none())
         .map(|r| {
             format!(
                 "{} ({})",

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use interlock::core::Event;
 use interlock::journal::{Journal, Record};
 use interlock::premise::PremiseReader;
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{Clock, EffectKey, Grant, SqliteJournal, SystemClock, Tier};
 use interlock_e2e::payments_api::PaymentsApi;
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};
 

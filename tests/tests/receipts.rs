@@ -434,8 +434,8 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
     // Asked in process, and over HTTP as Stripe's API lists an account's refunds.
     let api =
         interlock_e2e::payments_api::PaymentsApi::start(f.world.sim.clone(), "sk_test_x").unwrap();
-    let stripe = interlock::target::stripe::StripeRefunds::new(
-        interlock::target::stripe::StripeConfig::new(&api.base_url, "sk_test_x").unwrap(),
+    let stripe = interlock_stripe::StripeRefunds::new(
+        interlock_stripe::StripeConfig::new(&api.base_url, "sk_test_x").unwrap(),
     );
     let sim = SimTarget(f.world.sim.clone());
     let targets: [&dyn interlock::target::TargetRecords; 2] = [&sim, &stripe];

@@ -447,7 +447,7 @@ fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing() {
 /// The Stripe target, tier 1 as Stripe promises, against a Stripe-compatible server that ignores
 /// `Idempotency-Key` (the payments API acting as tier 2).
 fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, Arc<dyn Target>) {
-    use interlock::target::stripe::{StripeConfig, StripeRefunds};
+    use interlock_stripe::{StripeConfig, StripeRefunds};
     const SECRET: &str = "sk_test_interlock";
     let api = interlock_e2e::payments_api::PaymentsApi::start(b.sim.clone(), SECRET).unwrap();
     let target = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).unwrap());

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use interlock::core::{LookupAnswer, SendAnswer};
 use interlock::premise::PremiseReader;
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::target::{SendRequest, Target};
 use interlock::{EffectKey, ManualClock, Tier};
 use interlock_e2e::payments_api::PaymentsApi;
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::SimPayments;
 use serde_json::json;
@@ -177,8 +177,8 @@ fn a_server_answering_garbage_is_unknown_never_done_or_failed() {
 
 #[test]
 fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_gate() {
-    use interlock::target::refund::RefundPayload;
     use interlock::{Clock, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock};
+    use interlock_stripe::refund::RefundPayload;
 
     let (sim, _api, t) = setup(Tier::One);
     let charge = sim.charge_of("pi_1").expect("the payment's charge");

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use interlock::core::Event;
 use interlock::journal::Journal;
-use interlock::webhook::{Delivery, handle, sign};
 use interlock::{Gate, GateConfig, Outcome, SqliteJournal, Tier};
+use interlock_stripe::webhook::{Delivery, handle, sign};
 use interlock_testkit::sim::{SimRefundPremises, SimTarget};
 use interlock_tests::world::{AMOUNT, World};
 use serde_json::json;
@@ -194,17 +194,17 @@ fn confirmation_by_lookup_records_once_and_ignores_what_the_target_does_not_hold
     let target = SimTarget(world.sim.clone());
     let k = interlock::EffectKey::fixed(&key).unwrap();
     assert_eq!(
-        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
+        interlock_stripe::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
         Delivery::Recorded { key: key.clone() }
     );
     assert_eq!(
-        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
+        interlock_stripe::webhook::confirm_by_lookup(j.as_ref(), &target, &k).unwrap(),
         Delivery::AlreadyRecorded { key: key.clone() }
     );
     assert_eq!(confirmations(&j, &key), 1);
     let unknown = interlock::EffectKey::fixed("never-proposed").unwrap();
     assert!(matches!(
-        interlock::webhook::confirm_by_lookup(j.as_ref(), &target, &unknown).unwrap(),
+        interlock_stripe::webhook::confirm_by_lookup(j.as_ref(), &target, &unknown).unwrap(),
         Delivery::Ignored(_)
     ));
 }
@@ -238,7 +238,7 @@ fn a_timestamp_at_the_edge_of_i64_is_stale_never_an_overflow() {
 #[test]
 fn an_oversized_body_is_refused_before_anything_is_parsed() {
     let (_d, j, key) = committed();
-    let body = vec![b' '; interlock::webhook::MAX_BODY_BYTES + 1];
+    let body = vec![b' '; interlock_stripe::webhook::MAX_BODY_BYTES + 1];
     let header = sign(&body, SECRET, NOW);
     let got = handle(j.as_ref(), SECRET, Some(&header), &body, NOW, 300).unwrap();
     assert!(

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use interlock::premise::PremiseReader;
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{Bound, Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_temporal::{GatedEffect, gated};
 use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
@@ -19,7 +19,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use crate::baselines::{self, Attempt};
 use crate::model::{Decision, RefundReport, RefundRequest, Reported, System};
 use crate::pause::Pause;
-use interlock::target::refund_premises::RefundPremises;
+use interlock_stripe::RefundPremises;
 
 /// What every activity needs, built once per worker.
 pub struct Deps {

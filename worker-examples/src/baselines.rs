@@ -9,12 +9,12 @@ use interlock::EffectKey;
 use interlock::core::{LeaseVerdict, Premises, RefusalCode};
 use interlock::lease::LeaseStore;
 use interlock::premise::PremiseReader;
-use interlock::target::stripe::StripeRefunds;
+use interlock_stripe::StripeRefunds;
 use serde_json::Value;
 
 use crate::model::{Decision, RefundReport, Reported};
 use crate::pause::Pause;
-use interlock::target::refund_premises::RefundPremises;
+use interlock_stripe::RefundPremises;
 
 /// An HTTP answer from `POST /v1/refunds`.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! What the workflow and its activities exchange.
 
 use interlock::core::{Premises, RefusalCode, Status, Via};
-use interlock::target::refund::{RefundPayload, Refunded};
+use interlock_stripe::refund::{RefundPayload, Refunded};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

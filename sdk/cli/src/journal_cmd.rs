@@ -9,9 +9,9 @@ use clap::{Args, Subcommand};
 use interlock::core::{EffectState, Event, Resolution};
 use interlock::journal::{Journal, Record};
 use interlock::receipt::build;
-use interlock::target::refund_premises::RefundPremises;
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use interlock_stripe::RefundPremises;
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use serde_json::json;
 
 #[derive(Subcommand)]
@@ -67,7 +67,7 @@ pub(crate) fn confirm(j: &SqliteJournal, args: ConfirmArgs) -> anyhow::Result<()
         if summary(&records).0 != Some(Status::Committed) {
             continue;
         }
-        let d = interlock::webhook::confirm_by_lookup(j, &target, &key(&k)?)?;
+        let d = interlock_stripe::webhook::confirm_by_lookup(j, &target, &key(&k)?)?;
         println!("{k}: {d:?}");
     }
     Ok(())

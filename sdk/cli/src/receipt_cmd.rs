@@ -9,9 +9,9 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
-use interlock::target::stripe::{StripeConfig, StripeRefunds};
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
 use interlock::{EffectKey, SqliteJournal, SystemClock};
+use interlock_stripe::{StripeConfig, StripeRefunds};
 
 #[derive(Subcommand)]
 pub(crate) enum ReceiptCmd {

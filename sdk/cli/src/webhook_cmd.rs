@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use interlock::webhook::{DEFAULT_TOLERANCE_S, Delivery, MAX_BODY_BYTES, handle};
 use interlock::{Clock, SqliteJournal, SystemClock};
+use interlock_stripe::webhook::{DEFAULT_TOLERANCE_S, Delivery, MAX_BODY_BYTES, handle};
 use tiny_http::{Header, Response, Server};
 
 #[derive(Subcommand)]

@@ -1,10 +1,7 @@
 //! Targets: the services effects land on. A target says what it can do after a crash (its tier),
 //! sends under the effect's key, and — if it can — looks an effect up by that key. Its answers are
 //! the core's [`SendAnswer`] and [`LookupAnswer`], so every target is judged by the same table.
-
-pub mod refund;
-pub mod refund_premises;
-pub mod stripe;
+//! The Stripe refunds target is the `interlock-stripe` crate.
 
 use std::time::Duration;
 
@@ -60,6 +57,9 @@ pub trait TargetRecords: Send + Sync {
     /// Every effect at the target that carries an interlock key in its metadata, whatever the
     /// journal knows: an audit's way to find effects whose journal rows are gone.
     fn tagged(&self) -> Result<Vec<Value>, String>;
+
+    /// The effect key a record carries, where the target keeps it (Stripe: in its metadata).
+    fn key_of<'a>(&self, record: &'a Value) -> Option<&'a str>;
 }
 
 /// A lookup's answer from every record at the target that carries the key: one of each `id`. A
@@ -78,23 +78,5 @@ pub fn by_key(records: impl IntoIterator<Item = Value>) -> LookupAnswer {
         0 => LookupAnswer::NotFound,
         1 => LookupAnswer::Found(found.remove(0)),
         _ => LookupAnswer::Several(found),
-    }
-}
-
-fn is_tagged(r: &Value) -> bool {
-    refund::key_of(r).is_some()
-}
-
-use refund::refunded;
-
-impl TargetRecords for stripe::StripeRefunds {
-    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
-        self.list_refunds(&refunded(payload)?)
-    }
-
-    fn tagged(&self) -> Result<Vec<Value>, String> {
-        let mut all = self.list_all_refunds()?;
-        all.retain(is_tagged);
-        Ok(all)
     }
 }

@@ -15,12 +15,12 @@ use interlock::clock::Clock;
 use interlock::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
 use interlock::effect::{EffectKey, canonical_json, sha256_hex};
 use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::refund::{Refunded, refunded};
 use interlock::target::{SendRequest, Target, TargetRecords};
+use interlock_stripe::refund::{Refunded, refunded};
 
 use crate::faults::Stall;
 
-pub use interlock::target::refund::{KEY_FIELD, RefundPayload, refund_repairs};
+pub use interlock_stripe::refund::{KEY_FIELD, RefundPayload, refund_repairs};
 
 /// A refund as the service keeps it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -663,7 +663,11 @@ impl TargetRecords for SimTarget {
             .all_refunds()
             .iter()
             .map(SimRefund::as_json)
-            .filter(|r| interlock::target::refund::key_of(r).is_some())
+            .filter(|r| interlock_stripe::refund::key_of(r).is_some())
             .collect())
+    }
+
+    fn key_of<'a>(&self, record: &'a Value) -> Option<&'a str> {
+        interlock_stripe::refund::key_of(record)
     }
 }

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use interlock::core::Premises;
 use interlock::faults::{Crash, FaultPoint, Faults};
-use interlock::target::stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock::{
     Clock, Effect, EffectKey, Gate, GateConfig, GateError, Outcome, SqliteJournal, SystemClock,
     Tier,
 };
+use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use serde_json::json;
 
 struct DieAt(FaultPoint);

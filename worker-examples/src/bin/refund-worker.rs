@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use interlock::target::stripe::StripeConfig;
+use interlock_stripe::StripeConfig;
 use temporalio_client::{Client, ClientOptions, Connection, ConnectionOptions, Url};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 use worker_examples::{Deps, RefundActivities, RefundWorkflow, Settings};

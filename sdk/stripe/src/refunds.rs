@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{SendRequest, Target};
-use crate::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
-use crate::effect::EffectKey;
-use crate::premise::{PremiseError, PremiseReader};
-use crate::target::refund::{RefundPayload, Refunded, key_of, refund_repairs};
+use crate::refund::{RefundPayload, Refunded, key_of, refund_repairs};
+use interlock::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
+use interlock::effect::EffectKey;
+use interlock::premise::{PremiseError, PremiseReader};
+use interlock::target::{SendRequest, Target, TargetRecords};
 
 /// Stripe remembers idempotency keys for 24 hours.
 pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -279,7 +279,7 @@ fn read(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Http {
 /// An id as one URL path segment: every byte outside Stripe's id alphabet is `%XX`, so an id
 /// can never reach another path (`pi_1/../../v1/refunds`) or carry a query.
 pub fn path_segment(id: &str) -> String {
-    crate::effect::percent_encoded(id)
+    interlock::effect::percent_encoded(id)
 }
 
 fn error_message(body: &Value) -> String {
@@ -356,7 +356,7 @@ impl Target for StripeRefunds {
             Err(e) => return LookupAnswer::Unknown(e),
         };
         match self.list_refunds(&p.refunded) {
-            Ok(refunds) => super::by_key(
+            Ok(refunds) => interlock::target::by_key(
                 refunds
                     .into_iter()
                     .filter(|r| key_of(r) == Some(key.as_str()) && counts(r)),
@@ -463,6 +463,22 @@ impl PremiseReader for StripeRefundPremises {
 
     fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
         refund_repairs(payload, now)
+    }
+}
+
+impl TargetRecords for StripeRefunds {
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
+        self.list_refunds(&crate::refund::refunded(payload)?)
+    }
+
+    fn tagged(&self) -> Result<Vec<Value>, String> {
+        let mut all = self.list_all_refunds()?;
+        all.retain(|r| key_of(r).is_some());
+        Ok(all)
+    }
+
+    fn key_of<'a>(&self, record: &'a Value) -> Option<&'a str> {
+        key_of(record)
     }
 }
 

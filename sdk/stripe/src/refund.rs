@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::core::{Premises, Repair};
+use interlock::core::{Premises, Repair};
 
 /// Metadata field that carries the effect key on every refund the gate creates.
 pub const KEY_FIELD: &str = "interlock_key";

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use crate::core::{Premises, Repair};
-use crate::effect::EffectKey;
-use crate::premise::{PremiseError, PremiseReader};
-use crate::target::refund::{refund_repairs, refunded};
-use crate::target::stripe::StripeRefundPremises;
+use crate::refund::{refund_repairs, refunded};
+use crate::refunds::StripeRefundPremises;
+use interlock::core::{Premises, Repair};
+use interlock::effect::EffectKey;
+use interlock::premise::{PremiseError, PremiseReader};
 use serde_json::{Value, json};
 
 /// Stripe's facts plus, if a shop is given, its eligibility flag
@@ -24,10 +24,7 @@ pub struct RefundPremises {
 
 impl RefundPremises {
     fn eligible(&self, shop: &str, order: &str) -> Result<bool, PremiseError> {
-        let url = format!(
-            "{shop}/shop/orders/{}",
-            crate::target::stripe::path_segment(order)
-        );
+        let url = format!("{shop}/shop/orders/{}", crate::refunds::path_segment(order));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(5)))
             .http_status_as_error(false)

@@ -10,9 +10,9 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::core::{Confirmed, EffectState, Event};
-use crate::effect::EffectKey;
-use crate::journal::{Journal, JournalError};
+use interlock::core::{Confirmed, EffectState, Event};
+use interlock::effect::EffectKey;
+use interlock::journal::{Journal, JournalError};
 
 /// Stripe's default tolerance for a signature's timestamp.
 pub const DEFAULT_TOLERANCE_S: i64 = 300;
@@ -177,7 +177,7 @@ pub fn handle(
     if !kind.starts_with("refund.") && kind != "charge.refund.updated" {
         return Ok(Delivery::Ignored(format!("{kind} is not a refund event")));
     }
-    let Some(key) = crate::target::refund::key_of(object) else {
+    let Some(key) = crate::refund::key_of(object) else {
         return Ok(Delivery::Ignored(
             "the refund carries no effect key (a hand refund?)".into(),
         ));
@@ -227,7 +227,7 @@ pub fn handle(
 /// key and, if it is there, record `CONFIRMED` (once per target reference).
 pub fn confirm_by_lookup(
     journal: &dyn Journal,
-    target: &dyn crate::target::Target,
+    target: &dyn interlock::target::Target,
     key: &EffectKey,
 ) -> Result<Delivery, JournalError> {
     let first = match journal.state(key)? {
@@ -242,18 +242,18 @@ pub fn confirm_by_lookup(
         return Ok(Delivery::Ignored("no proposal".into()));
     };
     let found = match target.lookup(key, &first.payload) {
-        crate::core::LookupAnswer::Found(v) => v,
-        crate::core::LookupAnswer::NotFound => {
+        interlock::core::LookupAnswer::Found(v) => v,
+        interlock::core::LookupAnswer::NotFound => {
             return Ok(Delivery::Ignored(
                 "the target holds no effect with this key".into(),
             ));
         }
-        crate::core::LookupAnswer::Unknown(e) => {
+        interlock::core::LookupAnswer::Unknown(e) => {
             return Ok(Delivery::Ignored(format!(
                 "the target could not be asked: {e}"
             )));
         }
-        crate::core::LookupAnswer::Several(all) => {
+        interlock::core::LookupAnswer::Several(all) => {
             return Ok(Delivery::Ignored(format!(
                 "the target holds {} effects with this key; none is confirmed as the one",
                 all.len()
