@@ -4,9 +4,7 @@
 //! before it leaves nothing to recover. A proposal that is already journaled (an earlier attempt
 //! stopped on an unreachable lease store or premise source) is authorized, then dispatched.
 
-use std::time::Instant;
-
-use crate::core::transition::{self, Holding};
+use crate::core::transition;
 use crate::core::{Event, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
@@ -19,52 +17,32 @@ impl Bound {
     /// A new key: under the liveness lock, the premises, then `PROPOSED`, the lease and
     /// `DISPATCHED` in one transaction, then the send.
     pub(super) fn propose(&self, key: &EffectKey, proposal: &Proposed) -> Result<Step, GateError> {
-        let lock = match self.dispatch_lock(key)? {
-            Ok(lock) => lock,
-            Err(step) => return Ok(step),
-        };
-        let premises = self.read_premises(key, proposal);
-        let repairs = self.repair_candidates(proposal, &premises);
-        let (holding, started) = self.holding();
-        let out = self.gate.journal.append_with(key, &mut |tx| {
-            let (lease, grant) = self.authorization_in(tx, proposal);
-            transition::propose_and_dispatch(
-                tx.state,
-                proposal,
-                &premises.with_lease(lease),
-                grant,
-                premises.unavailable(),
-                &repairs,
-                &holding,
-            )
-        })?;
-        self.after_dispatch_tx(
-            key,
-            proposal,
-            out.appended.last().map(|r| &r.event),
-            lock,
-            holding,
-            started,
-        )
+        self.first_dispatch(key, proposal, true)
     }
 
-    /// R4 at submit, written in one transaction with the proposal when it is fresh: the lease
-    /// authorizes the effect, refuses it, or (store unreachable) is noted for a retry.
+    /// R4 for a proposal an earlier attempt journaled but could not authorize (the lease store
+    /// was unreachable): `AUTHORIZED`, a final `lease` refusal, or another retry note — then the
+    /// dispatch.
     pub(super) fn authorize(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
         let out = self.gate.journal.append_with(key, &mut |tx| {
             let (lease, grant) = self.authorization_in(tx, first);
             transition::authorize(tx.state, first, &lease, grant)
         })?;
         match out.appended.last().map(|r| &r.event) {
-            Some(Event::Authorized(_)) => self.dispatch(key, first),
+            Some(Event::Authorized(_)) => self.first_dispatch(key, first, false),
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
             _ => Ok(Step::Again),
         }
     }
 
-    /// Under the liveness lock: the premises, then the lease and `DISPATCHED` in one
-    /// transaction, then the send.
-    pub(super) fn dispatch(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
+    /// Under the liveness lock: the premises, then the lease and `DISPATCHED` (with `PROPOSED`
+    /// and `AUTHORIZED` when `fresh`) in one transaction, then the send.
+    fn first_dispatch(
+        &self,
+        key: &EffectKey,
+        first: &Proposed,
+        fresh: bool,
+    ) -> Result<Step, GateError> {
         let lock = match self.dispatch_lock(key)? {
             Ok(lock) => lock,
             Err(step) => return Ok(step),
@@ -73,48 +51,29 @@ impl Bound {
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
         let out = self.gate.journal.append_with(key, &mut |tx| {
-            let recheck = premises.with_lease(self.lease_in(tx, first));
-            transition::dispatch_first(
-                tx.state,
-                &first.payload_hash,
-                &recheck,
-                premises.unavailable(),
-                &repairs,
-                &holding,
-            )
+            if fresh {
+                let (lease, grant) = self.authorization_in(tx, first);
+                transition::propose_and_dispatch(
+                    tx.state,
+                    first,
+                    &premises.with_lease(lease),
+                    grant,
+                    premises.unavailable(),
+                    &repairs,
+                    &holding,
+                )
+            } else {
+                transition::dispatch_first(
+                    tx.state,
+                    &first.payload_hash,
+                    &premises.with_lease(self.lease_in(tx, first)),
+                    premises.unavailable(),
+                    &repairs,
+                    &holding,
+                )
+            }
         })?;
-        self.after_dispatch_tx(
-            key,
-            first,
-            out.appended.last().map(|r| &r.event),
-            lock,
-            holding,
-            started,
-        )
-    }
-
-    /// Liveness lock 1, unless the attempt was cancelled or another attempt holds it.
-    fn dispatch_lock(&self, key: &EffectKey) -> Result<Result<HeldLock, Step>, GateError> {
-        self.fault(FaultPoint::BeforeDispatch, key)?;
-        if let Some(stopped) = self.cancelled() {
-            return Ok(Err(stopped));
-        }
-        Ok(self
-            .hold(key, 1)?
-            .ok_or_else(|| Step::Done(self.busy("another attempt is dispatching this effect"))))
-    }
-
-    /// Carry out what the first dispatch's transaction wrote last: send, or report its refusal.
-    fn after_dispatch_tx(
-        &self,
-        key: &EffectKey,
-        first: &Proposed,
-        last: Option<&Event>,
-        lock: HeldLock,
-        holding: Holding,
-        started: Instant,
-    ) -> Result<Step, GateError> {
-        match last {
+        match out.appended.last().map(|r| &r.event) {
             Some(Event::Dispatched(_)) => {
                 self.fault(FaultPoint::AfterDispatch, key)?;
                 let sending = Sending {
@@ -128,6 +87,17 @@ impl Bound {
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
             _ => Ok(Step::Again),
         }
+    }
+
+    /// Liveness lock 1, unless the attempt was cancelled or another attempt holds it.
+    fn dispatch_lock(&self, key: &EffectKey) -> Result<Result<HeldLock, Step>, GateError> {
+        self.fault(FaultPoint::BeforeDispatch, key)?;
+        if let Some(stopped) = self.cancelled() {
+            return Ok(Err(stopped));
+        }
+        Ok(self
+            .hold(key, 1)?
+            .ok_or_else(|| Step::Done(self.busy("another attempt is dispatching this effect"))))
     }
 
     fn refused_or_retry(&self, r: crate::core::Refused) -> Outcome {
