@@ -6,6 +6,7 @@
 pub mod activities;
 pub mod baselines;
 pub mod clock;
+pub mod connect;
 pub mod model;
 pub mod pause;
 pub mod workflow;

@@ -10,12 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use serde_json::json;
-use temporalio_client::{
-    Client, ClientOptions, Connection, ConnectionOptions, Url, WorkflowGetResultOptions,
-    WorkflowStartOptions,
-};
+use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
 use tokio::sync::Semaphore;
 use worker_examples::{RefundRequest, RefundWorkflow, System};
 
@@ -48,14 +45,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
     let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());
-    let conn = Connection::connect(
-        ConnectionOptions::new(Url::parse(&addr)?)
-            .identity("refund-load".to_owned())
-            .build(),
-    )
-    .await
-    .with_context(|| format!("connecting to Temporal at {addr}"))?;
-    let client = Arc::new(Client::new(conn, ClientOptions::new("default").build())?);
+    let client = Arc::new(worker_examples::connect::client(&addr, "refund-load".into()).await?);
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(args.workflows);

@@ -6,12 +6,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use serde_json::json;
-use temporalio_client::{
-    Client, ClientOptions, Connection, ConnectionOptions, Url, WorkflowGetResultOptions,
-    WorkflowStartOptions,
-};
+use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
 use worker_examples::{RefundRequest, RefundWorkflow, System};
 
 fn now_ms() -> u128 {
@@ -55,14 +52,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
     let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());
-    let conn = Connection::connect(
-        ConnectionOptions::new(Url::parse(&addr)?)
-            .identity("refund-starter".to_owned())
-            .build(),
-    )
-    .await
-    .with_context(|| format!("connecting to Temporal at {addr}"))?;
-    let client = Client::new(conn, ClientOptions::new("default").build())?;
+    let client = worker_examples::connect::client(&addr, "refund-starter".into()).await?;
     let handle = client
         .start_workflow(
             RefundWorkflow::run,

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use interlock_stripe::StripeConfig;
-use temporalio_client::{Client, ClientOptions, Connection, ConnectionOptions, Url};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 use worker_examples::{Deps, RefundActivities, RefundWorkflow, Settings};
 
@@ -73,18 +71,8 @@ async fn main() -> anyhow::Result<()> {
         send_timeout: Duration::from_millis(args.send_timeout_ms),
     })?);
     let runtime = Runtime::from_current_tokio(Default::default())?;
-    let conn = Connection::connect(
-        ConnectionOptions::new(
-            Url::parse(&addr).with_context(|| format!("TEMPORAL_ADDRESS {addr:?}"))?,
-        )
-        .identity(format!("refund-worker@pid{}", std::process::id()))
-        .build(),
-    )
-    .await
-    .with_context(|| {
-        format!("connecting to Temporal at {addr}: is `temporal server start-dev` running?")
-    })?;
-    let client = Client::new(conn, ClientOptions::new("default").build())?;
+    let identity = format!("refund-worker@pid{}", std::process::id());
+    let client = worker_examples::connect::client(&addr, identity).await?;
     let options = WorkerOptions::new(queue.as_str())
         .register_workflow::<RefundWorkflow>()?
         .register_activities(RefundActivities { deps })
