@@ -5,6 +5,12 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+/// `x` rounded to `places` decimals, as the results files keep their measurements.
+pub fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
 fn num(v: &Value) -> String {
     match v.as_f64() {
         Some(x) if x.fract() == 0.0 => format!("{x:.0}"),

@@ -33,8 +33,8 @@ pub struct Deps {
     pause: Option<Arc<Pause>>,
 }
 
-/// How the worker's activities reach Stripe, the shop and the journal (the worker binary fills it
-/// from its flags or the environment).
+/// How the worker's activities reach Stripe, the shop and the journal (`refund-worker` fills it
+/// from its flags, each with an environment fallback).
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// Stripe's API (or a server that speaks it).
@@ -50,32 +50,6 @@ pub struct Settings {
 }
 
 impl Deps {
-    /// From the environment: `STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_JOURNAL`, and
-    /// optionally `INTERLOCK_SHOP_URL` (the shop's order service), `INTERLOCK_SETTLE_MS`,
-    /// `INTERLOCK_SEND_TIMEOUT_MS` and the pause variables. A value that cannot be read is an
-    /// error naming the variable.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let ms = |k: &str, d: u64| -> anyhow::Result<Duration> {
-            match std::env::var(k) {
-                Ok(v) => v
-                    .parse()
-                    .map(Duration::from_millis)
-                    .with_context(|| format!("{k}={v:?} is not a number of milliseconds")),
-                Err(_) => Ok(Duration::from_millis(d)),
-            }
-        };
-        Self::new(Settings {
-            stripe: StripeConfig::from_env()?,
-            journal: std::env::var("INTERLOCK_JOURNAL")
-                .unwrap_or_else(|_| "interlock-journal.db".into()),
-            shop_url: std::env::var("INTERLOCK_SHOP_URL")
-                .ok()
-                .filter(|u| !u.is_empty()),
-            settle: ms("INTERLOCK_SETTLE_MS", 1_000)?,
-            send_timeout: ms("INTERLOCK_SEND_TIMEOUT_MS", 10_000)?,
-        })
-    }
-
     /// From explicit settings (and the harness's pause and clock variables).
     pub fn new(settings: Settings) -> anyhow::Result<Self> {
         let Settings {

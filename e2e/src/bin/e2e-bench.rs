@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use interlock::Grant;
+use interlock_e2e::bench_report::round;
 use interlock_e2e::cell::Env;
 use interlock_e2e::procs::{StarterProc, WorkerProc, now_ms};
 use interlock_e2e::stack;
@@ -93,10 +94,7 @@ fn main() -> anyhow::Result<()> {
             runs[idx].round(&env, r, n, concurrency)?;
         }
     }
-    let rows = runs
-        .iter()
-        .map(SystemRun::summary)
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let rows = runs.iter().map(SystemRun::summary).collect::<Vec<_>>();
     for row in &rows {
         eprintln!(
             "{}: {} workflows/s, p50 {} ms, p99 {} ms",
@@ -266,10 +264,10 @@ impl SystemRun {
         Ok(())
     }
 
-    fn summary(&self) -> anyhow::Result<Value> {
+    fn summary(&self) -> Value {
         let mut sorted = self.latencies.clone();
         sorted.sort_by(f64::total_cmp);
-        Ok(json!({
+        json!({
             "system": self.system,
             "workflows": self.done,
             "throughput_per_s": round(self.done as f64 / self.busy_s.max(1e-9), 2),
@@ -279,16 +277,11 @@ impl SystemRun {
             "busy_s": round(self.busy_s, 2),
             "refunded_once": self.done,
             "outcomes": self.labels,
-        }))
+        })
     }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(i).copied().unwrap_or(0.0)
-}
-
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
 }

@@ -34,11 +34,6 @@ impl Refunded {
             Self::PaymentIntent(id) | Self::Charge(id) => id,
         }
     }
-
-    /// Whether `record` (a refund object, or a payload) is on this payment or charge.
-    pub fn names(&self, record: &Value) -> bool {
-        record.get(self.field()).and_then(Value::as_str) == Some(self.id())
-    }
 }
 
 impl std::fmt::Display for Refunded {

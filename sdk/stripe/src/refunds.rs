@@ -296,10 +296,6 @@ fn counts(refund: &Value) -> bool {
     )
 }
 
-fn parse(payload: &Value) -> Result<RefundPayload, String> {
-    RefundPayload::from_value(payload)
-}
-
 impl Target for StripeRefunds {
     fn name(&self) -> &str {
         "stripe-refunds"
@@ -318,7 +314,7 @@ impl Target for StripeRefunds {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let p = match parse(req.payload) {
+        let p = match RefundPayload::from_value(req.payload) {
             Ok(p) => p,
             Err(e) => {
                 return SendAnswer::Definite {
@@ -351,7 +347,7 @@ impl Target for StripeRefunds {
         if self.tier == Tier::Three {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
-        let p = match parse(payload) {
+        let p = match RefundPayload::from_value(payload) {
             Ok(p) => p,
             Err(e) => return LookupAnswer::Unknown(e),
         };
@@ -435,7 +431,7 @@ pub struct StripeRefundPremises(pub StripeRefunds);
 
 impl PremiseReader for StripeRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
-        let p = parse(payload).map_err(PremiseError::Invalid)?;
+        let p = RefundPayload::from_value(payload).map_err(PremiseError::Invalid)?;
         let paid = self.0.payment_amount(&p.refunded)?;
         let refunds = self
             .0

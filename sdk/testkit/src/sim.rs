@@ -553,10 +553,6 @@ fn apply(
     SimResponse::Created(body)
 }
 
-fn parse_payload(payload: &Value) -> Result<RefundPayload, String> {
-    RefundPayload::from_value(payload)
-}
-
 /// [`SimPayments`] as a gate target.
 #[derive(Clone, Debug)]
 pub struct SimTarget(pub Arc<SimPayments>);
@@ -579,7 +575,7 @@ impl Target for SimTarget {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let p = match parse_payload(req.payload) {
+        let p = match RefundPayload::from_value(req.payload) {
             Ok(p) => p,
             Err(e) => {
                 return SendAnswer::Definite {
@@ -616,7 +612,7 @@ impl Target for SimTarget {
         if self.0.tier() == Tier::Three {
             return LookupAnswer::Unknown("tier-3 target: no lookup".into());
         }
-        match parse_payload(payload) {
+        match RefundPayload::from_value(payload) {
             Ok(p) => interlock::target::by_key(
                 self.0
                     .refunds_of(&p.refunded)
@@ -635,7 +631,7 @@ pub struct SimRefundPremises(pub Arc<SimPayments>);
 
 impl PremiseReader for SimRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
-        let p = parse_payload(payload).map_err(PremiseError::Invalid)?;
+        let p = RefundPayload::from_value(payload).map_err(PremiseError::Invalid)?;
         self.0
             .intent_of(&p.refunded)
             .and_then(|pi| self.0.refund_premises(&pi, Some(key.as_str())))

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use interlock::target::{SendRequest, Target};
 use interlock::{Effect, EffectKey};
+use interlock_e2e::bench_report::round;
 use interlock_tests::bench::{self, NoOp};
 use serde_json::{Value, json};
 
@@ -158,11 +159,6 @@ fn main() -> anyhow::Result<()> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
 }
 
 /// `n` sender processes, each with its own journal handle on the same file, started together.
