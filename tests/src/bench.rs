@@ -77,6 +77,33 @@ pub fn fsync_rate(dir: &Path, budget: Duration, overwrite: bool) -> anyhow::Resu
     Ok((rate, n))
 }
 
+/// Commits per second of the cheapest durable SQLite transaction in `dir`, with the journal's own
+/// settings (WAL, `synchronous = FULL`): one 200-byte row inserted per transaction. This is the
+/// floor the journal stands on: no journal commit can be cheaper.
+pub fn sqlite_commit_rate(dir: &Path, budget: Duration) -> anyhow::Result<f64> {
+    let path = dir.join("commit-probe.db");
+    let conn = rusqlite::Connection::open(&path)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+    )?;
+    let body = "x".repeat(200);
+    let mut insert = conn.prepare("INSERT INTO t (body) VALUES (?1)")?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        insert.execute([&body])?;
+        n += 1;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    drop(insert);
+    drop(conn);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("commit-probe.db{suffix}")));
+    }
+    Ok(rate)
+}
+
 /// A gate over the journal at `path` (with the benchmark lease granted when `grant`), bound to
 /// the no-op target. Returns the journal too, for its commit count.
 pub fn bound(path: &Path, grant: bool) -> anyhow::Result<(Bound, Arc<SqliteJournal>)> {

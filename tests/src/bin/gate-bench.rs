@@ -60,6 +60,7 @@ fn main() -> anyhow::Result<()> {
     );
     let (fsync_per_s, fsyncs) = bench::fsync_rate(dir.path(), probe, true)?;
     let (append_per_s, _) = bench::fsync_rate(dir.path(), probe, false)?;
+    let sqlite_commit_per_s = bench::sqlite_commit_rate(dir.path(), probe)?;
 
     eprintln!("{serial_effects} effects one after another…");
     let path = dir.path().join("bench.db");
@@ -122,11 +123,13 @@ fn main() -> anyhow::Result<()> {
     }
 
     let report = json!({
-        "generated_by": "cargo run -p interlock-tests --bin gate-bench",
+        "generated_by": "cargo run --release -p interlock-tests --bin gate-bench",
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "fsync_per_s": round(fsync_per_s, 0),
         "fsync_probe": format!("4 KiB rewritten in place + fdatasync, {fsyncs} syncs in the journal's directory"),
         "fsync_append_per_s": round(append_per_s, 0),
+        "sqlite_commit_per_s": round(sqlite_commit_per_s, 0),
+        "serial_effects_per_sqlite_commit": round(serial_effects_per_s / sqlite_commit_per_s, 3),
         "serial_effects": serial_effects,
         "serial_effects_per_s": round(serial_effects_per_s, 1),
         "serial_ratio": round(serial_effects_per_s / fsync_per_s, 3),
