@@ -1,6 +1,7 @@
-//! Named points in the gate where a test or the kill-matrix harness can stop the world. In
-//! production the hook is [`NoFaults`] and costs one virtual call per point; scripted faults
-//! (crash or stall at a point) live in the `interlock-testkit` crate, which users never link.
+//! Named points in the gate where a test or the kill-matrix harness can stop the world. Public
+//! only with the `test-hooks` feature, which users never turn on: without it the points compile
+//! to nothing. Scripted faults (crash or stall at a point) live in the `interlock-testkit` crate.
+#![cfg_attr(not(feature = "test-hooks"), allow(unreachable_pub))]
 
 /// A point in the gate's life where a process could die.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -24,21 +25,25 @@ pub enum FaultPoint {
     AfterTakeover,
 }
 
+#[cfg(feature = "test-hooks")]
 /// The process "died" at a point: the gate stops at once, writing nothing more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("simulated crash at {0:?}")]
 pub struct Crash(pub FaultPoint);
 
+#[cfg(feature = "test-hooks")]
 /// Called at every [`FaultPoint`]. May block (a stalled process), or return [`Crash`].
 pub trait Faults: Send + Sync {
     /// The gate reached `point` for `key`.
     fn at(&self, point: FaultPoint, key: &str) -> Result<(), Crash>;
 }
 
+#[cfg(feature = "test-hooks")]
 /// No faults.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoFaults;
 
+#[cfg(feature = "test-hooks")]
 impl Faults for NoFaults {
     fn at(&self, _point: FaultPoint, _key: &str) -> Result<(), Crash> {
         Ok(())

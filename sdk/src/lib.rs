@@ -55,7 +55,10 @@
 pub mod clock;
 pub use interlock_core as core;
 pub mod effect;
+#[cfg(feature = "test-hooks")]
 pub mod faults;
+#[cfg(not(feature = "test-hooks"))]
+mod faults;
 pub mod gate;
 pub mod journal;
 pub mod lease;

@@ -18,7 +18,9 @@ use crate::core::{
     Resolution, SubmitPlan, Tier, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
-use crate::faults::{Crash, FaultPoint, Faults, NoFaults};
+use crate::faults::FaultPoint;
+#[cfg(feature = "test-hooks")]
+use crate::faults::{Crash, Faults, NoFaults};
 use crate::journal::{Journal, JournalError};
 use crate::lease::LeaseStore;
 use crate::liveness::{HeldLock, LockDir};
@@ -119,6 +121,7 @@ pub enum GateError {
     #[error(transparent)]
     Journal(#[from] JournalError),
     /// A fault injected by a test or the harness.
+    #[cfg(feature = "test-hooks")]
     #[error(transparent)]
     Crashed(#[from] Crash),
     /// A tier-1 target whose dedupe window cannot be trusted with this configuration.
@@ -178,6 +181,7 @@ pub struct Gate {
     /// The leases live in the journal's store: read them inside its write transactions.
     leases_in_journal: bool,
     clock: Arc<dyn Clock>,
+    #[cfg(feature = "test-hooks")]
     faults: Arc<dyn Faults>,
     cfg: GateConfig,
     locks: LockDir,
@@ -214,6 +218,7 @@ impl Gate {
             leases,
             leases_in_journal,
             clock,
+            #[cfg(feature = "test-hooks")]
             faults: Arc::new(NoFaults),
             cfg,
             locks,
@@ -222,6 +227,7 @@ impl Gate {
     }
 
     /// Inject faults (tests and the kill-matrix harness).
+    #[cfg(feature = "test-hooks")]
     pub fn with_faults(mut self, faults: Arc<dyn Faults>) -> Self {
         self.faults = faults;
         self
@@ -511,8 +517,19 @@ impl Bound {
         self.gate.clock.now_ms()
     }
 
-    fn fault(&self, point: FaultPoint, key: &EffectKey) -> Result<(), Crash> {
-        self.gate.faults.at(point, key.as_str())
+    #[cfg(feature = "test-hooks")]
+    fn fault(&self, point: FaultPoint, key: &EffectKey) -> Result<(), GateError> {
+        self.gate
+            .faults
+            .at(point, key.as_str())
+            .map_err(GateError::Crashed)
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    #[allow(clippy::unused_self, clippy::unnecessary_wraps)]
+    #[inline(always)]
+    fn fault(&self, _point: FaultPoint, _key: &EffectKey) -> Result<(), GateError> {
+        Ok(())
     }
 
     /// A claim for this gate's holder, starting now: its send is cut off after the send timeout,

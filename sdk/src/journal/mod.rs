@@ -13,7 +13,7 @@ mod sqlite_readers;
 use serde::{Deserialize, Serialize};
 
 pub use chain::{record_hash, verify_chain};
-pub use sqlite::{Durability, SCHEMA_VERSION, SqliteJournal};
+pub use sqlite::{SCHEMA_VERSION, SqliteJournal};
 
 use serde_json::Value;
 

@@ -23,15 +23,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 const FORMAT: &str = "interlock-journal";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How hard an append works to be durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// fsync on every commit (`synchronous=FULL`). The only setting for real effects.
-    Full,
-    /// No fsync (`synchronous=OFF`): a power cut may lose records. For property tests only.
-    RelaxedForTests,
-}
-
 /// An SQLite journal.
 pub struct SqliteJournal {
     group: Group,
@@ -52,27 +43,12 @@ impl std::fmt::Debug for SqliteJournal {
 }
 
 impl SqliteJournal {
-    /// Open (or create) the journal at `path` with full durability.
+    /// Open (or create) the journal at `path`. Every commit is synced to disk before it returns
+    /// (`synchronous = FULL`).
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
-        Self::open_with(path, clock, Durability::Full)
-    }
-
-    /// Open with a chosen durability.
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        clock: Arc<dyn Clock>,
-        durability: Durability,
-    ) -> Result<Self, JournalError> {
         let shown = path.as_ref().display().to_string();
         let conn = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
-        let mut journal = Self::init(
-            conn,
-            shown.clone(),
-            store_id(path.as_ref()),
-            clock,
-            durability,
-            true,
-        )?;
+        let mut journal = Self::init(conn, shown.clone(), store_id(path.as_ref()), clock, true)?;
         journal.readers = Some(Readers::new(path.as_ref().to_path_buf(), BUSY_TIMEOUT));
         Ok(journal)
     }
@@ -154,7 +130,6 @@ impl SqliteJournal {
             ":memory:".into(),
             format!("sqlite-memory:{}:{n}", std::process::id()),
             clock,
-            Durability::RelaxedForTests,
             false,
         )
     }
@@ -164,8 +139,7 @@ impl SqliteJournal {
         path: String,
         store: String,
         clock: Arc<dyn Clock>,
-        durability: Durability,
-        wal: bool,
+        on_disk: bool,
     ) -> Result<Self, JournalError> {
         let err = |e| map_err(&path, e);
         conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
@@ -173,13 +147,11 @@ impl SqliteJournal {
         let _: i64 = conn
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .map_err(err)?;
-        if wal {
+        if on_disk {
             set_wal(&conn, &path)?;
         }
-        let sync = match durability {
-            Durability::Full => "FULL",
-            Durability::RelaxedForTests => "OFF",
-        };
+        // Memory has no disk to sync to.
+        let sync = if on_disk { "FULL" } else { "OFF" };
         conn.pragma_update(None, "synchronous", sync).map_err(err)?;
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
@@ -193,7 +165,7 @@ impl SqliteJournal {
         }
         let journal = Self {
             // A file's commits cost an fsync each, worth sharing; memory's cost nothing.
-            group: Group::new(conn, wal),
+            group: Group::new(conn, on_disk),
             readers: None,
             path,
             store,

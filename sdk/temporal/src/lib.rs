@@ -188,15 +188,6 @@ pub fn verdict(
                 None,
             ));
         }
-        Err(e @ GateError::Crashed(_)) => {
-            return Err(fail(
-                JOURNAL,
-                e.to_string(),
-                true,
-                Some(Duration::from_millis(200)),
-                None,
-            ));
-        }
         Err(e) => return Err(fail(JOURNAL, e.to_string(), false, None, None)),
     };
     match outcome {
