@@ -62,7 +62,7 @@ mod faults;
 pub mod gate;
 pub mod journal;
 pub mod lease;
-mod liveness;
+pub mod liveness;
 pub mod premise;
 pub mod receipt;
 pub mod target;

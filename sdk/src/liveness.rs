@@ -1,7 +1,11 @@
-//! Liveness locks: while a claim's holder may be sending, it holds an OS file lock that the kernel
-//! drops the instant the process dies. A recoverer that can take the lock knows the holder cannot
-//! be sending, and need not wait out a deadline. One file per key and token, so a zombie that
-//! still holds an old token's lock never blocks the claim that replaced it.
+//! Liveness locks: while a claim's holder may be sending, it holds a lock that is dropped the
+//! instant the holder dies. A recoverer that finds the lock released knows the holder cannot be
+//! sending, and need not wait out the claim's deadline; a lock it cannot judge counts as held, and
+//! the deadline rules. One lock per key and token, so a zombie that still holds an old token's lock
+//! never blocks the claim that replaced it.
+//!
+//! On one host the locks are files ([`LockDir`]): the kernel drops an `flock` when its process
+//! dies. A journal shared by several hosts brings its own ([`crate::Journal::liveness`]).
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
@@ -9,26 +13,60 @@ use std::path::{Path, PathBuf};
 
 use crate::effect::sha256_hex;
 
-#[derive(Clone, Debug)]
-pub(crate) struct LockDir {
-    dir: PathBuf,
+/// Where the gate takes and tests liveness locks.
+pub trait Liveness: Send + Sync {
+    /// Where the locks live, for messages.
+    fn place(&self) -> String;
+
+    /// Take the lock for `key`/`token` if nobody holds it. It is held until the returned guard
+    /// drops or its holder dies.
+    fn try_hold(&self, key: &str, token: u64) -> io::Result<Option<HeldLock>>;
+
+    /// Whether the holder of `key`/`token`, which ran on `host`, certainly holds no lock now —
+    /// so it cannot be sending. `false` whenever that cannot be told.
+    fn released(&self, key: &str, token: u64, host: &str) -> io::Result<bool>;
+
+    /// Drop what a resolved key's locks left behind (best effort: leftovers are harmless).
+    fn forget(&self, _key: &str, _up_to_token: u64) {}
 }
 
-/// A held lock; dropping it (or dying) releases it.
-#[derive(Debug)]
-pub(crate) struct HeldLock {
-    _file: File,
+/// A held liveness lock; dropping it (or dying) releases it.
+pub struct HeldLock {
+    _guard: Box<dyn Send>,
+}
+
+impl HeldLock {
+    /// A lock held for as long as `guard` lives.
+    pub fn new(guard: impl Send + 'static) -> Self {
+        Self {
+            _guard: Box::new(guard),
+        }
+    }
+}
+
+impl std::fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldLock")
+    }
+}
+
+/// Liveness as lock files in one directory, for the processes of one host.
+#[derive(Clone, Debug)]
+pub struct LockDir {
+    dir: PathBuf,
+    host: String,
 }
 
 impl LockDir {
-    pub(crate) fn new(dir: impl Into<PathBuf>) -> io::Result<Self> {
+    /// Lock files in `dir` (created if missing), judged for holders on `host` only: another
+    /// host's process cannot be seen from here, so its locks always count as held.
+    pub fn new(dir: impl Into<PathBuf>, host: impl Into<String>) -> io::Result<Self> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
-    }
-
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+        std::fs::create_dir_all(&dir).map_err(|e| writable(&dir, e))?;
+        Ok(Self {
+            dir,
+            host: host.into(),
+        })
     }
 
     fn path(&self, key: &str, token: u64) -> PathBuf {
@@ -38,28 +76,39 @@ impl LockDir {
             &sha256_hex(key.as_bytes())[..32]
         ))
     }
+}
 
-    /// Take the lock for `key`/`token` if nobody holds it.
-    pub(crate) fn try_hold(&self, key: &str, token: u64) -> io::Result<Option<HeldLock>> {
-        let file = OpenOptions::new()
+fn writable(dir: &Path, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("{e}: make {} writable", dir.display()),
+    )
+}
+
+impl Liveness for LockDir {
+    fn place(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn try_hold(&self, key: &str, token: u64) -> io::Result<Option<HeldLock>> {
+        let file: File = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(self.path(key, token))?;
+            .open(self.path(key, token))
+            .map_err(|e| writable(&self.dir, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(HeldLock { _file: file })),
+            Ok(()) => Ok(Some(HeldLock::new(file))),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(e)) => Err(e),
         }
     }
 
-    /// Whether nobody holds the lock for `key`/`token` right now.
-    pub(crate) fn is_free(&self, key: &str, token: u64) -> io::Result<bool> {
-        Ok(self.try_hold(key, token)?.is_some())
+    fn released(&self, key: &str, token: u64, host: &str) -> io::Result<bool> {
+        Ok(host == self.host && self.try_hold(key, token)?.is_some())
     }
 
-    /// Remove a resolved key's lock files (best effort: a leftover file is harmless).
-    pub(crate) fn forget(&self, key: &str, up_to_token: u64) {
+    fn forget(&self, key: &str, up_to_token: u64) {
         for t in 1..=up_to_token.saturating_add(1) {
             let _ = std::fs::remove_file(self.path(key, t));
         }
@@ -73,13 +122,21 @@ mod tests {
     #[test]
     fn a_held_lock_is_busy_until_dropped_and_tokens_are_independent() -> io::Result<()> {
         let tmp = tempfile::tempdir()?;
-        let locks = LockDir::new(tmp.path())?;
+        let locks = LockDir::new(tmp.path(), "here")?;
         let held = locks.try_hold("k", 1)?;
         assert!(held.is_some());
-        assert!(!locks.is_free("k", 1)?);
-        assert!(locks.is_free("k", 2)?);
+        assert!(!locks.released("k", 1, "here")?);
+        assert!(locks.released("k", 2, "here")?);
         drop(held);
-        assert!(locks.is_free("k", 1)?);
+        assert!(locks.released("k", 1, "here")?);
+        Ok(())
+    }
+
+    #[test]
+    fn another_hosts_lock_is_never_judged_released() -> io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let locks = LockDir::new(tmp.path(), "here")?;
+        assert!(!locks.released("k", 1, "elsewhere")?);
         Ok(())
     }
 }

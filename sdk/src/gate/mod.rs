@@ -23,7 +23,7 @@ use crate::faults::FaultPoint;
 use crate::faults::{Crash, Faults, NoFaults};
 use crate::journal::{Journal, JournalError};
 use crate::lease::LeaseStore;
-use crate::liveness::{HeldLock, LockDir};
+use crate::liveness::{HeldLock, Liveness, LockDir};
 use crate::premise::{PremiseError, PremiseReader};
 use crate::target::Target;
 
@@ -151,11 +151,11 @@ pub enum GateError {
     /// The configuration cannot run a gate.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The liveness lock directory cannot be used.
-    #[error("liveness locks in {dir}: {source}: make the directory writable")]
+    /// The liveness locks cannot be taken or tested.
+    #[error("liveness locks at {place}: {source}")]
     Locks {
-        /// The directory.
-        dir: String,
+        /// Where the locks live (a directory, a database).
+        place: String,
         /// The I/O error.
         source: std::io::Error,
     },
@@ -184,7 +184,7 @@ pub struct Gate {
     #[cfg(feature = "test-hooks")]
     faults: Arc<dyn Faults>,
     cfg: GateConfig,
-    locks: LockDir,
+    locks: Arc<dyn Liveness>,
     /// Targets seen to apply an effect twice under one key (here, or in the journal at bind
     /// time): from then on this gate trusts them no further than tier 2, whatever they claim.
     demoted: Arc<Mutex<HashSet<String>>>,
@@ -208,10 +208,19 @@ impl Gate {
         cfg: GateConfig,
     ) -> Result<Self, GateError> {
         cfg.check()?;
-        let locks = LockDir::new(&cfg.lock_dir).map_err(|source| GateError::Locks {
-            dir: cfg.lock_dir.display().to_string(),
-            source,
-        })?;
+        // A journal shared by several hosts brings liveness they can all see; lock files serve
+        // the processes of one host.
+        let locks = match journal.liveness() {
+            Some(shared) => shared,
+            None => Arc::new(
+                LockDir::new(&cfg.lock_dir, cfg.holder.host.clone()).map_err(|source| {
+                    GateError::Locks {
+                        place: cfg.lock_dir.display().to_string(),
+                        source,
+                    }
+                })?,
+            ),
+        };
         let leases_in_journal = leases.kept_in() == Some(journal.store_id());
         Ok(Self {
             journal,
@@ -557,7 +566,7 @@ impl Bound {
 
     pub(super) fn lock_err(&self, source: std::io::Error) -> GateError {
         GateError::Locks {
-            dir: self.gate.locks.dir().display().to_string(),
+            place: self.gate.locks.place(),
             source,
         }
     }

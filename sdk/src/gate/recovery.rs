@@ -23,12 +23,11 @@ impl Bound {
         first: &Proposed,
         claim: &Claim,
     ) -> Result<Step, GateError> {
-        let lock_free = claim.holder.host == self.gate.cfg.holder.host
-            && self
-                .gate
-                .locks
-                .is_free(key.as_str(), claim.token)
-                .map_err(|e| self.lock_err(e))?;
+        let lock_free = self
+            .gate
+            .locks
+            .released(key.as_str(), claim.token, &claim.holder.host)
+            .map_err(|e| self.lock_err(e))?;
         // Read after the liveness check: a holder seen dead died before this instant.
         let now = self.now();
         let tier = self.tier_facts();

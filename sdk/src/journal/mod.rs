@@ -180,6 +180,12 @@ pub trait Journal: Send + Sync {
     /// [`LeaseStore::kept_in`]: crate::lease::LeaseStore::kept_in
     fn store_id(&self) -> &str;
 
+    /// Liveness locks every worker of this journal can see, when the journal brings its own
+    /// (a database shared by several hosts). `None`: the gate uses lock files on this host.
+    fn liveness(&self) -> Option<std::sync::Arc<dyn crate::liveness::Liveness>> {
+        None
+    }
+
     /// The key's records, oldest first, with the chain verified.
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError>;
 

@@ -457,7 +457,7 @@ mod tests {
     #[test]
     fn an_unusable_lock_directory_is_retried_and_another_target_is_not() {
         let locks = GateError::Locks {
-            dir: "/x".into(),
+            place: "/x".into(),
             source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         };
         assert!(verdict(&key(), 1, Err(locks)).unwrap_err().retryable);
