@@ -96,6 +96,79 @@ impl Grant {
     }
 }
 
+/// A grant as a store keeps it: the scope as JSON text, the cap as two columns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredGrant {
+    /// Lease id.
+    pub id: String,
+    /// Who approved it.
+    pub approver: String,
+    /// The scope as a JSON object.
+    pub scope: String,
+    /// The capped field, if any.
+    pub cap_field: Option<String>,
+    /// The cap, if any.
+    pub cap: Option<i64>,
+    /// When granted.
+    pub granted_ms: i64,
+    /// When it lapses.
+    pub expires_ms: Option<i64>,
+    /// When revoked.
+    pub revoked_ms: Option<i64>,
+}
+
+impl StoredGrant {
+    /// The columns for `grant`, if it can be stored (it needs an id).
+    pub fn of(grant: &Grant) -> Result<Self, LeaseError> {
+        if grant.id.is_empty() {
+            return Err(LeaseError::Invalid("a lease needs a non-empty id".into()));
+        }
+        let scope = serde_json::to_string(&grant.scope)
+            .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?;
+        let (cap_field, cap) = match &grant.cap {
+            Some((f, c)) => (Some(f.clone()), Some(*c)),
+            None => (None, None),
+        };
+        Ok(Self {
+            id: grant.id.clone(),
+            approver: grant.approver.clone(),
+            scope,
+            cap_field,
+            cap,
+            granted_ms: grant.granted_ms,
+            expires_ms: grant.expires_ms,
+            revoked_ms: grant.revoked_ms,
+        })
+    }
+
+    /// The grant these columns hold; an unreadable scope is a store error naming the lease.
+    pub fn into_grant(self) -> Result<Grant, LeaseError> {
+        let scope: serde_json::Map<String, Value> = serde_json::from_str(&self.scope).map_err(
+            |e| LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id)),
+        )?;
+        let cap = match (self.cap_field, self.cap) {
+            (Some(f), Some(c)) => Some((f, c)),
+            _ => None,
+        };
+        Ok(Grant {
+            id: self.id,
+            approver: self.approver,
+            scope,
+            cap,
+            granted_ms: self.granted_ms,
+            expires_ms: self.expires_ms,
+            revoked_ms: self.revoked_ms,
+        })
+    }
+
+    /// The error for granting an id that exists.
+    pub fn exists(id: &str) -> LeaseError {
+        LeaseError::Invalid(format!(
+            "lease {id} already exists: revoke it and grant a new id"
+        ))
+    }
+}
+
 /// Errors from a lease store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -9,6 +9,7 @@ mod sqlite;
 mod sqlite_group;
 mod sqlite_leases;
 mod sqlite_readers;
+pub mod store;
 
 use serde::{Deserialize, Serialize};
 

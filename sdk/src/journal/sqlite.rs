@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
-use super::chain::{record_hash, verify_chain};
 use super::sqlite_group::Group;
 use super::sqlite_leases::TxLeaseReader;
 use super::sqlite_readers::Readers;
-use super::{AppendOutcome, Decide, Journal, JournalError, Record, TxView};
+use super::store::{self, StoredRecord};
+use super::{AppendOutcome, Decide, Journal, JournalError, Record};
 use crate::clock::Clock;
-use crate::core::{EffectState, Event, state::fold};
 use crate::effect::EffectKey;
 
 /// The schema version this build writes and reads.
@@ -273,100 +272,20 @@ impl SqliteJournal {
             .map_err(|e| self.err(e))?;
         let rows = st
             .query_map([key], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, String>(7)?,
-                ))
+                Ok(StoredRecord {
+                    seq: r.get(0)?,
+                    key: r.get(1)?,
+                    n: r.get(2)?,
+                    kind: r.get(3)?,
+                    at_ms: r.get(4)?,
+                    prev: r.get(5)?,
+                    hash: r.get(6)?,
+                    body: r.get(7)?,
+                })
             })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, key, n, kind, at_ms, prev, hash, body) = row.map_err(|e| self.err(e))?;
-            let place = format!("key {key} record {n} (seq {seq})");
-            let corrupt = |what: String| JournalError::Corrupt {
-                path: self.path.clone(),
-                place: place.clone(),
-                what,
-            };
-            let event: Event = serde_json::from_str(&body)
-                .map_err(|e| corrupt(format!("its body is not a valid record: {e}")))?;
-            if event.kind() != kind {
-                return Err(corrupt(format!(
-                    "its kind column says {kind} but its body is {}",
-                    event.kind()
-                )));
-            }
-            let n =
-                u32::try_from(n).map_err(|_| corrupt(format!("position {n} is out of range")))?;
-            out.push(Record {
-                seq,
-                key,
-                n,
-                at_ms,
-                prev,
-                hash,
-                event,
-            });
-        }
-        verify_chain(&out).map_err(|(i, what)| {
-            let r = &out[i];
-            JournalError::Corrupt {
-                path: self.path.clone(),
-                place: format!("key {} record {} (seq {})", r.key, i, r.seq),
-                what,
-            }
-        })?;
-        Ok(out)
-    }
-
-    fn fold(&self, key: &str, records: &[Record]) -> Result<EffectState, JournalError> {
-        fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| JournalError::History {
-            path: self.path.clone(),
-            key: key.to_owned(),
-            source,
-        })
-    }
-
-    fn insert(
-        &self,
-        tx: &Connection,
-        key: &str,
-        records: &mut Vec<Record>,
-        event: Event,
-    ) -> Result<Record, JournalError> {
-        let n = u32::try_from(records.len()).map_err(|_| JournalError::Storage {
-            path: self.path.clone(),
-            what: format!("key {key} has too many records"),
-        })?;
-        let at_ms = self.now_ms();
-        let prev = records.last().map(|r| r.hash.clone());
-        let hash = record_hash(key, n, at_ms, prev.as_deref(), &event);
-        let body = serde_json::to_string(&event).map_err(|e| JournalError::Storage {
-            path: self.path.clone(),
-            what: format!("cannot encode a {} record: {e}", event.kind()),
-        })?;
-        tx.execute(
-            "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![key, n, event.kind(), at_ms, prev, hash, body],
-        )
-        .map_err(|e| self.err(e))?;
-        let record = Record {
-            seq: tx.last_insert_rowid(),
-            key: key.to_owned(),
-            n,
-            at_ms,
-            prev,
-            hash,
-            event,
-        };
-        records.push(record.clone());
-        Ok(record)
+        store::decode(&self.path, rows)
     }
 }
 
@@ -389,32 +308,29 @@ impl Journal for SqliteJournal {
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
         self.write(|tx| {
-            let mut records = self.read(tx, key.as_str())?;
-            let before = self.fold(key.as_str(), &records)?;
-            let mut appended = Vec::new();
+            let records = self.read(tx, key.as_str())?;
             let leases = TxLeaseReader {
                 journal: self,
                 conn: tx,
             };
-            let events = decide(&TxView {
-                state: &before,
-                records: &records,
-                leases: Some(&leases),
-            });
-            for event in events {
-                appended.push(self.insert(tx, key.as_str(), &mut records, event)?);
-            }
-            // Refuse to commit anything that would make the history unreadable.
-            let after = self.fold(key.as_str(), &records)?;
-            let keep = !appended.is_empty();
-            Ok((
-                AppendOutcome {
-                    before,
-                    appended,
-                    after,
+            let out = store::decide_and_append(
+                &self.path,
+                key.as_str(),
+                records,
+                Some(&leases),
+                decide,
+                self.now_ms(),
+                |r| {
+                    tx.execute(
+                        "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![r.key, r.n, r.kind, r.at_ms, r.prev, r.hash, r.body],
+                    )
+                    .map_err(|e| self.err(e))?;
+                    Ok(tx.last_insert_rowid())
                 },
-                keep,
-            ))
+            )?;
+            let keep = !out.appended.is_empty();
+            Ok((out, keep))
         })
     }
 

@@ -8,7 +8,7 @@ use super::TxLeases;
 use super::sqlite::SqliteJournal;
 use crate::core::LeaseVerdict;
 use crate::journal::Journal;
-use crate::lease::{Grant, LeaseError, LeaseStore, verdict_of};
+use crate::lease::{Grant, LeaseError, LeaseStore, StoredGrant, verdict_of};
 
 fn store_err(e: impl std::fmt::Display) -> LeaseError {
     LeaseError::Store(e.to_string())
@@ -17,31 +17,21 @@ fn store_err(e: impl std::fmt::Display) -> LeaseError {
 impl SqliteJournal {
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
     pub fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
-        if grant.id.is_empty() {
-            return Err(LeaseError::Invalid("a lease needs a non-empty id".into()));
-        }
-        let scope = serde_json::to_string(&grant.scope).map_err(store_err)?;
-        let (cap_field, cap) = match &grant.cap {
-            Some((f, c)) => (Some(f.clone()), Some(*c)),
-            None => (None, None),
-        };
+        let g = StoredGrant::of(grant)?;
         let done = self
             .write(|conn| {
                 let n = conn
                     .execute(
                         "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                        params![grant.id, grant.approver, scope, cap_field, cap, grant.granted_ms, grant.expires_ms, grant.revoked_ms],
+                        params![g.id, g.approver, g.scope, g.cap_field, g.cap, g.granted_ms, g.expires_ms, g.revoked_ms],
                     )
                     .map_err(|e| self.err(e))?;
                 Ok((n, n > 0))
             })
             .map_err(store_err)?;
         if done == 0 {
-            return Err(LeaseError::Invalid(format!(
-                "lease {} already exists: revoke it and grant a new id",
-                grant.id
-            )));
+            return Err(StoredGrant::exists(&g.id));
         }
         Ok(())
     }
@@ -74,7 +64,7 @@ impl SqliteJournal {
                 .map_err(|e| store_err(self.err(e)))?;
             rows.map(|r| {
                 r.map_err(|e| store_err(self.err(e)))
-                    .and_then(parts_to_grant)
+                    .and_then(StoredGrant::into_grant)
             })
             .collect()
         })
@@ -93,7 +83,7 @@ impl SqliteJournal {
             )
             .optional()
             .map_err(|e| store_err(self.err(e)))?;
-        parts.map(parts_to_grant).transpose()
+        parts.map(StoredGrant::into_grant).transpose()
     }
 }
 
@@ -109,46 +99,16 @@ impl TxLeases for TxLeaseReader<'_> {
     }
 }
 
-type Parts = (
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<i64>,
-    i64,
-    Option<i64>,
-    Option<i64>,
-);
-
-fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<Parts> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
-}
-
-fn parts_to_grant(p: Parts) -> Result<Grant, LeaseError> {
-    let (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms) = p;
-    let scope: serde_json::Map<String, Value> = serde_json::from_str(&scope)
-        .map_err(|e| LeaseError::Store(format!("lease {id} has an unreadable scope: {e}")))?;
-    let cap = match (cap_field, cap) {
-        (Some(f), Some(c)) => Some((f, c)),
-        _ => None,
-    };
-    Ok(Grant {
-        id,
-        approver,
-        scope,
-        cap,
-        granted_ms,
-        expires_ms,
-        revoked_ms,
+fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredGrant> {
+    Ok(StoredGrant {
+        id: r.get(0)?,
+        approver: r.get(1)?,
+        scope: r.get(2)?,
+        cap_field: r.get(3)?,
+        cap: r.get(4)?,
+        granted_ms: r.get(5)?,
+        expires_ms: r.get(6)?,
+        revoked_ms: r.get(7)?,
     })
 }
 

@@ -1,0 +1,162 @@
+//! What every journal store does the same way, whatever it stores in: turning stored columns back
+//! into verified records, and the read-decide-append step inside a store's write transaction. A
+//! store only supplies the transaction, the rows and the insert; the grammar, the chain and the
+//! decision are checked here once, so SQLite and PostgreSQL cannot drift apart.
+
+use crate::core::{EffectState, Event, state::fold};
+
+use super::chain::{record_hash, verify_chain};
+use super::{AppendOutcome, Decide, JournalError, Record, TxLeases, TxView};
+
+/// A record as a store keeps it: one row, columns as written.
+#[derive(Clone, Debug)]
+pub struct StoredRecord {
+    /// Global append order.
+    pub seq: i64,
+    /// The effect's key.
+    pub key: String,
+    /// Position in the key's chain.
+    pub n: i64,
+    /// The event's kind, kept beside its body for queries.
+    pub kind: String,
+    /// When it was appended (ms since the epoch).
+    pub at_ms: i64,
+    /// The previous record's hash.
+    pub prev: Option<String>,
+    /// This record's hash.
+    pub hash: String,
+    /// The event as JSON.
+    pub body: String,
+}
+
+/// A record ready to be inserted: every column but `seq`, which the store assigns.
+#[derive(Clone, Debug)]
+pub struct NewRecord<'a> {
+    /// The effect's key.
+    pub key: &'a str,
+    /// Position in the key's chain.
+    pub n: u32,
+    /// The event's kind.
+    pub kind: &'a str,
+    /// When it is appended.
+    pub at_ms: i64,
+    /// The previous record's hash.
+    pub prev: Option<&'a str>,
+    /// This record's hash.
+    pub hash: &'a str,
+    /// The event as JSON.
+    pub body: &'a str,
+}
+
+/// A key's stored rows, in chain order, as verified records. Anything unreadable, mislabelled or
+/// out of chain is named with its place; nothing is skipped.
+pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, JournalError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let place = format!("key {} record {} (seq {})", row.key, row.n, row.seq);
+        let corrupt = |what: String| JournalError::Corrupt {
+            path: location.to_owned(),
+            place: place.clone(),
+            what,
+        };
+        let event: Event = serde_json::from_str(&row.body)
+            .map_err(|e| corrupt(format!("its body is not a valid record: {e}")))?;
+        if event.kind() != row.kind {
+            return Err(corrupt(format!(
+                "its kind column says {} but its body is {}",
+                row.kind,
+                event.kind()
+            )));
+        }
+        let n = u32::try_from(row.n)
+            .map_err(|_| corrupt(format!("position {} is out of range", row.n)))?;
+        out.push(Record {
+            seq: row.seq,
+            key: row.key,
+            n,
+            at_ms: row.at_ms,
+            prev: row.prev,
+            hash: row.hash,
+            event,
+        });
+    }
+    verify_chain(&out).map_err(|(i, what)| {
+        let r = &out[i];
+        JournalError::Corrupt {
+            path: location.to_owned(),
+            place: format!("key {} record {} (seq {})", r.key, i, r.seq),
+            what,
+        }
+    })?;
+    Ok(out)
+}
+
+/// The state a key's records fold to, or the grammar error that stops them.
+pub fn state_of(location: &str, key: &str, records: &[Record]) -> Result<EffectState, JournalError> {
+    fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| JournalError::History {
+        path: location.to_owned(),
+        key: key.to_owned(),
+        source,
+    })
+}
+
+/// Inside a store's write transaction, with the key's verified `records` read in it: ask
+/// `decide` what to append, chain and insert each event with `insert` (which returns the row's
+/// `seq`), and refuse a history the grammar would reject. The caller commits when records were
+/// appended and rolls back otherwise, or on any error.
+pub fn decide_and_append(
+    location: &str,
+    key: &str,
+    mut records: Vec<Record>,
+    leases: Option<&dyn TxLeases>,
+    decide: &mut Decide<'_>,
+    now_ms: i64,
+    mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
+) -> Result<AppendOutcome, JournalError> {
+    let before = state_of(location, key, &records)?;
+    let events = decide(&TxView {
+        state: &before,
+        records: &records,
+        leases,
+    });
+    let mut appended = Vec::with_capacity(events.len());
+    for event in events {
+        let n = u32::try_from(records.len()).map_err(|_| JournalError::Storage {
+            path: location.to_owned(),
+            what: format!("key {key} has too many records"),
+        })?;
+        let prev = records.last().map(|r| r.hash.clone());
+        let hash = record_hash(key, n, now_ms, prev.as_deref(), &event);
+        let body = serde_json::to_string(&event).map_err(|e| JournalError::Storage {
+            path: location.to_owned(),
+            what: format!("cannot encode a {} record: {e}", event.kind()),
+        })?;
+        let seq = insert(&NewRecord {
+            key,
+            n,
+            kind: event.kind(),
+            at_ms: now_ms,
+            prev: prev.as_deref(),
+            hash: &hash,
+            body: &body,
+        })?;
+        let record = Record {
+            seq,
+            key: key.to_owned(),
+            n,
+            at_ms: now_ms,
+            prev,
+            hash,
+            event,
+        };
+        records.push(record.clone());
+        appended.push(record);
+    }
+    // Refuse to commit anything that would make the history unreadable.
+    let after = state_of(location, key, &records)?;
+    Ok(AppendOutcome {
+        before,
+        appended,
+        after,
+    })
+}
