@@ -143,9 +143,10 @@ impl StoredGrant {
 
     /// The grant these columns hold; an unreadable scope is a store error naming the lease.
     pub fn into_grant(self) -> Result<Grant, LeaseError> {
-        let scope: serde_json::Map<String, Value> = serde_json::from_str(&self.scope).map_err(
-            |e| LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id)),
-        )?;
+        let scope: serde_json::Map<String, Value> =
+            serde_json::from_str(&self.scope).map_err(|e| {
+                LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id))
+            })?;
         let cap = match (self.cap_field, self.cap) {
             (Some(f), Some(c)) => Some((f, c)),
             _ => None,

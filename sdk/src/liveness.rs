@@ -28,6 +28,13 @@ pub trait Liveness: Send + Sync {
 
     /// Drop what a resolved key's locks left behind (best effort: leftovers are harmless).
     fn forget(&self, _key: &str, _up_to_token: u64) {}
+
+    /// How long, at least, a holder that is alive but cut off keeps its lock. `None`: until its
+    /// process dies. A gate refuses a claim deadline longer than this, so a lock that a silent
+    /// connection lost is never taken for a holder's death before the deadline rules anyway.
+    fn keeps_silent_holder(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A held liveness lock; dropping it (or dying) releases it.
@@ -79,10 +86,7 @@ impl LockDir {
 }
 
 fn writable(dir: &Path, e: io::Error) -> io::Error {
-    io::Error::new(
-        e.kind(),
-        format!("{e}: make {} writable", dir.display()),
-    )
+    io::Error::new(e.kind(), format!("{e}: make {} writable", dir.display()))
 }
 
 impl Liveness for LockDir {

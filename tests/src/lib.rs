@@ -8,5 +8,6 @@ pub mod gated;
 pub mod matrix;
 pub mod model;
 pub mod raw_sql;
+pub mod stores;
 pub mod system;
 pub mod world;

@@ -67,6 +67,24 @@ impl GateConfig {
         };
         let mut lock_dir = path.into_os_string();
         lock_dir.push(".locks");
+        Self::with_lock_dir(lock_dir.into())
+    }
+
+    /// Defaults for a journal that brings its own liveness locks (a database that workers on
+    /// several hosts share, such as `interlock-postgres`): no lock directory is used, and a gate
+    /// over a journal without its own liveness refuses this configuration.
+    pub fn shared() -> Self {
+        Self::with_lock_dir(PathBuf::new())
+    }
+
+    /// A builder from [`GateConfig::shared`].
+    pub fn shared_builder() -> GateConfigBuilder {
+        GateConfigBuilder {
+            cfg: Self::shared(),
+        }
+    }
+
+    fn with_lock_dir(lock_dir: PathBuf) -> Self {
         Self {
             holder: Holder {
                 host: host_name(),
@@ -76,7 +94,7 @@ impl GateConfig {
             send_timeout: Duration::from_secs(30),
             settle: Duration::from_secs(5),
             dedupe_margin: Duration::from_secs(3600),
-            lock_dir: lock_dir.into(),
+            lock_dir,
             retry_after: Duration::from_millis(500),
         }
     }
@@ -108,6 +126,23 @@ pub enum ConfigError {
     /// Claims must name a host.
     #[error("the holder's host name is empty: claims must name the host that may be sending")]
     NoHost,
+    /// A journal with no liveness of its own needs a lock directory.
+    #[error(
+        "no lock directory: this journal keeps no liveness locks of its own, so give the gate \
+         one (GateConfig::beside(journal_path) puts it beside the journal)"
+    )]
+    NoLockDir,
+    /// A claim would outlive the liveness lock of a holder that is alive but cut off.
+    #[error(
+        "a claim lasts {claim_ms} ms (send timeout + settle) but the journal's liveness locks \
+         keep a cut-off holder's lock for only {kept_ms} ms: shorten the send timeout"
+    )]
+    ClaimOutlastsLiveness {
+        /// Send timeout plus settle, in ms.
+        claim_ms: u64,
+        /// How long the liveness keeps a silent holder's lock, in ms.
+        kept_ms: u64,
+    },
 }
 
 /// Builds a [`GateConfig`]: the journal's path first, then only what differs from the defaults.

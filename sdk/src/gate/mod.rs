@@ -212,6 +212,9 @@ impl Gate {
         // the processes of one host.
         let locks = match journal.liveness() {
             Some(shared) => shared,
+            None if cfg.lock_dir.as_os_str().is_empty() => {
+                return Err(ConfigError::NoLockDir.into());
+            }
             None => Arc::new(
                 LockDir::new(&cfg.lock_dir, cfg.holder.host.clone()).map_err(|source| {
                     GateError::Locks {
@@ -221,6 +224,16 @@ impl Gate {
                 })?,
             ),
         };
+        if let Some(kept) = locks.keeps_silent_holder() {
+            let claim = cfg.send_timeout.saturating_add(cfg.settle);
+            if claim >= kept {
+                return Err(ConfigError::ClaimOutlastsLiveness {
+                    claim_ms: u64::try_from(claim.as_millis()).unwrap_or(u64::MAX),
+                    kept_ms: u64::try_from(kept.as_millis()).unwrap_or(u64::MAX),
+                }
+                .into());
+            }
+        }
         let leases_in_journal = leases.kept_in() == Some(journal.store_id());
         Ok(Self {
             journal,

@@ -121,6 +121,16 @@ pub enum JournalError {
         /// How long this call waited.
         waited_ms: u64,
     },
+    /// The store cannot be reached (a database server down, restarting or cut off). A commit
+    /// whose answer was lost may have landed: the next attempt reads the journal again before
+    /// it acts, so nothing is decided on a guess.
+    #[error("journal {path} cannot be reached: {what}; retry once the server is up")]
+    Unavailable {
+        /// Where the store is.
+        path: String,
+        /// What failed.
+        what: String,
+    },
     /// Any other storage failure (disk full, read-only file, permissions).
     #[error("journal {path}: {what}")]
     Storage {
@@ -134,7 +144,7 @@ pub enum JournalError {
 impl JournalError {
     /// True when trying again later may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Busy { .. })
+        matches!(self, Self::Busy { .. } | Self::Unavailable { .. })
     }
 }
 

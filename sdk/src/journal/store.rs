@@ -92,7 +92,11 @@ pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, Jo
 }
 
 /// The state a key's records fold to, or the grammar error that stops them.
-pub fn state_of(location: &str, key: &str, records: &[Record]) -> Result<EffectState, JournalError> {
+pub fn state_of(
+    location: &str,
+    key: &str,
+    records: &[Record],
+) -> Result<EffectState, JournalError> {
     fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| JournalError::History {
         path: location.to_owned(),
         key: key.to_owned(),

@@ -168,7 +168,7 @@ pub fn verdict(
         // Nothing is sent without the journal; a busy or full disk may recover, a damaged or
         // foreign journal will not by itself.
         Err(GateError::Journal(e)) => {
-            let retryable = matches!(e, JournalError::Busy { .. } | JournalError::Storage { .. });
+            let retryable = e.is_transient() || matches!(e, JournalError::Storage { .. });
             return Err(fail(
                 JOURNAL,
                 e.to_string(),

@@ -1,6 +1,7 @@
 //! What Interlock's own tests and harnesses stand on, kept out of the library users link: scripted
-//! faults at the gate's named points, and an in-process payments service that behaves the way
-//! Stripe's refunds are documented to.
+//! faults at the gate's named points, an in-process payments service that behaves the way
+//! Stripe's refunds are documented to, and throwaway PostgreSQL servers.
 
 pub mod faults;
+pub mod pg;
 pub mod sim;

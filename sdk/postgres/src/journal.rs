@@ -1,0 +1,398 @@
+//! The journal on PostgreSQL. An append is one READ COMMITTED transaction: it locks the key's
+//! row in `effects` (creating it for a new key), reads the key's records, lets the core decide
+//! on them — reading any lease with `FOR SHARE`, so a revocation either committed before the
+//! decision or waits until it is durable — and inserts what was decided. Appends to one key are
+//! serial on every host; `UNIQUE (key, n)` backs the row lock up.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use interlock::journal::store::{self, StoredRecord};
+use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
+use interlock::lease::{Grant, LeaseError, StoredGrant};
+use interlock::liveness::Liveness;
+use interlock::{Clock, EffectKey, Journal, JournalError};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::connect::{self, journal_err, pool_err};
+use crate::liveness::PgLiveness;
+use crate::schema;
+
+type Pool = r2d2::Pool<PostgresConnectionManager<postgres::NoTls>>;
+
+/// How to open a PostgreSQL journal.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// The PostgreSQL schema that holds the journal's tables (default `interlock`).
+    pub schema: String,
+    /// The deployment the journal belongs to (default `default`); a schema created for another
+    /// deployment is refused.
+    pub deployment: String,
+    /// Connections kept open for appends and reads (default 16).
+    pub pool_size: u32,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            schema: "interlock".into(),
+            deployment: "default".into(),
+            pool_size: 16,
+        }
+    }
+}
+
+/// A journal, lease store and liveness on a PostgreSQL server, shared by workers on any number
+/// of hosts.
+pub struct PgJournal {
+    pool: Pool,
+    location: String,
+    store: String,
+    schema: String,
+    clock: Arc<dyn Clock>,
+    liveness: Arc<PgLiveness>,
+}
+
+impl std::fmt::Debug for PgJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgJournal")
+            .field("location", &self.location)
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl PgJournal {
+    /// Connect to the server at `url` (`postgres://user@host:port/database`; a password in it is
+    /// never shown), create the journal's schema if it is missing, and check it if not.
+    pub fn open(url: &str, clock: Arc<dyn Clock>, opts: &PgOptions) -> Result<Self, JournalError> {
+        let cfg = connect::config(url)?;
+        let location = connect::location(&cfg);
+        if !schema::valid_name(&opts.schema) {
+            return Err(JournalError::Storage {
+                path: location,
+                what: format!(
+                    "schema name {:?} is not usable: lower-case letters, digits and _ only, not \
+                     starting with a digit",
+                    opts.schema
+                ),
+            });
+        }
+        let mut first = cfg
+            .connect(postgres::NoTls)
+            .map_err(|e| journal_err(&location, &e))?;
+        schema::ensure(&mut first, &location, &opts.schema, &opts.deployment)?;
+        drop(first);
+        let mut pool_cfg = cfg.clone();
+        // A transaction left open by a worker that was cut off would hold its key's row until the
+        // server noticed; these bound that, and a wait for a row lock ends as Busy, not a hang.
+        pool_cfg.options(
+            "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=10000 \
+             -c statement_timeout=30000",
+        );
+        let pool = r2d2::Pool::builder()
+            .max_size(opts.pool_size.max(2))
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(std::time::Duration::from_secs(10))
+            .build_unchecked(PostgresConnectionManager::new(pool_cfg, postgres::NoTls));
+        let place = format!("{location} (advisory locks, schema {})", opts.schema);
+        let liveness = Arc::new(PgLiveness::new(
+            cfg,
+            pool.clone(),
+            &opts.schema,
+            &opts.deployment,
+            place,
+        ));
+        Ok(Self {
+            pool,
+            store: format!("{location}#{}", opts.schema),
+            location,
+            schema: opts.schema.clone(),
+            clock,
+            liveness,
+        })
+    }
+
+    fn conn(
+        &self,
+    ) -> Result<r2d2::PooledConnection<PostgresConnectionManager<postgres::NoTls>>, JournalError>
+    {
+        self.pool.get().map_err(|e| pool_err(&self.location, &e))
+    }
+
+    fn err(&self, e: &postgres::Error) -> JournalError {
+        journal_err(&self.location, e)
+    }
+
+    fn select_records(&self) -> String {
+        format!(
+            "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM {}.records WHERE key = $1 ORDER BY n",
+            self.schema
+        )
+    }
+
+    fn rows(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        key: &str,
+    ) -> Result<Vec<Record>, JournalError> {
+        let rows = client
+            .query(&self.select_records(), &[&key])
+            .map_err(|e| self.err(&e))?;
+        let stored = rows
+            .iter()
+            .map(|r| StoredRecord {
+                seq: r.get(0),
+                key: r.get(1),
+                n: i64::from(r.get::<_, i32>(2)),
+                kind: r.get(3),
+                at_ms: r.get(4),
+                prev: r.get(5),
+                hash: r.get(6),
+                body: r.get(7),
+            })
+            .collect();
+        store::decode(&self.location, stored)
+    }
+
+    /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
+    pub fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
+        let g = StoredGrant::of(grant)?;
+        let n = self
+            .conn()?
+            .execute(
+                &format!(
+                    "INSERT INTO {}.leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+                    self.schema
+                ),
+                &[&g.id, &g.approver, &g.scope, &g.cap_field, &g.cap, &g.granted_ms, &g.expires_ms, &g.revoked_ms],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        if n == 0 {
+            return Err(StoredGrant::exists(&g.id));
+        }
+        Ok(())
+    }
+
+    /// Revoke a lease now. Returns false when no live lease has that id. Once this returns, no
+    /// send under the lease is dispatched.
+    pub fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError> {
+        let now = self.clock.now_ms();
+        let n = self
+            .conn()?
+            .execute(
+                &format!(
+                    "UPDATE {}.leases SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL",
+                    self.schema
+                ),
+                &[&id, &now],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        Ok(n > 0)
+    }
+
+    /// Every grant, oldest first.
+    pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
+        let rows = self
+            .conn()?
+            .query(
+                &format!(
+                    "SELECT {GRANT_COLUMNS} FROM {}.leases ORDER BY granted_ms, id",
+                    self.schema
+                ),
+                &[],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        rows.iter().map(|r| stored_grant(r).into_grant()).collect()
+    }
+
+    pub(crate) fn lease_on(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        id: &str,
+        lock: &str,
+    ) -> Result<Option<Grant>, LeaseError> {
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {GRANT_COLUMNS} FROM {}.leases WHERE id = $1 {lock}",
+                    self.schema
+                ),
+                &[&id],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        row.map(|r| stored_grant(&r).into_grant()).transpose()
+    }
+
+    pub(crate) fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        let mut conn = self.conn()?;
+        self.lease_on(&mut *conn, id, "")
+    }
+}
+
+const GRANT_COLUMNS: &str =
+    "id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms";
+
+fn stored_grant(r: &postgres::Row) -> StoredGrant {
+    StoredGrant {
+        id: r.get(0),
+        approver: r.get(1),
+        scope: r.get(2),
+        cap_field: r.get(3),
+        cap: r.get(4),
+        granted_ms: r.get(5),
+        expires_ms: r.get(6),
+        revoked_ms: r.get(7),
+    }
+}
+
+/// The leases as seen inside an append's transaction, each row share-locked until it commits.
+struct TxLeaseReader<'a, 'c> {
+    journal: &'a PgJournal,
+    tx: &'a RefCell<postgres::Transaction<'c>>,
+}
+
+impl TxLeases for TxLeaseReader<'_, '_> {
+    fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.lease_on(&mut *tx, id, "FOR SHARE")
+    }
+}
+
+impl Journal for PgJournal {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn store_id(&self) -> &str {
+        &self.store
+    }
+
+    fn liveness(&self) -> Option<Arc<dyn Liveness>> {
+        Some(self.liveness.clone())
+    }
+
+    fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
+        let mut conn = self.conn()?;
+        self.rows(&mut *conn, key.as_str())
+    }
+
+    fn append_with(
+        &self,
+        key: &EffectKey,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        let s = &self.schema;
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(|e| self.err(&e))?;
+        // Lock the key's row (made for a new key): every other append to this key waits here.
+        tx.query_one(
+            &format!(
+                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
+                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
+            ),
+            &[&key.as_str()],
+        )
+        .map_err(|e| self.err(&e))?;
+        let records = self.rows(&mut tx, key.as_str())?;
+        let tx = RefCell::new(tx);
+        let leases = TxLeaseReader {
+            journal: self,
+            tx: &tx,
+        };
+        let insert_sql = format!(
+            "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq"
+        );
+        let out = store::decide_and_append(
+            &self.location,
+            key.as_str(),
+            records,
+            Some(&leases),
+            decide,
+            self.clock.now_ms(),
+            |r| {
+                let n = i32::try_from(r.n).map_err(|_| JournalError::Storage {
+                    path: self.location.clone(),
+                    what: format!("key {} has too many records", r.key),
+                })?;
+                let row = tx
+                    .borrow_mut()
+                    .query_one(
+                        &insert_sql,
+                        &[&r.key, &n, &r.kind, &r.at_ms, &r.prev, &r.hash, &r.body],
+                    )
+                    .map_err(|e| self.err(&e))?;
+                Ok(row.get(0))
+            },
+        )?;
+        let mut tx = tx.into_inner();
+        if out.appended.is_empty() {
+            tx.rollback().map_err(|e| self.err(&e))?;
+            return Ok(out);
+        }
+        let head =
+            i32::try_from(out.appended.iter().map(|r| r.n).max().unwrap_or(0)).unwrap_or(i32::MAX);
+        tx.execute(
+            &format!("UPDATE {s}.effects SET n = $2 WHERE key = $1"),
+            &[&key.as_str(), &head],
+        )
+        .map_err(|e| self.err(&e))?;
+        tx.commit().map_err(|e| self.err(&e))?;
+        Ok(out)
+    }
+
+    fn keys(&self) -> Result<Vec<String>, JournalError> {
+        let rows = self
+            .conn()?
+            .query(
+                &format!(
+                    "SELECT key FROM {}.records WHERE n = 0 ORDER BY seq",
+                    self.schema
+                ),
+                &[],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
+        let rows = self
+            .conn()?
+            .query(
+                &format!(
+                    "SELECT key FROM {}.records WHERE kind = $1 GROUP BY key ORDER BY min(seq)",
+                    self.schema
+                ),
+                &[&kind],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+impl interlock::LeaseStore for PgJournal {
+    fn check(
+        &self,
+        id: &str,
+        payload: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<interlock::core::LeaseVerdict, LeaseError> {
+        Ok(interlock::lease::verdict_of(
+            self.lease(id)?.as_ref(),
+            id,
+            payload,
+            now_ms,
+        ))
+    }
+
+    fn describe(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        self.lease(id)
+    }
+
+    fn kept_in(&self) -> Option<&str> {
+        Some(&self.store)
+    }
+}

@@ -1,0 +1,223 @@
+//! Liveness across hosts: a holder takes a session-level advisory lock on a connection of its own
+//! and keeps that connection open for the whole send; the server drops the lock the moment that
+//! connection closes, which a SIGKILL does at once. So a recoverer on any host can tell a dead
+//! holder in milliseconds.
+//!
+//! A closed connection is not always a dead process, and the lock is only judged released when it
+//! is. Two cases are kept out:
+//!
+//! * **The server restarted.** Every lock vanished, but the holders may be alive and sending.
+//!   Each hold records the server lifetime it was taken in (`holds`, an unlogged table that a crash
+//!   empties); a lock is judged released only within that same lifetime.
+//! * **A holder went silent** (host cut off, socket never closed). The lock session asks the
+//!   server to wait [`SILENT_HOLDER_KEPT`] before its keepalive gives up on the holder, and a
+//!   gate refuses a claim deadline longer than that: the deadline rules before the lock can go.
+//!
+//! A connection pooler between workers and the server (PgBouncer in transaction mode) breaks
+//! session locks; connect the journal to the server itself.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use interlock::liveness::{HeldLock, Liveness};
+use sha2::{Digest, Sha256};
+
+/// How long the server keeps a silent holder's session (and its lock), at least: the keepalive's
+/// idle time before its first probe.
+pub const SILENT_HOLDER_KEPT: Duration = Duration::from_secs(300);
+
+/// Lock sessions kept open for reuse, at most.
+const IDLE_SESSIONS: usize = 16;
+
+/// Advisory locks on the journal's server, one per key and token.
+pub(crate) struct PgLiveness {
+    /// Settings for lock sessions.
+    config: postgres::Config,
+    /// The journal's connections, for judging locks.
+    pool: r2d2::Pool<r2d2_postgres::PostgresConnectionManager<postgres::NoTls>>,
+    /// Lock sessions not holding anything.
+    idle: Arc<Mutex<Vec<postgres::Client>>>,
+    /// Keeps deployments and schemas on one server apart.
+    namespace: String,
+    schema: String,
+    place: String,
+}
+
+impl PgLiveness {
+    pub(crate) fn new(
+        mut config: postgres::Config,
+        pool: r2d2::Pool<r2d2_postgres::PostgresConnectionManager<postgres::NoTls>>,
+        schema: &str,
+        deployment: &str,
+        place: String,
+    ) -> Self {
+        let kept = SILENT_HOLDER_KEPT.as_secs();
+        // The server side of a lock session: give up on a silent holder only after `kept` s of
+        // silence plus six unanswered probes, and never for idleness alone.
+        config.options(&format!(
+            "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
+             -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
+             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000"
+        ));
+        Self {
+            config,
+            pool,
+            idle: Arc::default(),
+            namespace: format!("{schema}/{deployment}"),
+            schema: schema.to_owned(),
+            place,
+        }
+    }
+
+    /// The advisory lock id of `key`/`token`. A collision can only make a free lock look held
+    /// (a wait until the deadline), never the other way round.
+    fn lock_id(&self, key: &str, token: u64) -> i64 {
+        let mut h = Sha256::new();
+        h.update(b"interlock-liveness\0");
+        h.update(self.namespace.as_bytes());
+        h.update(b"\0");
+        h.update(key.as_bytes());
+        h.update(b"\0");
+        h.update(token.to_be_bytes());
+        let digest = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        i64::from_be_bytes(first)
+    }
+
+    fn session(&self) -> Result<postgres::Client, postgres::Error> {
+        let reused = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match reused {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => self.config.connect(postgres::NoTls),
+        }
+    }
+
+    fn try_lock(&self, id: i64) -> Result<Option<postgres::Client>, postgres::Error> {
+        // A reused session may have died with a server restart: one fresh try.
+        let mut client = self.session()?;
+        let got = match client.query_one("SELECT pg_try_advisory_lock($1)", &[&id]) {
+            Ok(row) => row.get::<_, bool>(0),
+            Err(_) => {
+                client = self.config.connect(postgres::NoTls)?;
+                client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&id])?
+                    .get(0)
+            }
+        };
+        if !got {
+            give_back(&self.idle, client);
+            return Ok(None);
+        }
+        // Which server lifetime this lock belongs to, written before the claim that names it.
+        let noted = client.execute(
+            &format!(
+                "INSERT INTO {}.holds (lock_id, server_started) VALUES ($1, pg_postmaster_start_time())
+                 ON CONFLICT (lock_id) DO UPDATE SET server_started = EXCLUDED.server_started",
+                self.schema
+            ),
+            &[&id],
+        );
+        if let Err(e) = noted {
+            // Closing the session drops the lock.
+            drop(client);
+            return Err(e);
+        }
+        Ok(Some(client))
+    }
+}
+
+fn give_back(idle: &Mutex<Vec<postgres::Client>>, client: postgres::Client) {
+    let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
+    if idle.len() < IDLE_SESSIONS && !client.is_closed() {
+        idle.push(client);
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+/// A held advisory lock and the session holding it.
+struct PgHeld {
+    client: Option<postgres::Client>,
+    id: i64,
+    idle: Arc<Mutex<Vec<postgres::Client>>>,
+}
+
+impl Drop for PgHeld {
+    fn drop(&mut self) {
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        // Unlocked cleanly, the session is reused; otherwise closing it drops the lock.
+        let unlocked = client
+            .query_one("SELECT pg_advisory_unlock($1)", &[&self.id])
+            .map(|r| r.get::<_, bool>(0));
+        if matches!(unlocked, Ok(true)) {
+            give_back(&self.idle, client);
+        }
+    }
+}
+
+impl Liveness for PgLiveness {
+    fn place(&self) -> String {
+        self.place.clone()
+    }
+
+    fn try_hold(&self, key: &str, token: u64) -> std::io::Result<Option<HeldLock>> {
+        let id = self.lock_id(key, token);
+        Ok(self.try_lock(id).map_err(io)?.map(|client| {
+            HeldLock::new(PgHeld {
+                client: Some(client),
+                id,
+                idle: self.idle.clone(),
+            })
+        }))
+    }
+
+    fn released(&self, key: &str, token: u64, _host: &str) -> std::io::Result<bool> {
+        // Any host's locks are visible here.
+        let id = self.lock_id(key, token);
+        #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
+        let (class, obj) = ((id as u64 >> 32) as u32, id as u64 as u32);
+        let mut conn = self.pool.get().map_err(io)?;
+        let row = conn
+            .query_one(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM {}.holds
+                                     WHERE lock_id = $1
+                                       AND server_started = pg_postmaster_start_time())
+                        AND NOT EXISTS (SELECT 1 FROM pg_locks
+                                         WHERE locktype = 'advisory'
+                                           AND database = (SELECT oid FROM pg_database
+                                                            WHERE datname = current_database())
+                                           AND classid = $2 AND objid = $3 AND objsubid = 1)",
+                    self.schema
+                ),
+                &[&id, &class, &obj],
+            )
+            .map_err(io)?;
+        Ok(row.get(0))
+    }
+
+    fn forget(&self, key: &str, up_to_token: u64) {
+        let ids: Vec<i64> = (1..=up_to_token.saturating_add(1))
+            .map(|t| self.lock_id(key, t))
+            .collect();
+        if let Ok(mut conn) = self.pool.get() {
+            let _ = conn.execute(
+                &format!("DELETE FROM {}.holds WHERE lock_id = ANY($1)", self.schema),
+                &[&ids],
+            );
+        }
+    }
+
+    fn keeps_silent_holder(&self) -> Option<Duration> {
+        Some(SILENT_HOLDER_KEPT)
+    }
+}

@@ -1,0 +1,160 @@
+//! The journal's tables in their own PostgreSQL schema, created once by whichever worker comes
+//! first and checked by every later one: a schema written by another version of Interlock, or
+//! belonging to another deployment, is refused with the reason rather than read or extended.
+
+use interlock::JournalError;
+use interlock::journal::SCHEMA_VERSION;
+
+/// The format marker every journal schema carries.
+const FORMAT: &str = "interlock-journal";
+
+/// A PostgreSQL schema name the journal may use: lower-case letters, digits and `_`, not
+/// starting with a digit, at most 63 bytes (so it needs no quoting and cannot inject SQL).
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit()
+}
+
+/// The tables, in schema `s`.
+///
+/// * `records`: one row per record, the same columns as the SQLite journal's.
+/// * `effects`: one row per key, its chain head. Every append locks it first, so appends to one
+///   key are serial across every host while other keys proceed.
+/// * `leases`: grants and revocations, read inside the append that checks them.
+/// * `holds`: which server lifetime each liveness lock was taken in. Unlogged: a crash of the
+///   server empties it, and a lock with no row is never judged released.
+fn ddl(s: &str) -> String {
+    format!(
+        "CREATE TABLE {s}.meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+         CREATE TABLE {s}.records (
+             seq   BIGSERIAL PRIMARY KEY,
+             key   TEXT NOT NULL,
+             n     INTEGER NOT NULL,
+             kind  TEXT NOT NULL,
+             at_ms BIGINT NOT NULL,
+             prev  TEXT,
+             hash  TEXT NOT NULL,
+             body  TEXT NOT NULL,
+             UNIQUE (key, n)
+         );
+         CREATE INDEX records_kind ON {s}.records (kind);
+         CREATE TABLE {s}.effects (key TEXT PRIMARY KEY, n INTEGER NOT NULL);
+         CREATE TABLE {s}.leases (
+             id         TEXT PRIMARY KEY,
+             approver   TEXT NOT NULL,
+             scope      TEXT NOT NULL,
+             cap_field  TEXT,
+             cap        BIGINT,
+             granted_ms BIGINT NOT NULL,
+             expires_ms BIGINT,
+             revoked_ms BIGINT
+         );
+         CREATE UNLOGGED TABLE {s}.holds (
+             lock_id        BIGINT PRIMARY KEY,
+             server_started TIMESTAMPTZ NOT NULL
+         );"
+    )
+}
+
+/// Create the journal's schema if it does not exist, or check the one that does.
+pub(crate) fn ensure(
+    client: &mut postgres::Client,
+    location: &str,
+    schema: &str,
+    deployment: &str,
+) -> Result<(), JournalError> {
+    let err = |e: postgres::Error| crate::connect::journal_err(location, &e);
+    let mut tx = client.transaction().map_err(err)?;
+    // Workers starting together: one creates, the others wait here and then check.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('interlock-schema:' || $1, 0))",
+        &[&schema],
+    )
+    .map_err(err)?;
+    let tables: Vec<String> = tx
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .map_err(err)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let place = format!("{location} (schema {schema})");
+    if tables.iter().any(|t| t == "meta") {
+        let meta: Vec<(String, String)> = tx
+            .query(&format!("SELECT name, value FROM {schema}.meta"), &[])
+            .map_err(err)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let get = |name: &str| meta.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        if get("format").as_deref() != Some(FORMAT) {
+            return Err(JournalError::Foreign {
+                path: place,
+                why: format!("its format marker is {:?}", get("format")),
+            });
+        }
+        let version = get("schema_version").unwrap_or_default();
+        if version != SCHEMA_VERSION.to_string() {
+            return Err(JournalError::SchemaVersion {
+                path: place,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let theirs = get("deployment").unwrap_or_default();
+        if theirs != deployment {
+            return Err(JournalError::Foreign {
+                path: place,
+                why: format!(
+                    "it belongs to deployment {theirs:?}, not {deployment:?}; give each \
+                     deployment its own schema"
+                ),
+            });
+        }
+        return tx.commit().map_err(err);
+    }
+    if let Some(other) = tables.first() {
+        return Err(JournalError::Foreign {
+            path: place,
+            why: format!("it holds a table named {other:?} and no journal marker"),
+        });
+    }
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema}; {}",
+        ddl(schema)
+    ))
+    .map_err(err)?;
+    tx.execute(
+        &format!(
+            "INSERT INTO {schema}.meta (name, value) VALUES ('format', $1), \
+             ('schema_version', $2), ('deployment', $3)"
+        ),
+        &[&FORMAT, &SCHEMA_VERSION.to_string(), &deployment],
+    )
+    .map_err(err)?;
+    tx.commit().map_err(err)?;
+    tracing::info!(location, schema, deployment, "created the journal's schema");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_lower_case_schema_names_are_accepted() {
+        assert!(valid_name("interlock"));
+        assert!(valid_name("shop_eu_2"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("2shop"));
+        assert!(!valid_name("Interlock"));
+        assert!(!valid_name("a; DROP TABLE x"));
+        assert!(!valid_name(&"a".repeat(64)));
+    }
+}

@@ -1,0 +1,385 @@
+//! One suite, every store: each journal and lease-store property below runs against SQLite and
+//! against PostgreSQL (`sqlite::…` and `postgres::…` in the test names), through the real gate.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use interlock::core::{Event, LookupAnswer, RefusalCode, SendAnswer, TakeoverReason};
+use interlock::faults::FaultPoint;
+use interlock::premise::NoPremises;
+use interlock::target::{SendRequest, Target};
+use interlock::{Effect, EffectKey, GateError, Grant, JournalError, ManualClock, Outcome, Tier};
+use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_tests::stores::{Kind, Store};
+use serde_json::{Value, json};
+
+const LEASE: &str = "ops";
+const T0: i64 = 1_790_000_000_000;
+
+/// A target that applies each key once and remembers it: a tier-1 target answers a repeated key
+/// with the first result (as Stripe's idempotency keys do), a tier-2 one applies it again. Every
+/// application is counted; lookups report what was applied.
+#[derive(Debug)]
+struct Counting {
+    tier: Tier,
+    applied: Mutex<HashMap<String, Vec<Value>>>,
+    sends: AtomicUsize,
+    delay: Duration,
+}
+
+impl Counting {
+    fn new(tier: Tier, delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            tier,
+            applied: Mutex::default(),
+            sends: AtomicUsize::new(0),
+            delay,
+        })
+    }
+
+    /// How many times anything was applied.
+    fn applications(&self) -> usize {
+        self.applied.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+impl Target for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn tier(&self) -> Tier {
+        self.tier
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        (self.tier == Tier::One).then_some(Duration::from_secs(86_400))
+    }
+    fn has_lookup(&self) -> bool {
+        true
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        let mut applied = self.applied.lock().unwrap();
+        let seen = applied.entry(req.key.to_string()).or_default();
+        if self.tier == Tier::One {
+            if let Some(first) = seen.first() {
+                return SendAnswer::Replayed(first.clone());
+            }
+        }
+        let result = json!({ "id": format!("re_{}", seen.len()) });
+        seen.push(result.clone());
+        SendAnswer::Done(result)
+    }
+    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        match self.applied.lock().unwrap().get(key.as_str()).map(Vec::as_slice) {
+            None | Some([]) => LookupAnswer::NotFound,
+            Some([one]) => LookupAnswer::Found(one.clone()),
+            Some(several) => LookupAnswer::Several(several.to_vec()),
+        }
+    }
+}
+
+struct Setup {
+    store: Store,
+    clock: ManualClock,
+}
+
+fn setup(kind: Kind, label: &str) -> Setup {
+    let clock = ManualClock::at(T0);
+    let store = Store::open(kind, label, Arc::new(clock.clone())).unwrap();
+    store.grant(&Grant::new(LEASE, "ops@example", T0)).unwrap();
+    Setup { store, clock }
+}
+
+fn effect(name: &str) -> Effect {
+    Effect::new(
+        EffectKey::derive(&[name]),
+        &json!({"amount": 2000, "currency": "usd"}),
+        LEASE,
+    )
+    .unwrap()
+}
+
+fn kinds(store: &Store, key: &EffectKey) -> Vec<&'static str> {
+    store
+        .journal()
+        .history(key)
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind())
+        .collect()
+}
+
+fn a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike(kind: Kind) {
+    let s = setup(kind, "committed");
+    let target = Counting::new(Tier::One, Duration::ZERO);
+    let bound = s
+        .store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .bind(target.clone(), Arc::new(NoPremises))
+        .unwrap();
+    let e = effect("one");
+    assert!(matches!(
+        bound.submit(&e).unwrap(),
+        Outcome::Committed {
+            replayed: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        bound.submit(&e).unwrap(),
+        Outcome::Committed { replayed: true, .. }
+    ));
+    assert_eq!(target.sends.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        kinds(&s.store, &e.key),
+        ["PROPOSED", "AUTHORIZED", "DISPATCHED", "COMMITTED"]
+    );
+    let other = s.store.reopen().unwrap();
+    assert_eq!(
+        other.history(&e.key).unwrap(),
+        s.store.journal().history(&e.key).unwrap()
+    );
+    assert_eq!(other.keys().unwrap(), vec![e.key.to_string()]);
+    assert_eq!(
+        other.keys_with("COMMITTED").unwrap(),
+        vec![e.key.to_string()]
+    );
+    assert!(other.keys_with("APPLIED_TWICE").unwrap().is_empty());
+    let history = other.history(&e.key).unwrap();
+    assert!(history.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+fn concurrent_submitters_through_separate_handles_make_one_send(kind: Kind) {
+    let s = setup(kind, "concurrent");
+    // Tier 2: nothing at the target dedupes a second send, so one send is the gate's doing.
+    let target = Counting::new(Tier::Two, Duration::from_millis(30));
+    let e = effect("raced");
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let journal = s.store.reopen().unwrap();
+                let gate = interlock::Gate::new(
+                    journal,
+                    s.store.leases(),
+                    Arc::new(s.clock.clone()),
+                    s.store.config(),
+                )
+                .unwrap()
+                .with_attempt(&format!("t{i}"));
+                let bound = gate.bind(target.clone(), Arc::new(NoPremises)).unwrap();
+                let e = e.clone();
+                scope.spawn(move || {
+                    // Until this submitter sees the effect end.
+                    for _ in 0..400 {
+                        let out = bound.submit(&e).unwrap();
+                        if out.is_final() {
+                            return out;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    panic!("the effect never ended for submitter {i}");
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(target.sends.load(Ordering::SeqCst), 1);
+    assert_eq!(target.applications(), 1);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Outcome::Committed { .. })),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        kinds(&s.store, &e.key),
+        ["PROPOSED", "AUTHORIZED", "DISPATCHED", "COMMITTED"]
+    );
+}
+
+fn a_revoked_lease_stops_the_send_and_every_grant_is_listed(kind: Kind) {
+    let s = setup(kind, "revoked");
+    let target = Counting::new(Tier::One, Duration::ZERO);
+    let bound = s
+        .store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .bind(target.clone(), Arc::new(NoPremises))
+        .unwrap();
+    let twice = s
+        .store
+        .grant(&Grant::new(LEASE, "someone", T0))
+        .unwrap_err();
+    assert!(twice.to_string().contains("already exists"), "{twice}");
+    assert!(s.store.grant(&Grant::new("", "someone", T0)).is_err());
+    s.clock.advance(1000);
+    assert!(s.store.revoke(LEASE).unwrap());
+    assert!(!s.store.revoke(LEASE).unwrap());
+    assert!(!s.store.revoke("never-granted").unwrap());
+    let listed = s.store.all_leases().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].revoked_ms, Some(T0 + 1000));
+    match bound.submit(&effect("after-revoke")).unwrap() {
+        Outcome::Refused(r) => assert_eq!(r.code, RefusalCode::Lease),
+        other => panic!("sent under a revoked lease: {other:?}"),
+    }
+    assert_eq!(target.sends.load(Ordering::SeqCst), 0);
+}
+
+fn an_edited_deleted_or_reordered_record_is_named_on_read(kind: Kind) {
+    for (sql, want) in [
+        (
+            "UPDATE {records} SET body = replace(body, '2000', '9000') WHERE n = 0",
+            "contents do not match",
+        ),
+        ("DELETE FROM {records} WHERE n = 1", "missing or moved"),
+        (
+            "UPDATE {records} SET at_ms = at_ms + 1 WHERE n = 2",
+            "contents do not match",
+        ),
+        (
+            "UPDATE {records} SET kind = 'COMMITTED' WHERE n = 0",
+            "kind column",
+        ),
+        (
+            "UPDATE {records} SET body = '{\"kind\":' WHERE n = 1",
+            "not a valid record",
+        ),
+    ] {
+        let s = setup(kind, "tamper");
+        let bound = s
+            .store
+            .gate(Arc::new(s.clock.clone()))
+            .unwrap()
+            .bind(Counting::new(Tier::One, Duration::ZERO), Arc::new(NoPremises))
+            .unwrap();
+        let e = effect("tampered");
+        assert!(matches!(
+            bound.submit(&e).unwrap(),
+            Outcome::Committed { .. }
+        ));
+        s.store.tamper(sql).unwrap();
+        let err = s.store.reopen().unwrap().history(&e.key).unwrap_err();
+        assert!(matches!(err, JournalError::Corrupt { .. }), "{sql}: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains(want) && msg.contains("record"), "{sql}: {msg}");
+        // The gate stops too: nothing is decided on a damaged history.
+        assert!(matches!(bound.submit(&e), Err(GateError::Journal(_))));
+    }
+}
+
+fn a_crashed_holders_claim_is_taken_over_on_its_lock_not_its_deadline(kind: Kind) {
+    let s = setup(kind, "takeover");
+    // Tier 2: only a dead holder or a passed deadline lets another worker take the claim.
+    let target = Counting::new(Tier::Two, Duration::ZERO);
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterDispatch, Action::Crash);
+    let crashed = s
+        .store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .with_attempt("a1")
+        .with_faults(faults)
+        .bind(target.clone(), Arc::new(NoPremises))
+        .unwrap();
+    let e = effect("crashed");
+    assert!(matches!(crashed.submit(&e), Err(GateError::Crashed(_))));
+    assert_eq!(target.sends.load(Ordering::SeqCst), 0);
+    // Another worker, the clock where it was: the lock, not the deadline, lets it take over.
+    let gate = interlock::Gate::new(
+        s.store.reopen().unwrap(),
+        s.store.leases(),
+        Arc::new(s.clock.clone()),
+        s.store.config(),
+    )
+    .unwrap()
+    .with_attempt("a2");
+    let bound = gate.bind(target.clone(), Arc::new(NoPremises)).unwrap();
+    let mut out = bound.submit(&e).unwrap();
+    // The first attempt took the claim; the resend waits until no earlier send can land.
+    for _ in 0..20 {
+        if out.is_final() {
+            break;
+        }
+        s.clock.advance(5000);
+        out = bound.submit(&e).unwrap();
+    }
+    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    assert_eq!(target.applications(), 1);
+    // Each worker that found the lock free took the claim; the first did so at once, long
+    // before the deadline.
+    let claims: Vec<(i64, TakeoverReason)> = s
+        .store
+        .journal()
+        .history(&e.key)
+        .unwrap()
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Claimed(c) => Some((r.at_ms, c.reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claims.first(), Some(&(T0, TakeoverReason::HolderDead)));
+    assert!(claims.iter().all(|(_, r)| *r == TakeoverReason::HolderDead));
+}
+
+fn a_held_claim_is_not_taken_before_its_deadline(kind: Kind) {
+    let s = setup(kind, "held");
+    let target = Counting::new(Tier::Two, Duration::from_millis(400));
+    let e = effect("slow");
+    let store = &s.store;
+    let clock = &s.clock;
+    std::thread::scope(|scope| {
+        let slow = store
+            .gate(Arc::new(clock.clone()))
+            .unwrap()
+            .with_attempt("slow")
+            .bind(target.clone(), Arc::new(NoPremises))
+            .unwrap();
+        let e1 = e.clone();
+        let sender = scope.spawn(move || slow.submit(&e1).unwrap());
+        std::thread::sleep(Duration::from_millis(150));
+        let other = interlock::Gate::new(
+            store.reopen().unwrap(),
+            store.leases(),
+            Arc::new(clock.clone()),
+            store.config(),
+        )
+        .unwrap()
+        .with_attempt("other")
+        .bind(target.clone(), Arc::new(NoPremises))
+        .unwrap();
+        assert!(matches!(
+            other.submit(&e).unwrap(),
+            Outcome::InFlight { .. }
+        ));
+        assert!(matches!(sender.join().unwrap(), Outcome::Committed { .. }));
+    });
+    assert_eq!(target.sends.load(Ordering::SeqCst), 1);
+}
+
+macro_rules! every_store {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(super::Kind::Sqlite) })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { super::$name(super::Kind::Postgres) })*
+        }
+    };
+}
+
+every_store!(
+    a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike,
+    concurrent_submitters_through_separate_handles_make_one_send,
+    a_revoked_lease_stops_the_send_and_every_grant_is_listed,
+    an_edited_deleted_or_reordered_record_is_named_on_read,
+    a_crashed_holders_claim_is_taken_over_on_its_lock_not_its_deadline,
+    a_held_claim_is_not_taken_before_its_deadline,
+);
