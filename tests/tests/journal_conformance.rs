@@ -65,10 +65,8 @@ impl Target for Counting {
         std::thread::sleep(self.delay);
         let mut applied = self.applied.lock().unwrap();
         let seen = applied.entry(req.key.to_string()).or_default();
-        if self.tier == Tier::One {
-            if let Some(first) = seen.first() {
-                return SendAnswer::Replayed(first.clone());
-            }
+        if let (Tier::One, Some(first)) = (self.tier, seen.first()) {
+            return SendAnswer::Replayed(first.clone());
         }
         let result = json!({ "id": format!("re_{}", seen.len()) });
         seen.push(result.clone());
@@ -171,7 +169,7 @@ fn concurrent_submitters_through_separate_handles_make_one_send(kind: Kind) {
                     s.store.config(),
                 )
                 .unwrap()
-                .with_attempt(&format!("t{i}"));
+                .with_attempt(format!("t{i}"));
                 let bound = gate.bind(target.clone(), Arc::new(NoPremises)).unwrap();
                 let e = e.clone();
                 scope.spawn(move || {
