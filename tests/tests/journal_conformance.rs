@@ -4,8 +4,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use interlock::core::{Event, LookupAnswer, RefusalCode, SendAnswer, TakeoverReason};
@@ -73,7 +73,13 @@ impl Target for Counting {
         SendAnswer::Done(result)
     }
     fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        match self.applied.lock().unwrap().get(key.as_str()).map(Vec::as_slice) {
+        match self
+            .applied
+            .lock()
+            .unwrap()
+            .get(key.as_str())
+            .map(Vec::as_slice)
+        {
             None | Some([]) => LookupAnswer::NotFound,
             Some([one]) => LookupAnswer::Found(one.clone()),
             Some(several) => LookupAnswer::Several(several.to_vec()),
@@ -255,7 +261,10 @@ fn an_edited_deleted_or_reordered_record_is_named_on_read(kind: Kind) {
             .store
             .gate(Arc::new(s.clock.clone()))
             .unwrap()
-            .bind(Counting::new(Tier::One, Duration::ZERO), Arc::new(NoPremises))
+            .bind(
+                Counting::new(Tier::One, Duration::ZERO),
+                Arc::new(NoPremises),
+            )
             .unwrap();
         let e = effect("tampered");
         assert!(matches!(
