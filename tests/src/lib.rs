@@ -10,4 +10,5 @@ pub mod model;
 pub mod raw_sql;
 pub mod stores;
 pub mod system;
+pub mod targets;
 pub mod world;

@@ -3,89 +3,21 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use interlock::core::{Event, LookupAnswer, RefusalCode, SendAnswer, TakeoverReason};
+use interlock::core::{Event, RefusalCode, TakeoverReason};
 use interlock::faults::FaultPoint;
 use interlock::premise::NoPremises;
-use interlock::target::{SendRequest, Target};
 use interlock::{Effect, EffectKey, GateError, Grant, JournalError, ManualClock, Outcome, Tier};
 use interlock_testkit::faults::{Action, ScriptedFaults};
 use interlock_tests::stores::{Kind, Store};
-use serde_json::{Value, json};
+use interlock_tests::targets::Counting;
+use serde_json::json;
 
 const LEASE: &str = "ops";
 const T0: i64 = 1_790_000_000_000;
-
-/// A target that applies each key once and remembers it: a tier-1 target answers a repeated key
-/// with the first result (as Stripe's idempotency keys do), a tier-2 one applies it again. Every
-/// application is counted; lookups report what was applied.
-#[derive(Debug)]
-struct Counting {
-    tier: Tier,
-    applied: Mutex<HashMap<String, Vec<Value>>>,
-    sends: AtomicUsize,
-    delay: Duration,
-}
-
-impl Counting {
-    fn new(tier: Tier, delay: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            tier,
-            applied: Mutex::default(),
-            sends: AtomicUsize::new(0),
-            delay,
-        })
-    }
-
-    /// How many times anything was applied.
-    fn applications(&self) -> usize {
-        self.applied.lock().unwrap().values().map(Vec::len).sum()
-    }
-}
-
-impl Target for Counting {
-    fn name(&self) -> &str {
-        "counting"
-    }
-    fn tier(&self) -> Tier {
-        self.tier
-    }
-    fn dedupe_window(&self) -> Option<Duration> {
-        (self.tier == Tier::One).then_some(Duration::from_secs(86_400))
-    }
-    fn has_lookup(&self) -> bool {
-        true
-    }
-    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        self.sends.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(self.delay);
-        let mut applied = self.applied.lock().unwrap();
-        let seen = applied.entry(req.key.to_string()).or_default();
-        if let (Tier::One, Some(first)) = (self.tier, seen.first()) {
-            return SendAnswer::Replayed(first.clone());
-        }
-        let result = json!({ "id": format!("re_{}", seen.len()) });
-        seen.push(result.clone());
-        SendAnswer::Done(result)
-    }
-    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        match self
-            .applied
-            .lock()
-            .unwrap()
-            .get(key.as_str())
-            .map(Vec::as_slice)
-        {
-            None | Some([]) => LookupAnswer::NotFound,
-            Some([one]) => LookupAnswer::Found(one.clone()),
-            Some(several) => LookupAnswer::Several(several.to_vec()),
-        }
-    }
-}
 
 struct Setup {
     store: Store,

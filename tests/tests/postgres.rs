@@ -5,12 +5,19 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use interlock::gate::ConfigError;
-use interlock::{Clock, GateConfig, GateError, Journal, JournalError, ManualClock, SqliteJournal};
+use interlock::premise::NoPremises;
+use interlock::{
+    Clock, Effect, EffectKey, GateConfig, GateError, Journal, JournalError, ManualClock, Outcome,
+    SqliteJournal, Tier,
+};
 use interlock_postgres::{PgJournal, PgOptions, SILENT_HOLDER_KEPT};
 use interlock_testkit::pg::Cluster;
+use interlock_tests::targets::Counting;
+use serde_json::json;
 
 fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::at(1_790_000_000_000))
@@ -150,4 +157,97 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
     // And the journal works again on the restarted server.
     let fresh = live.try_hold("k", 3).unwrap();
     assert!(fresh.is_some());
+}
+
+#[test]
+fn a_server_restarted_mid_run_loses_nothing_and_sends_nothing_twice() {
+    let mut cluster = Cluster::throwaway().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
+    let journal =
+        Arc::new(PgJournal::open(cluster.url(), clock.clone(), &options("interlock")).unwrap());
+    journal
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .unwrap();
+    // Short claims, so effects whose holders lost their locks to the restart resolve soon.
+    let cfg = GateConfig::shared_builder()
+        .send_timeout(Duration::from_millis(800))
+        .settle(Duration::from_millis(200))
+        .retry_after(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    // Tier 2: nothing at the target dedupes, so each effect applied once is the gate's doing.
+    let target = Counting::new(Tier::Two, Duration::from_millis(20));
+    let effects: Vec<Effect> = (0..200)
+        .map(|i| {
+            Effect::new(
+                EffectKey::derive(&["restart", &i.to_string()]),
+                &json!({"amount": i, "currency": "usd"}),
+                "ops",
+            )
+            .unwrap()
+        })
+        .collect();
+    let restarted = AtomicBool::new(false);
+    let transient = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for part in effects.chunks(50) {
+            let bound =
+                interlock::Gate::new(journal.clone(), journal.clone(), clock.clone(), cfg.clone())
+                    .unwrap()
+                    .bind(target.clone(), Arc::new(NoPremises))
+                    .unwrap();
+            let (restarted, transient) = (&restarted, &transient);
+            s.spawn(move || {
+                for e in part {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    loop {
+                        assert!(Instant::now() < deadline, "effect {} never ended", e.key);
+                        match bound.submit(e) {
+                            Ok(out) if out.is_final() => {
+                                assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+                                break;
+                            }
+                            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+                            // While the server is away every failure is one to retry.
+                            Err(GateError::Journal(err)) if err.is_transient() => {
+                                transient.fetch_add(1, Ordering::SeqCst);
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                            Err(GateError::Locks { .. }) if restarted.load(Ordering::SeqCst) => {
+                                transient.fetch_add(1, Ordering::SeqCst);
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                            Err(other) => panic!("effect {}: {other}", e.key),
+                        }
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        restarted.store(true, Ordering::SeqCst);
+        cluster.crash_and_restart().unwrap();
+    });
+    let mut recovered = 0;
+    for e in &effects {
+        let history = journal.history(&e.key).unwrap();
+        recovered += usize::from(history.iter().any(|r| r.event.kind() == "CLAIMED"));
+        assert_eq!(
+            history.last().map(|r| r.event.kind()),
+            Some("COMMITTED"),
+            "{}",
+            e.key
+        );
+    }
+    assert_eq!(
+        target.applications(),
+        effects.len(),
+        "every effect applied exactly once"
+    );
+    eprintln!(
+        "{} transient failures while the server restarted; {recovered} effects recovered; {} \
+         requests for {} effects",
+        transient.load(Ordering::SeqCst),
+        target.sends.load(Ordering::SeqCst),
+        effects.len()
+    );
 }
