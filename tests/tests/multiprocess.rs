@@ -1,6 +1,9 @@
-//! Many OS processes (not threads) on one SQLite journal, against a slow refunds service over
-//! HTTP: one dispatch and one refund however many submit at once; one resolution however many
-//! recover at once; a SIGKILLed sender's claim taken over at once, a live sender's never.
+//! Many OS processes (not threads) on one journal, against a slow refunds service over HTTP: one
+//! dispatch and one refund however many submit at once; one resolution however many recover at
+//! once; a SIGKILLed sender's claim taken over at once, a live sender's never. Each test runs on
+//! an SQLite file the processes share, and on a PostgreSQL server that is all they share: each
+//! process there claims under a host name of its own, so only the server's locks can tell them
+//! apart.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
@@ -15,16 +18,23 @@ use interlock::journal::{Journal, Record};
 use interlock::premise::PremiseReader;
 use interlock::{Clock, EffectKey, Grant, SqliteJournal, SystemClock, Tier};
 use interlock_e2e::payments_api::PaymentsApi;
+use interlock_postgres::{PgJournal, PgOptions};
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock_testkit::pg::Cluster;
 use interlock_testkit::sim::SimPayments;
+use interlock_tests::stores::Kind;
 use serde_json::{Value, json};
 
 const SECRET: &str = "sk_test_race";
 const KEY: &str = "race-refund-1";
 
 struct Race {
-    _dir: tempfile::TempDir,
+    kind: Kind,
+    dir: tempfile::TempDir,
     journal: PathBuf,
+    /// For PostgreSQL: the server and the schema.
+    pg: Option<(String, String)>,
+    workers: std::cell::Cell<usize>,
     sim: Arc<SimPayments>,
     api: PaymentsApi,
     premises: String,
@@ -33,15 +43,27 @@ struct Race {
 }
 
 impl Race {
-    fn new(service_delay: Duration, settle_ms: u64, send_timeout_ms: u64) -> Self {
+    fn new(kind: Kind, service_delay: Duration, settle_ms: u64, send_timeout_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("journal.db");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let j = SqliteJournal::open(&journal, clock.clone()).unwrap();
-        j.grant_lease(
-            &Grant::new("race-lease", "ops", clock.now_ms()).scope("payment_intent", "pi_race"),
-        )
-        .unwrap();
+        let grant =
+            Grant::new("race-lease", "ops", clock.now_ms()).scope("payment_intent", "pi_race");
+        let pg = match kind {
+            Kind::Sqlite => {
+                let j = SqliteJournal::open(&journal, clock.clone()).unwrap();
+                j.grant_lease(&grant).unwrap();
+                None
+            }
+            Kind::Postgres => {
+                let cluster = Cluster::shared().unwrap();
+                let schema = cluster.fresh_schema("race");
+                let j =
+                    PgJournal::open(cluster.url(), clock.clone(), &pg_options(&schema)).unwrap();
+                j.grant_lease(&grant).unwrap();
+                Some((cluster.url().to_owned(), schema))
+            }
+        };
         let sim = SimPayments::new(Tier::Two, Duration::from_secs(86_400), clock);
         sim.add_payment("pi_race", 10_000);
         let api = PaymentsApi::start(sim.clone(), SECRET).unwrap();
@@ -53,8 +75,11 @@ impl Race {
             .unwrap();
         sim.set_delay(service_delay);
         Self {
-            _dir: dir,
+            kind,
+            dir,
             journal,
+            pg,
+            workers: std::cell::Cell::new(0),
             sim,
             api,
             premises: serde_json::to_string(&decided).unwrap(),
@@ -64,10 +89,18 @@ impl Race {
     }
 
     fn worker(&self, mode: &str, start_at_ms: i64, extra: &[&str]) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_race-worker"))
-            .arg("--journal")
-            .arg(&self.journal)
-            .args(["--api", &self.api.base_url])
+        let n = self.workers.get();
+        self.workers.set(n + 1);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_race-worker"));
+        match &self.pg {
+            None => cmd.arg("--journal").arg(&self.journal),
+            // Shared: the server and nothing else. Each process its own host and lock directory.
+            Some((url, schema)) => cmd
+                .args(["--database-url", url, "--schema", schema])
+                .args(["--host", &format!("host-{n}")])
+                .current_dir(self.dir.path()),
+        };
+        cmd.args(["--api", &self.api.base_url])
             .args(["--secret", SECRET])
             .args(["--tier", "2"])
             .args(["--mode", mode])
@@ -86,8 +119,33 @@ impl Race {
     }
 
     fn history(&self) -> Vec<Record> {
-        let j = SqliteJournal::open(&self.journal, Arc::new(SystemClock)).unwrap();
-        j.history(&EffectKey::fixed(KEY).unwrap()).unwrap()
+        let key = EffectKey::fixed(KEY).unwrap();
+        match &self.pg {
+            None => SqliteJournal::open(&self.journal, Arc::new(SystemClock))
+                .unwrap()
+                .history(&key)
+                .unwrap(),
+            Some((url, schema)) => PgJournal::open(url, Arc::new(SystemClock), &pg_options(schema))
+                .unwrap()
+                .history(&key)
+                .unwrap(),
+        }
+    }
+
+    /// How fast a SIGKILLed holder's claim must be taken: a lock file is seen free at once; a
+    /// server session needs the server to notice the closed socket.
+    fn takeover_bound_ms(&self) -> i64 {
+        match self.kind {
+            Kind::Sqlite => 500,
+            Kind::Postgres => 100,
+        }
+    }
+}
+
+fn pg_options(schema: &str) -> PgOptions {
+    PgOptions {
+        schema: schema.to_owned(),
+        ..PgOptions::default()
     }
 }
 
@@ -105,9 +163,8 @@ fn soon() -> i64 {
     SystemClock.now_ms() + 700
 }
 
-#[test]
-fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund() {
-    let race = Race::new(Duration::from_millis(400), 300, 3000);
+fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund(kind: Kind) {
+    let race = Race::new(kind, Duration::from_millis(400), 300, 3000);
     let at = soon();
     let workers: Vec<_> = (0..8).map(|_| race.worker("submit", at, &[])).collect();
     let outcomes: Vec<Value> = workers.into_iter().map(outcome).collect();
@@ -128,9 +185,8 @@ fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund() {
     assert_eq!(firsts, 1, "{outcomes:?}");
 }
 
-#[test]
-fn after_a_crash_before_send_eight_recoverers_make_one_resolution() {
-    let race = Race::new(Duration::from_millis(200), 300, 3000);
+fn after_a_crash_before_send_eight_recoverers_make_one_resolution(kind: Kind) {
+    let race = Race::new(kind, Duration::from_millis(200), 300, 3000);
     let dying = race.worker("submit", 0, &["--die-at", "after_dispatch"]);
     let status = dying.wait_with_output().unwrap().status;
     assert_eq!(status.signal(), Some(9), "the sender died by SIGKILL");
@@ -159,10 +215,9 @@ fn after_a_crash_before_send_eight_recoverers_make_one_resolution() {
     );
 }
 
-#[test]
-fn a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice() {
+fn a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice(kind: Kind) {
     // The service takes 1 s to apply a request; the settle margin (1.5 s) covers it.
-    let race = Race::new(Duration::from_millis(1000), 1500, 5000);
+    let race = Race::new(kind, Duration::from_millis(1000), 1500, 5000);
     let mut sender = race.worker("submit", 0, &[]);
     let recoverer = race.worker("recover", 0, &[]);
     let t0 = Instant::now();
@@ -187,14 +242,16 @@ fn a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_t
         "takeover {takeover_ms} ms after SIGKILL; recoverer answered {}",
         o["outcome"]
     );
-    assert!(takeover_ms < 500, "takeover took {takeover_ms} ms");
+    assert!(
+        takeover_ms < race.takeover_bound_ms(),
+        "takeover took {takeover_ms} ms"
+    );
     assert_eq!(o["outcome"], "COMMITTED/found_by_lookup", "{h:#?}");
     assert_eq!(race.sim.refunds("pi_race").len(), 1);
 }
 
-#[test]
-fn a_live_slow_senders_claim_is_never_taken_before_its_deadline() {
-    let race = Race::new(Duration::from_millis(1500), 500, 3000);
+fn a_live_slow_senders_claim_is_never_taken_before_its_deadline(kind: Kind) {
+    let race = Race::new(kind, Duration::from_millis(1500), 500, 3000);
     let sender = race.worker("submit", 0, &[]);
     let t0 = Instant::now();
     while race.sim.requests() == 0 {
@@ -213,3 +270,21 @@ fn a_live_slow_senders_claim_is_never_taken_before_its_deadline() {
     assert_eq!(count(&h, "CLAIMED"), 0, "{h:#?}");
     assert_eq!(race.sim.refunds("pi_race").len(), 1);
 }
+
+macro_rules! every_store {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(super::Kind::Sqlite) })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { super::$name(super::Kind::Postgres) })*
+        }
+    };
+}
+
+every_store!(
+    eight_processes_submitting_at_once_make_one_dispatch_and_one_refund,
+    after_a_crash_before_send_eight_recoverers_make_one_resolution,
+    a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice,
+    a_live_slow_senders_claim_is_never_taken_before_its_deadline,
+);

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use interlock::core::Premises;
+use interlock::core::{Holder, Premises};
 use interlock::faults::{Crash, FaultPoint, Faults};
 use interlock::{
-    Clock, Effect, EffectKey, Gate, GateConfig, GateError, Outcome, SqliteJournal, SystemClock,
-    Tier,
+    Clock, Effect, EffectKey, Gate, GateConfig, GateError, Journal, LeaseStore, Outcome,
+    SqliteJournal, SystemClock, Tier,
 };
+use interlock_postgres::{PgJournal, PgOptions};
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use serde_json::json;
 
@@ -35,9 +36,22 @@ impl Faults for DieAt {
 /// One racing worker: submit or recover one effect until it has a final answer or time is up.
 #[derive(clap::Parser)]
 struct Args {
-    /// The shared journal.
+    /// The shared SQLite journal.
+    #[arg(
+        long,
+        required_unless_present = "database_url",
+        conflicts_with = "database_url"
+    )]
+    journal: Option<std::path::PathBuf>,
+    /// The shared PostgreSQL server (instead of `--journal`).
     #[arg(long)]
-    journal: std::path::PathBuf,
+    database_url: Option<String>,
+    /// The journal's PostgreSQL schema.
+    #[arg(long, default_value = "interlock")]
+    schema: String,
+    /// The host name this worker claims under (default: this machine's).
+    #[arg(long)]
+    host: Option<String>,
     /// The payments API's base URL.
     #[arg(long)]
     api: String,
@@ -82,15 +96,36 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&args.journal, clock.clone())?);
     let tier = Tier::try_from(args.tier).map_err(|e| anyhow!(e))?;
     let target = StripeRefunds::new(StripeConfig::new(&args.api, &args.secret)?).assume_tier(tier);
-    let cfg = GateConfig::builder(&args.journal)
+    let (journal, leases, builder): (Arc<dyn Journal>, Arc<dyn LeaseStore>, _) =
+        match (&args.journal, &args.database_url) {
+            (Some(path), _) => {
+                let j = Arc::new(SqliteJournal::open(path, clock.clone())?);
+                (j.clone(), j, GateConfig::builder(path))
+            }
+            (None, Some(url)) => {
+                let opts = PgOptions {
+                    schema: args.schema.clone(),
+                    ..PgOptions::default()
+                };
+                let j = Arc::new(PgJournal::open(url, clock.clone(), &opts)?);
+                (j.clone(), j, GateConfig::shared_builder())
+            }
+            (None, None) => anyhow::bail!("give --journal or --database-url"),
+        };
+    let mut builder = builder
         .settle(Duration::from_millis(args.settle_ms))
         .send_timeout(Duration::from_millis(args.send_timeout_ms))
-        .retry_after(Duration::from_millis(args.poll_ms))
-        .build()?;
-    let mut gate = Gate::new(journal.clone(), journal, clock.clone(), cfg)?;
+        .retry_after(Duration::from_millis(args.poll_ms));
+    if let Some(host) = &args.host {
+        builder = builder.holder(Holder {
+            host: host.clone(),
+            pid: std::process::id(),
+            attempt: "1".into(),
+        });
+    }
+    let mut gate = Gate::new(journal, leases, clock.clone(), builder.build()?)?;
     if let Some(point) = &args.die_at {
         let point: FaultPoint = serde_json::from_value(json!(point))?;
         gate = gate.with_faults(Arc::new(DieAt(point)));
