@@ -16,6 +16,7 @@ use interlock::{
 };
 use interlock_postgres::{PgJournal, PgOptions, SILENT_HOLDER_KEPT};
 use interlock_testkit::pg::Cluster;
+use interlock_testkit::proxy::Proxy;
 use interlock_tests::targets::Counting;
 use serde_json::json;
 
@@ -250,4 +251,258 @@ fn a_server_restarted_mid_run_loses_nothing_and_sends_nothing_twice() {
         target.sends.load(Ordering::SeqCst),
         effects.len()
     );
+}
+
+#[test]
+fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_answer_lands_late() {
+    let cluster = Cluster::shared().unwrap();
+    let schema = cluster.fresh_schema("silent");
+    let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
+    let direct =
+        Arc::new(PgJournal::open(cluster.url(), clock.clone(), &options(&schema)).unwrap());
+    direct
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .unwrap();
+    let upstream: std::net::SocketAddr = cluster
+        .url()
+        .trim_start_matches("postgres://interlock@")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(upstream).unwrap();
+    let behind = Arc::new(
+        PgJournal::open(
+            &format!("postgres://interlock@{}/postgres", proxy.addr()),
+            clock.clone(),
+            &options(&schema),
+        )
+        .unwrap(),
+    );
+    let cfg = GateConfig::shared_builder()
+        .send_timeout(Duration::from_millis(2000))
+        .settle(Duration::from_millis(500))
+        .retry_after(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    // Tier 2, 1.5 s to apply: the cut-off worker's request lands while it cannot write.
+    let target = Counting::new(Tier::Two, Duration::from_millis(1500));
+    let e = Effect::new(
+        EffectKey::derive(&["silent"]),
+        &json!({"amount": 2000, "currency": "usd"}),
+        "ops",
+    )
+    .unwrap();
+    let gate = |j: &Arc<PgJournal>, attempt: &str| {
+        interlock::Gate::new(j.clone(), j.clone(), clock.clone(), cfg.clone())
+            .unwrap()
+            .with_attempt(attempt)
+            .bind(target.clone(), Arc::new(NoPremises))
+            .unwrap()
+    };
+    let cut_off = gate(&behind, "cut-off");
+    let recoverer = gate(&direct, "recoverer");
+    std::thread::scope(|s| {
+        // However this ends, the cut-off worker gets its network back, so the test fails rather
+        // than waits for it forever.
+        let _heal = HealOnDrop(&proxy);
+        let e1 = e.clone();
+        let sender = s.spawn(move || cut_off.submit(&e1));
+        let t0 = Instant::now();
+        while target.sends.load(Ordering::SeqCst) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the sender never sent"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        proxy.go_silent();
+        let deadline = direct
+            .history(&e.key)
+            .unwrap()
+            .iter()
+            .find_map(|r| match &r.event {
+                interlock::core::Event::Dispatched(d) => Some(d.deadline_ms),
+                _ => None,
+            })
+            .expect("the sender's DISPATCHED is durable");
+        let out = loop {
+            let out = recoverer.submit(&e).unwrap();
+            if out.is_final() {
+                break out;
+            }
+            assert_eq!(
+                target.sends.load(Ordering::SeqCst),
+                1,
+                "a second send while the holder was cut off"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+        let history = direct.history(&e.key).unwrap();
+        let taken = history
+            .iter()
+            .find_map(|r| match &r.event {
+                interlock::core::Event::Claimed(c) => Some((r.at_ms, c.reason)),
+                _ => None,
+            })
+            .expect("the recoverer took the claim");
+        assert_eq!(taken.1, interlock::core::TakeoverReason::DeadlinePassed);
+        assert!(
+            taken.0 >= deadline,
+            "taken at {} before the deadline {deadline}",
+            taken.0
+        );
+        proxy.heal();
+        let late = sender.join().unwrap();
+        eprintln!("the cut-off sender, healed, answered {late:?}");
+    });
+    let kinds: Vec<&str> = direct
+        .history(&e.key)
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind())
+        .collect();
+    assert!(kinds.contains(&"LATE_RESULT"), "{kinds:?}");
+    assert_eq!(target.sends.load(Ordering::SeqCst), 1);
+    assert_eq!(target.applications(), 1);
+}
+
+struct HealOnDrop<'a>(&'a Proxy);
+
+impl Drop for HealOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.heal();
+    }
+}
+
+const CUT_EVERY_MS: u64 = 40;
+
+#[test]
+fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
+    let cluster = Cluster::shared().unwrap();
+    let schema = cluster.fresh_schema("cut");
+    let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
+    let upstream: std::net::SocketAddr = cluster
+        .url()
+        .trim_start_matches("postgres://interlock@")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(upstream).unwrap();
+    let journal = Arc::new(
+        PgJournal::open(
+            &format!("postgres://interlock@{}/postgres", proxy.addr()),
+            clock.clone(),
+            &options(&schema),
+        )
+        .unwrap(),
+    );
+    journal
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .unwrap();
+    let cfg = GateConfig::shared_builder()
+        .send_timeout(Duration::from_millis(800))
+        .settle(Duration::from_millis(200))
+        .retry_after(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let target = Counting::new(Tier::Two, Duration::from_millis(5));
+    let effects: Vec<Effect> = (0..120)
+        .map(|i| {
+            Effect::new(
+                EffectKey::derive(&["cut", &i.to_string()]),
+                &json!({"amount": i, "currency": "usd"}),
+                "ops",
+            )
+            .unwrap()
+        })
+        .collect();
+    let done = AtomicBool::new(false);
+    let failures = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (done, failures) = (&done, &failures);
+        // Every connection cut every 40 ms, whatever it is doing, until the writers are done
+        // (or one of them fails the test).
+        let proxy = &proxy;
+        let _stop = SetOnDrop(done);
+        s.spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(CUT_EVERY_MS));
+                proxy.cut();
+            }
+        });
+        let workers: Vec<_> = effects
+            .chunks(30)
+            .map(|part| {
+                let gate = interlock::Gate::new(
+                    journal.clone(),
+                    journal.clone(),
+                    clock.clone(),
+                    cfg.clone(),
+                )
+                .unwrap();
+                // Binding reads the journal too: a cut there is retried like any other.
+                let bound = (0..100)
+                    .find_map(|_| gate.bind(target.clone(), Arc::new(NoPremises)).ok())
+                    .expect("bound within 100 tries");
+                s.spawn(move || {
+                    for e in part {
+                        let give_up = Instant::now() + Duration::from_secs(60);
+                        loop {
+                            assert!(Instant::now() < give_up, "effect {} never ended", e.key);
+                            match bound.submit(e) {
+                                Ok(out) if out.is_final() => {
+                                    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+                                    break;
+                                }
+                                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+                                Err(GateError::Journal(err)) if err.is_transient() => {
+                                    failures.fetch_add(1, Ordering::SeqCst);
+                                }
+                                Err(GateError::Locks { .. }) => {
+                                    failures.fetch_add(1, Ordering::SeqCst);
+                                }
+                                Err(other) => panic!("effect {}: {other}", e.key),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    let direct = PgJournal::open(cluster.url(), clock.clone(), &options(&schema)).unwrap();
+    for e in &effects {
+        let last = direct
+            .history(&e.key)
+            .unwrap()
+            .last()
+            .map(|r| r.event.kind());
+        assert_eq!(last, Some("COMMITTED"), "{}", e.key);
+    }
+    assert_eq!(
+        target.applications(),
+        effects.len(),
+        "every effect applied exactly once"
+    );
+    eprintln!(
+        "{} calls failed on a cut connection and were retried; {} requests for {} effects",
+        failures.load(Ordering::SeqCst),
+        target.sends.load(Ordering::SeqCst),
+        effects.len()
+    );
+}
+
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }

@@ -7,18 +7,15 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use crate::connect::{self, journal_err, pool_err};
+use crate::liveness::PgLiveness;
+use crate::pool::{Manager, Pool};
+use crate::schema;
 use interlock::journal::store::{self, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
 use interlock::liveness::Liveness;
 use interlock::{Clock, EffectKey, Journal, JournalError};
-use r2d2_postgres::PostgresConnectionManager;
-
-use crate::connect::{self, journal_err, pool_err};
-use crate::liveness::PgLiveness;
-use crate::schema;
-
-type Pool = r2d2::Pool<PostgresConnectionManager<postgres::NoTls>>;
 
 /// How to open a PostgreSQL journal.
 #[derive(Clone, Debug)]
@@ -95,7 +92,7 @@ impl PgJournal {
             .min_idle(Some(0))
             .test_on_check_out(false)
             .connection_timeout(std::time::Duration::from_secs(10))
-            .build_unchecked(PostgresConnectionManager::new(pool_cfg, postgres::NoTls));
+            .build_unchecked(Manager { config: pool_cfg });
         let place = format!("{location} (advisory locks, schema {})", opts.schema);
         let liveness = Arc::new(PgLiveness::new(
             cfg,
@@ -114,10 +111,7 @@ impl PgJournal {
         })
     }
 
-    fn conn(
-        &self,
-    ) -> Result<r2d2::PooledConnection<PostgresConnectionManager<postgres::NoTls>>, JournalError>
-    {
+    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>, JournalError> {
         self.pool.get().map_err(|e| pool_err(&self.location, &e))
     }
 
@@ -161,14 +155,14 @@ impl PgJournal {
         let g = StoredGrant::of(grant)?;
         let n = self
             .conn()?
-            .execute(
+            .run(|c| c.execute(
                 &format!(
                     "INSERT INTO {}.leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
                     self.schema
                 ),
                 &[&g.id, &g.approver, &g.scope, &g.cap_field, &g.cap, &g.granted_ms, &g.expires_ms, &g.revoked_ms],
-            )
+            ))
             .map_err(|e| LeaseError::from(self.err(&e)))?;
         if n == 0 {
             return Err(StoredGrant::exists(&g.id));
@@ -182,13 +176,15 @@ impl PgJournal {
         let now = self.clock.now_ms();
         let n = self
             .conn()?
-            .execute(
-                &format!(
-                    "UPDATE {}.leases SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL",
-                    self.schema
-                ),
-                &[&id, &now],
-            )
+            .run(|c| {
+                c.execute(
+                    &format!(
+                        "UPDATE {}.leases SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL",
+                        self.schema
+                    ),
+                    &[&id, &now],
+                )
+            })
             .map_err(|e| LeaseError::from(self.err(&e)))?;
         Ok(n > 0)
     }
@@ -197,13 +193,15 @@ impl PgJournal {
     pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
         let rows = self
             .conn()?
-            .query(
-                &format!(
-                    "SELECT {GRANT_COLUMNS} FROM {}.leases ORDER BY granted_ms, id",
-                    self.schema
-                ),
-                &[],
-            )
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT {GRANT_COLUMNS} FROM {}.leases ORDER BY granted_ms, id",
+                        self.schema
+                    ),
+                    &[],
+                )
+            })
             .map_err(|e| LeaseError::from(self.err(&e)))?;
         rows.iter().map(|r| stored_grant(r).into_grant()).collect()
     }
@@ -227,8 +225,7 @@ impl PgJournal {
     }
 
     pub(crate) fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
-        let mut conn = self.conn()?;
-        self.lease_on(&mut *conn, id, "")
+        self.conn()?.run(|c| self.lease_on(c, id, ""))
     }
 }
 
@@ -275,8 +272,7 @@ impl Journal for PgJournal {
     }
 
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
-        let mut conn = self.conn()?;
-        self.rows(&mut *conn, key.as_str())
+        self.conn()?.run(|c| self.rows(c, key.as_str()))
     }
 
     fn append_with(
@@ -284,9 +280,52 @@ impl Journal for PgJournal {
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
+        self.conn()?
+            .run(|client| self.append_on(client, key, decide))
+    }
+
+    fn keys(&self) -> Result<Vec<String>, JournalError> {
+        let rows = self
+            .conn()?
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT key FROM {}.records WHERE n = 0 ORDER BY seq",
+                        self.schema
+                    ),
+                    &[],
+                )
+            })
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
+        let rows = self
+            .conn()?
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT key FROM {}.records WHERE kind = $1 GROUP BY key ORDER BY min(seq)",
+                        self.schema
+                    ),
+                    &[&kind],
+                )
+            })
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+impl PgJournal {
+    fn append_on(
+        &self,
+        client: &mut postgres::Client,
+        key: &EffectKey,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
         let s = &self.schema;
-        let mut conn = self.conn()?;
-        let mut tx = conn.transaction().map_err(|e| self.err(&e))?;
+        let mut tx = client.transaction().map_err(|e| self.err(&e))?;
         // Lock the key's row (made for a new key): every other append to this key waits here.
         tx.query_one(
             &format!(
@@ -342,34 +381,6 @@ impl Journal for PgJournal {
         .map_err(|e| self.err(&e))?;
         tx.commit().map_err(|e| self.err(&e))?;
         Ok(out)
-    }
-
-    fn keys(&self) -> Result<Vec<String>, JournalError> {
-        let rows = self
-            .conn()?
-            .query(
-                &format!(
-                    "SELECT key FROM {}.records WHERE n = 0 ORDER BY seq",
-                    self.schema
-                ),
-                &[],
-            )
-            .map_err(|e| self.err(&e))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
-        let rows = self
-            .conn()?
-            .query(
-                &format!(
-                    "SELECT key FROM {}.records WHERE kind = $1 GROUP BY key ORDER BY min(seq)",
-                    self.schema
-                ),
-                &[&kind],
-            )
-            .map_err(|e| self.err(&e))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }
 

@@ -29,6 +29,7 @@
 mod connect;
 mod journal;
 mod liveness;
+mod pool;
 mod schema;
 
 pub use journal::{PgJournal, PgOptions};

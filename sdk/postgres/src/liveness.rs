@@ -22,6 +22,8 @@ use std::time::Duration;
 use interlock::liveness::{HeldLock, Liveness};
 use sha2::{Digest, Sha256};
 
+use crate::pool::Pool;
+
 /// How long the server keeps a silent holder's session (and its lock), at least: the keepalive's
 /// idle time before its first probe.
 pub const SILENT_HOLDER_KEPT: Duration = Duration::from_secs(300);
@@ -34,7 +36,7 @@ pub(crate) struct PgLiveness {
     /// Settings for lock sessions.
     config: postgres::Config,
     /// The journal's connections, for judging locks.
-    pool: r2d2::Pool<r2d2_postgres::PostgresConnectionManager<postgres::NoTls>>,
+    pool: Pool,
     /// Lock sessions not holding anything.
     idle: Arc<Mutex<Vec<postgres::Client>>>,
     /// Keeps deployments and schemas on one server apart.
@@ -46,7 +48,7 @@ pub(crate) struct PgLiveness {
 impl PgLiveness {
     pub(crate) fn new(
         mut config: postgres::Config,
-        pool: r2d2::Pool<r2d2_postgres::PostgresConnectionManager<postgres::NoTls>>,
+        pool: Pool,
         schema: &str,
         deployment: &str,
         place: String,
@@ -187,9 +189,10 @@ impl Liveness for PgLiveness {
         let (class, obj) = ((id as u64 >> 32) as u32, id as u64 as u32);
         let mut conn = self.pool.get().map_err(io)?;
         let row = conn
-            .query_one(
-                &format!(
-                    "SELECT EXISTS (SELECT 1 FROM {}.holds
+            .run(|c| {
+                c.query_one(
+                    &format!(
+                        "SELECT EXISTS (SELECT 1 FROM {}.holds
                                      WHERE lock_id = $1
                                        AND server_started = pg_postmaster_start_time())
                         AND NOT EXISTS (SELECT 1 FROM pg_locks
@@ -197,10 +200,11 @@ impl Liveness for PgLiveness {
                                            AND database = (SELECT oid FROM pg_database
                                                             WHERE datname = current_database())
                                            AND classid = $2 AND objid = $3 AND objsubid = 1)",
-                    self.schema
-                ),
-                &[&id, &class, &obj],
-            )
+                        self.schema
+                    ),
+                    &[&id, &class, &obj],
+                )
+            })
             .map_err(io)?;
         Ok(row.get(0))
     }
@@ -210,10 +214,12 @@ impl Liveness for PgLiveness {
             .map(|t| self.lock_id(key, t))
             .collect();
         if let Ok(mut conn) = self.pool.get() {
-            let _ = conn.execute(
-                &format!("DELETE FROM {}.holds WHERE lock_id = ANY($1)", self.schema),
-                &[&ids],
-            );
+            let _ = conn.run(|c| {
+                c.execute(
+                    &format!("DELETE FROM {}.holds WHERE lock_id = ANY($1)", self.schema),
+                    &[&ids],
+                )
+            });
         }
     }
 

@@ -1,7 +1,9 @@
 //! What Interlock's own tests and harnesses stand on, kept out of the library users link: scripted
 //! faults at the gate's named points, an in-process payments service that behaves the way
-//! Stripe's refunds are documented to, and throwaway PostgreSQL servers.
+//! Stripe's refunds are documented to, throwaway PostgreSQL servers, and a proxy that fails the
+//! network to them.
 
 pub mod faults;
 pub mod pg;
+pub mod proxy;
 pub mod sim;
