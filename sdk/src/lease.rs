@@ -213,6 +213,19 @@ pub trait LeaseStore: Send + Sync {
     }
 }
 
+/// A lease store that grants and revokes too: the journal's own leases, on whichever store.
+pub trait LeaseAdmin: LeaseStore {
+    /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
+    fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError>;
+
+    /// Revoke a lease now. Returns false when no live lease has that id. Once this returns, no
+    /// send under the lease is dispatched.
+    fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError>;
+
+    /// Every grant, oldest first.
+    fn leases(&self) -> Result<Vec<Grant>, LeaseError>;
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

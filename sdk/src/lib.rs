@@ -72,8 +72,8 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};
 pub use crate::effect::{Effect, EffectError, EffectKey};
 pub use crate::gate::{Bound, DecideError, Gate, GateConfig, GateError, Outcome};
-pub use crate::journal::{Journal, JournalError, SqliteJournal};
-pub use crate::lease::{Grant, LeaseStore};
+pub use crate::journal::{Journal, JournalError, JournalStore, SqliteJournal};
+pub use crate::lease::{Grant, LeaseAdmin, LeaseStore};
 pub use crate::premise::{PremiseError, PremiseReader};
 pub use crate::target::Target;
 

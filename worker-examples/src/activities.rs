@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use interlock::premise::PremiseReader;
-use interlock::{Bound, Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, SystemClock, Tier};
+use interlock_postgres::PgOptions;
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_temporal::{GatedEffect, gated};
 use serde_json::Value;
@@ -26,7 +27,7 @@ pub struct Deps {
     clock: Arc<dyn Clock>,
     base: String,
     secret: String,
-    journal: Arc<SqliteJournal>,
+    journal: Arc<dyn JournalStore>,
     gates: [Bound; 3],
     stripe: StripeRefunds,
     premises: RefundPremises,
@@ -39,8 +40,11 @@ pub struct Deps {
 pub struct Settings {
     /// Stripe's API (or a server that speaks it).
     pub stripe: StripeConfig,
-    /// The journal file.
+    /// The journal: a file shared by the workers of one host, or a `postgres://` URL shared by
+    /// workers on any number of hosts.
     pub journal: String,
+    /// The journal's PostgreSQL schema (for a `postgres://` journal).
+    pub journal_schema: String,
     /// The shop's order service, if any (never looked for at Stripe's address).
     pub shop_url: Option<String>,
     /// The gate's settle margin.
@@ -54,7 +58,8 @@ impl Deps {
     pub fn new(settings: Settings) -> anyhow::Result<Self> {
         let Settings {
             stripe: cfg,
-            journal: journal_path,
+            journal: journal_name,
+            journal_schema,
             shop_url,
             settle,
             send_timeout,
@@ -63,12 +68,15 @@ impl Deps {
             Some(c) => Arc::new(c),
             None => Arc::new(SystemClock),
         };
-        let journal = Arc::new(
-            SqliteJournal::open(&journal_path, clock.clone()).with_context(|| {
-                format!("opening the journal {journal_path} (INTERLOCK_JOURNAL)")
-            })?,
-        );
-        let gate_cfg = GateConfig::builder(&journal_path)
+        let opts = PgOptions {
+            schema: journal_schema,
+            ..PgOptions::default()
+        };
+        let opened = interlock_postgres::open_named(&journal_name, clock.clone(), &opts)
+            .with_context(|| format!("opening the journal {journal_name} (INTERLOCK_JOURNAL)"))?;
+        let journal = opened.store;
+        let gate_cfg = opened
+            .config
             .settle(settle)
             .send_timeout(send_timeout)
             .retry_after(Duration::from_millis(500))

@@ -1,15 +1,15 @@
 //! `journal list`, `journal show`, `recover`, `scoreboard`.
 
 use interlock::core::Status;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use interlock::core::{EffectState, Event, Resolution};
-use interlock::journal::{Journal, Record};
+use interlock::journal::Record;
 use interlock::receipt::build;
-use interlock::{EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use interlock::{EffectKey, Gate, JournalStore, SystemClock, Tier};
+use interlock_postgres::Opened;
 use interlock_stripe::RefundPremises;
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use serde_json::json;
@@ -29,6 +29,20 @@ pub(crate) enum JournalCmd {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Write every lease and every record, chains verified, to a JSON Lines file that `journal
+    /// import` reads into a journal on any store.
+    Export {
+        /// The file to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Copy an exported journal in: every record with its position, time and hash as exported,
+    /// so `verify` holds here as it did there. Keys already here must hold the same records.
+    Import {
+        /// The file `journal export` wrote.
+        #[arg(long)]
+        from: std::path::PathBuf,
     },
 }
 
@@ -54,7 +68,7 @@ pub(crate) struct ConfirmArgs {
     all: bool,
 }
 
-pub(crate) fn confirm(j: &SqliteJournal, args: ConfirmArgs) -> anyhow::Result<()> {
+pub(crate) fn confirm(j: &dyn JournalStore, args: ConfirmArgs) -> anyhow::Result<()> {
     let target =
         StripeRefunds::new(StripeConfig::from_env().context("confirm asks the Stripe target")?);
     let keys = match (args.key, args.all) {
@@ -84,8 +98,10 @@ fn summary(records: &[Record]) -> (Option<Status>, String) {
     (outcome, how)
 }
 
-pub(crate) fn run(j: &SqliteJournal, cmd: JournalCmd) -> anyhow::Result<()> {
+pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
     match cmd {
+        JournalCmd::Export { out } => crate::transfer::export(j, &out)?,
+        JournalCmd::Import { from } => crate::transfer::import(j, &from)?,
         JournalCmd::List { json } => {
             let keys = j.keys()?;
             let mut rows = Vec::new();
@@ -159,12 +175,9 @@ pub(crate) fn run(j: &SqliteJournal, cmd: JournalCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn recover(path: &PathBuf, args: RecoverArgs) -> anyhow::Result<()> {
+pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
     let clock = Arc::new(SystemClock);
-    let journal = Arc::new(
-        SqliteJournal::open(path, clock.clone())
-            .with_context(|| format!("opening the journal {}", path.display()))?,
-    );
+    let journal = opened.store;
     let cfg = StripeConfig::from_env().context("recover sends through the Stripe target")?;
     let tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
     let target = StripeRefunds::new(cfg).assume_tier(tier);
@@ -172,7 +185,7 @@ pub(crate) fn recover(path: &PathBuf, args: RecoverArgs) -> anyhow::Result<()> {
         stripe: StripeRefundPremises(target.clone()),
         shop: args.shop,
     };
-    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(path))?
+    let gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
         .with_attempt("cli-recover");
     let bound = gate.bind(Arc::new(target), Arc::new(premises))?;
     let outcome = bound.recover(&key(&args.key)?)?;
@@ -199,7 +212,7 @@ fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
     sorted.get(i as usize).copied()
 }
 
-pub(crate) fn scoreboard(j: &SqliteJournal, as_json: bool) -> anyhow::Result<()> {
+pub(crate) fn scoreboard(j: &dyn JournalStore, as_json: bool) -> anyhow::Result<()> {
     let mut counts = std::collections::BTreeMap::<String, u64>::new();
     let mut decision_ms = Vec::new();
     let (mut requests, mut confirmed) = (0u64, 0u64);

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use interlock::{Clock, Grant, SqliteJournal, SystemClock};
+use interlock::{Clock, Grant, JournalStore, SystemClock};
 use serde_json::Value;
 
 #[derive(Subcommand)]
@@ -43,7 +43,7 @@ fn pair(s: &str, what: &str) -> anyhow::Result<(String, String)> {
         .with_context(|| format!("{what} must look like field=value, got {s:?}"))
 }
 
-pub(crate) fn run(j: &SqliteJournal, cmd: LeaseCmd) -> anyhow::Result<()> {
+pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
     let now = SystemClock.now_ms();
     match cmd {
         LeaseCmd::Grant {

@@ -7,14 +7,16 @@
 mod journal_cmd;
 mod lease_cmd;
 mod receipt_cmd;
+mod transfer;
 mod webhook_cmd;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use interlock::{SqliteJournal, SystemClock};
+use interlock::SystemClock;
+use interlock_postgres::{Opened, PgOptions};
 
 #[derive(Parser)]
 #[command(
@@ -23,14 +25,22 @@ use interlock::{SqliteJournal, SystemClock};
     about = "Side effects that happen once, under live authority, on facts that still hold."
 )]
 struct Cli {
-    /// The journal file.
+    /// The journal: a file, or a `postgres://` URL for a journal on a PostgreSQL server.
     #[arg(
         long,
         global = true,
         env = "INTERLOCK_JOURNAL",
         default_value = "interlock-journal.db"
     )]
-    journal: PathBuf,
+    journal: String,
+    /// The PostgreSQL schema that holds the journal (for a `postgres://` journal).
+    #[arg(
+        long,
+        global = true,
+        env = "INTERLOCK_JOURNAL_SCHEMA",
+        default_value = "interlock"
+    )]
+    journal_schema: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -71,45 +81,85 @@ enum Command {
     },
 }
 
-/// Open the journal read-only (inspection) or read-write (changes), with an error naming the fix.
-fn open(path: &PathBuf, write: bool) -> anyhow::Result<SqliteJournal> {
-    let clock = std::sync::Arc::new(SystemClock);
-    if !write && !path.exists() {
-        anyhow::bail!(
-            "no journal at {}: pass --journal PATH or set INTERLOCK_JOURNAL to the file your workers write",
-            path.display()
-        );
+/// Where the journal is, as given on the command line or in the environment.
+pub(crate) struct Named {
+    name: String,
+    schema: String,
+}
+
+impl Named {
+    /// Open the journal for inspection (`write` false: a missing journal is an error, an SQLite
+    /// file is opened read-only) or for changes, with an error naming the fix.
+    pub(crate) fn open(&self, write: bool) -> anyhow::Result<Opened> {
+        let clock = Arc::new(SystemClock);
+        let opts = PgOptions {
+            schema: self.schema.clone(),
+            create: write,
+            ..PgOptions::default()
+        };
+        if interlock_postgres::is_server(&self.name) {
+            return interlock_postgres::open_named(&self.name, clock, &opts)
+                .with_context(|| format!("opening the journal at {}", self.shown()));
+        }
+        if !write && !std::path::Path::new(&self.name).exists() {
+            anyhow::bail!(
+                "no journal at {}: pass --journal PATH or set INTERLOCK_JOURNAL to the journal \
+                 your workers write (a file, or a postgres:// URL)",
+                self.name
+            );
+        }
+        if write {
+            return interlock_postgres::open_named(&self.name, clock, &opts)
+                .with_context(|| format!("opening the journal {}", self.name));
+        }
+        let journal = interlock::SqliteJournal::open_read_only(&self.name, clock)
+            .with_context(|| format!("opening the journal {}", self.name))?;
+        Ok(Opened {
+            store: Arc::new(journal),
+            config: interlock::GateConfig::builder(&self.name),
+        })
     }
-    let j = if write {
-        SqliteJournal::open(path, clock)
-    } else {
-        SqliteJournal::open_read_only(path, clock)
-    };
-    j.with_context(|| format!("opening the journal {}", path.display()))
+
+    /// The journal's name for messages (never a password).
+    pub(crate) fn shown(&self) -> String {
+        match (self.name.find("://"), self.name.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                let user = self.name[scheme + 3..at].split(':').next().unwrap_or("");
+                format!(
+                    "{}{user}@{}",
+                    &self.name[..scheme + 3],
+                    &self.name[at + 1..]
+                )
+            }
+            _ => self.name.clone(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let named = Named {
+        name: cli.journal,
+        schema: cli.journal_schema,
+    };
     let run = || -> anyhow::Result<bool> {
+        let read = || named.open(false).map(|o| o.store);
+        let write = || named.open(true).map(|o| o.store);
         match cli.command {
-            Command::Journal { what } => {
-                journal_cmd::run(&open(&cli.journal, false)?, what).map(|()| true)
+            // Import is the one journal command that writes.
+            Command::Journal {
+                what: what @ journal_cmd::JournalCmd::Import { .. },
+            } => journal_cmd::run(&*write()?, what).map(|()| true),
+            Command::Journal { what } => journal_cmd::run(&*read()?, what).map(|()| true),
+            Command::Recover(args) => journal_cmd::recover(named.open(true)?, args).map(|()| true),
+            Command::Verify(args) => receipt_cmd::verify(&*read()?, args),
+            Command::Receipt { what } => receipt_cmd::run(&*read()?, what).map(|()| true),
+            Command::Lease { what } => lease_cmd::run(&*write()?, what).map(|()| true),
+            Command::Webhook { what } => {
+                webhook_cmd::run(write()?, &named.shown(), what).map(|()| true)
             }
-            Command::Recover(args) => journal_cmd::recover(&cli.journal, args).map(|()| true),
-            Command::Verify(args) => receipt_cmd::verify(&open(&cli.journal, false)?, args),
-            Command::Receipt { what } => {
-                receipt_cmd::run(&open(&cli.journal, false)?, what).map(|()| true)
-            }
-            Command::Lease { what } => {
-                lease_cmd::run(&open(&cli.journal, true)?, what).map(|()| true)
-            }
-            Command::Webhook { what } => webhook_cmd::run(&cli.journal, what).map(|()| true),
-            Command::Confirm(args) => {
-                journal_cmd::confirm(&open(&cli.journal, true)?, args).map(|()| true)
-            }
-            Command::Scoreboard { json } => {
-                journal_cmd::scoreboard(&open(&cli.journal, false)?, json).map(|()| true)
-            }
+            Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| true),
+            Command::Scoreboard { json } => journal_cmd::scoreboard(&*read()?, json).map(|()| true),
         }
     };
     match run() {

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
-use interlock::{EffectKey, SqliteJournal, SystemClock};
+use interlock::{EffectKey, JournalStore, SqliteJournal, SystemClock};
 use interlock_stripe::{StripeConfig, StripeRefunds};
 
 #[derive(Subcommand)]
@@ -94,7 +94,7 @@ fn hmac_key(file: Option<&PathBuf>) -> anyhow::Result<Option<Vec<u8>>> {
     }
 }
 
-fn keys(j: &SqliteJournal, key: Option<String>, all: bool) -> anyhow::Result<Vec<String>> {
+fn keys(j: &dyn JournalStore, key: Option<String>, all: bool) -> anyhow::Result<Vec<String>> {
     match (key, all) {
         (Some(k), false) => Ok(vec![k]),
         (None, true) => Ok(j.keys()?),
@@ -125,7 +125,7 @@ fn read_receipt(file: &Path) -> Result<Receipt, String> {
 /// Each key's first proposed payload (`null` where its history cannot be read), for keys not
 /// yet known.
 fn journaled_payloads(
-    j: &SqliteJournal,
+    j: &dyn JournalStore,
     keys: &[String],
     known: &mut HashMap<String, serde_json::Value>,
 ) {
@@ -153,7 +153,7 @@ fn receipts_in(dir: &Path) -> anyhow::Result<Vec<(String, Result<Receipt, String
         .collect())
 }
 
-pub(crate) fn run(j: &SqliteJournal, cmd: ReceiptCmd) -> anyhow::Result<()> {
+pub(crate) fn run(j: &dyn JournalStore, cmd: ReceiptCmd) -> anyhow::Result<()> {
     match cmd {
         ReceiptCmd::Export {
             key,
@@ -219,7 +219,7 @@ pub(crate) fn run(j: &SqliteJournal, cmd: ReceiptCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn verify(j: &SqliteJournal, args: VerifyArgs) -> anyhow::Result<bool> {
+pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<bool> {
     let verifier = match (
         hmac_key(args.hmac_key_file.as_ref())?,
         &args.ed25519_public_key_file,

@@ -1,11 +1,10 @@
 //! `webhook serve`: Stripe's signed refund events in, `CONFIRMED` records out.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use interlock::{Clock, SqliteJournal, SystemClock};
+use interlock::{Clock, JournalStore, SystemClock};
 use interlock_stripe::webhook::{DEFAULT_TOLERANCE_S, Delivery, MAX_BODY_BYTES, handle};
 use tiny_http::{Header, Response, Server};
 
@@ -25,7 +24,11 @@ pub(crate) enum WebhookCmd {
     },
 }
 
-pub(crate) fn run(path: &PathBuf, cmd: WebhookCmd) -> anyhow::Result<()> {
+pub(crate) fn run(
+    journal: Arc<dyn JournalStore>,
+    shown: &str,
+    cmd: WebhookCmd,
+) -> anyhow::Result<()> {
     let WebhookCmd::Serve {
         port,
         bind,
@@ -34,16 +37,9 @@ pub(crate) fn run(path: &PathBuf, cmd: WebhookCmd) -> anyhow::Result<()> {
     let secret = std::env::var("STRIPE_WEBHOOK_SECRET").context(
         "STRIPE_WEBHOOK_SECRET is not set: export the endpoint's signing secret (whsec_…)",
     )?;
-    let journal = Arc::new(
-        SqliteJournal::open(path, Arc::new(SystemClock))
-            .with_context(|| format!("opening the journal {}", path.display()))?,
-    );
     let server = Server::http((bind.as_str(), port))
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e}"))?;
-    eprintln!(
-        "listening on http://{bind}:{port} for Stripe webhooks; journal {}",
-        path.display()
-    );
+    eprintln!("listening on http://{bind}:{port} for Stripe webhooks; journal {shown}");
     for mut req in server.incoming_requests() {
         let signature = req
             .headers()

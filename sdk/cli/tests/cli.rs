@@ -320,3 +320,124 @@ fn an_old_receipt_beside_the_current_one_fails_and_export_never_overwrites_anoth
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(kept, r);
 }
+
+fn cli_on(journal: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_interlock"))
+        .args(["--journal", journal])
+        .args(args)
+        .env_remove("INTERLOCK_HMAC_KEY")
+        .output()
+        .expect("run interlock")
+}
+
+#[test]
+fn a_journal_moves_between_sqlite_and_postgres_with_every_chain_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sqlite, key) = journal_with_a_refund(dir.path());
+    let sqlite = sqlite.display().to_string();
+    let cluster = interlock_testkit::pg::Cluster::shared().unwrap();
+    let schema = cluster.fresh_schema("moved");
+    let pg = cluster.url().to_owned();
+    let on_pg = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_interlock"))
+            .args(["--journal", &pg, "--journal-schema", &schema])
+            .args(args)
+            .env_remove("INTERLOCK_HMAC_KEY")
+            .output()
+            .expect("run interlock")
+    };
+    let dump = dir.path().join("dump.jsonl");
+    let out = cli_on(
+        &sqlite,
+        &["journal", "export", "--out", dump.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 lease(s) and 4 record(s) of 1 effect(s)"),
+        "{}",
+        text(&out)
+    );
+
+    // Inspection never creates a journal that is not there.
+    let missing = on_pg(&["journal", "list"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(
+        text(&missing).contains("no Interlock journal here"),
+        "{}",
+        text(&missing)
+    );
+
+    let into_pg = on_pg(&["journal", "import", "--from", dump.to_str().unwrap()]);
+    assert!(into_pg.status.success(), "{}", text(&into_pg));
+    assert!(
+        text(&into_pg).contains("1 effect(s) copied"),
+        "{}",
+        text(&into_pg)
+    );
+    let show = on_pg(&["journal", "show", &key]);
+    assert!(
+        text(&show).contains("chain of 4 records intact"),
+        "{}",
+        text(&show)
+    );
+    let verify = on_pg(&["verify", &key]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    let leases = on_pg(&["lease", "list"]);
+    assert!(text(&leases).contains("case-4471"), "{}", text(&leases));
+
+    // Again: nothing doubles.
+    let again = on_pg(&["journal", "import", "--from", dump.to_str().unwrap()]);
+    assert!(
+        text(&again).contains("0 effect(s) copied, 1 already here"),
+        "{}",
+        text(&again)
+    );
+
+    // And back to a new SQLite file: the same records, hash for hash.
+    let back = dir.path().join("back.db").display().to_string();
+    let dump2 = dir.path().join("dump2.jsonl");
+    assert!(
+        on_pg(&["journal", "export", "--out", dump2.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let into_sqlite = cli_on(
+        &back,
+        &["journal", "import", "--from", dump2.to_str().unwrap()],
+    );
+    assert!(into_sqlite.status.success(), "{}", text(&into_sqlite));
+    let records = |j: &str| {
+        let o = cli_on(j, &["journal", "show", &key, "--json"]);
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for r in v.as_array_mut().unwrap() {
+            r.as_object_mut().unwrap().remove("seq");
+        }
+        v
+    };
+    assert_eq!(records(&sqlite), records(&back));
+    assert!(cli_on(&back, &["verify", &key]).status.success());
+
+    // An edited export is refused and names what broke; the journal is left as it was.
+    let edited = std::fs::read_to_string(&dump)
+        .unwrap()
+        .replace("\"amount\":2000", "\"amount\":9000");
+    let bad = dir.path().join("edited.jsonl");
+    std::fs::write(&bad, edited).unwrap();
+    let fresh = dir.path().join("fresh.db").display().to_string();
+    let refused = cli_on(
+        &fresh,
+        &["journal", "import", "--from", bad.to_str().unwrap()],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains(&key) && text(&refused).contains("record"),
+        "{}",
+        text(&refused)
+    );
+    let empty = cli_on(&fresh, &["journal", "list"]);
+    assert!(
+        text(&empty).contains("holds no effects"),
+        "{}",
+        text(&empty)
+    );
+}

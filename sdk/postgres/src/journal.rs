@@ -11,7 +11,7 @@ use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
 use crate::pool::{Manager, Pool};
 use crate::schema;
-use interlock::journal::store::{self, StoredRecord};
+use interlock::journal::store::{self, Import, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
 use interlock::liveness::Liveness;
@@ -27,6 +27,9 @@ pub struct PgOptions {
     pub deployment: String,
     /// Connections kept open for appends and reads (default 16).
     pub pool_size: u32,
+    /// Create the schema when it is missing (default); otherwise a missing journal is an error
+    /// (for inspection, which must not leave a new empty journal behind).
+    pub create: bool,
 }
 
 impl Default for PgOptions {
@@ -35,6 +38,7 @@ impl Default for PgOptions {
             schema: "interlock".into(),
             deployment: "default".into(),
             pool_size: 16,
+            create: true,
         }
     }
 }
@@ -78,7 +82,13 @@ impl PgJournal {
         let mut first = cfg
             .connect(postgres::NoTls)
             .map_err(|e| journal_err(&location, &e))?;
-        schema::ensure(&mut first, &location, &opts.schema, &opts.deployment)?;
+        schema::ensure(
+            &mut first,
+            &location,
+            &opts.schema,
+            &opts.deployment,
+            opts.create,
+        )?;
         drop(first);
         let mut pool_cfg = cfg.clone();
         // A transaction left open by a worker that was cut off would hold its key's row until the
@@ -284,6 +294,10 @@ impl Journal for PgJournal {
             .run(|client| self.append_on(client, key, decide))
     }
 
+    fn import_history(&self, records: &[Record]) -> Result<Import, JournalError> {
+        self.conn()?.run(|client| self.import_on(client, records))
+    }
+
     fn keys(&self) -> Result<Vec<String>, JournalError> {
         let rows = self
             .conn()?
@@ -318,6 +332,62 @@ impl Journal for PgJournal {
 }
 
 impl PgJournal {
+    fn import_on(
+        &self,
+        client: &mut postgres::Client,
+        records: &[Record],
+    ) -> Result<Import, JournalError> {
+        let Some(first) = records.first() else {
+            return Ok(Import::AlreadyThere);
+        };
+        let s = &self.schema;
+        let mut tx = client.transaction().map_err(|e| self.err(&e))?;
+        tx.query_one(
+            &format!(
+                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
+                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
+            ),
+            &[&first.key],
+        )
+        .map_err(|e| self.err(&e))?;
+        let existing = self.rows(&mut tx, &first.key)?;
+        let plan = store::check_import(&self.location, records, &existing)?;
+        if plan == Import::AlreadyThere {
+            return Ok(plan);
+        }
+        for r in records {
+            let body = serde_json::to_string(&r.event).map_err(|e| JournalError::Storage {
+                path: self.location.clone(),
+                what: format!("cannot encode a {} record: {e}", r.event.kind()),
+            })?;
+            let n = i32::try_from(r.n).unwrap_or(i32::MAX);
+            tx.execute(
+                &format!(
+                    "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ),
+                &[
+                    &r.key,
+                    &n,
+                    &r.event.kind(),
+                    &r.at_ms,
+                    &r.prev,
+                    &r.hash,
+                    &body,
+                ],
+            )
+            .map_err(|e| self.err(&e))?;
+        }
+        let head = i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX);
+        tx.execute(
+            &format!("UPDATE {s}.effects SET n = $2 WHERE key = $1"),
+            &[&first.key, &head],
+        )
+        .map_err(|e| self.err(&e))?;
+        tx.commit().map_err(|e| self.err(&e))?;
+        Ok(plan)
+    }
+
     fn append_on(
         &self,
         client: &mut postgres::Client,
@@ -381,6 +451,20 @@ impl PgJournal {
         .map_err(|e| self.err(&e))?;
         tx.commit().map_err(|e| self.err(&e))?;
         Ok(out)
+    }
+}
+
+impl interlock::lease::LeaseAdmin for PgJournal {
+    fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
+        PgJournal::grant_lease(self, grant)
+    }
+
+    fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError> {
+        PgJournal::revoke_lease(self, id)
+    }
+
+    fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
+        PgJournal::leases(self)
     }
 }
 

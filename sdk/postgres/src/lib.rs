@@ -29,8 +29,10 @@
 mod connect;
 mod journal;
 mod liveness;
+mod named;
 mod pool;
 mod schema;
 
 pub use journal::{PgJournal, PgOptions};
 pub use liveness::SILENT_HOLDER_KEPT;
+pub use named::{Opened, is_server, open_named};

@@ -66,6 +66,7 @@ pub(crate) fn ensure(
     location: &str,
     schema: &str,
     deployment: &str,
+    create: bool,
 ) -> Result<(), JournalError> {
     let err = |e: postgres::Error| crate::connect::journal_err(location, &e);
     let mut tx = client.transaction().map_err(err)?;
@@ -123,6 +124,14 @@ pub(crate) fn ensure(
         return Err(JournalError::Foreign {
             path: place,
             why: format!("it holds a table named {other:?} and no journal marker"),
+        });
+    }
+    if !create {
+        return Err(JournalError::Storage {
+            path: place,
+            what: "no Interlock journal here: check the URL and the schema (INTERLOCK_JOURNAL, \
+                   INTERLOCK_JOURNAL_SCHEMA), or start a worker to create it"
+                .into(),
         });
     }
     tx.batch_execute(&format!(

@@ -208,6 +208,11 @@ pub trait Journal: Send + Sync {
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError>;
 
+    /// Copy one key's records in as they were exported from another journal — same positions,
+    /// times and hashes, so the chain still verifies — if the key is new here. A key that already
+    /// holds the same records is left as it is; one that holds others is an error.
+    fn import_history(&self, records: &[Record]) -> Result<store::Import, JournalError>;
+
     /// Every key with at least one record, in first-append order.
     fn keys(&self) -> Result<Vec<String>, JournalError>;
 
@@ -239,3 +244,9 @@ pub trait Journal: Send + Sync {
         })
     }
 }
+
+/// A journal that keeps its own leases: what a worker, the command line and the harness open,
+/// whether the store is SQLite or a database server.
+pub trait JournalStore: Journal + crate::lease::LeaseAdmin {}
+
+impl<T: Journal + crate::lease::LeaseAdmin> JournalStore for T {}

@@ -334,6 +334,30 @@ impl Journal for SqliteJournal {
         })
     }
 
+    fn import_history(&self, records: &[Record]) -> Result<store::Import, JournalError> {
+        let Some(first) = records.first() else {
+            return Ok(store::Import::AlreadyThere);
+        };
+        self.write(|tx| {
+            let existing = self.read(tx, &first.key)?;
+            let plan = store::check_import(&self.path, records, &existing)?;
+            if plan == store::Import::Insert {
+                for r in records {
+                    let body = serde_json::to_string(&r.event).map_err(|e| JournalError::Storage {
+                        path: self.path.clone(),
+                        what: format!("cannot encode a {} record: {e}", r.event.kind()),
+                    })?;
+                    tx.execute(
+                        "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![r.key, r.n, r.event.kind(), r.at_ms, r.prev, r.hash, body],
+                    )
+                    .map_err(|e| self.err(e))?;
+                }
+            }
+            Ok((plan, plan == store::Import::Insert))
+        })
+    }
+
     fn keys(&self) -> Result<Vec<String>, JournalError> {
         self.read_with(|conn| {
             let mut st = conn

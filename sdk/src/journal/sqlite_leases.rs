@@ -112,6 +112,20 @@ fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredGrant> {
     })
 }
 
+impl crate::lease::LeaseAdmin for SqliteJournal {
+    fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
+        SqliteJournal::grant_lease(self, grant)
+    }
+
+    fn revoke_lease(&self, id: &str) -> Result<bool, LeaseError> {
+        SqliteJournal::revoke_lease(self, id)
+    }
+
+    fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
+        SqliteJournal::leases(self)
+    }
+}
+
 impl LeaseStore for SqliteJournal {
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
         Ok(verdict_of(self.lease(id)?.as_ref(), id, payload, now_ms))

@@ -164,3 +164,54 @@ pub fn decide_and_append(
         after,
     })
 }
+
+/// What importing one key's history into a store would do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Import {
+    /// The key is new here: insert every record as it is.
+    Insert,
+    /// The store already holds exactly this history.
+    AlreadyThere,
+}
+
+/// Whether `incoming` (one key's records, as exported) may be imported where the store holds
+/// `existing` for that key: the chain must verify and fold, and a key already present must hold
+/// the very same records. Nothing is ever merged or rewritten.
+pub fn check_import(
+    location: &str,
+    incoming: &[Record],
+    existing: &[Record],
+) -> Result<Import, JournalError> {
+    let Some(first) = incoming.first() else {
+        return Ok(Import::AlreadyThere);
+    };
+    let key = first.key.as_str();
+    if let Some(other) = incoming.iter().find(|r| r.key != key) {
+        return Err(JournalError::Storage {
+            path: location.to_owned(),
+            what: format!("one history holds two keys ({key} and {})", other.key),
+        });
+    }
+    verify_chain(incoming).map_err(|(i, what)| JournalError::Corrupt {
+        path: format!("{location} (import)"),
+        place: format!("key {key} record {i}"),
+        what,
+    })?;
+    state_of(location, key, incoming)?;
+    if existing.is_empty() {
+        return Ok(Import::Insert);
+    }
+    let hashes = |rs: &[Record]| rs.iter().map(|r| r.hash.clone()).collect::<Vec<_>>();
+    if hashes(existing) == hashes(incoming) {
+        return Ok(Import::AlreadyThere);
+    }
+    Err(JournalError::Storage {
+        path: location.to_owned(),
+        what: format!(
+            "key {key} already holds {} record(s) that differ from the {} imported: import into \
+             an empty journal, or leave this key out",
+            existing.len(),
+            incoming.len()
+        ),
+    })
+}

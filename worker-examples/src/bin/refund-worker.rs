@@ -33,13 +33,17 @@ struct Args {
     /// The Stripe secret key (`sk_test_…` for test mode).
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     stripe_secret_key: String,
-    /// The journal file shared by every worker on this host.
+    /// The journal: a file shared by every worker on this host, or a `postgres://` URL shared by
+    /// workers on every host.
     #[arg(
         long,
         env = "INTERLOCK_JOURNAL",
         default_value = "interlock-journal.db"
     )]
     journal: String,
+    /// The PostgreSQL schema that holds the journal (for a `postgres://` journal).
+    #[arg(long, env = "INTERLOCK_JOURNAL_SCHEMA", default_value = "interlock")]
+    journal_schema: String,
     /// The shop's order service (`GET {url}/shop/orders/{id}`); without it the worker decides on
     /// Stripe's facts alone.
     #[arg(long, env = "INTERLOCK_SHOP_URL")]
@@ -66,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
     let deps = Arc::new(Deps::new(Settings {
         stripe: StripeConfig::new(&args.stripe_api_base, &args.stripe_secret_key)?,
         journal: args.journal,
+        journal_schema: args.journal_schema,
         shop_url: args.shop_url.filter(|u| !u.is_empty()),
         settle: Duration::from_millis(args.settle_ms),
         send_timeout: Duration::from_millis(args.send_timeout_ms),
