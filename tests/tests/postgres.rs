@@ -142,6 +142,10 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
     );
 
     let _held = live.try_hold("k", 2).unwrap().expect("a free lock");
+    // The holder's claim commits after its lock, as DISPATCHED does (any durable commit will do).
+    journal
+        .grant_lease(&interlock::Grant::new("claim-stand-in", "ops", 0))
+        .unwrap();
     cluster.crash_and_restart().unwrap();
     // The lock is gone with the restart, but its holder may be alive and sending.
     let mut judged = None;
@@ -155,6 +159,14 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
         }
     }
     assert_eq!(judged, Some(false));
+    // A stale attempt takes the same lock in the new lifetime, loses its race to append and lets
+    // go: the holder that may still be sending must still not look dead.
+    let stale = live
+        .try_hold("k", 2)
+        .unwrap()
+        .expect("free since the restart");
+    drop(stale);
+    assert!(!live.released("k", 2, "any-host").unwrap());
     // And the journal works again on the restarted server.
     let fresh = live.try_hold("k", 3).unwrap();
     assert!(fresh.is_some());

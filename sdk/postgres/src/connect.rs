@@ -30,6 +30,8 @@ pub(crate) fn config(url: &str) -> Result<postgres::Config, JournalError> {
     if cfg.get_application_name().is_none() {
         cfg.application_name("interlock");
     }
+    // Never a read-only standby: a stale read there could hide a dispatch.
+    cfg.target_session_attrs(postgres::config::TargetSessionAttrs::ReadWrite);
     Ok(cfg)
 }
 

@@ -82,6 +82,7 @@ impl PgJournal {
         let mut first = cfg
             .connect(postgres::NoTls)
             .map_err(|e| journal_err(&location, &e))?;
+        check_server(&mut first, &location)?;
         schema::ensure(
             &mut first,
             &location,
@@ -93,9 +94,12 @@ impl PgJournal {
         let mut pool_cfg = cfg.clone();
         // A transaction left open by a worker that was cut off would hold its key's row until the
         // server noticed; these bound that, and a wait for a row lock ends as Busy, not a hang.
+        // A commit is acknowledged only once it is on disk (whatever the role or database says),
+        // and no statement timeout can cut a commit's wait for a synchronous standby short (the
+        // server would then report it committed with only a warning).
         pool_cfg.options(
             "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=10000 \
-             -c statement_timeout=30000",
+             -c statement_timeout=0 -c synchronous_commit=on",
         );
         let pool = r2d2::Pool::builder()
             .max_size(opts.pool_size.max(2))
@@ -238,6 +242,52 @@ impl PgJournal {
         self.conn()?.run(|c| self.lease_on(c, id, ""))
     }
 }
+
+/// Refuse a server that may lose what it acknowledged, or whose clock and this host's disagree
+/// by more than a claim's settle margin could absorb (deadlines written on one host are judged on
+/// another).
+fn check_server(client: &mut postgres::Client, location: &str) -> Result<(), JournalError> {
+    let err = |e: postgres::Error| journal_err(location, &e);
+    let fsync: String = client.query_one("SHOW fsync", &[]).map_err(err)?.get(0);
+    if fsync != "on" {
+        return Err(JournalError::Storage {
+            path: location.to_owned(),
+            what: "the server runs with fsync off: a crash may lose records the gate has acted \
+                   on; turn fsync on"
+                .into(),
+        });
+    }
+    let before = std::time::SystemTime::now();
+    let server_ms: f64 = client
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8",
+            &[],
+        )
+        .map_err(err)?
+        .get(0);
+    let after = std::time::SystemTime::now();
+    let ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let here = (ms(before) + ms(after)) / 2.0;
+    let skew = here - server_ms;
+    if skew.abs() > MAX_SKEW_MS {
+        return Err(JournalError::Storage {
+            path: location.to_owned(),
+            what: format!(
+                "this host's clock is {:.0} ms off the server's (at most {MAX_SKEW_MS:.0} ms is \
+                 allowed): claims written here would be judged wrongly on other hosts; sync \
+                 the clock (NTP)",
+                skew
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// How far this host's clock may be from the server's.
+const MAX_SKEW_MS: f64 = 1000.0;
 
 const GRANT_COLUMNS: &str =
     "id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms";

@@ -7,14 +7,20 @@
 //! is. Two cases are kept out:
 //!
 //! * **The server restarted.** Every lock vanished, but the holders may be alive and sending.
-//!   Each hold records the server lifetime it was taken in (`holds`, an unlogged table that a crash
-//!   empties); a lock is judged released only within that same lifetime.
+//!   Each hold records the server lifetime it was first taken in (`holds`); a lock is judged
+//!   released only within that same lifetime, and a later attempt that takes the same lock in a
+//!   new lifetime never moves the row. The row is written without waiting for the disk: the
+//!   claim that names the lock is committed after it, in the same write-ahead log, so a row can
+//!   only be lost together with every claim that could name it.
 //! * **A holder went silent** (host cut off, socket never closed). The lock session asks the
 //!   server to wait [`SILENT_HOLDER_KEPT`] before its keepalive gives up on the holder, and a
 //!   gate refuses a claim deadline longer than that: the deadline rules before the lock can go.
 //!
-//! A connection pooler between workers and the server (PgBouncer in transaction mode) breaks
-//! session locks; connect the journal to the server itself.
+//! * **A session ended by someone else.** `pg_terminate_backend` on a lock session (they are
+//!   named `interlock-liveness`), or a proxy that drops idle connections, releases a live
+//!   holder's lock: never do either. A connection pooler between workers and the server
+//!   (PgBouncer in transaction mode) breaks session locks; connect the journal to the server
+//!   itself.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -54,12 +60,23 @@ impl PgLiveness {
         place: String,
     ) -> Self {
         let kept = SILENT_HOLDER_KEPT.as_secs();
-        // The server side of a lock session: give up on a silent holder only after `kept` s of
-        // silence plus six unanswered probes, and never for idleness alone.
+        // The holder's side of a lock session must not give up sooner than the server's: its
+        // kernel would close (and reset) the connection, and the server would drop the lock of
+        // a holder that is still sending. No user timeout; keepalive only after `kept` s.
+        config
+            .keepalives(true)
+            .keepalives_idle(SILENT_HOLDER_KEPT)
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(6)
+            .tcp_user_timeout(Duration::ZERO)
+            .application_name("interlock-liveness");
+        // The server side: give up on a silent holder only after `kept` s of silence plus six
+        // unanswered probes, and never for idleness alone.
         config.options(&format!(
             "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
              -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
-             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000"
+             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000 \
+             -c synchronous_commit=off"
         ));
         Self {
             config,
@@ -116,10 +133,13 @@ impl PgLiveness {
             return Ok(None);
         }
         // Which server lifetime this lock belongs to, written before the claim that names it.
+        // Never moved to a newer lifetime: an attempt that takes the lock after a restart and
+        // then loses the race to append must not make an older holder's lock look released
+        // (a row from an older lifetime only ever makes a lock look held: the deadline rules).
         let noted = client.execute(
             &format!(
                 "INSERT INTO {}.holds (lock_id, server_started) VALUES ($1, pg_postmaster_start_time())
-                 ON CONFLICT (lock_id) DO UPDATE SET server_started = EXCLUDED.server_started",
+                 ON CONFLICT (lock_id) DO NOTHING",
                 self.schema
             ),
             &[&id],

@@ -25,8 +25,8 @@ pub(crate) fn valid_name(name: &str) -> bool {
 /// * `effects`: one row per key, its chain head. Every append locks it first, so appends to one
 ///   key are serial across every host while other keys proceed.
 /// * `leases`: grants and revocations, read inside the append that checks them.
-/// * `holds`: which server lifetime each liveness lock was taken in. Unlogged: a crash of the
-///   server empties it, and a lock with no row is never judged released.
+/// * `holds`: which server lifetime each liveness lock was first taken in. A lock with no row, or
+///   a row from another lifetime, is never judged released.
 fn ddl(s: &str) -> String {
     format!(
         "CREATE TABLE {s}.meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,7 +53,7 @@ fn ddl(s: &str) -> String {
              expires_ms BIGINT,
              revoked_ms BIGINT
          );
-         CREATE UNLOGGED TABLE {s}.holds (
+         CREATE TABLE {s}.holds (
              lock_id        BIGINT PRIMARY KEY,
              server_started TIMESTAMPTZ NOT NULL
          );"
