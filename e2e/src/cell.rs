@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use interlock::{Clock, Grant, SqliteJournal, SystemClock, Tier};
+use interlock::{Clock, Grant, JournalStore, SystemClock, Tier};
 use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::SimPayments;
 use serde::Serialize;
@@ -76,9 +76,11 @@ pub struct Env {
     /// Its secret key.
     pub secret: String,
     /// The shared journal (leases are granted and revoked here).
-    pub journal: Arc<SqliteJournal>,
-    /// Its path.
-    pub journal_path: PathBuf,
+    pub journal: Arc<dyn JournalStore>,
+    /// Its name: a file path or a `postgres://` URL.
+    pub journal_name: String,
+    /// Its PostgreSQL schema (for a `postgres://` journal).
+    pub journal_schema: String,
     /// Shared time.
     pub skew: Arc<SharedSkew>,
     /// `refund-worker`.
@@ -100,9 +102,10 @@ impl Env {
             ("TASK_QUEUE".to_owned(), queue.to_owned()),
             ("STRIPE_API_BASE".to_owned(), self.base_url.clone()),
             ("STRIPE_SECRET_KEY".to_owned(), self.secret.clone()),
+            ("INTERLOCK_JOURNAL".to_owned(), self.journal_name.clone()),
             (
-                "INTERLOCK_JOURNAL".to_owned(),
-                self.journal_path.display().to_string(),
+                "INTERLOCK_JOURNAL_SCHEMA".to_owned(),
+                self.journal_schema.clone(),
             ),
             (
                 "INTERLOCK_CLOCK_SKEW_FILE".to_owned(),

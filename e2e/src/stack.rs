@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use interlock::{Clock, SqliteJournal, Tier};
+use interlock::{Clock, Tier};
+use interlock_postgres::PgOptions;
 use interlock_testkit::sim::SimPayments;
 
 use crate::cell::{Env, SharedSkew};
@@ -44,6 +45,9 @@ pub struct Options<'a> {
     pub no_shop: bool,
     /// Send the payments API's signed webhooks to `interlock webhook serve`.
     pub webhooks: bool,
+    /// A PostgreSQL server and schema for the journal (workers then share only the database);
+    /// none: an SQLite journal in `work`.
+    pub database: Option<(String, String)>,
 }
 
 /// The binary `name` beside the running one, or an error saying how to build it.
@@ -85,18 +89,30 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
             Routes::ShopOnly,
         )?)
     };
-    let journal_path = o.work.join("journal.db");
-    let journal = Arc::new(SqliteJournal::open(
-        &journal_path,
+    let (journal_name, journal_schema) = match &o.database {
+        Some((url, schema)) => (url.clone(), schema.clone()),
+        None => (
+            o.work.join("journal.db").display().to_string(),
+            "interlock".to_owned(),
+        ),
+    };
+    let journal = interlock_postgres::open_named(
+        &journal_name,
         skew.clone() as Arc<dyn Clock>,
-    )?);
+        &PgOptions {
+            schema: journal_schema.clone(),
+            ..PgOptions::default()
+        },
+    )?
+    .store;
     let receiver = if o.webhooks {
         // The API's signed refund webhooks go to `interlock webhook serve`, which records them.
         let webhook_secret = "whsec_e2e";
         let hook_port = o.port + 10;
         let child = Command::new(sibling("interlock")?)
             .args(["webhook", "serve", "--port", &hook_port.to_string()])
-            .env("INTERLOCK_JOURNAL", &journal_path)
+            .env("INTERLOCK_JOURNAL", &journal_name)
+            .env("INTERLOCK_JOURNAL_SCHEMA", &journal_schema)
             .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
             .stderr(std::fs::File::create(o.work.join("webhooks.log"))?)
             .spawn()
@@ -113,7 +129,8 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
         shop_url: shop.as_ref().map(|s| s.base_url.clone()),
         secret,
         journal,
-        journal_path,
+        journal_name,
+        journal_schema,
         skew,
         worker_bin,
         starter_bin,

@@ -73,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         port: args.port,
         no_shop: false,
         webhooks: false,
+        database: None,
     })?;
     // Systems take turns in rounds, each round in a different order, so whatever drifts during
     // the run (the dev server's database growing, the machine's other load) falls on all alike.

@@ -36,6 +36,19 @@ struct Args {
     /// No shop order service: workers decide on Stripe's facts alone.
     #[arg(long)]
     no_shop: bool,
+    /// Where the journal lives: an SQLite file the workers share, or a PostgreSQL server that is
+    /// all they share (a throwaway one, or the server INTERLOCK_DATABASE_URL names). With
+    /// postgres the systems default to gated tiers 1 and 2 (the baselines use no journal) and the
+    /// results go to e2e_matrix_postgres.md and .json.
+    #[arg(long, value_enum, default_value_t = JournalKind::Sqlite)]
+    journal: JournalKind,
+}
+
+/// Where the journal lives.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum JournalKind {
+    Sqlite,
+    Postgres,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,6 +84,12 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("unknown system {n}"))
             })
             .collect::<Result<_, _>>()?
+    } else if args.journal == JournalKind::Postgres {
+        SYSTEMS
+            .iter()
+            .filter(|s| ["gated_t1", "gated_t2"].contains(&s.0))
+            .copied()
+            .collect()
     } else if quick {
         SYSTEMS
             .iter()
@@ -94,11 +113,23 @@ fn main() -> anyhow::Result<()> {
         None => scratch.path().to_owned(),
     };
     std::fs::create_dir_all(&work)?;
+    // Kept until the end: dropping it stops a throwaway server.
+    let cluster = match args.journal {
+        JournalKind::Sqlite => None,
+        JournalKind::Postgres => {
+            eprintln!("starting PostgreSQL for the journal …");
+            Some(interlock_testkit::pg::Cluster::start()?)
+        }
+    };
+    let database = cluster
+        .as_ref()
+        .map(|c| (c.url().to_owned(), c.fresh_schema("matrix")));
     let (env, services) = stack::start(&stack::Options {
         work: &work,
         port: args.port,
         no_shop: args.no_shop,
         webhooks: true,
+        database,
     })?;
     let total = cases.len() * systems.len() * repeat as usize;
     let mut cells = Vec::new();
@@ -127,25 +158,31 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    let (flag, stem) = match args.journal {
+        JournalKind::Sqlite => ("", "e2e_matrix"),
+        JournalKind::Postgres => (" --journal postgres", "e2e_matrix_postgres"),
+    };
     let command = if quick {
-        "scripts/main-job --quick".to_owned()
+        format!("scripts/main-job --quick{flag}")
     } else {
-        format!("scripts/main-job (kill-matrix --repeat {repeat})")
+        format!("scripts/main-job{flag} (kill-matrix --repeat {repeat})")
     };
     let md = markdown(&cells, &command);
     let json = serde_json::json!({ "cells": cells, "systems": summarize(&cells) });
     std::fs::create_dir_all(&out_dir)?;
-    std::fs::write(out_dir.join("e2e_matrix.md"), &md)?;
+    std::fs::write(out_dir.join(format!("{stem}.md")), &md)?;
     std::fs::write(
-        out_dir.join("e2e_matrix.json"),
+        out_dir.join(format!("{stem}.json")),
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
-    eprintln!("\n{md}\nwrote {}", out_dir.join("e2e_matrix.md").display());
+    eprintln!("\n{md}\nwrote {}", out_dir.join(format!("{stem}.md")).display());
     let failed_gated = cells
         .iter()
         .filter(|c| c.system.starts_with("gated") && !c.held)
         .count();
     drop(services);
+    drop(env);
+    drop(cluster);
     if failed_gated > 0 {
         bail!("{failed_gated} gated cell(s) did not hold");
     }

@@ -67,14 +67,17 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let addr = args.temporal_address;
     let queue = args.task_queue;
-    let deps = Arc::new(Deps::new(Settings {
+    let settings = Settings {
         stripe: StripeConfig::new(&args.stripe_api_base, &args.stripe_secret_key)?,
         journal: args.journal,
         journal_schema: args.journal_schema,
         shop_url: args.shop_url.filter(|u| !u.is_empty()),
         settle: Duration::from_millis(args.settle_ms),
         send_timeout: Duration::from_millis(args.send_timeout_ms),
-    })?);
+    };
+    // The journal's calls block (SQLite, or PostgreSQL's blocking driver): opening it and binding
+    // the gate run on a blocking thread, as every gated activity does.
+    let deps = Arc::new(tokio::task::spawn_blocking(move || Deps::new(settings)).await??);
     let runtime = Runtime::from_current_tokio(Default::default())?;
     let identity = format!("refund-worker@pid{}", std::process::id());
     let client = worker_examples::connect::client(&addr, identity).await?;
