@@ -88,6 +88,7 @@ pub fn render(journal: &Value, e2e: Option<&Value>) -> String {
         );
     }
     md.push('\n');
+    render_postgres(&mut md, &journal["postgres"]);
     match e2e {
         None => md.push_str(
             "## End to end on a Temporal dev server\n\nNot measured yet: run \
@@ -96,6 +97,40 @@ pub fn render(journal: &Value, e2e: Option<&Value>) -> String {
         Some(e2e) => render_e2e(&mut md, e2e),
     }
     md
+}
+
+fn render_postgres(md: &mut String, pg: &Value) {
+    if pg.is_null() {
+        return;
+    }
+    let _ = write!(
+        md,
+        "## The journal on PostgreSQL\n\n\
+         The same gate and no-op target with the journal, leases and liveness locks on a local \
+         PostgreSQL server (a throwaway one, fsync on, `synchronous_commit = on`), against the \
+         server's own rate of single-row commits on one connection, measured in the same run. \
+         A first send is two commits, as on SQLite, plus a liveness lock taken and released on a \
+         session of its own.\n\n\
+         | measure | value |\n|---|---|\n\
+         | server: single-row commits per second | {} |\n\
+         | serial effects per second through the gate ({} effects) | {} |\n\
+         | serial effects per server commit (ceiling 0.5) | {} |\n\n\
+         | senders (threads, one process) | effects/s | effects per server commit |\n|---|---|---|\n",
+        num(&pg["server_commit_per_s"]),
+        num(&pg["serial_effects"]),
+        num(&pg["serial_effects_per_s"]),
+        num(&pg["serial_effects_per_commit"]),
+    );
+    for row in pg["concurrent"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} |",
+            num(&row["workers"]),
+            num(&row["effects_per_s"]),
+            num(&row["effects_per_commit"]),
+        );
+    }
+    md.push('\n');
 }
 
 fn render_e2e(md: &mut String, e2e: &Value) {

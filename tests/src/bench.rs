@@ -121,6 +121,47 @@ pub fn bound(path: &Path, grant: bool) -> anyhow::Result<(Bound, Arc<SqliteJourn
     Ok((gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?, journal))
 }
 
+/// The PostgreSQL server's own commit rate: one small row inserted and committed per
+/// transaction (`synchronous_commit = on`, as the journal commits) on one connection.
+pub fn pg_commit_rate(url: &str, budget: Duration) -> anyhow::Result<f64> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls)?;
+    c.batch_execute(
+        "SET synchronous_commit = on;
+         DROP TABLE IF EXISTS bench_commit_probe;
+         CREATE TABLE bench_commit_probe (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
+    )?;
+    let body = "x".repeat(200);
+    let insert = c.prepare("INSERT INTO bench_commit_probe (body) VALUES ($1)")?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        c.execute(&insert, &[&body])?;
+        n += 1;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    c.batch_execute("DROP TABLE bench_commit_probe")?;
+    Ok(rate)
+}
+
+/// A gate over a PostgreSQL journal in `schema` (the benchmark lease granted), bound to the
+/// no-op target, with room for `senders` concurrent senders.
+pub fn pg_bound(
+    url: &str,
+    schema: &str,
+    senders: u32,
+) -> anyhow::Result<(Bound, Arc<interlock_postgres::PgJournal>)> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let opts = interlock_postgres::PgOptions {
+        schema: schema.to_owned(),
+        pool_size: senders + 4,
+        ..interlock_postgres::PgOptions::default()
+    };
+    let journal = Arc::new(interlock_postgres::PgJournal::open(url, clock.clone(), &opts)?);
+    journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()))?;
+    let gate = Gate::new(journal.clone(), journal.clone(), clock, GateConfig::shared())?;
+    Ok((gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?, journal))
+}
+
 /// One effect through the gate; anything but a first commit is an error.
 pub fn one_effect(bound: &Bound, sender: &str, i: u64) -> anyhow::Result<()> {
     let key = EffectKey::derive(&[sender.to_owned(), i.to_string()]);

@@ -142,6 +142,7 @@ fn main() -> anyhow::Result<()> {
         },
         "seconds_per_concurrent_run": each.as_secs_f64(),
         "concurrent": concurrent,
+        "postgres": postgres(quick, probe, each)?,
     });
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let e2e = std::fs::read_to_string(root.join("results/bench_e2e.json"))
@@ -158,6 +159,42 @@ fn main() -> anyhow::Result<()> {
         eprintln!("wrote results/bench_journal.json and docs/benchmarks.md");
     }
     Ok(())
+}
+
+/// The same gate on a PostgreSQL journal (a throwaway server, or INTERLOCK_DATABASE_URL's),
+/// against the server's own single-row commit rate measured in the same run.
+fn postgres(quick: bool, probe: Duration, each: Duration) -> anyhow::Result<Value> {
+    eprintln!("PostgreSQL: the server's commit rate, then the gate on it…");
+    let cluster = interlock_testkit::pg::Cluster::start()?;
+    let commit_per_s = bench::pg_commit_rate(cluster.url(), probe)?;
+    let serial_effects = if quick { 100 } else { 1000 };
+    let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("serial"), 1)?;
+    let t = Instant::now();
+    for i in 0..serial_effects {
+        bench::one_effect(&bound, "pg-serial", i)?;
+    }
+    let serial_per_s = serial_effects as f64 / t.elapsed().as_secs_f64();
+    let mut concurrent = Vec::new();
+    for senders in [1u32, 16, 64] {
+        eprintln!("PostgreSQL: {senders} concurrent senders…");
+        let (bound, _) =
+            bench::pg_bound(cluster.url(), &cluster.fresh_schema("concurrent"), senders)?;
+        let (done, took) = bench::threads(&bound, senders as usize, &format!("pg{senders}"), each)?;
+        let per_s = done as f64 / took.as_secs_f64();
+        concurrent.push(json!({
+            "workers": senders,
+            "effects": done,
+            "effects_per_s": round(per_s, 1),
+            "effects_per_commit": round(per_s / commit_per_s, 3),
+        }));
+    }
+    Ok(json!({
+        "server_commit_per_s": round(commit_per_s, 0),
+        "serial_effects": serial_effects,
+        "serial_effects_per_s": round(serial_per_s, 1),
+        "serial_effects_per_commit": round(serial_per_s / commit_per_s, 3),
+        "concurrent": concurrent,
+    }))
 }
 
 fn ms(d: Duration) -> f64 {
