@@ -17,7 +17,8 @@
 //!    with a budget, and its answer is recorded by [`core::transition::record_answer`] — the
 //!    second and last durable write of a first send.
 //! 5. **Recover.** An attempt that finds the effect in flight checks whether the holder can still
-//!    be sending, takes the claim under a new token, and resolves by the target's tier: resend
+//!    be sending (its [`liveness`] lock: a file on one host, or the journal's own across hosts),
+//!    takes the claim under a new token, and resolves by the target's tier: resend
 //!    under the same key inside a dedupe window (tier 1), look the effect up (tier 2), or mark it
 //!    ambiguous (tier 3) — re-reading the lease and the premises before anything goes out again.
 //! 6. **Prove.** A [`receipt`] lists every record behind the outcome, signed if asked; [`verify`]
@@ -27,10 +28,11 @@
 //!    body.
 //!
 //! The crates: `interlock-core` (the pure core, here as [`core`]), `interlock` (this one: the
-//! gate, the SQLite journal, leases, receipts, verify), `interlock-stripe` (the Stripe refunds
-//! target, refund premises, webhooks), `interlock-temporal` (`gated()`), `interlock-cli` (the
-//! `interlock` command line) and `interlock-testkit` (scripted faults and a simulated payments
-//! service, for tests only).
+//! gate, the SQLite journal, leases, receipts, verify), `interlock-postgres` (the journal, leases
+//! and liveness on a PostgreSQL server, for workers on several hosts), `interlock-stripe` (the
+//! Stripe refunds target, refund premises, webhooks), `interlock-temporal` (`gated()`),
+//! `interlock-cli` (the `interlock` command line) and `interlock-testkit` (scripted faults, a
+//! simulated payments service and throwaway PostgreSQL servers, for tests only).
 //!
 //! # The rules every attempt keeps
 //!

@@ -156,9 +156,18 @@ pub fn pg_bound(
         pool_size: senders + 4,
         ..interlock_postgres::PgOptions::default()
     };
-    let journal = Arc::new(interlock_postgres::PgJournal::open(url, clock.clone(), &opts)?);
+    let journal = Arc::new(interlock_postgres::PgJournal::open(
+        url,
+        clock.clone(),
+        &opts,
+    )?);
     journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()))?;
-    let gate = Gate::new(journal.clone(), journal.clone(), clock, GateConfig::shared())?;
+    let gate = Gate::new(
+        journal.clone(),
+        journal.clone(),
+        clock,
+        GateConfig::shared(),
+    )?;
     Ok((gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?, journal))
 }
 

@@ -166,3 +166,17 @@ impl Store {
         Ok(())
     }
 }
+
+/// One test function per store: `every_store!(f, g)` makes `sqlite::f`, `postgres::f`, … each
+/// calling `f(Kind::…)`.
+#[macro_export]
+macro_rules! every_store {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name($crate::stores::Kind::Sqlite) })*
+        }
+        mod postgres {
+            $(#[test] fn $name() { super::$name($crate::stores::Kind::Postgres) })*
+        }
+    };
+}

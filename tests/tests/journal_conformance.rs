@@ -40,6 +40,15 @@ fn effect(name: &str) -> Effect {
     .unwrap()
 }
 
+/// A gate over the store on the test's clock, bound to `target`.
+fn bound(s: &Setup, target: Arc<Counting>) -> interlock::Bound {
+    s.store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .bind(target, Arc::new(NoPremises))
+        .unwrap()
+}
+
 fn kinds(store: &Store, key: &EffectKey) -> Vec<&'static str> {
     store
         .journal()
@@ -53,12 +62,7 @@ fn kinds(store: &Store, key: &EffectKey) -> Vec<&'static str> {
 fn a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike(kind: Kind) {
     let s = setup(kind, "committed");
     let target = Counting::new(Tier::One, Duration::ZERO);
-    let bound = s
-        .store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .bind(target.clone(), Arc::new(NoPremises))
-        .unwrap();
+    let bound = bound(&s, target.clone());
     let e = effect("one");
     assert!(matches!(
         bound.submit(&e).unwrap(),
@@ -142,12 +146,7 @@ fn concurrent_submitters_through_separate_handles_make_one_send(kind: Kind) {
 fn a_revoked_lease_stops_the_send_and_every_grant_is_listed(kind: Kind) {
     let s = setup(kind, "revoked");
     let target = Counting::new(Tier::One, Duration::ZERO);
-    let bound = s
-        .store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .bind(target.clone(), Arc::new(NoPremises))
-        .unwrap();
+    let bound = bound(&s, target.clone());
     let twice = s
         .store
         .grant(&Grant::new(LEASE, "someone", T0))
@@ -189,15 +188,7 @@ fn an_edited_deleted_or_reordered_record_is_named_on_read(kind: Kind) {
         ),
     ] {
         let s = setup(kind, "tamper");
-        let bound = s
-            .store
-            .gate(Arc::new(s.clock.clone()))
-            .unwrap()
-            .bind(
-                Counting::new(Tier::One, Duration::ZERO),
-                Arc::new(NoPremises),
-            )
-            .unwrap();
+        let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
         let e = effect("tampered");
         assert!(matches!(
             bound.submit(&e).unwrap(),
@@ -303,18 +294,7 @@ fn a_held_claim_is_not_taken_before_its_deadline(kind: Kind) {
     assert_eq!(target.sends.load(Ordering::SeqCst), 1);
 }
 
-macro_rules! every_store {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[test] fn $name() { super::$name(super::Kind::Sqlite) })*
-        }
-        mod postgres {
-            $(#[test] fn $name() { super::$name(super::Kind::Postgres) })*
-        }
-    };
-}
-
-every_store!(
+interlock_tests::every_store!(
     a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike,
     concurrent_submitters_through_separate_handles_make_one_send,
     a_revoked_lease_stops_the_send_and_every_grant_is_listed,

@@ -271,18 +271,7 @@ fn a_live_slow_senders_claim_is_never_taken_before_its_deadline(kind: Kind) {
     assert_eq!(race.sim.refunds("pi_race").len(), 1);
 }
 
-macro_rules! every_store {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[test] fn $name() { super::$name(super::Kind::Sqlite) })*
-        }
-        mod postgres {
-            $(#[test] fn $name() { super::$name(super::Kind::Postgres) })*
-        }
-    };
-}
-
-every_store!(
+interlock_tests::every_store!(
     eight_processes_submitting_at_once_make_one_dispatch_and_one_refund,
     after_a_crash_before_send_eight_recoverers_make_one_resolution,
     a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice,

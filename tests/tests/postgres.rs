@@ -181,85 +181,28 @@ fn a_server_restarted_mid_run_loses_nothing_and_sends_nothing_twice() {
     journal
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
         .unwrap();
-    // Short claims, so effects whose holders lost their locks to the restart resolve soon.
-    let cfg = GateConfig::shared_builder()
-        .send_timeout(Duration::from_millis(800))
-        .settle(Duration::from_millis(200))
-        .retry_after(Duration::from_millis(50))
-        .build()
-        .unwrap();
     // Tier 2: nothing at the target dedupes, so each effect applied once is the gate's doing.
     let target = Counting::new(Tier::Two, Duration::from_millis(20));
-    let effects: Vec<Effect> = (0..200)
-        .map(|i| {
-            Effect::new(
-                EffectKey::derive(&["restart", &i.to_string()]),
-                &json!({"amount": i, "currency": "usd"}),
-                "ops",
-            )
-            .unwrap()
-        })
-        .collect();
-    let restarted = AtomicBool::new(false);
-    let transient = AtomicUsize::new(0);
+    let effects = many_effects("restart", 200);
+    let retried = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for part in effects.chunks(50) {
-            let bound =
-                interlock::Gate::new(journal.clone(), journal.clone(), clock.clone(), cfg.clone())
-                    .unwrap()
-                    .bind(target.clone(), Arc::new(NoPremises))
-                    .unwrap();
-            let (restarted, transient) = (&restarted, &transient);
+            let bound = gate(&journal, &clock, &target);
+            let retried = &retried;
             s.spawn(move || {
                 for e in part {
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    loop {
-                        assert!(Instant::now() < deadline, "effect {} never ended", e.key);
-                        match bound.submit(e) {
-                            Ok(out) if out.is_final() => {
-                                assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
-                                break;
-                            }
-                            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
-                            // While the server is away every failure is one to retry.
-                            Err(GateError::Journal(err)) if err.is_transient() => {
-                                transient.fetch_add(1, Ordering::SeqCst);
-                                std::thread::sleep(Duration::from_millis(100));
-                            }
-                            Err(GateError::Locks { .. }) if restarted.load(Ordering::SeqCst) => {
-                                transient.fetch_add(1, Ordering::SeqCst);
-                                std::thread::sleep(Duration::from_millis(100));
-                            }
-                            Err(other) => panic!("effect {}: {other}", e.key),
-                        }
-                    }
+                    submit_until_final(&bound, e, retried);
                 }
             });
         }
         std::thread::sleep(Duration::from_millis(300));
-        restarted.store(true, Ordering::SeqCst);
         cluster.crash_and_restart().unwrap();
     });
-    let mut recovered = 0;
-    for e in &effects {
-        let history = journal.history(&e.key).unwrap();
-        recovered += usize::from(history.iter().any(|r| r.event.kind() == "CLAIMED"));
-        assert_eq!(
-            history.last().map(|r| r.event.kind()),
-            Some("COMMITTED"),
-            "{}",
-            e.key
-        );
-    }
-    assert_eq!(
-        target.applications(),
-        effects.len(),
-        "every effect applied exactly once"
-    );
+    let recovered = each_committed_once(&journal, &effects, &target);
     eprintln!(
-        "{} transient failures while the server restarted; {recovered} effects recovered; {} \
-         requests for {} effects",
-        transient.load(Ordering::SeqCst),
+        "{} calls failed while the server restarted and were retried; {recovered} effects \
+         recovered; {} requests for {} effects",
+        retried.load(Ordering::SeqCst),
         target.sends.load(Ordering::SeqCst),
         effects.len()
     );
@@ -275,15 +218,7 @@ fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_a
     direct
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
         .unwrap();
-    let upstream: std::net::SocketAddr = cluster
-        .url()
-        .trim_start_matches("postgres://interlock@")
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let proxy = Proxy::start(upstream).unwrap();
+    let proxy = Proxy::start(upstream(cluster)).unwrap();
     let behind = Arc::new(
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
@@ -396,15 +331,7 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
     let cluster = Cluster::shared().unwrap();
     let schema = cluster.fresh_schema("cut");
     let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
-    let upstream: std::net::SocketAddr = cluster
-        .url()
-        .trim_start_matches("postgres://interlock@")
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let proxy = Proxy::start(upstream).unwrap();
+    let proxy = Proxy::start(upstream(cluster)).unwrap();
     let journal = Arc::new(
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
@@ -416,30 +343,14 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
     journal
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
         .unwrap();
-    let cfg = GateConfig::shared_builder()
-        .send_timeout(Duration::from_millis(800))
-        .settle(Duration::from_millis(200))
-        .retry_after(Duration::from_millis(50))
-        .build()
-        .unwrap();
     let target = Counting::new(Tier::Two, Duration::from_millis(5));
-    let effects: Vec<Effect> = (0..120)
-        .map(|i| {
-            Effect::new(
-                EffectKey::derive(&["cut", &i.to_string()]),
-                &json!({"amount": i, "currency": "usd"}),
-                "ops",
-            )
-            .unwrap()
-        })
-        .collect();
+    let effects = many_effects("cut", 120);
     let done = AtomicBool::new(false);
-    let failures = AtomicUsize::new(0);
+    let retried = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let (done, failures) = (&done, &failures);
+        let (done, retried, proxy) = (&done, &retried, &proxy);
         // Every connection cut every 40 ms, whatever it is doing, until the writers are done
         // (or one of them fails the test).
-        let proxy = &proxy;
         let _stop = SetOnDrop(done);
         s.spawn(move || {
             while !done.load(Ordering::SeqCst) {
@@ -450,37 +361,13 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         let workers: Vec<_> = effects
             .chunks(30)
             .map(|part| {
-                let gate = interlock::Gate::new(
-                    journal.clone(),
-                    journal.clone(),
-                    clock.clone(),
-                    cfg.clone(),
-                )
-                .unwrap();
                 // Binding reads the journal too: a cut there is retried like any other.
                 let bound = (0..100)
-                    .find_map(|_| gate.bind(target.clone(), Arc::new(NoPremises)).ok())
+                    .find_map(|_| try_gate(&journal, &clock, &target).ok())
                     .expect("bound within 100 tries");
                 s.spawn(move || {
                     for e in part {
-                        let give_up = Instant::now() + Duration::from_secs(60);
-                        loop {
-                            assert!(Instant::now() < give_up, "effect {} never ended", e.key);
-                            match bound.submit(e) {
-                                Ok(out) if out.is_final() => {
-                                    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
-                                    break;
-                                }
-                                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
-                                Err(GateError::Journal(err)) if err.is_transient() => {
-                                    failures.fetch_add(1, Ordering::SeqCst);
-                                }
-                                Err(GateError::Locks { .. }) => {
-                                    failures.fetch_add(1, Ordering::SeqCst);
-                                }
-                                Err(other) => panic!("effect {}: {other}", e.key),
-                            }
-                        }
+                        submit_until_final(&bound, e, retried);
                     }
                 })
             })
@@ -490,12 +377,98 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         }
     });
     let direct = PgJournal::open(cluster.url(), clock.clone(), &options(&schema)).unwrap();
-    for e in &effects {
-        let last = direct
-            .history(&e.key)
+    each_committed_once(&direct, &effects, &target);
+    eprintln!(
+        "{} calls failed on a cut connection and were retried; {} requests for {} effects",
+        retried.load(Ordering::SeqCst),
+        target.sends.load(Ordering::SeqCst),
+        effects.len()
+    );
+}
+
+/// The server's address, for a proxy in front of it.
+fn upstream(cluster: &Cluster) -> std::net::SocketAddr {
+    cluster
+        .url()
+        .trim_start_matches("postgres://interlock@")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A gate with short claims (so effects whose holders lost their locks resolve within a
+/// second) over `journal`, bound to `target`.
+fn gate(
+    journal: &Arc<PgJournal>,
+    clock: &Arc<dyn Clock>,
+    target: &Arc<Counting>,
+) -> interlock::Bound {
+    try_gate(journal, clock, target).unwrap()
+}
+
+fn try_gate(
+    journal: &Arc<PgJournal>,
+    clock: &Arc<dyn Clock>,
+    target: &Arc<Counting>,
+) -> Result<interlock::Bound, GateError> {
+    let cfg = GateConfig::shared_builder()
+        .send_timeout(Duration::from_millis(800))
+        .settle(Duration::from_millis(200))
+        .retry_after(Duration::from_millis(50))
+        .build()?;
+    interlock::Gate::new(journal.clone(), journal.clone(), clock.clone(), cfg)?
+        .bind(target.clone(), Arc::new(NoPremises))
+}
+
+fn many_effects(label: &str, n: usize) -> Vec<Effect> {
+    (0..n)
+        .map(|i| {
+            Effect::new(
+                EffectKey::derive(&[label, &i.to_string()]),
+                &json!({"amount": i, "currency": "usd"}),
+                "ops",
+            )
             .unwrap()
-            .last()
-            .map(|r| r.event.kind());
+        })
+        .collect()
+}
+
+/// Submit `e` until it ends committed, retrying (and counting in `retried`) what a server away
+/// or a cut connection makes fail; any other error fails the test.
+fn submit_until_final(bound: &interlock::Bound, e: &Effect, retried: &AtomicUsize) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < give_up, "effect {} never ended", e.key);
+        match bound.submit(e) {
+            Ok(out) if out.is_final() => {
+                assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+                return;
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(GateError::Journal(err)) if err.is_transient() => {
+                retried.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // A lock session on a cut or restarted connection.
+            Err(GateError::Locks { .. }) => {
+                retried.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(other) => panic!("effect {}: {other}", e.key),
+        }
+    }
+}
+
+/// Every effect ended COMMITTED in `journal` and the target applied each exactly once. Returns
+/// how many went through a takeover.
+fn each_committed_once(journal: &PgJournal, effects: &[Effect], target: &Counting) -> usize {
+    let mut recovered = 0;
+    for e in effects {
+        let history = journal.history(&e.key).unwrap();
+        recovered += usize::from(history.iter().any(|r| r.event.kind() == "CLAIMED"));
+        let last = history.last().map(|r| r.event.kind());
         assert_eq!(last, Some("COMMITTED"), "{}", e.key);
     }
     assert_eq!(
@@ -503,12 +476,7 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         effects.len(),
         "every effect applied exactly once"
     );
-    eprintln!(
-        "{} calls failed on a cut connection and were retried; {} requests for {} effects",
-        failures.load(Ordering::SeqCst),
-        target.sends.load(Ordering::SeqCst),
-        effects.len()
-    );
+    recovered
 }
 
 struct SetOnDrop<'a>(&'a AtomicBool);

@@ -175,7 +175,10 @@ fn main() -> anyhow::Result<()> {
         out_dir.join(format!("{stem}.json")),
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
-    eprintln!("\n{md}\nwrote {}", out_dir.join(format!("{stem}.md")).display());
+    eprintln!(
+        "\n{md}\nwrote {}",
+        out_dir.join(format!("{stem}.md")).display()
+    );
     let failed_gated = cells
         .iter()
         .filter(|c| c.system.starts_with("gated") && !c.held)

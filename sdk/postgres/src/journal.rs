@@ -382,6 +382,21 @@ impl Journal for PgJournal {
 }
 
 impl PgJournal {
+    /// Lock the key's row in `effects` (made for a new key) until the transaction ends: every
+    /// other append or import of this key, on any host, waits here.
+    fn lock_key(&self, tx: &mut postgres::Transaction<'_>, key: &str) -> Result<(), JournalError> {
+        let s = &self.schema;
+        tx.query_one(
+            &format!(
+                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
+                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
+            ),
+            &[&key],
+        )
+        .map(drop)
+        .map_err(|e| self.err(&e))
+    }
+
     fn import_on(
         &self,
         client: &mut postgres::Client,
@@ -392,14 +407,7 @@ impl PgJournal {
         };
         let s = &self.schema;
         let mut tx = client.transaction().map_err(|e| self.err(&e))?;
-        tx.query_one(
-            &format!(
-                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
-                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
-            ),
-            &[&first.key],
-        )
-        .map_err(|e| self.err(&e))?;
+        self.lock_key(&mut tx, &first.key)?;
         let existing = self.rows(&mut tx, &first.key)?;
         let plan = store::check_import(&self.location, records, &existing)?;
         if plan == Import::AlreadyThere {
@@ -446,15 +454,7 @@ impl PgJournal {
     ) -> Result<AppendOutcome, JournalError> {
         let s = &self.schema;
         let mut tx = client.transaction().map_err(|e| self.err(&e))?;
-        // Lock the key's row (made for a new key): every other append to this key waits here.
-        tx.query_one(
-            &format!(
-                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
-                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
-            ),
-            &[&key.as_str()],
-        )
-        .map_err(|e| self.err(&e))?;
+        self.lock_key(&mut tx, key.as_str())?;
         let records = self.rows(&mut tx, key.as_str())?;
         let tx = RefCell::new(tx);
         let leases = TxLeaseReader {
