@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
-use crate::pool::{Manager, Pool};
+use crate::pool::{Manager, Pool, Query};
 use crate::schema;
 use interlock::journal::store::{self, Import, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
@@ -140,12 +140,8 @@ impl PgJournal {
         )
     }
 
-    fn rows(
-        &self,
-        client: &mut impl postgres::GenericClient,
-        key: &str,
-    ) -> Result<Vec<Record>, JournalError> {
-        let rows = client
+    fn rows(&self, q: &mut dyn Query, key: &str) -> Result<Vec<Record>, JournalError> {
+        let rows = q
             .query(&self.select_records(), &[&key])
             .map_err(|e| self.err(&e))?;
         let stored = rows
@@ -222,11 +218,11 @@ impl PgJournal {
 
     pub(crate) fn lease_on(
         &self,
-        client: &mut impl postgres::GenericClient,
+        q: &mut dyn Query,
         id: &str,
         lock: &str,
     ) -> Result<Option<Grant>, LeaseError> {
-        let row = client
+        let row = q
             .query_opt(
                 &format!(
                     "SELECT {GRANT_COLUMNS} FROM {}.leases WHERE id = $1 {lock}",
@@ -306,15 +302,15 @@ fn stored_grant(r: &postgres::Row) -> StoredGrant {
 }
 
 /// The leases as seen inside an append's transaction, each row share-locked until it commits.
-struct TxLeaseReader<'a, 'c> {
+struct TxLeaseReader<'a, 'q> {
     journal: &'a PgJournal,
-    tx: &'a RefCell<postgres::Transaction<'c>>,
+    tx: &'a RefCell<&'q mut dyn Query>,
 }
 
 impl TxLeases for TxLeaseReader<'_, '_> {
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
         let mut tx = self.tx.borrow_mut();
-        self.journal.lease_on(&mut *tx, id, "FOR SHARE")
+        self.journal.lease_on(&mut **tx, id, "FOR SHARE")
     }
 }
 
@@ -341,11 +337,12 @@ impl Journal for PgJournal {
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
         self.conn()?
-            .run(|client| self.append_on(client, key, decide))
+            .run_tx(|e| self.err(e), |q| self.append_on(q, key, decide))
     }
 
     fn import_history(&self, records: &[Record]) -> Result<Import, JournalError> {
-        self.conn()?.run(|client| self.import_on(client, records))
+        self.conn()?
+            .run_tx(|e| self.err(e), |q| self.import_on(q, records))
     }
 
     fn keys(&self) -> Result<Vec<String>, JournalError> {
@@ -384,9 +381,9 @@ impl Journal for PgJournal {
 impl PgJournal {
     /// Lock the key's row in `effects` (made for a new key) until the transaction ends: every
     /// other append or import of this key, on any host, waits here.
-    fn lock_key(&self, tx: &mut postgres::Transaction<'_>, key: &str) -> Result<(), JournalError> {
+    fn lock_key(&self, q: &mut dyn Query, key: &str) -> Result<(), JournalError> {
         let s = &self.schema;
-        tx.query_one(
+        q.query_one(
             &format!(
                 "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
                  ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
@@ -397,21 +394,22 @@ impl PgJournal {
         .map_err(|e| self.err(&e))
     }
 
+    /// Inside a transaction: the key's records as exported, if the key is new here. Commits
+    /// only what it inserted.
     fn import_on(
         &self,
-        client: &mut postgres::Client,
+        q: &mut dyn Query,
         records: &[Record],
-    ) -> Result<Import, JournalError> {
+    ) -> Result<(Import, bool), JournalError> {
         let Some(first) = records.first() else {
-            return Ok(Import::AlreadyThere);
+            return Ok((Import::AlreadyThere, false));
         };
         let s = &self.schema;
-        let mut tx = client.transaction().map_err(|e| self.err(&e))?;
-        self.lock_key(&mut tx, &first.key)?;
-        let existing = self.rows(&mut tx, &first.key)?;
+        self.lock_key(q, &first.key)?;
+        let existing = self.rows(q, &first.key)?;
         let plan = store::check_import(&self.location, records, &existing)?;
         if plan == Import::AlreadyThere {
-            return Ok(plan);
+            return Ok((plan, false));
         }
         for r in records {
             let body = serde_json::to_string(&r.event).map_err(|e| JournalError::Storage {
@@ -419,7 +417,7 @@ impl PgJournal {
                 what: format!("cannot encode a {} record: {e}", r.event.kind()),
             })?;
             let n = i32::try_from(r.n).unwrap_or(i32::MAX);
-            tx.execute(
+            q.execute(
                 &format!(
                     "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
                      VALUES ($1, $2, $3, $4, $5, $6, $7)"
@@ -437,29 +435,34 @@ impl PgJournal {
             .map_err(|e| self.err(&e))?;
         }
         let head = i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX);
-        tx.execute(
-            &format!("UPDATE {s}.effects SET n = $2 WHERE key = $1"),
-            &[&first.key, &head],
-        )
-        .map_err(|e| self.err(&e))?;
-        tx.commit().map_err(|e| self.err(&e))?;
-        Ok(plan)
+        self.set_head(q, &first.key, head)?;
+        Ok((plan, true))
     }
 
+    fn set_head(&self, q: &mut dyn Query, key: &str, head: i32) -> Result<(), JournalError> {
+        q.execute(
+            &format!("UPDATE {}.effects SET n = $2 WHERE key = $1", self.schema),
+            &[&key, &head],
+        )
+        .map(drop)
+        .map_err(|e| self.err(&e))
+    }
+
+    /// Inside a transaction: read the key, decide, insert. Commits only when something was
+    /// appended.
     fn append_on(
         &self,
-        client: &mut postgres::Client,
+        q: &mut dyn Query,
         key: &EffectKey,
         decide: &mut Decide<'_>,
-    ) -> Result<AppendOutcome, JournalError> {
+    ) -> Result<(AppendOutcome, bool), JournalError> {
         let s = &self.schema;
-        let mut tx = client.transaction().map_err(|e| self.err(&e))?;
-        self.lock_key(&mut tx, key.as_str())?;
-        let records = self.rows(&mut tx, key.as_str())?;
-        let tx = RefCell::new(tx);
+        self.lock_key(q, key.as_str())?;
+        let records = self.rows(q, key.as_str())?;
+        let q = RefCell::new(q);
         let leases = TxLeaseReader {
             journal: self,
-            tx: &tx,
+            tx: &q,
         };
         let insert_sql = format!(
             "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
@@ -477,7 +480,7 @@ impl PgJournal {
                     path: self.location.clone(),
                     what: format!("key {} has too many records", r.key),
                 })?;
-                let row = tx
+                let row = q
                     .borrow_mut()
                     .query_one(
                         &insert_sql,
@@ -487,20 +490,14 @@ impl PgJournal {
                 Ok(row.get(0))
             },
         )?;
-        let mut tx = tx.into_inner();
+        let q = q.into_inner();
         if out.appended.is_empty() {
-            tx.rollback().map_err(|e| self.err(&e))?;
-            return Ok(out);
+            return Ok((out, false));
         }
         let head =
             i32::try_from(out.appended.iter().map(|r| r.n).max().unwrap_or(0)).unwrap_or(i32::MAX);
-        tx.execute(
-            &format!("UPDATE {s}.effects SET n = $2 WHERE key = $1"),
-            &[&key.as_str(), &head],
-        )
-        .map_err(|e| self.err(&e))?;
-        tx.commit().map_err(|e| self.err(&e))?;
-        Ok(out)
+        self.set_head(q, key.as_str(), head)?;
+        Ok((out, true))
     }
 }
 

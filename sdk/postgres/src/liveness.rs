@@ -28,7 +28,7 @@ use std::time::Duration;
 use interlock::liveness::{HeldLock, Liveness};
 use sha2::{Digest, Sha256};
 
-use crate::pool::Pool;
+use crate::pool::{Conn, Pool, Query};
 
 /// How long the server keeps a silent holder's session (and its lock), at least: the keepalive's
 /// idle time before its first probe.
@@ -44,7 +44,7 @@ pub(crate) struct PgLiveness {
     /// The journal's connections, for judging locks.
     pool: Pool,
     /// Lock sessions not holding anything.
-    idle: Arc<Mutex<Vec<postgres::Client>>>,
+    idle: Arc<Mutex<Vec<Conn>>>,
     /// Keeps deployments and schemas on one server apart.
     namespace: String,
     schema: String,
@@ -104,59 +104,55 @@ impl PgLiveness {
         i64::from_be_bytes(first)
     }
 
-    fn session(&self) -> Result<postgres::Client, postgres::Error> {
+    fn session(&self) -> Result<Conn, postgres::Error> {
         let reused = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         match reused {
-            Some(c) if !c.is_closed() => Ok(c),
-            _ => self.config.connect(postgres::NoTls),
+            Some(c) if !c.is_broken() => Ok(c),
+            _ => Conn::open(&self.config),
         }
     }
 
-    fn try_lock(&self, id: i64) -> Result<Option<postgres::Client>, postgres::Error> {
+    fn try_lock(&self, id: i64) -> Result<Option<Conn>, postgres::Error> {
+        let lock = |s: &mut Conn| {
+            s.run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
+                .map(|row| row.get::<_, bool>(0))
+        };
         // A reused session may have died with a server restart: one fresh try.
-        let mut client = self.session()?;
-        let got = match client.query_one("SELECT pg_try_advisory_lock($1)", &[&id]) {
-            Ok(row) => row.get::<_, bool>(0),
+        let mut session = self.session()?;
+        let got = match lock(&mut session) {
+            Ok(got) => got,
             Err(_) => {
-                client = self.config.connect(postgres::NoTls)?;
-                client
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&id])?
-                    .get(0)
+                session = Conn::open(&self.config)?;
+                lock(&mut session)?
             }
         };
         if !got {
-            give_back(&self.idle, client);
+            give_back(&self.idle, session);
             return Ok(None);
         }
         // Which server lifetime this lock belongs to, written before the claim that names it.
         // Never moved to a newer lifetime: an attempt that takes the lock after a restart and
         // then loses the race to append must not make an older holder's lock look released
         // (a row from an older lifetime only ever makes a lock look held: the deadline rules).
-        let noted = client.execute(
-            &format!(
-                "INSERT INTO {}.holds (lock_id, server_started) VALUES ($1, pg_postmaster_start_time())
-                 ON CONFLICT (lock_id) DO NOTHING",
-                self.schema
-            ),
-            &[&id],
+        let sql = format!(
+            "INSERT INTO {}.holds (lock_id, server_started) VALUES ($1, pg_postmaster_start_time())
+             ON CONFLICT (lock_id) DO NOTHING",
+            self.schema
         );
-        if let Err(e) = noted {
-            // Closing the session drops the lock.
-            drop(client);
-            return Err(e);
-        }
-        Ok(Some(client))
+        // On failure the session is dropped, and closing it drops the lock.
+        session.run(|q| q.execute(&sql, &[&id]))?;
+        Ok(Some(session))
     }
 }
 
-fn give_back(idle: &Mutex<Vec<postgres::Client>>, client: postgres::Client) {
+fn give_back(idle: &Mutex<Vec<Conn>>, session: Conn) {
     let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
-    if idle.len() < IDLE_SESSIONS && !client.is_closed() {
-        idle.push(client);
+    if idle.len() < IDLE_SESSIONS && !session.is_broken() {
+        idle.push(session);
     }
 }
 
@@ -166,22 +162,23 @@ fn io(e: impl std::fmt::Display) -> std::io::Error {
 
 /// A held advisory lock and the session holding it.
 struct PgHeld {
-    client: Option<postgres::Client>,
+    session: Option<Conn>,
     id: i64,
-    idle: Arc<Mutex<Vec<postgres::Client>>>,
+    idle: Arc<Mutex<Vec<Conn>>>,
 }
 
 impl Drop for PgHeld {
     fn drop(&mut self) {
-        let Some(mut client) = self.client.take() else {
+        let Some(mut session) = self.session.take() else {
             return;
         };
         // Unlocked cleanly, the session is reused; otherwise closing it drops the lock.
-        let unlocked = client
-            .query_one("SELECT pg_advisory_unlock($1)", &[&self.id])
+        let id = self.id;
+        let unlocked = session
+            .run(|q| q.query_one("SELECT pg_advisory_unlock($1)", &[&id]))
             .map(|r| r.get::<_, bool>(0));
         if matches!(unlocked, Ok(true)) {
-            give_back(&self.idle, client);
+            give_back(&self.idle, session);
         }
     }
 }
@@ -193,9 +190,9 @@ impl Liveness for PgLiveness {
 
     fn try_hold(&self, key: &str, token: u64) -> std::io::Result<Option<HeldLock>> {
         let id = self.lock_id(key, token);
-        Ok(self.try_lock(id).map_err(io)?.map(|client| {
+        Ok(self.try_lock(id).map_err(io)?.map(|session| {
             HeldLock::new(PgHeld {
-                client: Some(client),
+                session: Some(session),
                 id,
                 idle: self.idle.clone(),
             })
