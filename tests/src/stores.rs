@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use interlock::lease::LeaseError;
-use interlock::{Clock, Gate, GateConfig, Grant, Journal, LeaseStore, SqliteJournal};
+use interlock::{Clock, Gate, GateConfig, Grant, Journal, JournalStore, LeaseStore, SqliteJournal};
 use interlock_postgres::{PgJournal, PgOptions};
 use interlock_testkit::pg::Cluster;
 
@@ -78,6 +78,14 @@ impl Store {
 
     /// The journal.
     pub fn journal(&self) -> Arc<dyn Journal> {
+        match &self.handle {
+            Handle::Sqlite(j) => j.clone(),
+            Handle::Postgres(j) => j.clone(),
+        }
+    }
+
+    /// The journal with its leases.
+    pub fn store(&self) -> Arc<dyn JournalStore> {
         match &self.handle {
             Handle::Sqlite(j) => j.clone(),
             Handle::Postgres(j) => j.clone(),

@@ -1,6 +1,7 @@
 //! Regressions for the double-refund and late-revocation paths an adversarial read found: each
 //! test drives the real gate, journal and simulated payments service through the one schedule
-//! that broke the promise, and judges it by the service's own records.
+//! that broke the promise, and judges it by the service's own records. Each runs on an SQLite
+//! journal and on a PostgreSQL one (`sqlite::…`, `postgres::…`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
@@ -13,32 +14,30 @@ use interlock::faults::FaultPoint;
 use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::{SendRequest, Target};
 use interlock::{
-    Bound, Effect, EffectKey, Gate, GateConfig, GateError, Journal, ManualClock, Outcome,
-    SqliteJournal, Tier,
+    Bound, Effect, EffectKey, Gate, GateError, JournalStore, ManualClock, Outcome, Tier,
 };
 use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
 use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
+use interlock_tests::stores::{Kind, Store};
 use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
 use serde_json::Value;
 
 /// One journal, one payments service, one clock; gates are made per actor.
 struct Bench {
-    dir: tempfile::TempDir,
+    store: Store,
     clock: ManualClock,
     sim: Arc<SimPayments>,
-    journal: Arc<SqliteJournal>,
+    journal: Arc<dyn JournalStore>,
 }
 
 impl Bench {
-    fn new(tier: Tier) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+    fn new(kind: Kind, tier: Tier) -> Self {
         let world = World::new(tier);
-        let journal = Arc::new(
-            SqliteJournal::open(dir.path().join("j.db"), Arc::new(world.clock.clone())).unwrap(),
-        );
+        let store = Store::open(kind, "safety", Arc::new(world.clock.clone())).unwrap();
+        let journal = store.store();
         journal.grant_lease(&World::grant()).unwrap();
         Self {
-            dir,
+            store,
             clock: world.clock,
             sim: world.sim,
             journal,
@@ -50,7 +49,7 @@ impl Bench {
             self.journal.clone(),
             self.journal.clone(),
             Arc::new(self.clock.clone()),
-            GateConfig::beside(self.dir.path().join("j.db")),
+            self.store.config(),
         )
         .unwrap()
         .with_attempt(attempt);
@@ -122,13 +121,12 @@ impl Target for Claims {
     }
 }
 
-#[test]
-fn recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s() {
+fn recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s(kind: Kind) {
     for (tier, expected) in [
         (Tier::Two, "COMMITTED/found_by_lookup"),
         (Tier::Three, "AMBIGUOUS"),
     ] {
-        let b = Bench::new(tier);
+        let b = Bench::new(kind, tier);
         b.first_attempt_dies_at(FaultPoint::AfterSend);
         assert_eq!(b.refunded(), AMOUNT, "the first send landed");
         let claims_tier1 = Arc::new(Claims {
@@ -147,9 +145,8 @@ fn recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s()
     }
 }
 
-#[test]
-fn recovery_through_another_target_than_the_journaled_one_is_refused() {
-    let b = Bench::new(Tier::Two);
+fn recovery_through_another_target_than_the_journaled_one_is_refused(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
     let other = Arc::new(Claims {
         inner: SimTarget(b.sim.clone()),
@@ -167,9 +164,8 @@ fn recovery_through_another_target_than_the_journaled_one_is_refused() {
     assert_eq!(b.refunded(), 0);
 }
 
-#[test]
-fn a_takeover_planned_on_a_stale_snapshot_cannot_erase_a_concurrent_resend_s_window() {
-    let b = Bench::new(Tier::Two);
+fn a_takeover_planned_on_a_stale_snapshot_cannot_erase_a_concurrent_resend_s_window(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
 
     // B takes the dead holder's claim and pauses before its resend.
@@ -223,7 +219,7 @@ fn a_takeover_planned_on_a_stale_snapshot_cannot_erase_a_concurrent_resend_s_win
 /// Premises whose read takes long enough for a revocation to commit meanwhile.
 struct RevokeWhileReading {
     inner: SimRefundPremises,
-    journal: Arc<SqliteJournal>,
+    journal: Arc<dyn JournalStore>,
     armed: AtomicBool,
 }
 
@@ -240,9 +236,8 @@ impl PremiseReader for RevokeWhileReading {
     }
 }
 
-#[test]
-fn a_revocation_that_commits_during_the_premise_reads_stops_the_send() {
-    let b = Bench::new(Tier::One);
+fn a_revocation_that_commits_during_the_premise_reads_stops_the_send(kind: Kind) {
+    let b = Bench::new(kind, Tier::One);
     let gate = b.gate("first", None);
     let bound = gate
         .bind(
@@ -265,7 +260,7 @@ fn a_revocation_that_commits_during_the_premise_reads_stops_the_send() {
 /// A lookup during which a revocation commits.
 struct RevokeDuringLookup {
     inner: SimTarget,
-    journal: Arc<SqliteJournal>,
+    journal: Arc<dyn JournalStore>,
 }
 
 impl Target for RevokeDuringLookup {
@@ -287,9 +282,8 @@ impl Target for RevokeDuringLookup {
     }
 }
 
-#[test]
-fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
-    let b = Bench::new(Tier::Two);
+fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
     // The first recovery finds nothing while the dead holder's request may still land, and waits.
     let gate = b.gate("recover-1", None);
@@ -314,9 +308,8 @@ fn a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend() {
     );
 }
 
-#[test]
-fn a_saved_500_that_did_not_apply_resolves_as_failed_once_the_lookup_is_quiet() {
-    let b = Bench::new(Tier::One);
+fn a_saved_500_that_did_not_apply_resolves_as_failed_once_the_lookup_is_quiet(kind: Kind) {
+    let b = Bench::new(kind, Tier::One);
     b.sim.error_before_apply(1);
     let gate = b.gate("first", None);
     let bound = b.bind(&gate, b.sim_target());
@@ -344,9 +337,8 @@ fn a_saved_500_that_did_not_apply_resolves_as_failed_once_the_lookup_is_quiet() 
     assert!(b.sim.requests() <= 3, "{} requests", b.sim.requests());
 }
 
-#[test]
-fn a_saved_500_after_the_refund_applied_commits_by_lookup() {
-    let b = Bench::new(Tier::One);
+fn a_saved_500_after_the_refund_applied_commits_by_lookup(kind: Kind) {
+    let b = Bench::new(kind, Tier::One);
     b.sim.error_after_apply(1);
     let effect = b.effect();
     let out = b
@@ -385,9 +377,8 @@ impl interlock::LeaseStore for RevokedDuringDispatch {
     }
 }
 
-#[test]
-fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send() {
-    let b = Bench::new(Tier::Two);
+fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
     let leases = Arc::new(RevokedDuringDispatch {
         checks: std::sync::atomic::AtomicU32::new(0),
         // Live in the transaction that proposes and dispatches the new key (its only read
@@ -398,7 +389,7 @@ fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send()
         b.journal.clone(),
         leases,
         Arc::new(b.clock.clone()),
-        GateConfig::beside(b.dir.path().join("j.db")),
+        b.store.config(),
     )
     .unwrap();
     let bound = b.bind(&gate, b.sim_target());
@@ -416,9 +407,8 @@ fn a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send()
     assert_eq!(b.refunded(), 0);
 }
 
-#[test]
-fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing() {
-    let b = Bench::new(Tier::Two);
+fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
     let cancelled: interlock::gate::StopCheck = Arc::new(|| true);
     let gate = b.gate("cancelled", None);
     let bound = b.bind(&gate, b.sim_target()).with_stop(cancelled.clone());
@@ -455,9 +445,10 @@ fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, 
     (api, Arc::new(target))
 }
 
-#[test]
-fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2() {
-    let b = Bench::new(Tier::Two);
+fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2(
+    kind: Kind,
+) {
+    let b = Bench::new(kind, Tier::Two);
     let (_api, stripe) = key_ignoring_stripe(&b);
     // The first attempt sends, the refund lands, and the worker dies before journaling it.
     let faults = ScriptedFaults::new();
@@ -516,3 +507,16 @@ fn a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_truste
     let restarted = b.bind(&b.gate("restarted", None), stripe);
     assert_eq!(restarted.tier(), Tier::Two);
 }
+
+interlock_tests::every_store!(
+    recovery_acts_on_the_tier_journaled_at_the_first_dispatch_not_the_binding_s,
+    recovery_through_another_target_than_the_journaled_one_is_refused,
+    a_takeover_planned_on_a_stale_snapshot_cannot_erase_a_concurrent_resend_s_window,
+    a_revocation_that_commits_during_the_premise_reads_stops_the_send,
+    a_revocation_that_commits_during_recovery_s_lookup_stops_the_resend,
+    a_saved_500_that_did_not_apply_resolves_as_failed_once_the_lookup_is_quiet,
+    a_saved_500_after_the_refund_applied_commits_by_lookup,
+    a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send,
+    a_cancelled_attempt_dispatches_takes_over_and_resends_nothing,
+    a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2,
+);
