@@ -486,3 +486,10 @@ impl Drop for SetOnDrop<'_> {
         self.0.store(true, Ordering::SeqCst);
     }
 }
+
+#[test]
+fn a_server_that_may_lose_acknowledged_commits_is_refused() {
+    let cluster = Cluster::throwaway_with(&["fsync=off"]).unwrap();
+    let err = PgJournal::open(cluster.url(), clock(), &PgOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("fsync off"), "{err}");
+}

@@ -30,6 +30,7 @@ struct Server {
     port: u16,
     child: Child,
     log: PathBuf,
+    extra: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -52,6 +53,12 @@ impl Cluster {
     /// A new server of our own, whatever the environment says (for tests that stop and restart
     /// it).
     pub fn throwaway() -> io::Result<Self> {
+        Self::throwaway_with(&[])
+    }
+
+    /// A new server of our own with extra server settings (`name=value`, as `-c` takes them),
+    /// for tests of servers set up wrongly.
+    pub fn throwaway_with(settings: &[&str]) -> io::Result<Self> {
         let bin = bin_dir()?;
         let dir = tempfile::Builder::new().prefix("interlock-pg-").tempdir()?;
         let data = dir.path().join("data");
@@ -88,13 +95,15 @@ impl Cluster {
         }
         let port = free_port()?;
         let log = dir.path().join("server.log");
-        let child = spawn_server(&bin, &data, dir.path(), port, &log, as_root)?;
+        let extra: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        let child = spawn_server(&bin, &data, dir.path(), port, &log, as_root, &extra)?;
         let mut server = Server {
             bin,
             data,
             port,
             child,
             log,
+            extra,
             dir,
         };
         let url = format!("postgres://interlock@127.0.0.1:{port}/postgres");
@@ -154,7 +163,7 @@ impl Cluster {
         // The postmaster's children notice it died and exit; wait for the port to free.
         std::thread::sleep(Duration::from_millis(200));
         let dir = s.dir.path().to_path_buf();
-        s.child = spawn_server(&s.bin, &s.data, &dir, s.port, &s.log, is_root())?;
+        s.child = spawn_server(&s.bin, &s.data, &dir, s.port, &s.log, is_root(), &s.extra)?;
         wait_ready(&url, s)
     }
 }
@@ -255,6 +264,7 @@ fn spawn_server(
     port: u16,
     log: &Path,
     as_root: bool,
+    extra: &[String],
 ) -> io::Result<Child> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
@@ -275,9 +285,11 @@ fn spawn_server(
             "max_connections=300",
             "-c",
             "shared_buffers=64MB",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log_file);
+        ]);
+    for setting in extra {
+        cmd.args(["-c", setting]);
+    }
+    cmd.stdout(Stdio::null()).stderr(log_file);
     unprivileged(&mut cmd, as_root);
     cmd.spawn().map_err(|e| {
         other(format!(
