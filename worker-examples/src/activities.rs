@@ -73,7 +73,12 @@ impl Deps {
             ..PgOptions::default()
         };
         let opened = interlock_postgres::open_named(&journal_name, clock.clone(), &opts)
-            .with_context(|| format!("opening the journal {journal_name} (INTERLOCK_JOURNAL)"))?;
+            .with_context(|| {
+                format!(
+                    "opening the journal {} (INTERLOCK_JOURNAL)",
+                    interlock_postgres::shown(&journal_name)
+                )
+            })?;
         let journal = opened.store;
         let gate_cfg = opened
             .config

@@ -122,17 +122,7 @@ impl Named {
 
     /// The journal's name for messages (never a password).
     pub(crate) fn shown(&self) -> String {
-        match (self.name.find("://"), self.name.rfind('@')) {
-            (Some(scheme), Some(at)) if at > scheme => {
-                let user = self.name[scheme + 3..at].split(':').next().unwrap_or("");
-                format!(
-                    "{}{user}@{}",
-                    &self.name[..scheme + 3],
-                    &self.name[at + 1..]
-                )
-            }
-            _ => self.name.clone(),
-        }
+        interlock_postgres::shown(&self.name)
     }
 }
 

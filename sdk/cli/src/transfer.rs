@@ -86,6 +86,8 @@ pub(crate) fn import(j: &dyn JournalStore, from: &Path) -> anyhow::Result<()> {
         },
         None => bail!("{} is empty", from.display()),
     }
+    let mut here: std::collections::HashMap<String, Grant> =
+        j.leases()?.into_iter().map(|g| (g.id.clone(), g)).collect();
     let (mut leases, mut inserted, mut present) = (0, 0, 0);
     let mut history: Vec<Record> = Vec::new();
     let mut flush = |history: &mut Vec<Record>| -> anyhow::Result<()> {
@@ -103,14 +105,17 @@ pub(crate) fn import(j: &dyn JournalStore, from: &Path) -> anyhow::Result<()> {
         match parse(n, &text?)? {
             Line::Header { .. } => bail!("{} line {}: a second header", from.display(), n + 1),
             Line::Lease(g) => {
-                match j.leases()?.into_iter().find(|have| have.id == g.id) {
-                    Some(have) if have == g => {}
+                match here.get(&g.id) {
+                    Some(have) if *have == g => {}
                     Some(_) => bail!(
                         "lease {} is already here with other terms: import into a journal \
                          without it",
                         g.id
                     ),
-                    None => j.grant_lease(&g)?,
+                    None => {
+                        j.grant_lease(&g)?;
+                        here.insert(g.id.clone(), g);
+                    }
                 }
                 leases += 1;
             }

@@ -35,4 +35,4 @@ mod schema;
 
 pub use journal::{PgJournal, PgOptions};
 pub use liveness::SILENT_HOLDER_KEPT;
-pub use named::{Opened, is_server, open_named};
+pub use named::{Opened, is_server, open_named, shown};

@@ -26,6 +26,11 @@ impl std::fmt::Debug for Opened {
     }
 }
 
+/// `name` as it may be shown in a message or a log: a password in a URL is cut out.
+pub fn shown(name: &str) -> String {
+    crate::connect::redact(name)
+}
+
 /// Whether `name` names a PostgreSQL server rather than a file.
 pub fn is_server(name: &str) -> bool {
     name.starts_with("postgres://") || name.starts_with("postgresql://")
