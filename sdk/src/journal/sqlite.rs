@@ -12,7 +12,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::sqlite_group::Group;
 use super::sqlite_leases::TxLeaseReader;
 use super::sqlite_readers::Readers;
-use super::store::{self, StoredRecord};
+use super::store::{self, NewRecord, StoredRecord};
 use super::{AppendOutcome, Decide, Journal, JournalError, Record};
 use crate::clock::Clock;
 use crate::effect::EffectKey;
@@ -287,6 +287,16 @@ impl SqliteJournal {
             .map_err(|e| self.err(e))?;
         store::decode(&self.path, rows)
     }
+
+    /// One record's row; its `seq`.
+    fn insert(&self, tx: &Connection, r: &NewRecord<'_>) -> Result<i64, JournalError> {
+        tx.prepare_cached(
+            "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .and_then(|mut st| st.execute(params![r.key, r.n, r.kind, r.at_ms, r.prev, r.hash, r.body]))
+        .map_err(|e| self.err(e))?;
+        Ok(tx.last_insert_rowid())
+    }
 }
 
 impl Journal for SqliteJournal {
@@ -320,14 +330,7 @@ impl Journal for SqliteJournal {
                 Some(&leases),
                 decide,
                 self.now_ms(),
-                |r| {
-                    tx.execute(
-                        "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![r.key, r.n, r.kind, r.at_ms, r.prev, r.hash, r.body],
-                    )
-                    .map_err(|e| self.err(e))?;
-                    Ok(tx.last_insert_rowid())
-                },
+                |r| self.insert(tx, r),
             )?;
             let keep = !out.appended.is_empty();
             Ok((out, keep))
@@ -342,17 +345,7 @@ impl Journal for SqliteJournal {
             let existing = self.read(tx, &first.key)?;
             let plan = store::check_import(&self.path, records, &existing)?;
             if plan == store::Import::Insert {
-                for r in records {
-                    let body = serde_json::to_string(&r.event).map_err(|e| JournalError::Storage {
-                        path: self.path.clone(),
-                        what: format!("cannot encode a {} record: {e}", r.event.kind()),
-                    })?;
-                    tx.execute(
-                        "INSERT INTO records (key, n, kind, at_ms, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![r.key, r.n, r.event.kind(), r.at_ms, r.prev, r.hash, body],
-                    )
-                    .map_err(|e| self.err(e))?;
-                }
+                store::insert_imported(&self.path, records, |r| self.insert(tx, r))?;
             }
             Ok((plan, plan == store::Import::Insert))
         })

@@ -48,6 +48,36 @@ pub struct NewRecord<'a> {
     pub body: &'a str,
 }
 
+/// An event's `body` column.
+fn body_of(location: &str, event: &Event) -> Result<String, JournalError> {
+    serde_json::to_string(event).map_err(|e| JournalError::Storage {
+        path: location.to_owned(),
+        what: format!("cannot encode a {} record: {e}", event.kind()),
+    })
+}
+
+/// Hand each record of an imported history to `insert` exactly as it was exported (its `seq`
+/// is the store's to assign), after [`check_import`] said [`Import::Insert`].
+pub fn insert_imported(
+    location: &str,
+    records: &[Record],
+    mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
+) -> Result<(), JournalError> {
+    for r in records {
+        let body = body_of(location, &r.event)?;
+        insert(&NewRecord {
+            key: &r.key,
+            n: r.n,
+            kind: r.event.kind(),
+            at_ms: r.at_ms,
+            prev: r.prev.as_deref(),
+            hash: &r.hash,
+            body: &body,
+        })?;
+    }
+    Ok(())
+}
+
 /// A key's stored rows, in chain order, as verified records. Anything unreadable, mislabelled or
 /// out of chain is named with its place; nothing is skipped.
 pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, JournalError> {
@@ -131,10 +161,7 @@ pub fn decide_and_append(
         })?;
         let prev = records.last().map(|r| r.hash.clone());
         let hash = record_hash(key, n, now_ms, prev.as_deref(), &event);
-        let body = serde_json::to_string(&event).map_err(|e| JournalError::Storage {
-            path: location.to_owned(),
-            what: format!("cannot encode a {} record: {e}", event.kind()),
-        })?;
+        let body = body_of(location, &event)?;
         let seq = insert(&NewRecord {
             key,
             n,
