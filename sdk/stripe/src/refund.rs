@@ -77,6 +77,15 @@ impl RefundPayload {
         }
     }
 
+    /// The payload a refund target was asked to send, or the answer it gives when there is none
+    /// to send: a definite `invalid_payload` (nothing was sent, and retrying cannot help).
+    pub fn to_send(payload: &Value) -> Result<Self, interlock::core::SendAnswer> {
+        Self::from_value(payload).map_err(|message| interlock::core::SendAnswer::Definite {
+            code: "invalid_payload".into(),
+            message,
+        })
+    }
+
     /// Read a refund payload, or say what is wrong with it: it names a payment intent or a
     /// charge (not both), a positive amount and a currency.
     pub fn from_value(payload: &Value) -> Result<Self, String> {

@@ -314,14 +314,9 @@ impl Target for StripeRefunds {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let p = match RefundPayload::from_value(req.payload) {
+        let p = match RefundPayload::to_send(req.payload) {
             Ok(p) => p,
-            Err(e) => {
-                return SendAnswer::Definite {
-                    code: "invalid_payload".into(),
-                    message: e,
-                };
-            }
+            Err(refused) => return refused,
         };
         let amount = p.amount.to_string();
         let form = [

@@ -575,14 +575,9 @@ impl Target for SimTarget {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let p = match RefundPayload::from_value(req.payload) {
+        let p = match RefundPayload::to_send(req.payload) {
             Ok(p) => p,
-            Err(e) => {
-                return SendAnswer::Definite {
-                    code: "invalid_payload".into(),
-                    message: e,
-                };
-            }
+            Err(refused) => return refused,
         };
         let metadata = [(KEY_FIELD.to_owned(), req.key.to_string())]
             .into_iter()
