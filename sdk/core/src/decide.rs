@@ -506,4 +506,4 @@ pub fn after_send(
 
 #[cfg(test)]
 #[path = "decide_tests.rs"]
-mod tests;
+pub(crate) mod tests;

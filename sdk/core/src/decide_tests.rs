@@ -4,7 +4,8 @@ use super::*;
 use crate::record::{Holder, Proposed, TakeoverReason};
 use crate::state::Claim;
 
-fn live() -> Recheck {
+/// A re-check on which everything still holds.
+pub(crate) fn live() -> Recheck {
     Recheck {
         lease: LeaseVerdict::Live,
         premises_now: Premises::new(),

@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::decide::tests::live;
 use crate::record::Premises;
 use crate::state::Resolution;
 use crate::state::fold;
@@ -36,15 +37,6 @@ fn proposal(tier: u8) -> Proposed {
         target: "t".into(),
         tier,
         window_ms: None,
-    }
-}
-
-fn live() -> Recheck {
-    Recheck {
-        lease: LeaseVerdict::Live,
-        premises_now: Premises::new(),
-        changes: vec![],
-        premise_error: None,
     }
 }
 
