@@ -99,10 +99,7 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
     let journal = interlock_postgres::open_named(
         &journal_name,
         skew.clone() as Arc<dyn Clock>,
-        &PgOptions {
-            schema: journal_schema.clone(),
-            ..PgOptions::default()
-        },
+        &PgOptions::in_schema(journal_schema.clone()),
     )?
     .store;
     let receiver = if o.webhooks {

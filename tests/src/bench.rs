@@ -152,9 +152,8 @@ pub fn pg_bound(
 ) -> anyhow::Result<(Bound, Arc<interlock_postgres::PgJournal>)> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let opts = interlock_postgres::PgOptions {
-        schema: schema.to_owned(),
         pool_size: senders + 4,
-        ..interlock_postgres::PgOptions::default()
+        ..interlock_postgres::PgOptions::in_schema(schema)
     };
     let journal = Arc::new(interlock_postgres::PgJournal::open(
         url,

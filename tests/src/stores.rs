@@ -56,7 +56,8 @@ impl Store {
                 let cluster = Cluster::shared()?;
                 let schema = cluster.fresh_schema(label);
                 let url = cluster.url().to_owned();
-                let journal = PgJournal::open(&url, clock.clone(), &Self::options(&schema))?;
+                let journal =
+                    PgJournal::open(&url, clock.clone(), &PgOptions::in_schema(schema.as_str()))?;
                 Self {
                     kind,
                     handle: Handle::Postgres(Arc::new(journal)),
@@ -67,13 +68,6 @@ impl Store {
                 }
             }
         })
-    }
-
-    fn options(schema: &str) -> PgOptions {
-        PgOptions {
-            schema: schema.to_owned(),
-            ..PgOptions::default()
-        }
     }
 
     /// The journal.
@@ -110,7 +104,7 @@ impl Store {
             Kind::Postgres => Arc::new(PgJournal::open(
                 &self.url,
                 self.clock.clone(),
-                &Self::options(&self.schema),
+                &PgOptions::in_schema(self.schema.as_str()),
             )?),
         })
     }

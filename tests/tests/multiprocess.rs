@@ -59,7 +59,8 @@ impl Race {
                 let cluster = Cluster::shared().unwrap();
                 let schema = cluster.fresh_schema("race");
                 let j =
-                    PgJournal::open(cluster.url(), clock.clone(), &pg_options(&schema)).unwrap();
+                    PgJournal::open(cluster.url(), clock.clone(), &PgOptions::in_schema(&schema))
+                        .unwrap();
                 j.grant_lease(&grant).unwrap();
                 Some((cluster.url().to_owned(), schema))
             }
@@ -125,10 +126,12 @@ impl Race {
                 .unwrap()
                 .history(&key)
                 .unwrap(),
-            Some((url, schema)) => PgJournal::open(url, Arc::new(SystemClock), &pg_options(schema))
-                .unwrap()
-                .history(&key)
-                .unwrap(),
+            Some((url, schema)) => {
+                PgJournal::open(url, Arc::new(SystemClock), &PgOptions::in_schema(schema))
+                    .unwrap()
+                    .history(&key)
+                    .unwrap()
+            }
         }
     }
 
@@ -139,13 +142,6 @@ impl Race {
             Kind::Sqlite => 500,
             Kind::Postgres => 100,
         }
-    }
-}
-
-fn pg_options(schema: &str) -> PgOptions {
-    PgOptions {
-        schema: schema.to_owned(),
-        ..PgOptions::default()
     }
 }
 

@@ -24,13 +24,6 @@ fn clock() -> Arc<dyn Clock> {
     Arc::new(ManualClock::at(1_790_000_000_000))
 }
 
-fn options(schema: &str) -> PgOptions {
-    PgOptions {
-        schema: schema.to_owned(),
-        ..PgOptions::default()
-    }
-}
-
 #[test]
 fn a_server_that_is_down_at_start_is_a_typed_error_naming_where_it_was_looked_for() {
     // A port nothing listens on.
@@ -59,10 +52,10 @@ fn a_schema_of_another_deployment_or_version_or_owner_is_refused_with_its_reason
     let cluster = Cluster::shared().unwrap();
     let url = cluster.url();
     let schema = cluster.fresh_schema("owned");
-    PgJournal::open(url, clock(), &options(&schema)).unwrap();
+    PgJournal::open(url, clock(), &PgOptions::in_schema(&schema)).unwrap();
     let other = PgOptions {
         deployment: "eu".into(),
-        ..options(&schema)
+        ..PgOptions::in_schema(schema.as_str())
     };
     let err = PgJournal::open(url, clock(), &other).unwrap_err();
     assert!(err.to_string().contains("deployment \"default\""), "{err}");
@@ -72,7 +65,7 @@ fn a_schema_of_another_deployment_or_version_or_owner_is_refused_with_its_reason
         "UPDATE {schema}.meta SET value = '99' WHERE name = 'schema_version'"
     ))
     .unwrap();
-    let err = PgJournal::open(url, clock(), &options(&schema)).unwrap_err();
+    let err = PgJournal::open(url, clock(), &PgOptions::in_schema(&schema)).unwrap_err();
     assert!(
         matches!(&err, JournalError::SchemaVersion { found, .. } if found == "99"),
         "{err}"
@@ -83,11 +76,11 @@ fn a_schema_of_another_deployment_or_version_or_owner_is_refused_with_its_reason
         "CREATE SCHEMA {foreign}; CREATE TABLE {foreign}.orders (id INT)"
     ))
     .unwrap();
-    let err = PgJournal::open(url, clock(), &options(&foreign)).unwrap_err();
+    let err = PgJournal::open(url, clock(), &PgOptions::in_schema(&foreign)).unwrap_err();
     assert!(matches!(err, JournalError::Foreign { .. }), "{err}");
     assert!(err.to_string().contains("orders"), "{err}");
 
-    let err = PgJournal::open(url, clock(), &options("Bad; DROP")).unwrap_err();
+    let err = PgJournal::open(url, clock(), &PgOptions::in_schema("Bad; DROP")).unwrap_err();
     assert!(err.to_string().contains("not usable"), "{err}");
 }
 
@@ -98,7 +91,7 @@ fn a_claim_longer_than_a_silent_holder_keeps_its_lock_is_refused() {
         PgJournal::open(
             cluster.url(),
             clock(),
-            &options(&cluster.fresh_schema("claim")),
+            &PgOptions::in_schema(cluster.fresh_schema("claim")),
         )
         .unwrap(),
     );
@@ -127,7 +120,8 @@ fn a_claim_longer_than_a_silent_holder_keeps_its_lock_is_refused() {
 #[test]
 fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
     let mut cluster = Cluster::throwaway().unwrap();
-    let journal = PgJournal::open(cluster.url(), clock(), &options("interlock")).unwrap();
+    let journal =
+        PgJournal::open(cluster.url(), clock(), &PgOptions::in_schema("interlock")).unwrap();
     let live = journal.liveness().unwrap();
     let held = live.try_hold("k", 1).unwrap().expect("a free lock");
     assert!(
@@ -176,8 +170,14 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
 fn a_server_restarted_mid_run_loses_nothing_and_sends_nothing_twice() {
     let mut cluster = Cluster::throwaway().unwrap();
     let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
-    let journal =
-        Arc::new(PgJournal::open(cluster.url(), clock.clone(), &options("interlock")).unwrap());
+    let journal = Arc::new(
+        PgJournal::open(
+            cluster.url(),
+            clock.clone(),
+            &PgOptions::in_schema("interlock"),
+        )
+        .unwrap(),
+    );
     journal
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
         .unwrap();
@@ -213,8 +213,9 @@ fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_a
     let cluster = Cluster::shared().unwrap();
     let schema = cluster.fresh_schema("silent");
     let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
-    let direct =
-        Arc::new(PgJournal::open(cluster.url(), clock.clone(), &options(&schema)).unwrap());
+    let direct = Arc::new(
+        PgJournal::open(cluster.url(), clock.clone(), &PgOptions::in_schema(&schema)).unwrap(),
+    );
     direct
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
         .unwrap();
@@ -223,7 +224,7 @@ fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_a
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
             clock.clone(),
-            &options(&schema),
+            &PgOptions::in_schema(&schema),
         )
         .unwrap(),
     );
@@ -336,7 +337,7 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
             clock.clone(),
-            &options(&schema),
+            &PgOptions::in_schema(&schema),
         )
         .unwrap(),
     );
@@ -376,7 +377,8 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
             w.join().unwrap();
         }
     });
-    let direct = PgJournal::open(cluster.url(), clock.clone(), &options(&schema)).unwrap();
+    let direct =
+        PgJournal::open(cluster.url(), clock.clone(), &PgOptions::in_schema(&schema)).unwrap();
     each_committed_once(&direct, &effects, &target);
     eprintln!(
         "{} calls failed on a cut connection and were retried; {} requests for {} effects",

@@ -68,10 +68,7 @@ impl Deps {
             Some(c) => Arc::new(c),
             None => Arc::new(SystemClock),
         };
-        let opts = PgOptions {
-            schema: journal_schema,
-            ..PgOptions::default()
-        };
+        let opts = PgOptions::in_schema(journal_schema);
         let opened = interlock_postgres::open_named(&journal_name, clock.clone(), &opts)
             .with_context(|| {
                 format!(

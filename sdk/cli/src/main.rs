@@ -93,9 +93,8 @@ impl Named {
     pub(crate) fn open(&self, write: bool) -> anyhow::Result<Opened> {
         let clock = Arc::new(SystemClock);
         let opts = PgOptions {
-            schema: self.schema.clone(),
             create: write,
-            ..PgOptions::default()
+            ..PgOptions::in_schema(self.schema.clone())
         };
         if interlock_postgres::is_server(&self.name) {
             return interlock_postgres::open_named(&self.name, clock, &opts)

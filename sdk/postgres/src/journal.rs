@@ -11,7 +11,7 @@ use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
 use crate::pool::{Manager, Pool, Query};
 use crate::schema;
-use interlock::journal::store::{self, Import, StoredRecord};
+use interlock::journal::store::{self, Import, NewRecord, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
 use interlock::liveness::Liveness;
@@ -30,6 +30,16 @@ pub struct PgOptions {
     /// Create the schema when it is missing (default); otherwise a missing journal is an error
     /// (for inspection, which must not leave a new empty journal behind).
     pub create: bool,
+}
+
+impl PgOptions {
+    /// The defaults, with the journal's tables in `schema`.
+    pub fn in_schema(schema: impl Into<String>) -> Self {
+        Self {
+            schema: schema.into(),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for PgOptions {
@@ -404,39 +414,35 @@ impl PgJournal {
         let Some(first) = records.first() else {
             return Ok((Import::AlreadyThere, false));
         };
-        let s = &self.schema;
         self.lock_key(q, &first.key)?;
         let existing = self.rows(q, &first.key)?;
         let plan = store::check_import(&self.location, records, &existing)?;
         if plan == Import::AlreadyThere {
             return Ok((plan, false));
         }
-        for r in records {
-            let body = serde_json::to_string(&r.event).map_err(|e| JournalError::Storage {
-                path: self.location.clone(),
-                what: format!("cannot encode a {} record: {e}", r.event.kind()),
-            })?;
-            let n = i32::try_from(r.n).unwrap_or(i32::MAX);
-            q.execute(
-                &format!(
-                    "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)"
-                ),
-                &[
-                    &r.key,
-                    &n,
-                    &r.event.kind(),
-                    &r.at_ms,
-                    &r.prev,
-                    &r.hash,
-                    &body,
-                ],
-            )
-            .map_err(|e| self.err(&e))?;
-        }
+        store::insert_imported(&self.location, records, |r| self.insert(q, r))?;
         let head = i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX);
         self.set_head(q, &first.key, head)?;
         Ok((plan, true))
+    }
+
+    /// One record's row; its `seq`.
+    fn insert(&self, q: &mut dyn Query, r: &NewRecord<'_>) -> Result<i64, JournalError> {
+        let n = i32::try_from(r.n).map_err(|_| JournalError::Storage {
+            path: self.location.clone(),
+            what: format!("key {} has too many records", r.key),
+        })?;
+        let row = q
+            .query_one(
+                &format!(
+                    "INSERT INTO {}.records (key, n, kind, at_ms, prev, hash, body)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
+                    self.schema
+                ),
+                &[&r.key, &n, &r.kind, &r.at_ms, &r.prev, &r.hash, &r.body],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(row.get(0))
     }
 
     fn set_head(&self, q: &mut dyn Query, key: &str, head: i32) -> Result<(), JournalError> {
@@ -456,7 +462,6 @@ impl PgJournal {
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<(AppendOutcome, bool), JournalError> {
-        let s = &self.schema;
         self.lock_key(q, key.as_str())?;
         let records = self.rows(q, key.as_str())?;
         let q = RefCell::new(q);
@@ -464,10 +469,6 @@ impl PgJournal {
             journal: self,
             tx: &q,
         };
-        let insert_sql = format!(
-            "INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq"
-        );
         let out = store::decide_and_append(
             &self.location,
             key.as_str(),
@@ -475,20 +476,7 @@ impl PgJournal {
             Some(&leases),
             decide,
             self.clock.now_ms(),
-            |r| {
-                let n = i32::try_from(r.n).map_err(|_| JournalError::Storage {
-                    path: self.location.clone(),
-                    what: format!("key {} has too many records", r.key),
-                })?;
-                let row = q
-                    .borrow_mut()
-                    .query_one(
-                        &insert_sql,
-                        &[&r.key, &n, &r.kind, &r.at_ms, &r.prev, &r.hash, &r.body],
-                    )
-                    .map_err(|e| self.err(&e))?;
-                Ok(row.get(0))
-            },
+            |r| self.insert(&mut **q.borrow_mut(), r),
         )?;
         let q = q.into_inner();
         if out.appended.is_empty() {

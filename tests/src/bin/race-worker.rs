@@ -105,10 +105,7 @@ fn main() -> anyhow::Result<()> {
                 (j.clone(), j, GateConfig::builder(path))
             }
             (None, Some(url)) => {
-                let opts = PgOptions {
-                    schema: args.schema.clone(),
-                    ..PgOptions::default()
-                };
+                let opts = PgOptions::in_schema(args.schema.clone());
                 let j = Arc::new(PgJournal::open(url, clock.clone(), &opts)?);
                 (j.clone(), j, GateConfig::shared_builder())
             }
