@@ -5,6 +5,7 @@ pub mod baselines;
 pub mod bench;
 pub mod cases;
 pub mod gated;
+pub mod grpc;
 pub mod matrix;
 pub mod model;
 pub mod raw_sql;

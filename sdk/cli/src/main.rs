@@ -1,5 +1,6 @@
 //! `interlock`: inspect and operate a journal — list and show effects, grant and revoke leases,
-//! recover in-flight effects, export and verify receipts, serve Stripe webhooks, and keep score.
+//! recover in-flight effects, export and verify receipts, serve Stripe webhooks, serve the gate
+//! over gRPC, and keep score.
 //! Errors name the cause and the fix; `verify` exits 1 when anything fails to hold.
 
 #![allow(clippy::print_stdout)] // a command line's output is its product
@@ -7,6 +8,7 @@
 mod journal_cmd;
 mod lease_cmd;
 mod receipt_cmd;
+mod serve_cmd;
 mod transfer;
 mod webhook_cmd;
 
@@ -73,6 +75,8 @@ enum Command {
     },
     /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for effects by key and record CONFIRMED.
     Confirm(journal_cmd::ConfirmArgs),
+    /// Serve the gate over gRPC (interlock.v1.GateService), configured by a TOML file.
+    Serve(serve_cmd::ServeArgs),
     /// Counts and decision times, from the journal alone.
     Scoreboard {
         /// Machine-readable output.
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
                 webhook_cmd::run(write()?, &named.shown(), what).map(|()| true)
             }
             Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| true),
+            Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| true),
             Command::Scoreboard { json } => journal_cmd::scoreboard(&*read()?, json).map(|()| true),
         }
     };

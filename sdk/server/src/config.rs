@@ -1,0 +1,322 @@
+//! The configuration file of `interlock serve` (TOML). Secrets never appear in it: the Stripe key
+//! and the bearer token are named by the environment variables that hold them, so the file can be
+//! checked in and shown in logs. Every mistake is reported with the field and the fix.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Largest request or response message by default: a refund's payload and premises are a few
+/// hundred bytes; a megabyte leaves room for big premises and refuses memory-exhausting frames.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Longest graceful shutdown by default: a send's timeout plus its settle margin.
+pub const DEFAULT_DRAIN_MS: u64 = 15_000;
+
+/// The server's configuration, as read from its file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where to listen: `host:port` (default `127.0.0.1:50051`, loopback only) or
+    /// `unix:/path/to/gate.sock`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The journal: a file, or a `postgres://` URL. None: the command line's `--journal`.
+    pub journal: Option<String>,
+    /// The journal's PostgreSQL schema (for a `postgres://` journal).
+    #[serde(default = "default_schema")]
+    pub journal_schema: String,
+    /// The largest message the server accepts or sends, in bytes.
+    #[serde(default = "default_max_message")]
+    pub max_message_bytes: usize,
+    /// How long a graceful shutdown waits for requests under way, in milliseconds.
+    #[serde(default = "default_drain")]
+    pub drain_ms: u64,
+    /// The gate's timings.
+    #[serde(default)]
+    pub gate: GateTimings,
+    /// A bearer token every call must carry (`authorization: Bearer …`).
+    pub auth: Option<AuthConfig>,
+    /// TLS for TCP listeners.
+    pub tls: Option<TlsConfig>,
+    /// The targets, by the name callers use.
+    #[serde(default)]
+    pub targets: BTreeMap<String, TargetConfig>,
+}
+
+/// The gate's timings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GateTimings {
+    /// A send is cut off after this long (default: the library's).
+    pub send_timeout_ms: Option<u64>,
+    /// Margin for bytes still in flight after the send timeout (default: the library's).
+    pub settle_ms: Option<u64>,
+    /// Suggested wait when an effect is in flight elsewhere (default: the library's).
+    pub retry_after_ms: Option<u64>,
+}
+
+impl GateTimings {
+    /// The send timeout, if set.
+    pub fn send_timeout(&self) -> Option<Duration> {
+        self.send_timeout_ms.map(Duration::from_millis)
+    }
+
+    /// The settle margin, if set.
+    pub fn settle(&self) -> Option<Duration> {
+        self.settle_ms.map(Duration::from_millis)
+    }
+
+    /// The suggested retry wait, if set.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_ms.map(Duration::from_millis)
+    }
+}
+
+/// Where the bearer token comes from.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The environment variable holding the token (default `INTERLOCK_SERVE_TOKEN`).
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+}
+
+/// A certificate and key in PEM files.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The private key (PEM).
+    pub key: PathBuf,
+}
+
+/// One target.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum TargetConfig {
+    /// Stripe refunds (`POST /v1/refunds`), or a server that speaks the same API.
+    StripeRefunds {
+        /// The tier the service is trusted at: 1 (dedupes by key inside 24 h, lookup), 2 (lookup
+        /// only) or 3 (neither). Default 1.
+        #[serde(default = "default_tier")]
+        tier: u8,
+        /// The API's base URL (default `https://api.stripe.com`).
+        #[serde(default = "default_stripe_base")]
+        api_base: String,
+        /// The environment variable holding the secret key (default `STRIPE_SECRET_KEY`).
+        #[serde(default = "default_stripe_key_env")]
+        secret_key_env: String,
+        /// The shop's order service, if any (`GET {shop_url}/shop/orders/{id}`).
+        shop_url: Option<String>,
+    },
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the server configuration {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped fields.
+    #[error("the server configuration {path} is not valid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (line, column, field).
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("the server configuration {path}: {field}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl ServerConfig {
+    /// Read and check a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and check configuration text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let cfg: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        cfg.check(path)?;
+        Ok(cfg)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            message,
+        };
+        crate::serve::Listen::parse(&self.listen).map_err(|m| invalid("listen", m))?;
+        if !(1024..=64 * 1024 * 1024).contains(&self.max_message_bytes) {
+            return Err(invalid(
+                "max_message_bytes",
+                format!(
+                    "{} is out of range; use 1024 to 67108864 (default {DEFAULT_MAX_MESSAGE_BYTES})",
+                    self.max_message_bytes
+                ),
+            ));
+        }
+        if self.targets.is_empty() {
+            return Err(invalid(
+                "targets",
+                "no target is configured; add one, e.g. [targets.refunds] with kind = \
+                 \"stripe_refunds\""
+                    .into(),
+            ));
+        }
+        for (name, t) in &self.targets {
+            crate::targets::check_name(name).map_err(|m| invalid("targets", m))?;
+            match t {
+                TargetConfig::StripeRefunds { tier, api_base, .. } => {
+                    if !(1..=3).contains(tier) {
+                        return Err(invalid(
+                            &format!("targets.{name}.tier"),
+                            format!("{tier} is not a tier; use 1, 2 or 3"),
+                        ));
+                    }
+                    if !(api_base.starts_with("http://") || api_base.starts_with("https://")) {
+                        return Err(invalid(
+                            &format!("targets.{name}.api_base"),
+                            format!("{api_base:?} must start with http:// or https://"),
+                        ));
+                    }
+                }
+            }
+        }
+        if self.tls.is_some() && self.listen.starts_with("unix:") {
+            return Err(invalid(
+                "tls",
+                "TLS is for TCP listeners; a unix socket is protected by its file permissions"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:50051".into()
+}
+
+fn default_schema() -> String {
+    "interlock".into()
+}
+
+fn default_max_message() -> usize {
+    DEFAULT_MAX_MESSAGE_BYTES
+}
+
+fn default_drain() -> u64 {
+    DEFAULT_DRAIN_MS
+}
+
+fn default_token_env() -> String {
+    "INTERLOCK_SERVE_TOKEN".into()
+}
+
+fn default_tier() -> u8 {
+    1
+}
+
+fn default_stripe_base() -> String {
+    "https://api.stripe.com".into()
+}
+
+fn default_stripe_key_env() -> String {
+    "STRIPE_SECRET_KEY".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
+        ServerConfig::parse(text, Path::new("serve.toml"))
+    }
+
+    #[test]
+    fn a_minimal_file_takes_loopback_and_the_defaults() -> Result<(), ConfigError> {
+        let cfg = parse("[targets.refunds]\nkind = \"stripe_refunds\"\n")?;
+        assert_eq!(cfg.listen, "127.0.0.1:50051");
+        assert_eq!(cfg.max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES);
+        assert_eq!(
+            cfg.targets.get("refunds"),
+            Some(&TargetConfig::StripeRefunds {
+                tier: 1,
+                api_base: "https://api.stripe.com".into(),
+                secret_key_env: "STRIPE_SECRET_KEY".into(),
+                shop_url: None,
+            })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn mistakes_name_the_field_and_the_fix() {
+        let cases = [
+            (
+                "listen = \"0.0.0.0\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "listen",
+            ),
+            (
+                "[targets.r]\nkind = \"stripe_refunds\"\ntier = 4",
+                "targets.r.tier",
+            ),
+            ("[targets.r]\nkind = \"paypal\"", "unknown variant"),
+            (
+                "[targets.r]\nkind = \"stripe_refunds\"\nsecret_key = \"sk_live\"",
+                "unknown field",
+            ),
+            ("listen = \"127.0.0.1:1\"", "no target is configured"),
+            (
+                "max_message_bytes = 10\n[targets.r]\nkind = \"stripe_refunds\"",
+                "out of range",
+            ),
+            (
+                "listen = \"unix:/tmp/g.sock\"\n[tls]\ncert = \"c\"\nkey = \"k\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "TLS is for TCP",
+            ),
+            (
+                "[targets.\"a b\"]\nkind = \"stripe_refunds\"",
+                "target name",
+            ),
+        ];
+        for (text, wanted) in cases {
+            match parse(text) {
+                Ok(_) => panic!("{text:?} was accepted"),
+                Err(e) => assert!(
+                    e.to_string().contains(wanted),
+                    "{text:?}: {e} does not name {wanted:?}"
+                ),
+            }
+        }
+    }
+}

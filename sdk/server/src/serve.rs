@@ -1,0 +1,482 @@
+//! The transport. Loopback TCP or a unix socket by default, because the gate decides who may move
+//! money: exposing it on a network is a choice the configuration makes explicitly, with TLS and a
+//! bearer token. Health and reflection are served beside the gate so stock tools (`grpcurl`, a
+//! load balancer's health check) work without the `.proto` file. A graceful shutdown stops new
+//! dispatches at once and waits a bounded time for requests under way; whatever it cuts off is
+//! in the journal, and the next attempt recovers it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::gate::ConfigError as GateConfigError;
+use interlock::journal::JournalError;
+use interlock::{Clock, Gate, GateError};
+use interlock_postgres::PgOptions;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Identity, ServerTlsConfig};
+use tonic::{Request, Status};
+use tonic_health::ServingStatus;
+
+use crate::config::ServerConfig;
+use crate::pb;
+use crate::pb::gate_service_server::GateServiceServer;
+use crate::service::GateApi;
+use crate::targets::Targets;
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address (an IP and a port).
+    Tcp(SocketAddr),
+    /// A unix socket's path.
+    Unix(PathBuf),
+}
+
+impl Listen {
+    /// `127.0.0.1:50051`, `[::1]:50051`, or `unix:/path/to/gate.sock`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            let path = path.trim_start_matches("//");
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "{text:?}: a unix socket needs an absolute path, e.g. unix:/run/interlock/gate.sock"
+                ));
+            }
+            return Ok(Self::Unix(PathBuf::from(path)));
+        }
+        text.parse().map(Self::Tcp).map_err(|_| {
+            format!("{text:?} is neither IP:PORT (e.g. 127.0.0.1:50051) nor unix:/absolute/path")
+        })
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The journal could not be opened.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The gate's configuration is unusable.
+    #[error(transparent)]
+    GateConfig(#[from] GateConfigError),
+    /// The gate could not be built over the journal.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// The bearer token's variable is not set.
+    #[error(
+        "the server configuration asks for a bearer token in {env}, which is not set or empty: \
+         export it, or remove [auth]"
+    )]
+    Token {
+        /// The variable.
+        env: String,
+    },
+    /// A TLS file could not be read.
+    #[error("cannot read the TLS file {path}: {source}")]
+    Tls {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another server answers on the unix socket.
+    #[error("another server is listening on {0}: stop it, or listen elsewhere")]
+    InUse(PathBuf),
+    /// The socket path holds something that is not a socket.
+    #[error("{0} exists and is not a unix socket: remove it, or listen elsewhere")]
+    NotASocket(PathBuf),
+    /// The transport failed.
+    #[error("the gRPC transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Reflection could not be set up.
+    #[error("gRPC reflection: {0}")]
+    Reflection(String),
+}
+
+/// A bound listener, ready to serve.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP.
+    Tcp(tokio::net::TcpListener),
+    /// A unix socket, removed when the server stops.
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Bind `listen`. A stale unix socket (a file nobody answers on) is replaced; a live one or
+    /// a file that is not a socket is an error.
+    pub async fn bind(listen: &Listen) -> Result<Self, ServeError> {
+        match listen {
+            Listen::Tcp(addr) => tokio::net::TcpListener::bind(addr)
+                .await
+                .map(Self::Tcp)
+                .map_err(|source| ServeError::Bind {
+                    address: addr.to_string(),
+                    source,
+                }),
+            Listen::Unix(path) => {
+                clear_stale_socket(path)?;
+                let listener =
+                    tokio::net::UnixListener::bind(path).map_err(|source| ServeError::Bind {
+                        address: format!("unix:{}", path.display()),
+                        source,
+                    })?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
+                    |source| ServeError::Bind {
+                        address: format!("unix:{}", path.display()),
+                        source,
+                    },
+                )?;
+                Ok(Self::Unix(listener, path.clone()))
+            }
+        }
+    }
+
+    /// The address a client dials: `127.0.0.1:PORT` (the port the system chose for port 0) or
+    /// `unix:/path`.
+    pub fn address(&self) -> String {
+        match self {
+            Self::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string()),
+            Self::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
+fn clear_stale_socket(path: &Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ServeError::NotASocket(path.to_owned()));
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(ServeError::InUse(path.to_owned()));
+    }
+    std::fs::remove_file(path).map_err(|source| ServeError::Bind {
+        address: format!("unix:{}", path.display()),
+        source,
+    })
+}
+
+/// A server, configured and ready to run.
+pub struct Server {
+    api: GateApi,
+    token: Option<Arc<str>>,
+    tls: Option<Identity>,
+    max_message_bytes: usize,
+    drain: Duration,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls.is_some())
+            .field("max_message_bytes", &self.max_message_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// A server for `api` with no token, no TLS and the default limits.
+    pub fn new(api: GateApi) -> Self {
+        Self {
+            api,
+            token: None,
+            tls: None,
+            max_message_bytes: crate::config::DEFAULT_MAX_MESSAGE_BYTES,
+            drain: Duration::from_millis(crate::config::DEFAULT_DRAIN_MS),
+        }
+    }
+
+    /// Require `authorization: Bearer <token>` on every gate call.
+    pub fn token(mut self, token: impl Into<Arc<str>>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Cap every message at `bytes`.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Build the server a configuration describes: open its journal (`journal` when the file
+    /// names none), build the gate (`customize` may add to it, e.g. a test's fault points), bind
+    /// its targets, and read its token and TLS files.
+    pub fn from_config(
+        cfg: &ServerConfig,
+        journal: &str,
+        clock: Arc<dyn Clock>,
+        customize: impl FnOnce(Gate) -> Gate,
+    ) -> Result<Self, ServeError> {
+        let name = cfg.journal.as_deref().unwrap_or(journal);
+        let opened = interlock_postgres::open_named(
+            name,
+            clock.clone(),
+            &PgOptions::in_schema(cfg.journal_schema.clone()),
+        )?;
+        let mut gate_cfg = opened.config;
+        if let Some(d) = cfg.gate.send_timeout() {
+            gate_cfg = gate_cfg.send_timeout(d);
+        }
+        if let Some(d) = cfg.gate.settle() {
+            gate_cfg = gate_cfg.settle(d);
+        }
+        if let Some(d) = cfg.gate.retry_after() {
+            gate_cfg = gate_cfg.retry_after(d);
+        }
+        let store = opened.store;
+        let gate = customize(Gate::new(
+            store.clone(),
+            store.clone(),
+            clock.clone(),
+            gate_cfg.build()?,
+        )?);
+        let targets = Targets::from_config(&gate, &cfg.targets);
+        let mut server =
+            Self::new(GateApi::new(store, targets, clock)).max_message_bytes(cfg.max_message_bytes);
+        server.drain = Duration::from_millis(cfg.drain_ms);
+        if let Some(auth) = &cfg.auth {
+            match std::env::var(&auth.token_env) {
+                Ok(t) if !t.is_empty() => server = server.token(t),
+                _ => {
+                    return Err(ServeError::Token {
+                        env: auth.token_env.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(tls) = &cfg.tls {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|source| ServeError::Tls {
+                    path: path.clone(),
+                    source,
+                })
+            };
+            server.tls = Some(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+        }
+        Ok(server)
+    }
+
+    /// The service, for callers that serve it themselves.
+    pub fn api(&self) -> &GateApi {
+        &self.api
+    }
+
+    /// Serve on `listener` until `shutdown` completes; then drain: no new dispatches, requests
+    /// under way get up to the drain time to finish.
+    pub async fn run(
+        self,
+        listener: Listener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_service_status(crate::SERVICE_NAME, ServingStatus::Serving)
+            .await;
+        health.set_service_status("", ServingStatus::Serving).await;
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        let token = self.token.clone();
+        let gate = InterceptedService::new(
+            GateServiceServer::new(self.api.clone())
+                .max_decoding_message_size(self.max_message_bytes)
+                .max_encoding_message_size(self.max_message_bytes),
+            move |req: Request<()>| authorize(token.as_deref(), req),
+        );
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(identity) = self.tls.clone() {
+            builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
+        }
+        let router = builder
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(gate);
+        let api = self.api.clone();
+        let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new dispatches; requests under way may finish");
+            api.drain();
+            health
+                .set_service_status(crate::SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+            let _ = drained_tx.send(());
+        };
+        let address = listener.address();
+        tracing::info!(%address, token = self.token.is_some(), tls = self.tls.is_some(), "serving interlock.v1.GateService");
+        let drain = self.drain;
+        let deadline = async move {
+            if drained_rx.await.is_ok() {
+                tokio::time::sleep(drain).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let (served, socket) = match listener {
+            Listener::Tcp(l) => {
+                let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(l), signal);
+                (race(serve, deadline).await, None)
+            }
+            Listener::Unix(l, path) => {
+                let serve = router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal);
+                (race(serve, deadline).await, Some(path))
+            }
+        };
+        if let Some(path) = socket {
+            let _ = std::fs::remove_file(path);
+        }
+        served
+    }
+}
+
+/// Run `server` on `listen` in a runtime of its own until SIGTERM or SIGINT, then drain; what
+/// `interlock serve` does. `ready` is told the address once the socket is bound (the port the
+/// system chose, for port 0).
+pub fn run_until_signalled(
+    server: Server,
+    listen: &Listen,
+    ready: impl FnOnce(&str),
+) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("interlock-serve")
+        .build()
+        .map_err(|source| ServeError::Bind {
+            address: "a runtime for the server".into(),
+            source,
+        })?;
+    let served = runtime.block_on(async {
+        let listener = Listener::bind(listen).await?;
+        ready(&listener.address());
+        server.run(listener, signalled()).await
+    });
+    // Requests cut off by the drain deadline may still be blocked in a send: their effects are
+    // journaled as in flight, so the process need not wait for them.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// SIGTERM or SIGINT.
+async fn signalled() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot listen for signals; stop the server with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The server's end, or the drain deadline's, whichever comes first.
+async fn race(
+    serve: impl Future<Output = Result<(), tonic::transport::Error>>,
+    deadline: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    tokio::select! {
+        r = serve => r.map_err(ServeError::from),
+        () = deadline => {
+            tracing::warn!(
+                "requests still under way at the end of the drain time were cut off; their \
+                 effects are in the journal and the next attempt recovers them"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Check the bearer token, in constant time.
+fn authorize(token: Option<&str>, req: Request<()>) -> Result<Request<()>, Status> {
+    let Some(token) = token else {
+        return Ok(req);
+    };
+    let given = req
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if same(g.as_bytes(), token.as_bytes()) => Ok(req),
+        Some(_) => Err(Status::unauthenticated(
+            "the bearer token is wrong: use the token the server was configured with",
+        )),
+        None => Err(Status::unauthenticated(
+            "this server needs `authorization: Bearer <token>` on every call",
+        )),
+    }
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_are_loopback_tcp_or_absolute_unix_paths() {
+        assert_eq!(
+            Listen::parse("127.0.0.1:50051"),
+            Ok(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 50051))))
+        );
+        assert_eq!(
+            Listen::parse("unix:///run/g.sock"),
+            Ok(Listen::Unix("/run/g.sock".into()))
+        );
+        assert!(Listen::parse("unix:g.sock").is_err());
+        assert!(Listen::parse("localhost").is_err());
+    }
+
+    #[test]
+    fn only_the_configured_token_passes() {
+        let with = |v: &str| {
+            let mut r = Request::new(());
+            if let Ok(v) = v.parse() {
+                r.metadata_mut().insert("authorization", v);
+            }
+            r
+        };
+        assert!(authorize(Some("s3cret"), with("Bearer s3cret")).is_ok());
+        assert!(authorize(Some("s3cret"), with("Bearer s3cre")).is_err());
+        assert!(authorize(Some("s3cret"), with("s3cret")).is_err());
+        assert!(authorize(Some("s3cret"), Request::new(())).is_err());
+        assert!(authorize(None, Request::new(())).is_ok());
+    }
+}

@@ -1,0 +1,354 @@
+//! The RPCs. Each runs the blocking gate on tokio's blocking pool; the request's task only waits.
+//! When a caller goes away (its worker was killed, its deadline passed) or the server drains, the
+//! attempt is told through [`Bound::with_stop`] and stops before the next step that could lead to
+//! a send; a send already dispatched goes out and its answer is journaled, so the next attempt
+//! replays it instead of guessing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use interlock::core::EffectState;
+use interlock::verify::{self, Sources};
+use interlock::{Bound, Clock, JournalStore};
+use tonic::{Request, Response, Status};
+
+use crate::convert::{self, Invalid};
+use crate::pb;
+use crate::pb::gate_service_server::GateService;
+use crate::status;
+use crate::targets::{TargetEntry, Targets};
+
+/// Most effects one `ListEffects` page holds.
+pub const MAX_PAGE: usize = 1000;
+/// Effects per page when the caller does not say.
+pub const DEFAULT_PAGE: usize = 100;
+
+/// The service: the journal, the targets, and whether the server is draining.
+#[derive(Clone)]
+pub struct GateApi {
+    journal: Arc<dyn JournalStore>,
+    targets: Arc<Targets>,
+    clock: Arc<dyn Clock>,
+    draining: Arc<AtomicBool>,
+}
+
+/// Sets its flag when dropped: the request's task was dropped because its caller went away (or
+/// it finished, when the flag no longer matters).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl GateApi {
+    /// A service over `journal` (which keeps the leases) and `targets`.
+    pub fn new(journal: Arc<dyn JournalStore>, targets: Targets, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            journal,
+            targets: Arc::new(targets),
+            clock,
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// From now on, attempts stop before any step that could lead to a send (sends already
+    /// dispatched finish). Called when a graceful shutdown begins.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// The journal this service writes.
+    pub fn journal(&self) -> &Arc<dyn JournalStore> {
+        &self.journal
+    }
+
+    fn target(&self, name: &str) -> Result<&TargetEntry, Status> {
+        self.targets.get(name).map_err(status::unusable)
+    }
+
+    /// `bound`, stopped when the request is dropped or the server drains; the guard must live
+    /// as long as the request's task.
+    fn stoppable(&self, bound: &Bound) -> (Bound, CancelOnDrop) {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let draining = self.draining.clone();
+        let flag = cancelled.clone();
+        let stop = Arc::new(move || flag.load(Ordering::SeqCst) || draining.load(Ordering::SeqCst));
+        (bound.clone().with_stop(stop), CancelOnDrop(cancelled))
+    }
+
+    fn check_payload(entry: &TargetEntry, payload: &serde_json::Value) -> Result<(), Status> {
+        match entry.check_payload {
+            Some(check) => check(payload).map_err(|m| {
+                status::invalid(&Invalid {
+                    field: "payload_json".into(),
+                    message: format!(
+                        "not a payload for target {}: {m}",
+                        entry.bound.target().name()
+                    ),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Run blocking work on the pool, and map its death.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| status::died(&e))?
+}
+
+fn invalid(e: Invalid) -> Status {
+    status::invalid(&e)
+}
+
+#[tonic::async_trait]
+impl GateService for GateApi {
+    async fn decide(
+        &self,
+        request: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        let r = request.into_inner();
+        let entry = self.target(&r.target)?;
+        let key = convert::key("key", &r.key).map_err(invalid)?;
+        let payload =
+            convert::json_field("payload_json", &r.payload_json, true).map_err(invalid)?;
+        let lease = convert::name("lease", &r.lease).map_err(invalid)?;
+        Self::check_payload(entry, &payload)?;
+        let bound = entry.bound.clone();
+        let effect = blocking(move || {
+            bound
+                .decide(key, &payload, lease)
+                .map_err(|e| status::decide(&e))
+        })
+        .await?;
+        Ok(Response::new(pb::DecideResponse {
+            effect: Some(convert::effect_to(&effect)),
+        }))
+    }
+
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let r = request.into_inner();
+        let entry = self.target(&r.target)?;
+        let effect = convert::effect_from(r.effect.as_ref()).map_err(invalid)?;
+        Self::check_payload(entry, &effect.payload)?;
+        let (mut bound, _guard) = self.stoppable(&entry.bound);
+        if !r.attempt.is_empty() {
+            let attempt = convert::name("attempt", &r.attempt).map_err(invalid)?;
+            bound = bound.with_attempt(format!("grpc:{attempt}"));
+        }
+        let outcome = blocking(move || bound.submit(&effect).map_err(|e| status::gate(&e))).await?;
+        Ok(Response::new(pb::SubmitResponse {
+            outcome: Some(convert::outcome(outcome)),
+        }))
+    }
+
+    async fn recover(
+        &self,
+        request: Request<pb::RecoverRequest>,
+    ) -> Result<Response<pb::RecoverResponse>, Status> {
+        let r = request.into_inner();
+        let entry = self.target(&r.target)?;
+        let key = convert::key("key", &r.key).map_err(invalid)?;
+        let (bound, _guard) = self.stoppable(&entry.bound);
+        let outcome = blocking(move || bound.recover(&key).map_err(|e| status::gate(&e))).await?;
+        Ok(Response::new(pb::RecoverResponse {
+            outcome: Some(convert::outcome(outcome)),
+        }))
+    }
+
+    async fn get_effect(
+        &self,
+        request: Request<pb::GetEffectRequest>,
+    ) -> Result<Response<pb::GetEffectResponse>, Status> {
+        let key = convert::key("key", &request.into_inner().key).map_err(invalid)?;
+        let journal = self.journal.clone();
+        blocking(move || {
+            let records = journal.history(&key).map_err(|e| status::journal(&e))?;
+            if records.is_empty() {
+                return Err(Status::not_found(format!(
+                    "no effect with key {key} is in the journal"
+                )));
+            }
+            let state = journal.state(&key).map_err(|e| status::journal(&e))?;
+            Ok(Response::new(pb::GetEffectResponse {
+                key: key.to_string(),
+                status: convert::status(state.status()).into(),
+                records: records.iter().map(convert::record).collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn list_effects(
+        &self,
+        request: Request<pb::ListEffectsRequest>,
+    ) -> Result<Response<pb::ListEffectsResponse>, Status> {
+        let r = request.into_inner();
+        let size = match usize::try_from(r.page_size).unwrap_or(usize::MAX) {
+            0 => DEFAULT_PAGE,
+            n if n > MAX_PAGE => {
+                return Err(Status::invalid_argument(format!(
+                    "page_size: {n}; at most {MAX_PAGE}"
+                )));
+            }
+            n => n,
+        };
+        let start: usize = if r.page_token.is_empty() {
+            0
+        } else {
+            r.page_token.parse().map_err(|_| {
+                Status::invalid_argument(
+                    "page_token: not a token this server gave; pass next_page_token unchanged",
+                )
+            })?
+        };
+        let journal = self.journal.clone();
+        blocking(move || {
+            let keys = journal.keys().map_err(|e| status::journal(&e))?;
+            let end = start.saturating_add(size).min(keys.len());
+            let mut effects = Vec::new();
+            for k in keys.get(start..end).unwrap_or_default() {
+                let key = convert::key("key", k).map_err(|e| Status::internal(e.to_string()))?;
+                let state = journal.state(&key).map_err(|e| status::journal(&e))?;
+                effects.push(pb::EffectSummary {
+                    key: k.clone(),
+                    status: convert::status(state.status()).into(),
+                    target: state.first().map(|f| f.target.clone()).unwrap_or_default(),
+                });
+            }
+            Ok(Response::new(pb::ListEffectsResponse {
+                effects,
+                next_page_token: if end < keys.len() {
+                    end.to_string()
+                } else {
+                    String::new()
+                },
+            }))
+        })
+        .await
+    }
+
+    async fn verify(
+        &self,
+        request: Request<pb::VerifyRequest>,
+    ) -> Result<Response<pb::VerifyResponse>, Status> {
+        let r = request.into_inner();
+        let key = convert::key("key", &r.key).map_err(invalid)?;
+        let journal = self.journal.clone();
+        let targets = self.targets.clone();
+        blocking(move || {
+            let state = journal.state(&key).map_err(|e| status::journal(&e))?;
+            if matches!(state, EffectState::Absent) {
+                return Err(Status::not_found(format!(
+                    "no effect with key {key} is in the journal"
+                )));
+            }
+            let records = match (r.ask_target, state.first()) {
+                (true, Some(first)) => Some(
+                    targets
+                        .by_target_name(&first.target)
+                        .and_then(|t| t.records.clone())
+                        .ok_or_else(|| {
+                            Status::failed_precondition(format!(
+                                "the effect was proposed for target {}, whose records this \
+                                 server cannot read; verify without ask_target",
+                                first.target
+                            ))
+                        })?,
+                ),
+                _ => None,
+            };
+            let v = verify::verify(
+                journal.as_ref(),
+                &key,
+                &Sources {
+                    leases: Some(journal.as_ref()),
+                    records: records.as_deref(),
+                    ..Sources::default()
+                },
+            );
+            Ok(Response::new(pb::VerifyResponse {
+                key: v.key.clone(),
+                status: convert::status(v.outcome).into(),
+                holds: v.holds(),
+                columns: v
+                    .columns
+                    .iter()
+                    .map(|c| pb::VerifyColumn {
+                        name: c.name.to_owned(),
+                        verdict: match c.holds {
+                            Some(true) => pb::VerifyVerdict::Holds,
+                            Some(false) => pb::VerifyVerdict::Fails,
+                            None => pb::VerifyVerdict::NotApplicable,
+                        }
+                        .into(),
+                        detail: c.detail.clone(),
+                    })
+                    .collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn grant_lease(
+        &self,
+        request: Request<pb::GrantLeaseRequest>,
+    ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
+        let grant = convert::lease_from(request.into_inner().lease.as_ref(), self.clock.now_ms())
+            .map_err(invalid)?;
+        let journal = self.journal.clone();
+        blocking(move || {
+            if journal
+                .describe(&grant.id)
+                .map_err(|e| status::lease(&e))?
+                .is_some()
+            {
+                return Err(Status::already_exists(format!(
+                    "lease {} already exists: revoke it and grant a new id",
+                    grant.id
+                )));
+            }
+            journal.grant_lease(&grant).map_err(|e| status::lease(&e))?;
+            Ok(Response::new(pb::GrantLeaseResponse {
+                lease: Some(convert::lease_to(&grant)),
+            }))
+        })
+        .await
+    }
+
+    async fn revoke_lease(
+        &self,
+        request: Request<pb::RevokeLeaseRequest>,
+    ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+        let id = convert::name("id", &request.into_inner().id).map_err(invalid)?;
+        let journal = self.journal.clone();
+        blocking(move || {
+            let revoked = journal.revoke_lease(&id).map_err(|e| status::lease(&e))?;
+            Ok(Response::new(pb::RevokeLeaseResponse { revoked }))
+        })
+        .await
+    }
+
+    async fn list_leases(
+        &self,
+        _request: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        let journal = self.journal.clone();
+        blocking(move || {
+            let leases = journal.leases().map_err(|e| status::lease(&e))?;
+            Ok(Response::new(pb::ListLeasesResponse {
+                leases: leases.iter().map(convert::lease_to).collect(),
+            }))
+        })
+        .await
+    }
+}

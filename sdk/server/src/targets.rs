@@ -1,0 +1,163 @@
+//! Targets by the name callers use. A target that cannot be bound (a tier-1 target whose dedupe
+//! window does not cover the gate's timings, a missing secret) stays listed with the reason, so a
+//! caller is told why (`FAILED_PRECONDITION`) instead of the server refusing every other target.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use interlock::target::TargetRecords;
+use interlock::{Bound, Gate, Tier};
+use interlock_stripe::{
+    RefundPayload, RefundPremises, StripeConfig, StripeRefundPremises, StripeRefunds,
+};
+use serde_json::Value;
+
+use crate::config::TargetConfig;
+
+/// Checks a payload's shape for a target before anything is read or journaled.
+pub type PayloadCheck = fn(&Value) -> Result<(), String>;
+
+/// A target that can be used.
+#[derive(Clone)]
+pub struct TargetEntry {
+    /// The gate bound to the target and its premise reader.
+    pub bound: Bound,
+    /// The target's own records, for `Verify` with `ask_target`.
+    pub records: Option<Arc<dyn TargetRecords>>,
+    /// The payload's shape, checked before `Decide` and `Submit` (`INVALID_ARGUMENT`).
+    pub check_payload: Option<PayloadCheck>,
+}
+
+/// Every configured target: usable, or broken with the reason.
+#[derive(Clone, Default)]
+pub struct Targets {
+    by_name: BTreeMap<String, Result<TargetEntry, String>>,
+}
+
+/// Why a target cannot serve a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unusable {
+    /// No target has that name.
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// The target is configured but cannot be bound.
+    Broken {
+        /// The target.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Targets {
+    /// No targets.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a usable target under `name`.
+    pub fn insert(&mut self, name: impl Into<String>, entry: TargetEntry) {
+        self.by_name.insert(name.into(), Ok(entry));
+    }
+
+    /// Register a target that cannot be used, with the reason callers will be given.
+    pub fn insert_broken(&mut self, name: impl Into<String>, reason: impl Into<String>) {
+        self.by_name.insert(name.into(), Err(reason.into()));
+    }
+
+    /// Build every configured target over `gate`, reading secrets from the environment.
+    pub fn from_config(gate: &Gate, configs: &BTreeMap<String, TargetConfig>) -> Self {
+        let mut targets = Self::new();
+        for (name, cfg) in configs {
+            match build(gate, cfg) {
+                Ok(entry) => targets.insert(name.clone(), entry),
+                Err(reason) => {
+                    tracing::error!(target_name = %name, %reason, "target cannot be used; calls naming it fail with FAILED_PRECONDITION");
+                    targets.insert_broken(name.clone(), reason);
+                }
+            }
+        }
+        targets
+    }
+
+    /// The target named `name`.
+    pub fn get(&self, name: &str) -> Result<&TargetEntry, Unusable> {
+        match self.by_name.get(name) {
+            Some(Ok(entry)) => Ok(entry),
+            Some(Err(reason)) => Err(Unusable::Broken {
+                name: name.to_owned(),
+                reason: reason.clone(),
+            }),
+            None => Err(Unusable::Unknown {
+                name: name.chars().take(80).collect(),
+                known: self.by_name.keys().cloned().collect(),
+            }),
+        }
+    }
+
+    /// The usable target whose gate sends to the target named `journaled` in a proposal.
+    pub fn by_target_name(&self, journaled: &str) -> Option<&TargetEntry> {
+        self.by_name
+            .values()
+            .filter_map(|t| t.as_ref().ok())
+            .find(|t| t.bound.target().name() == journaled)
+    }
+
+    /// Every name, usable or not.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+}
+
+/// A target's name: what a caller types, so letters, digits, `_`, `-` and `.` only.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "target name {name:?} must be 1–64 letters, digits, '_', '-' or '.'"
+        ))
+    }
+}
+
+fn build(gate: &Gate, cfg: &TargetConfig) -> Result<TargetEntry, String> {
+    match cfg {
+        TargetConfig::StripeRefunds {
+            tier,
+            api_base,
+            secret_key_env,
+            shop_url,
+        } => {
+            let secret = std::env::var(secret_key_env).map_err(|_| {
+                format!("{secret_key_env} is not set: export the Stripe secret key the server should use")
+            })?;
+            let stripe_cfg =
+                StripeConfig::new(api_base.clone(), secret).map_err(|e| e.to_string())?;
+            let tier = Tier::try_from(*tier).map_err(|e| e.to_string())?;
+            let target = StripeRefunds::new(stripe_cfg).assume_tier(tier);
+            let premises = RefundPremises {
+                stripe: StripeRefundPremises(target.clone()),
+                shop: shop_url
+                    .as_ref()
+                    .map(|s| s.trim_end_matches('/').to_owned()),
+            };
+            let bound = gate
+                .bind(Arc::new(target.clone()), Arc::new(premises))
+                .map_err(|e| e.to_string())?;
+            Ok(TargetEntry {
+                bound,
+                records: Some(Arc::new(target)),
+                check_payload: Some(|p| RefundPayload::from_value(p).map(drop)),
+            })
+        }
+    }
+}

@@ -1,0 +1,156 @@
+"""The Python refund worker: polls a Temporal task queue and runs ``RefundWorkflow`` with its
+refund step one ``Submit`` call to the Interlock gate server, so a worker in any language gets the
+gate's guarantees without linking it.
+
+    python3 refund_worker.py
+
+Configured by the environment:
+
+* ``TEMPORAL_ADDRESS``: the Temporal frontend, ``host:port`` (a scheme such as ``http://`` is
+  stripped); default ``127.0.0.1:7233``.
+* ``TASK_QUEUE``: default ``refunds``.
+* ``INTERLOCK_GATE_ADDRESS``: the gate server's gRPC target (``127.0.0.1:50051``,
+  ``unix:///path/gate.sock``); default ``127.0.0.1:50051``.
+* ``INTERLOCK_GATE_TOKEN``: sent as ``authorization: Bearer <token>`` when set.
+* ``INTERLOCK_GATE_TARGET_T1`` / ``INTERLOCK_GATE_TARGET_T2``: the server's target names for
+  ``gated_py_t1`` / ``gated_py_t2``; defaults ``refunds_t1`` / ``refunds_t2``.
+
+Logs go to stderr. Runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Mapping
+
+import grpc
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+import gen_stubs
+
+gen_stubs.ensure_importable()
+
+from refund_activities import GateSettings, RefundActivities  # noqa: E402
+from refund_workflow import RefundWorkflow  # noqa: E402
+
+log = logging.getLogger("refund_worker")
+
+# How long to keep trying to reach Temporal at start-up.
+CONNECT_FOR = 30.0
+
+# The harness SIGKILLs and restarts the gate server mid-refund: reconnect within ~100 ms–1 s
+# rather than gRPC's default backoff (1 s growing to 120 s).
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
+def temporal_address(env: Mapping[str, str]) -> str:
+    """``TEMPORAL_ADDRESS`` as ``host:port`` (the Rust worker takes ``http://host:port``)."""
+    addr = env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233"
+    if "://" in addr:
+        addr = addr.split("://", 1)[1]
+    return addr.rstrip("/")
+
+
+def gate_settings(env: Mapping[str, str]) -> GateSettings:
+    """The gate server's address, token and target names from the environment."""
+    return GateSettings(
+        address=env.get("INTERLOCK_GATE_ADDRESS") or "127.0.0.1:50051",
+        token=env.get("INTERLOCK_GATE_TOKEN") or None,
+        target_t1=env.get("INTERLOCK_GATE_TARGET_T1") or "refunds_t1",
+        target_t2=env.get("INTERLOCK_GATE_TARGET_T2") or "refunds_t2",
+    )
+
+
+def channel(address: str) -> grpc.aio.Channel:
+    """An insecure channel to the gate server that reconnects fast after a restart."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+async def connect(address: str, identity: str) -> Client:
+    """A client of the ``default`` namespace, retrying for ``CONNECT_FOR`` seconds."""
+    deadline = time.monotonic() + CONNECT_FOR
+    while True:
+        try:
+            return await Client.connect(address, namespace="default", identity=identity)
+        except Exception as e:  # the SDK raises RuntimeError; anything else is also worth a retry
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"connecting to Temporal at {address}: is `temporal server start-dev` "
+                    f"running? ({e})"
+                ) from e
+            log.info("Temporal at %s not reachable yet (%s); retrying", address, e)
+            await asyncio.sleep(0.5)
+
+
+async def run(env: Mapping[str, str]) -> None:
+    """Connect, register, and poll until SIGTERM or SIGINT."""
+    addr = temporal_address(env)
+    queue = env.get("TASK_QUEUE") or "refunds"
+    settings = gate_settings(env)
+    identity = f"refund-worker-py@pid{os.getpid()}"
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # A stop while Temporal is still out of reach ends the wait at once.
+    connecting = asyncio.ensure_future(connect(addr, identity))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not connecting.done():
+        connecting.cancel()
+        log.info("stopped before reaching Temporal")
+        return
+    client = connecting.result()
+    async with channel(settings.address) as gate_channel:
+        acts = RefundActivities(gate_channel, settings)
+        worker = Worker(
+            client,
+            task_queue=queue,
+            workflows=[RefundWorkflow],
+            activities=[acts.decide, acts.refund_gated],
+            # No workflow cache: a killed worker's sticky queue would otherwise stall the
+            # workflow (as in the Rust worker).
+            max_cached_workflows=0,
+            identity=identity,
+        )
+        async with worker:
+            log.info(
+                "polling addr=%s queue=%s gate=%s targets=%s,%s pid=%d",
+                addr,
+                queue,
+                settings.address,
+                settings.target_t1,
+                settings.target_t2,
+                os.getpid(),
+            )
+            await stop.wait()
+            log.info("stopping")
+
+
+def main() -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(run(os.environ))
+    except RuntimeError as e:
+        log.error("%s", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
