@@ -434,6 +434,44 @@ fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing(kind: Kind) {
     assert_eq!(b.sim.requests(), 0);
 }
 
+fn an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing(kind: Kind) {
+    let b = Bench::new(kind, Tier::One);
+    let stall = Stall::new();
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let seen = cancelled.clone();
+    let bound = b
+        .bind(&b.gate("caller-gone", Some(faults)), b.sim_target())
+        .with_stop(Arc::new(move || seen.load(Ordering::SeqCst)));
+    let effect = b.effect();
+    let attempt = std::thread::spawn(move || bound.submit(&effect));
+    stall.wait_reached();
+    // Between its dispatch record and its send, the attempt's caller goes away (a worker killed
+    // mid-call to the gate server, a server draining) and the approval is revoked.
+    cancelled.store(true, Ordering::SeqCst);
+    assert!(b.journal.revoke_lease(LEASE).unwrap());
+    stall.release();
+    let out = attempt.join().unwrap().unwrap();
+    assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
+    assert_eq!(
+        b.sim.requests(),
+        0,
+        "sent after its caller went away and its lease was revoked"
+    );
+    // The next attempt recovers it as after a crash at that point: it re-checks, and refuses.
+    b.clock.advance(36_000);
+    let out = b
+        .bind(&b.gate("next", None), b.sim_target())
+        .recover(&World::key())
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery),
+        "{out:?}"
+    );
+    assert_eq!(b.refunded(), 0);
+}
+
 /// The Stripe target, tier 1 as Stripe promises, against a Stripe-compatible server that ignores
 /// `Idempotency-Key` (the payments API acting as tier 2).
 fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, Arc<dyn Target>) {
@@ -518,5 +556,6 @@ interlock_tests::every_store!(
     a_saved_500_after_the_refund_applied_commits_by_lookup,
     a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send,
     a_cancelled_attempt_dispatches_takes_over_and_resends_nothing,
+    an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing,
     a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2,
 );

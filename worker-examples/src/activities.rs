@@ -188,7 +188,7 @@ impl RefundActivities {
         d: Decision,
     ) -> Result<RefundReport, ActivityError> {
         let bound = match d.request.system {
-            System::GatedT2 => &self.deps.gates[1],
+            System::GatedT2 | System::GatedPyT2 => &self.deps.gates[1],
             System::GatedT3 => &self.deps.gates[2],
             _ => &self.deps.gates[0],
         };

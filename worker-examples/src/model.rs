@@ -21,17 +21,23 @@ pub enum System {
     GatedT2,
     /// Through the gate, tier 3 (neither).
     GatedT3,
+    /// The Python worker (`worker-examples/python`) through the gate server, tier 1.
+    GatedPyT1,
+    /// The Python worker through the gate server, tier 2.
+    GatedPyT2,
 }
 
 impl System {
     /// Every system, in table order.
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 8] = [
         System::Naive,
         System::Keyed,
         System::Checked,
         System::GatedT1,
         System::GatedT2,
         System::GatedT3,
+        System::GatedPyT1,
+        System::GatedPyT2,
     ];
 
     /// Stable name.
@@ -43,13 +49,15 @@ impl System {
             System::GatedT1 => "gated_t1",
             System::GatedT2 => "gated_t2",
             System::GatedT3 => "gated_t3",
+            System::GatedPyT1 => "gated_py_t1",
+            System::GatedPyT2 => "gated_py_t2",
         }
     }
 
     /// The tier the payments API must act as for this system.
     pub fn service_tier(self) -> u8 {
         match self {
-            System::GatedT2 => 2,
+            System::GatedT2 | System::GatedPyT2 => 2,
             System::GatedT3 => 3,
             _ => 1,
         }

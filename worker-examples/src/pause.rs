@@ -1,10 +1,13 @@
-//! Named pause points for the kill matrix. A worker started with `INTERLOCK_PAUSE_AT=<point>`
-//! and `INTERLOCK_PAUSE_DIR=<dir>` stops the first attempt that reaches the point, writes
-//! `<dir>/paused-<pid>` and waits for `<dir>/go-<pid>`; the harness meanwhile kills it with SIGKILL
-//! (or freezes it with SIGSTOP to make a zombie). Without the variables it costs nothing.
+//! Named pause points for the kill matrix. A worker (or gate server) started with
+//! `INTERLOCK_PAUSE_AT=<point>[,<point>…]` and `INTERLOCK_PAUSE_DIR=<dir>` stops the first attempt
+//! that reaches each point, writes the point's name to `<dir>/paused-<pid>` and waits for
+//! `<dir>/go-<pid>`; the harness meanwhile kills it with SIGKILL (or freezes it with SIGSTOP to
+//! make a zombie), or lets it go on, after which both files are removed so the next point can
+//! pause. Without the variables it costs nothing.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use interlock::faults::{Crash, FaultPoint, Faults};
@@ -12,29 +15,41 @@ use interlock::faults::{Crash, FaultPoint, Faults};
 /// A configured pause point.
 #[derive(Debug)]
 pub struct Pause {
-    point: String,
+    points: Vec<String>,
     dir: PathBuf,
-    fired: AtomicBool,
+    fired: Mutex<HashSet<String>>,
 }
 
 impl Pause {
     /// From the environment, if set.
     pub fn from_env() -> Option<Self> {
-        let point = std::env::var("INTERLOCK_PAUSE_AT")
-            .ok()
-            .filter(|p| !p.is_empty())?;
+        let points: Vec<String> = std::env::var("INTERLOCK_PAUSE_AT")
+            .ok()?
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if points.is_empty() {
+            return None;
+        }
         let dir =
             PathBuf::from(std::env::var("INTERLOCK_PAUSE_DIR").unwrap_or_else(|_| ".".into()));
         Some(Self {
-            point,
+            points,
             dir,
-            fired: AtomicBool::new(false),
+            fired: Mutex::new(HashSet::new()),
         })
     }
 
-    /// Pause here if `point` is the configured one and no attempt paused yet.
+    /// Pause here if `point` is a configured one and no attempt paused at it yet.
     pub fn at(&self, point: &str) {
-        if point != self.point || self.fired.swap(true, Ordering::SeqCst) {
+        if !self.points.iter().any(|p| p == point)
+            || !self
+                .fired
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(point.to_owned())
+        {
             return;
         }
         let pid = std::process::id();
@@ -48,6 +63,8 @@ impl Pause {
         while !go.exists() {
             std::thread::sleep(Duration::from_millis(5));
         }
+        let _ = std::fs::remove_file(&marker);
+        let _ = std::fs::remove_file(&go);
     }
 }
 

@@ -99,7 +99,12 @@ impl RefundWorkflow {
                 ctx.execute_activity(RefundActivities::refund_checked, decision, opts)
                     .await,
             ),
-            System::GatedT1 | System::GatedT2 | System::GatedT3 => report_of(
+            // The Python worker's systems run the same gated activity when a Rust worker gets them.
+            System::GatedT1
+            | System::GatedT2
+            | System::GatedT3
+            | System::GatedPyT1
+            | System::GatedPyT2 => report_of(
                 ctx.execute_activity(RefundActivities::refund_gated, decision, opts)
                     .await,
             ),

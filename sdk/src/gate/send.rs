@@ -48,6 +48,19 @@ impl Bound {
                 reason: format!("claim {token} was taken over before this attempt sent"),
             }));
         }
+        // A caller that went away (a worker killed mid-call to a gate server, a cancelled
+        // activity, a server draining) stops its attempt here too, even after its own dispatch:
+        // the send's record stays in flight, the lock is released on return, and the next attempt
+        // recovers it as after a crash at this point — re-reading the lease and the premises,
+        // which may have moved while this attempt stalled.
+        if self.cancelled().is_some() {
+            return Ok(Step::Done(Outcome::Superseded {
+                reason: format!(
+                    "the attempt was cancelled after claim {token}'s dispatch was journaled and \
+                     before anything was sent; the next attempt recovers it"
+                ),
+            }));
+        }
         // A lease kept outside the journal could have been revoked while the dispatch was being
         // written, unordered with it: read it once more now that the record is durable.
         if !self.gate.leases_in_journal && self.lease_verdict(first) != LeaseVerdict::Live {

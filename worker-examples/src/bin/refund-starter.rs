@@ -31,7 +31,8 @@ struct Args {
     lease: String,
     /// The approved request's id (the effect's key).
     request_id: String,
-    /// How to refund: naive, keyed, checked, gated_t1, gated_t2 or gated_t3.
+    /// How to refund: naive, keyed, checked, gated_t1, gated_t2, gated_t3 (the Rust worker), or
+    /// gated_py_t1, gated_py_t2 (the Python worker through the gate server).
     system: String,
 }
 
@@ -40,7 +41,10 @@ async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let workflow_id = &args.workflow_id;
     let system: System = serde_json::from_value(json!(args.system)).map_err(|_| {
-        anyhow!("system must be one of naive, keyed, checked, gated_t1, gated_t2, gated_t3")
+        anyhow!(
+            "system must be one of naive, keyed, checked, gated_t1, gated_t2, gated_t3, \
+             gated_py_t1, gated_py_t2"
+        )
     })?;
     let request = RefundRequest {
         request_id: args.request_id.clone(),
