@@ -16,6 +16,12 @@ pub enum Kill {
     /// Freeze the worker (SIGSTOP) before its send until the heartbeat times out and another
     /// attempt runs, then thaw it: two attempts overlap.
     Zombie,
+    /// SIGKILL the gate server (not the worker) at a named point; restart it. Only for systems
+    /// that reach the gate through the server.
+    ServerAt(&'static str),
+    /// SIGKILL the gate server while the payments API holds the response of a request it
+    /// already applied; restart it. Only for systems that reach the gate through the server.
+    ServerAtService,
 }
 
 /// What the world does while the worker is down (or paused).
@@ -83,6 +89,20 @@ impl E2eCase {
     pub fn wanted_cents(&self) -> i64 {
         self.others_cents() + self.ours_wanted_cents()
     }
+
+    /// Whether the case means anything for `system`: the gate server's own kill points only
+    /// for the systems that reach the gate through it.
+    pub fn applies_to(&self, system: &str) -> bool {
+        match self.kill {
+            Kill::ServerAt(_) | Kill::ServerAtService => through_server(system),
+            _ => true,
+        }
+    }
+}
+
+/// Whether `system` reaches the gate through the gate server (the Python worker's systems).
+pub fn through_server(system: &str) -> bool {
+    system.starts_with("gated_py")
 }
 
 const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E2eCase {
@@ -95,7 +115,7 @@ const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E
 }
 
 /// Every row.
-pub const ALL: [E2eCase; 18] = [
+pub const ALL: [E2eCase; 20] = [
     case("happy_path", Kill::None, Outage::None, Setup::Plain),
     case(
         "crash_before_journal",
@@ -189,14 +209,28 @@ pub const ALL: [E2eCase; 18] = [
         Setup::ServerErrorAfterApply,
     ),
     case("definite_4xx", Kill::None, Outage::None, Setup::Disputed),
+    case(
+        "server_killed_before_send",
+        Kill::ServerAt("after_dispatch"),
+        Outage::None,
+        Setup::Plain,
+    ),
+    case(
+        "server_killed_in_flight",
+        Kill::ServerAtService,
+        Outage::None,
+        Setup::Plain,
+    ),
 ];
 
 /// The CI subset.
-pub const QUICK: [&str; 6] = [
+pub const QUICK: [&str; 8] = [
     "crash_before_send",
     "crash_in_flight",
     "hand_refund_during_outage",
     "lease_revoked_during_outage",
     "expired_key",
     "zombie_attempt",
+    "server_killed_before_send",
+    "server_killed_in_flight",
 ];

@@ -2,7 +2,7 @@
 //! interruption, the world's action, a fresh worker, and the verdict from the payments API's own
 //! records.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -20,14 +20,17 @@ use crate::procs::{DevServer, StarterProc, WorkerProc, now_ms};
 /// The system under test, by the worker's name for it.
 pub type SystemName = &'static str;
 
-/// Every system, in table order, with the tier the payments API acts as for it.
-pub const SYSTEMS: [(SystemName, u8); 6] = [
+/// Every system, in table order, with the tier the payments API acts as for it. The `gated_py`
+/// systems are the Python worker (`worker-examples/python`) through the gate server.
+pub const SYSTEMS: [(SystemName, u8); 8] = [
     ("naive", 1),
     ("keyed", 1),
     ("checked", 1),
     ("gated_t1", 1),
     ("gated_t2", 2),
     ("gated_t3", 3),
+    ("gated_py_t1", 1),
+    ("gated_py_t2", 2),
 ];
 
 /// The harness's clock: the system clock plus a skew it shares with the workers through a file.
@@ -87,6 +90,10 @@ pub struct Env {
     pub worker_bin: PathBuf,
     /// `refund-starter`.
     pub starter_bin: PathBuf,
+    /// `gate-server`: `interlock serve` with the harness's pause points and clock.
+    pub gate_server_bin: PathBuf,
+    /// The Python worker's entry point (`worker-examples/python/refund_worker.py`).
+    pub python_worker: PathBuf,
     /// Scratch space for cells.
     pub work: PathBuf,
 }
@@ -119,6 +126,61 @@ impl Env {
             vars.push(("INTERLOCK_SHOP_URL".to_owned(), shop.clone()));
         }
         vars
+    }
+
+    /// The environment of a Python worker polling `queue` and calling the gate server on
+    /// `socket`.
+    pub fn python_vars(&self, queue: &str, socket: &Path) -> Vec<(String, String)> {
+        vec![
+            (
+                "TEMPORAL_ADDRESS".to_owned(),
+                format!("http://{}", self.server.address),
+            ),
+            ("TASK_QUEUE".to_owned(), queue.to_owned()),
+            (
+                "INTERLOCK_GATE_ADDRESS".to_owned(),
+                format!("unix://{}", socket.display()),
+            ),
+            ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
+        ]
+    }
+
+    /// The environment of a gate server (the Stripe key its configuration names, the shared
+    /// clock, the journal).
+    pub fn server_vars(&self) -> Vec<(String, String)> {
+        vec![
+            ("STRIPE_SECRET_KEY".to_owned(), self.secret.clone()),
+            (
+                "INTERLOCK_CLOCK_SKEW_FILE".to_owned(),
+                self.skew.file.display().to_string(),
+            ),
+            ("INTERLOCK_JOURNAL".to_owned(), self.journal_name.clone()),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+        ]
+    }
+
+    /// A gate server's configuration listening on `socket`, with targets `refunds_t1` and
+    /// `refunds_t2` (the Python worker's defaults) and the Rust worker's timings.
+    pub fn server_config(&self, socket: &Path) -> anyhow::Result<String> {
+        let q = |s: &str| serde_json::to_string(s);
+        let shop = match &self.shop_url {
+            Some(u) => format!("shop_url = {}\n", q(u)?),
+            None => String::new(),
+        };
+        let mut cfg = format!(
+            "listen = {}\njournal = {}\njournal_schema = {}\n\n[gate]\nsend_timeout_ms = 10000\n\
+             settle_ms = 500\nretry_after_ms = 500\n",
+            q(&format!("unix:{}", socket.display()))?,
+            q(&self.journal_name)?,
+            q(&self.journal_schema)?,
+        );
+        for tier in [1, 2] {
+            cfg.push_str(&format!(
+                "\n[targets.refunds_t{tier}]\nkind = \"stripe_refunds\"\ntier = {tier}\napi_base = {}\n{shop}",
+                q(&self.base_url)?
+            ));
+        }
+        Ok(cfg)
     }
 }
 
@@ -169,22 +231,106 @@ struct Cell<'a> {
     dir: PathBuf,
     queue: String,
     workers: Vec<WorkerProc>,
+    /// The gate server, for the systems that reach the gate through it.
+    server: Option<WorkerProc>,
+    /// Its socket.
+    socket: PathBuf,
+    /// Servers started so far (for log names).
+    servers: usize,
 }
 
 impl Cell<'_> {
+    fn through_server(&self) -> bool {
+        !self.socket.as_os_str().is_empty()
+    }
+
+    /// A worker: the Rust worker pausing at `pause`, or the Python worker (the gate's pause
+    /// points are then the server's).
     fn worker(&mut self, pause: Option<&str>) -> anyhow::Result<usize> {
         let e = self.env;
-        let vars = e.worker_vars(&self.queue);
         let n = self.workers.len();
         let log = self.dir.join(format!("worker-{n}.log"));
-        self.workers.push(WorkerProc::spawn(
-            &e.worker_bin,
-            &vars,
-            pause,
+        let proc = if self.through_server() {
+            let script = e.python_worker.display().to_string();
+            WorkerProc::spawn(
+                std::path::Path::new("python3"),
+                &[script],
+                &e.python_vars(&self.queue, &self.socket),
+                None,
+                &self.dir,
+                &log,
+            )?
+        } else {
+            WorkerProc::spawn(
+                &e.worker_bin,
+                &[],
+                &e.worker_vars(&self.queue),
+                pause,
+                &self.dir,
+                &log,
+            )?
+        };
+        self.workers.push(proc);
+        Ok(n)
+    }
+
+    /// Start (or restart) the gate server, pausing at `points`, and wait until it answers.
+    fn start_server(&mut self, points: &str) -> anyhow::Result<()> {
+        let e = self.env;
+        let config = self.dir.join("gate.toml");
+        std::fs::write(&config, e.server_config(&self.socket)?)?;
+        let log = self.dir.join(format!("gate-server-{}.log", self.servers));
+        self.servers += 1;
+        let mut server = WorkerProc::spawn(
+            &e.gate_server_bin,
+            &["--config".to_owned(), config.display().to_string()],
+            &e.server_vars(),
+            (!points.is_empty()).then_some(points),
             &self.dir,
             &log,
-        )?);
-        Ok(n)
+        )?;
+        let started = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(status) = server.try_wait()? {
+                anyhow::bail!(
+                    "the gate server exited ({status}) before it listened: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "the gate server did not listen on {} within 30 s",
+                self.socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.server = Some(server);
+        Ok(())
+    }
+
+    /// The process that pauses at the gate's points for `worker`: the worker itself, or the
+    /// gate server it calls.
+    fn pauser(&mut self, worker: usize) -> anyhow::Result<&mut WorkerProc> {
+        if self.through_server() {
+            self.server.as_mut().context("no gate server is running")
+        } else {
+            self.workers.get_mut(worker).context("no such worker")
+        }
+    }
+
+    /// SIGKILL `worker`. Through the server, the server's attempt (paused at `paused`, if
+    /// given) outlives it: once the server has seen the caller's connection close, which takes
+    /// milliseconds, the attempt is let go on and stops at its next step.
+    fn kill_worker(&mut self, worker: usize, paused: bool) -> anyhow::Result<()> {
+        self.workers
+            .get_mut(worker)
+            .context("no such worker")?
+            .kill9()?;
+        if self.through_server() && paused {
+            std::thread::sleep(Duration::from_millis(300));
+            self.pauser(worker)?.release()?;
+        }
+        Ok(())
     }
 
     fn starter(
@@ -223,6 +369,19 @@ fn outage(env: &Env, o: Outage, pi: &str, lease: &str) -> anyhow::Result<()> {
 }
 
 const PAUSE_WAIT: Duration = Duration::from_secs(60);
+
+/// Wait until a refund request reached the payments API and is being held there.
+fn wait_held(env: &Env) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    while !env.sim.held_reached() {
+        anyhow::ensure!(
+            started.elapsed() < PAUSE_WAIT,
+            "no request reached the payments API"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
 const CLOSE_WAIT: Duration = Duration::from_secs(150);
 
 /// Run one cell.
@@ -260,21 +419,46 @@ pub fn run_cell(
         _ => {}
     }
     let held_response = Stall::new();
-    if case.kill == Kill::AtService {
+    if matches!(case.kill, Kill::AtService | Kill::ServerAtService) {
         env.sim.hold_next_response(held_response.clone());
     }
+    anyhow::ensure!(
+        case.applies_to(system),
+        "case {} does not apply to system {system}",
+        case.name
+    );
+    let socket = if crate::cases::through_server(system) {
+        dir.join("gate.sock")
+    } else {
+        PathBuf::new()
+    };
     let mut cell = Cell {
         env,
         id: id.clone(),
         dir,
         queue: format!("q-{id}"),
         workers: Vec::new(),
+        server: None,
+        socket,
+        servers: 0,
     };
     let first_pause = match case.kill {
-        Kill::At(p) | Kill::PauseThenGo(p) => Some(p),
+        Kill::At(p) | Kill::PauseThenGo(p) | Kill::ServerAt(p) => Some(p),
         Kill::DuringRecovery | Kill::Zombie => Some("after_dispatch"),
-        Kill::None | Kill::AtService => None,
+        Kill::None | Kill::AtService | Kill::ServerAtService => None,
     };
+    let recovery_point = if system.starts_with("gated") {
+        "during_recovery"
+    } else {
+        "after_response"
+    };
+    if cell.through_server() {
+        let points = match case.kill {
+            Kill::DuringRecovery => format!("after_dispatch,{recovery_point}"),
+            _ => first_pause.unwrap_or_default().to_owned(),
+        };
+        cell.start_server(&points)?;
+    }
     let a = cell.worker(first_pause)?;
     let s1 = cell.starter(&wf, &pi, 2000, &lease, &request, system)?;
     let s2 = if case.setup == Setup::SecondWorkflow {
@@ -285,56 +469,59 @@ pub fn run_cell(
     let mut crashed_at = None;
     match case.kill {
         Kill::None => {}
-        Kill::At(_) => {
-            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+        Kill::At(p) => {
+            cell.pauser(a)?.wait_paused(p, PAUSE_WAIT)?;
             crashed_at = Some(now_ms());
-            cell.workers[a].kill9()?;
+            cell.kill_worker(a, true)?;
             outage(env, case.outage, &pi, &lease)?;
             cell.worker(None)?;
         }
         Kill::AtService => {
-            let started = std::time::Instant::now();
-            while !env.sim.held_reached() {
-                anyhow::ensure!(
-                    started.elapsed() < PAUSE_WAIT,
-                    "no request reached the payments API"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_held(env)?;
             crashed_at = Some(now_ms());
-            cell.workers[a].kill9()?;
+            cell.kill_worker(a, false)?;
             held_response.release();
             outage(env, case.outage, &pi, &lease)?;
             cell.worker(None)?;
         }
-        Kill::PauseThenGo(_) => {
-            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+        Kill::PauseThenGo(p) => {
+            cell.pauser(a)?.wait_paused(p, PAUSE_WAIT)?;
             outage(env, case.outage, &pi, &lease)?;
-            cell.workers[a].release()?;
+            cell.pauser(a)?.release()?;
         }
         Kill::DuringRecovery => {
-            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            cell.pauser(a)?.wait_paused("after_dispatch", PAUSE_WAIT)?;
             crashed_at = Some(now_ms());
-            cell.workers[a].kill9()?;
-            let recovery_point = if system.starts_with("gated") {
-                "during_recovery"
-            } else {
-                "after_response"
-            };
+            cell.kill_worker(a, true)?;
             let b = cell.worker(Some(recovery_point))?;
-            cell.workers[b].wait_paused(PAUSE_WAIT)?;
-            cell.workers[b].kill9()?;
+            cell.pauser(b)?.wait_paused(recovery_point, PAUSE_WAIT)?;
+            cell.kill_worker(b, true)?;
             cell.worker(None)?;
         }
         Kill::Zombie => {
-            cell.workers[a].wait_paused(PAUSE_WAIT)?;
+            cell.pauser(a)?.wait_paused("after_dispatch", PAUSE_WAIT)?;
             crashed_at = Some(now_ms());
             cell.workers[a].signal("STOP")?;
             cell.worker(None)?;
             // Past the 2 s heartbeat timeout and the 1 s retry: another attempt is running.
             std::thread::sleep(Duration::from_secs(5));
             cell.workers[a].signal("CONT")?;
-            cell.workers[a].release()?;
+            cell.pauser(a)?.release()?;
+        }
+        Kill::ServerAt(p) => {
+            cell.pauser(a)?.wait_paused(p, PAUSE_WAIT)?;
+            crashed_at = Some(now_ms());
+            cell.pauser(a)?.kill9()?;
+            outage(env, case.outage, &pi, &lease)?;
+            cell.start_server("")?;
+        }
+        Kill::ServerAtService => {
+            wait_held(env)?;
+            crashed_at = Some(now_ms());
+            cell.pauser(a)?.kill9()?;
+            held_response.release();
+            outage(env, case.outage, &pi, &lease)?;
+            cell.start_server("")?;
         }
     }
     let r1 = s1

@@ -131,9 +131,11 @@ pub struct WorkerProc {
 }
 
 impl WorkerProc {
-    /// Spawn `binary` with `env`, pausing at `pause` if given.
+    /// Spawn `binary` with `args` and `env`, pausing at `pause` (comma-separated points) if
+    /// given.
     pub fn spawn(
         binary: &Path,
+        args: &[String],
         env: &[(String, String)],
         pause: Option<&str>,
         pause_dir: &Path,
@@ -141,7 +143,8 @@ impl WorkerProc {
     ) -> anyhow::Result<Self> {
         let log = std::fs::File::create(log)?;
         let mut cmd = Command::new(binary);
-        cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        cmd.args(args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("INTERLOCK_PAUSE_DIR", pause_dir)
             .env("INTERLOCK_PAUSE_AT", pause.unwrap_or(""))
             .stdout(Stdio::null())
@@ -160,17 +163,26 @@ impl WorkerProc {
         self.child.id()
     }
 
-    /// Wait until this worker paused at its point.
-    pub fn wait_paused(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    /// Its exit status, if it has exited.
+    pub fn try_wait(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
+    /// Wait until this process paused at `point` (its marker names the point, so a marker left
+    /// by an earlier point is not taken for this one).
+    pub fn wait_paused(&mut self, point: &str, timeout: Duration) -> anyhow::Result<()> {
         let marker = self.pause_dir.join(format!("paused-{}", self.pid()));
         let t0 = Instant::now();
-        while !marker.exists() {
+        while std::fs::read_to_string(&marker).ok().as_deref() != Some(point) {
             if let Some(status) = self.child.try_wait()? {
-                bail!("worker {} exited ({status}) before pausing", self.pid());
+                bail!(
+                    "process {} exited ({status}) before pausing at {point}",
+                    self.pid()
+                );
             }
             if t0.elapsed() > timeout {
                 bail!(
-                    "worker {} did not reach its pause point within {timeout:?}",
+                    "process {} did not reach its pause point {point} within {timeout:?}",
                     self.pid()
                 );
             }

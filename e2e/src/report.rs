@@ -17,6 +17,40 @@ pub struct SystemSummary {
     pub held: usize,
     /// Median crash-to-close over cells with a kill.
     pub median_crash_to_close_s: Option<f64>,
+    /// For a system that reaches the gate through the gate server (`gated_py_tN`): its median
+    /// crash-to-close over the cases the Rust worker at the same tier (`gated_tN`) also ran,
+    /// divided by the Rust worker's over those cases.
+    pub crash_to_close_vs_rust: Option<f64>,
+}
+
+/// The Rust worker's system at the same tier as a gate-server system.
+pub fn rust_partner(system: &str) -> Option<String> {
+    system
+        .strip_prefix("gated_py_")
+        .map(|tier| format!("gated_{tier}"))
+}
+
+/// Median crash-to-close of `system` ÷ that of `partner`, over the cases both have kill times in.
+fn crash_ratio(cells: &[CellResult], system: &str, partner: &str) -> Option<f64> {
+    let times = |s: &str, case: &str| -> Vec<f64> {
+        cells
+            .iter()
+            .filter(|c| c.system == s && c.case == case)
+            .filter_map(|c| c.crash_to_close_s)
+            .collect()
+    };
+    let mut cases: Vec<&str> = cells.iter().map(|c| c.case.as_str()).collect();
+    cases.sort_unstable();
+    cases.dedup();
+    let shared: Vec<&str> = cases
+        .into_iter()
+        .filter(|c| !times(system, c).is_empty() && !times(partner, c).is_empty())
+        .collect();
+    let all = |s: &str| shared.iter().flat_map(|c| times(s, c)).collect::<Vec<_>>();
+    match (median(all(system)), median(all(partner))) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
 }
 
 /// Median of a list.
@@ -51,6 +85,8 @@ pub fn summarize(cells: &[CellResult]) -> Vec<SystemSummary> {
                 median_crash_to_close_s: median(
                     mine.iter().filter_map(|c| c.crash_to_close_s).collect(),
                 ),
+                crash_to_close_vs_rust: rust_partner(&s)
+                    .and_then(|p| crash_ratio(cells, &s, &p)),
                 system: s,
             }
         })
@@ -82,7 +118,11 @@ pub fn markdown(cells: &[CellResult], command: &str) -> String {
          the kill to the workflow's close; for gated cells, how many repetitions `interlock verify` holds on \
          (chain, happened once against the API's records, authorized, premises, approval) and how many were \
          confirmed by the API's signed webhook. ❌ marks a repetition that did not hold; ⚠️ one that held with \
-         the refund honestly not made (ambiguous, or refused with a repair offered).\n\n| case | wanted |"
+         the refund honestly not made (ambiguous, or refused with a repair offered). The `gated_py` systems \
+         are the Python worker (`worker-examples/python`) calling the gate server (`interlock serve`) over \
+         gRPC: there the kill points are reached in the server, the worker is what is killed, and the \
+         server's attempt stops at its next step once its caller is gone; the `server_killed_*` rows \
+         SIGKILL the server instead (– where a row does not apply).\n\n| case | wanted |"
     );
     for s in &systems {
         out.push_str(&format!(" {s} |"));
@@ -147,7 +187,7 @@ pub fn markdown(cells: &[CellResult], command: &str) -> String {
         out.push('\n');
     }
     out.push_str(
-        "\n| system | cells | held | median crash-to-close | verify holds |\n|---|---|---|---|---|\n",
+        "\n| system | cells | held | median crash-to-close | ÷ the Rust worker's, same cases | verify holds |\n|---|---|---|---|---|---|\n",
     );
     for s in &summary {
         let m = s
@@ -166,8 +206,11 @@ pub fn markdown(cells: &[CellResult], command: &str) -> String {
                 mine.len()
             )
         };
+        let ratio = s
+            .crash_to_close_vs_rust
+            .map_or("–".to_owned(), |r| format!("{r:.2}×"));
         out.push_str(&format!(
-            "| {} | {} | {} | {m} | {v} |\n",
+            "| {} | {} | {} | {m} | {ratio} | {v} |\n",
             s.system, s.cells, s.held
         ));
     }

@@ -65,9 +65,39 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Check that the Python worker can run: its packages are installed and its gRPC stubs can be
+/// generated (what `scripts/setup` does).
+pub fn check_python() -> anyhow::Result<()> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../worker-examples/python");
+    let out = Command::new("python3")
+        .arg(dir.join("gen_stubs.py"))
+        .output()
+        .context("running python3 (the Python worker's systems need it)")?;
+    if !out.status.success() {
+        bail!(
+            "the Python worker cannot run ({}): run scripts/setup, which installs \
+             worker-examples/python/requirements.txt",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let out = Command::new("python3")
+        .args(["-c", "import temporalio, grpc"])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "the Python worker's packages are missing ({}): run scripts/setup",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// Start everything and return the environment cells and benchmarks run in.
 pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
     let (worker_bin, starter_bin) = (sibling("refund-worker")?, sibling("refund-starter")?);
+    let gate_server_bin = sibling("gate-server")?;
+    let python_worker = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../worker-examples/python/refund_worker.py");
     eprintln!("starting the Temporal dev server on 127.0.0.1:{} …", o.port);
     let server = DevServer::start(o.work, o.port)?;
     let skew = SharedSkew::new(o.work.join("clock-skew"))?;
@@ -131,6 +161,8 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
         skew,
         worker_bin,
         starter_bin,
+        gate_server_bin,
+        python_worker,
         work: o.work.to_owned(),
     };
     Ok((

@@ -72,8 +72,15 @@ def gate_settings(env: Mapping[str, str]) -> GateSettings:
 
 
 def channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel to the gate server that reconnects fast after a restart."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """An insecure channel to the gate server that reconnects fast after a restart.
+
+    On a unix socket grpcio sends the socket's path, percent-encoded, as the HTTP/2 authority,
+    which the server's HTTP/2 stack rejects as malformed (every call fails with RST_STREAM
+    PROTOCOL_ERROR); a plain authority is given instead."""
+    options = list(CHANNEL_OPTIONS)
+    if address.startswith("unix:"):
+        options.append(("grpc.default_authority", "localhost"))
+    return grpc.aio.insecure_channel(address, options=options)
 
 
 async def connect(address: str, identity: str) -> Client:

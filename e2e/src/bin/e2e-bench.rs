@@ -187,6 +187,7 @@ impl SystemRun {
         std::fs::create_dir_all(&dir)?;
         let worker = WorkerProc::spawn(
             &env.worker_bin,
+            &[],
             &env.worker_vars(&queue),
             None,
             &dir,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use interlock_e2e::cases::{ALL, QUICK};
+use interlock_e2e::cases::{ALL, QUICK, through_server};
 use interlock_e2e::cell::{SYSTEMS, run_cell};
 use interlock_e2e::report::{markdown, summarize};
 use interlock_e2e::stack;
@@ -24,7 +24,8 @@ struct Args {
     /// Only these systems, comma-separated.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
-    /// The CI subset: gated tiers 1 and 2 and the keyed baseline on six cases, once.
+    /// The CI subset: gated tiers 1 and 2, the Python worker's tier 1 and the keyed baseline on
+    /// eight cases, once.
     #[arg(long)]
     quick: bool,
     /// Where to write e2e_matrix.md and .json (default results/, or target/e2e-quick/).
@@ -93,7 +94,7 @@ fn main() -> anyhow::Result<()> {
     } else if quick {
         SYSTEMS
             .iter()
-            .filter(|s| ["keyed", "gated_t1", "gated_t2"].contains(&s.0))
+            .filter(|s| ["keyed", "gated_t1", "gated_t2", "gated_py_t1"].contains(&s.0))
             .copied()
             .collect()
     } else {
@@ -131,12 +132,19 @@ fn main() -> anyhow::Result<()> {
         webhooks: true,
         database,
     })?;
-    let total = cases.len() * systems.len() * repeat as usize;
+    if systems.iter().any(|(s, _)| through_server(s)) {
+        stack::check_python()?;
+    }
+    let total = cases
+        .iter()
+        .map(|c| systems.iter().filter(|(s, _)| c.applies_to(s)).count())
+        .sum::<usize>()
+        * repeat as usize;
     let mut cells = Vec::new();
     let mut n = 0;
     for rep in 1..=repeat {
         for case in &cases {
-            for (system, tier) in &systems {
+            for (system, tier) in systems.iter().filter(|(s, _)| case.applies_to(s)) {
                 n += 1;
                 let bar = "#".repeat(n * 30 / total.max(1));
                 eprint!(
