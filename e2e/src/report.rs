@@ -85,8 +85,7 @@ pub fn summarize(cells: &[CellResult]) -> Vec<SystemSummary> {
                 median_crash_to_close_s: median(
                     mine.iter().filter_map(|c| c.crash_to_close_s).collect(),
                 ),
-                crash_to_close_vs_rust: rust_partner(&s)
-                    .and_then(|p| crash_ratio(cells, &s, &p)),
+                crash_to_close_vs_rust: rust_partner(&s).and_then(|p| crash_ratio(cells, &s, &p)),
                 system: s,
             }
         })

@@ -5,11 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::{Clock, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
+use interlock::core::Premises;
+use interlock::premise::{PremiseError, PremiseReader};
+use interlock::{Clock, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock, Tier};
 use interlock_server::pb::gate_service_client::GateServiceClient;
 use interlock_server::{GateApi, Listen, Listener, ServeError, Server, TargetEntry, Targets};
 use interlock_stripe::RefundPayload;
+use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
+use serde_json::Value;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -38,26 +42,72 @@ pub struct Options {
     pub max_message_bytes: Option<usize>,
     /// Listen on a unix socket in the temporary directory instead of loopback TCP.
     pub unix: bool,
+    /// Serve TLS with this certificate and key (PEM).
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// Hold the next premise read of `refunds` (after `arm`) until the test releases it.
+    pub premises: Option<Arc<HeldPremises>>,
+}
+
+/// A premise reader that holds one armed read until the test releases it.
+pub struct HeldPremises {
+    inner: SimRefundPremises,
+    armed: std::sync::Mutex<Option<Arc<Stall>>>,
+}
+
+impl HeldPremises {
+    /// Over `sim`'s refund premises.
+    pub fn new(sim: Arc<SimPayments>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: SimRefundPremises(sim),
+            armed: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Hold the next read on `stall`.
+    pub fn arm(&self, stall: Arc<Stall>) {
+        *self
+            .armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stall);
+    }
+}
+
+impl PremiseReader for HeldPremises {
+    fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
+        let held = self
+            .armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(stall) = held {
+            stall.hold();
+        }
+        self.inner.read(key, payload)
+    }
 }
 
 /// Start a server with target `refunds` (tier 1, 24 h dedupe window) and target `short_window`
-/// (tier 1 with a 1 s window, which no gate timing covers: it cannot be bound).
-pub async fn start(opts: Options) -> anyhow::Result<Running> {
+/// (tier 1 with a 1 s window, which no gate timing covers: it cannot be bound). `sim` is the
+/// payments service behind `refunds` (a new one when `None`).
+pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Result<Running> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("journal.db");
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = Arc::new(SqliteJournal::open(&path, clock.clone())?);
-    let sim = SimPayments::new(Tier::One, Duration::from_secs(24 * 3600), clock.clone());
+    let sim = sim.unwrap_or_else(|| {
+        SimPayments::new(Tier::One, Duration::from_secs(24 * 3600), clock.clone())
+    });
+    let premises: Arc<dyn PremiseReader> = match &opts.premises {
+        Some(p) => p.clone(),
+        None => Arc::new(SimRefundPremises(sim.clone())),
+    };
     let gate = Gate::new(
         journal.clone(),
         journal.clone(),
         clock.clone(),
         GateConfig::beside(&path),
     )?;
-    let bound = gate.bind(
-        Arc::new(SimTarget(sim.clone())),
-        Arc::new(SimRefundPremises(sim.clone())),
-    )?;
+    let bound = gate.bind(Arc::new(SimTarget(sim.clone())), premises)?;
     let mut targets = Targets::new();
     targets.insert(
         "refunds",
@@ -81,6 +131,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     }
     if let Some(n) = opts.max_message_bytes {
         server = server.max_message_bytes(n);
+    }
+    if let Some((cert, key)) = &opts.tls {
+        server = server.tls_pem(cert, key);
     }
     let listen = if opts.unix {
         Listen::Unix(dir.path().join("gate.sock"))
@@ -138,7 +191,28 @@ pub type Client = GateServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Connect to `address` (TCP or `unix:/path`), sending `token` if given.
 pub async fn client(address: &str, token: Option<&str>) -> anyhow::Result<Client> {
-    let channel = match address.strip_prefix("unix:") {
+    Ok(GateServiceClient::with_interceptor(
+        channel(address).await?,
+        Bearer(token.map(str::to_owned)),
+    ))
+}
+
+/// Connect to `address` over TLS, trusting `ca` (PEM) for the name `localhost`.
+pub async fn tls_client(address: &str, ca: &[u8]) -> anyhow::Result<Client> {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::try_from(format!("https://{address}"))?
+        .tls_config(tls)?
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("TLS connection to {address}: {e:?}"))?;
+    Ok(GateServiceClient::with_interceptor(channel, Bearer(None)))
+}
+
+/// A channel to `address` (TCP or `unix:/path`), for any of the server's services.
+pub async fn channel(address: &str) -> anyhow::Result<Channel> {
+    Ok(match address.strip_prefix("unix:") {
         Some(path) => {
             let path = path.to_owned();
             tonic::transport::Endpoint::try_from("http://gate.local")?
@@ -156,9 +230,5 @@ pub async fn client(address: &str, token: Option<&str>) -> anyhow::Result<Client
                 .connect()
                 .await?
         }
-    };
-    Ok(GateServiceClient::with_interceptor(
-        channel,
-        Bearer(token.map(str::to_owned)),
-    ))
+    })
 }

@@ -71,10 +71,13 @@ async fn decided(c: &mut Client, key: &str, amount: i64) -> anyhow::Result<pb::E
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged()
 -> anyhow::Result<()> {
-    let server = grpc::start(Options {
-        token: Some(TOKEN.into()),
-        ..Options::default()
-    })
+    let server = grpc::start(
+        Options {
+            token: Some(TOKEN.into()),
+            ..Options::default()
+        },
+        None,
+    )
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, Some(TOKEN)).await?;
@@ -402,10 +405,13 @@ async fn raw_call(address: &str, method: &str, body: Vec<u8>) -> anyhow::Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_over_the_size_limit_is_refused_before_it_is_read() -> anyhow::Result<()> {
-    let server = grpc::start(Options {
-        max_message_bytes: Some(4096),
-        ..Options::default()
-    })
+    let server = grpc::start(
+        Options {
+            max_message_bytes: Some(4096),
+            ..Options::default()
+        },
+        None,
+    )
     .await?;
     let before = snapshot(server.journal.as_ref())?;
     let mut c = grpc::client(&server.address, None).await?;
@@ -424,10 +430,13 @@ async fn a_message_over_the_size_limit_is_refused_before_it_is_read() -> anyhow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_journal_answers_unavailable_and_sends_nothing() -> anyhow::Result<()> {
-    let server = grpc::start(Options {
-        unix: true,
-        ..Options::default()
-    })
+    let server = grpc::start(
+        Options {
+            unix: true,
+            ..Options::default()
+        },
+        None,
+    )
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, None).await?;

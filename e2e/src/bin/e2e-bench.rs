@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use interlock::Grant;
-use interlock_e2e::bench_report::round;
+use interlock_e2e::bench_report::{read_result, round};
 use interlock_e2e::cell::Env;
 use interlock_e2e::procs::{StarterProc, WorkerProc, now_ms};
 use interlock_e2e::stack;
@@ -129,14 +129,12 @@ fn main() -> anyhow::Result<()> {
         root.join("results/bench_e2e.json"),
         serde_json::to_string_pretty(&report)? + "\n",
     )?;
-    // The page holds both benchmarks; the journal's half comes from its own last run.
-    let journal = std::fs::read_to_string(root.join("results/bench_journal.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-        .unwrap_or(Value::Null);
+    // The page holds every benchmark; the others' parts come from their own last runs.
+    let journal = read_result(&root, "bench_journal.json").unwrap_or(Value::Null);
+    let grpc = read_result(&root, "bench_grpc.json");
     std::fs::write(
         root.join("docs/benchmarks.md"),
-        interlock_e2e::bench_report::render(&journal, Some(&report)),
+        interlock_e2e::bench_report::render(&journal, Some(&report), grpc.as_ref()),
     )?;
     eprintln!("wrote results/bench_e2e.json and docs/benchmarks.md");
     Ok(())

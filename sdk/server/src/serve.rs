@@ -212,6 +212,12 @@ impl Server {
         self
     }
 
+    /// Serve TLS with this certificate chain and private key (PEM).
+    pub fn tls_pem(mut self, cert: impl AsRef<[u8]>, key: impl AsRef<[u8]>) -> Self {
+        self.tls = Some(Identity::from_pem(cert, key));
+        self
+    }
+
     /// Cap every message at `bytes`.
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes;
@@ -271,7 +277,7 @@ impl Server {
                     source,
                 })
             };
-            server.tls = Some(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+            server = server.tls_pem(read(&tls.cert)?, read(&tls.key)?);
         }
         Ok(server)
     }

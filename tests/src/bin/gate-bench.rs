@@ -145,10 +145,9 @@ fn main() -> anyhow::Result<()> {
         "postgres": postgres(quick, probe, each)?,
     });
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let e2e = std::fs::read_to_string(root.join("results/bench_e2e.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str::<Value>(&s).ok());
-    let md = interlock_e2e::bench_report::render(&report, e2e.as_ref());
+    let e2e = interlock_e2e::bench_report::read_result(&root, "bench_e2e.json");
+    let grpc = interlock_e2e::bench_report::read_result(&root, "bench_grpc.json");
+    let md = interlock_e2e::bench_report::render(&report, e2e.as_ref(), grpc.as_ref());
     print!("{md}");
     if !quick && !partial {
         std::fs::write(

@@ -19,7 +19,11 @@ struct Args {
     #[arg(long)]
     config: PathBuf,
     /// The journal, when the configuration names none.
-    #[arg(long, env = "INTERLOCK_JOURNAL", default_value = "interlock-journal.db")]
+    #[arg(
+        long,
+        env = "INTERLOCK_JOURNAL",
+        default_value = "interlock-journal.db"
+    )]
     journal: String,
 }
 

@@ -1,0 +1,326 @@
+//! The gate server as its users meet it: stock health checks and reflection describe it without
+//! the `.proto`; TLS serves and plaintext is refused; a unix socket left by a killed server is
+//! replaced; a caller that goes away mid-`Submit` sends nothing (the next call commits once); a
+//! graceful shutdown fences what has not been sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::Journal;
+use interlock::core::EffectState;
+use interlock_server::pb;
+use interlock_testkit::faults::Stall;
+use interlock_tests::grpc::{self, Client, HeldPremises, Options};
+use prost::Message;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+fn lease() -> pb::GrantLeaseRequest {
+    pb::GrantLeaseRequest {
+        lease: Some(pb::Lease {
+            id: "lease-1".into(),
+            approver: "ana@support".into(),
+            scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
+            cap_field: "amount".into(),
+            cap_max: 2000,
+            ..pb::Lease::default()
+        }),
+    }
+}
+
+async fn decided(c: &mut Client, key: &str) -> anyhow::Result<pb::Effect> {
+    c.decide(pb::DecideRequest {
+        target: "refunds".into(),
+        key: key.into(),
+        payload_json: r#"{"payment_intent":"pi_1","amount":2000,"currency":"usd"}"#.into(),
+        lease: "lease-1".into(),
+    })
+    .await?
+    .into_inner()
+    .effect
+    .ok_or_else(|| anyhow::anyhow!("Decide answered without an effect"))
+}
+
+fn submit(e: &pb::Effect) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        target: "refunds".into(),
+        effect: Some(e.clone()),
+        attempt: String::new(),
+    }
+}
+
+/// Releases a stall when dropped, so a failing assertion cannot leave a blocking thread held
+/// (the runtime would wait for it forever).
+struct Released(Arc<Stall>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+fn kind(out: pb::SubmitResponse) -> Option<pb::outcome::Kind> {
+    out.outcome.and_then(|o| o.kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_describe_the_gate_without_its_proto() -> anyhow::Result<()> {
+    let server = grpc::start(Options::default(), None).await?;
+    let channel = grpc::channel(&server.address).await?;
+    let health = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: interlock_server::SERVICE_NAME.into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+
+    let mut reflection = ServerReflectionClient::new(channel);
+    let ask = |m| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    };
+    let requests = tokio_stream::iter(vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            interlock_server::SERVICE_NAME.into(),
+        )),
+    ]);
+    let mut answers = reflection
+        .server_reflection_info(requests)
+        .await?
+        .into_inner();
+    let mut services = Vec::new();
+    let mut methods = Vec::new();
+    while let Some(answer) = answers.message().await? {
+        match answer.message_response {
+            Some(MessageResponse::ListServicesResponse(l)) => {
+                services.extend(l.service.into_iter().map(|s| s.name));
+            }
+            Some(MessageResponse::FileDescriptorResponse(f)) => {
+                for bytes in f.file_descriptor_proto {
+                    let file = prost_types::FileDescriptorProto::decode(bytes.as_slice())?;
+                    for s in file.service {
+                        methods.extend(s.method.into_iter().filter_map(|m| m.name));
+                    }
+                }
+            }
+            other => panic!("reflection answered {other:?}"),
+        }
+    }
+    assert!(
+        services.contains(&"interlock.v1.GateService".to_owned()),
+        "{services:?}"
+    );
+    assert!(
+        services.contains(&"grpc.health.v1.Health".to_owned()),
+        "{services:?}"
+    );
+    for m in [
+        "Decide",
+        "Submit",
+        "Recover",
+        "GetEffect",
+        "ListEffects",
+        "Verify",
+        "GrantLease",
+        "RevokeLease",
+        "ListLeases",
+    ] {
+        assert!(
+            methods.iter().any(|x| x == m),
+            "{m} missing from {methods:?}"
+        );
+    }
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_with_its_certificate_and_refuses_plaintext() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()?;
+    anyhow::ensure!(
+        made.status.success(),
+        "openssl could not make a test certificate: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (cert, key) = (std::fs::read(cert)?, std::fs::read(key)?);
+    let server = grpc::start(
+        Options {
+            tls: Some((cert.clone(), key)),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    let mut c = grpc::tls_client(&server.address, &cert).await?;
+    let leases = c.list_leases(pb::ListLeasesRequest {}).await?.into_inner();
+    assert!(leases.leases.is_empty());
+    // A plaintext client gets no answer from a TLS server.
+    let plain = async {
+        let mut p = grpc::client(&server.address, None).await?;
+        p.list_leases(pb::ListLeasesRequest {}).await?;
+        anyhow::Ok(())
+    };
+    let r = tokio::time::timeout(Duration::from_secs(5), plain).await;
+    assert!(!matches!(r, Ok(Ok(()))), "a plaintext call was answered");
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_unix_socket_is_replaced_and_a_live_one_is_not() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("gate.sock");
+    // A socket file nobody answers on, as a SIGKILLed server leaves it.
+    drop(std::os::unix::net::UnixListener::bind(&path)?);
+    assert!(path.exists());
+    let listen = interlock_server::Listen::Unix(path.clone());
+    let live = interlock_server::Listener::bind(&listen).await?;
+    // While it listens, a second server is refused, naming the socket.
+    let second = interlock_server::Listener::bind(&listen).await;
+    assert!(
+        matches!(&second, Err(interlock_server::ServeError::InUse(p)) if *p == path),
+        "{second:?}"
+    );
+    drop(live);
+    // A file that is not a socket is never removed.
+    let plain = dir.path().join("notes.txt");
+    std::fs::write(&plain, "keep me")?;
+    let r = interlock_server::Listener::bind(&interlock_server::Listen::Unix(plain.clone())).await;
+    assert!(
+        matches!(r, Err(interlock_server::ServeError::NotASocket(_))),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&plain)?, "keep me");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_commits_once()
+-> anyhow::Result<()> {
+    let sim = interlock_testkit::sim::SimPayments::new(
+        interlock::Tier::One,
+        Duration::from_secs(24 * 3600),
+        Arc::new(interlock::SystemClock),
+    );
+    let held = HeldPremises::new(sim.clone());
+    let server = grpc::start(
+        Options {
+            premises: Some(held.clone()),
+            ..Options::default()
+        },
+        Some(sim),
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    let mut c = grpc::client(&server.address, None).await?;
+    c.grant_lease(lease()).await?;
+    let e = decided(&mut c, "req-gone").await?;
+    // The attempt's premise read is held; the caller gives up (its deadline passes, as when a
+    // worker is killed) while the server's attempt is still inside the gate.
+    let stall = Stall::new();
+    let _released = Released(stall.clone());
+    held.arm(stall.clone());
+    let mut request = tonic::Request::new(submit(&e));
+    request.set_timeout(Duration::from_millis(300));
+    let gone = c.submit(request).await;
+    let code = gone.err().map(|s| s.code());
+    assert!(
+        matches!(
+            code,
+            Some(tonic::Code::Cancelled | tonic::Code::DeadlineExceeded)
+        ),
+        "{code:?}"
+    );
+    assert!(stall.reached());
+    stall.release();
+    // The attempt goes on to journal its dispatch, then sees its caller gone and sends nothing.
+    let key = interlock::EffectKey::fixed("req-gone")?;
+    let t0 = std::time::Instant::now();
+    while !matches!(server.journal.state(&key)?, EffectState::InFlight { .. }) {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no dispatch was journaled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The next call recovers it once the abandoned attempt has let go of its claim.
+    let committed = loop {
+        match kind(c.submit(submit(&e)).await?.into_inner()) {
+            Some(pb::outcome::Kind::Committed(done)) => break done,
+            Some(pb::outcome::Kind::InFlight(_)) if t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the next call answered {other:?}"),
+        }
+    };
+    assert_eq!(committed.via, pb::Via::IdempotentResend as i32);
+    // One request reached the payments service: the recovery's, not the abandoned attempt's.
+    assert_eq!(server.sim.requests(), 1);
+    assert_eq!(server.sim.refunded("pi_1"), 2000);
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_fences_an_attempt_that_has_not_sent() -> anyhow::Result<()> {
+    let sim = interlock_testkit::sim::SimPayments::new(
+        interlock::Tier::One,
+        Duration::from_secs(24 * 3600),
+        Arc::new(interlock::SystemClock),
+    );
+    let held = HeldPremises::new(sim.clone());
+    let server = grpc::start(
+        Options {
+            premises: Some(held.clone()),
+            ..Options::default()
+        },
+        Some(sim),
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    let mut c = grpc::client(&server.address, None).await?;
+    c.grant_lease(lease()).await?;
+    let e = decided(&mut c, "req-drain").await?;
+    let stall = Stall::new();
+    let _released = Released(stall.clone());
+    held.arm(stall.clone());
+    let call = tokio::spawn(async move { c.submit(submit(&e)).await });
+    while !stall.reached() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Shut down while the attempt is inside the gate, then let it go on.
+    let sim = server.sim.clone();
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stall.release();
+    let answer = call.await??.into_inner();
+    assert!(
+        matches!(kind(answer.clone()), Some(pb::outcome::Kind::Superseded(_))),
+        "{answer:?}"
+    );
+    assert_eq!(sim.requests(), 0);
+    tokio::time::timeout(Duration::from_secs(20), stopping).await???;
+    Ok(())
+}
