@@ -392,6 +392,11 @@ pub fn run_cell(
     tier: u8,
     rep: u32,
 ) -> anyhow::Result<CellResult> {
+    anyhow::ensure!(
+        case.applies_to(system),
+        "case {} does not apply to system {system}",
+        case.name
+    );
     let t0 = now_ms();
     let id = format!("{}-{}-{}-{}", case.name, system, rep, t0 % 1_000_000);
     let dir = env.work.join(&id);
@@ -422,11 +427,6 @@ pub fn run_cell(
     if matches!(case.kill, Kill::AtService | Kill::ServerAtService) {
         env.sim.hold_next_response(held_response.clone());
     }
-    anyhow::ensure!(
-        case.applies_to(system),
-        "case {} does not apply to system {system}",
-        case.name
-    );
     let socket = if crate::cases::through_server(system) {
         dir.join("gate.sock")
     } else {

@@ -18,6 +18,9 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+/// The admin token every test server takes for `GrantLease` and `RevokeLease`.
+pub const ADMIN: &str = "admin-token-for-tests";
+
 /// A running server and what it stands on.
 pub struct Running {
     /// `127.0.0.1:PORT` or `unix:/path`.
@@ -115,6 +118,9 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
             bound: bound.clone(),
             records: Some(Arc::new(SimTarget(sim.clone()))),
             check_payload: Some(|p| RefundPayload::from_value(p).map(drop)),
+            required_premises: ["amount_paid", "order_eligible", "refunded_by_others"]
+                .map(str::to_owned)
+                .to_vec(),
         },
     );
     let short = SimPayments::new(Tier::One, Duration::from_secs(1), clock.clone());
@@ -125,7 +131,7 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
         Ok(_) => anyhow::bail!("a 1 s dedupe window was accepted"),
         Err(e) => targets.insert_broken("short_window", e.to_string()),
     }
-    let mut server = Server::new(GateApi::new(journal.clone(), targets, clock));
+    let mut server = Server::new(GateApi::new(journal.clone(), targets, clock)).admin_token(ADMIN);
     if let Some(t) = &opts.token {
         server = server.token(t.as_str());
     }

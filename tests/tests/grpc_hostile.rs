@@ -81,17 +81,19 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, Some(TOKEN)).await?;
-    c.grant_lease(pb::GrantLeaseRequest {
-        lease: Some(pb::Lease {
-            id: "lease-1".into(),
-            approver: "ana@support".into(),
-            scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
-            cap_field: "amount".into(),
-            cap_max: 2000,
-            ..pb::Lease::default()
-        }),
-    })
-    .await?;
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    admin
+        .grant_lease(pb::GrantLeaseRequest {
+            lease: Some(pb::Lease {
+                id: "lease-1".into(),
+                approver: "ana@support".into(),
+                scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
+                cap_field: "amount".into(),
+                cap_max: 2000,
+                ..pb::Lease::default()
+            }),
+        })
+        .await?;
     // One committed effect, so "unchanged" covers an existing key as well as new ones.
     let good = decided(&mut c, "req-good", 2000).await?;
     let first = c
@@ -188,6 +190,14 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
             "dedupe",
         ),
     ];
+    let mut partial = decided(&mut c, "req-partial", 1000).await?;
+    partial.premises.retain(|p| p.name != "refunded_by_others");
+    cases.push((
+        "premises left out",
+        submit("refunds", partial),
+        Code::InvalidArgument,
+        "lacks refunded_by_others",
+    ));
     let mut bad_premise = effect("req-x", payload(1));
     bad_premise.premises.push(pb::Premise {
         name: "refundable".into(),
@@ -267,16 +277,37 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
     );
     assert_eq!(got, Code::InvalidArgument);
 
-    // A second grant of the same lease id.
+    // Approving takes the admin token: the token that submits effects cannot grant or revoke.
     let (got, m) = code(
         c.grant_lease(pb::GrantLeaseRequest {
             lease: Some(pb::Lease {
-                id: "lease-1".into(),
-                approver: "mallory".into(),
+                id: "lease-self-approved".into(),
+                approver: "worker".into(),
                 ..pb::Lease::default()
             }),
         })
         .await,
+    );
+    assert_eq!(got, Code::PermissionDenied, "{m}");
+    let (got, m) = code(
+        c.revoke_lease(pb::RevokeLeaseRequest {
+            id: "lease-1".into(),
+        })
+        .await,
+    );
+    assert_eq!(got, Code::PermissionDenied, "{m}");
+
+    // A second grant of the same lease id.
+    let (got, m) = code(
+        admin
+            .grant_lease(pb::GrantLeaseRequest {
+                lease: Some(pb::Lease {
+                    id: "lease-1".into(),
+                    approver: "mallory".into(),
+                    ..pb::Lease::default()
+                }),
+            })
+            .await,
     );
     assert_eq!(
         (got, m.contains("already exists")),
@@ -440,14 +471,16 @@ async fn a_busy_journal_answers_unavailable_and_sends_nothing() -> anyhow::Resul
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, None).await?;
-    c.grant_lease(pb::GrantLeaseRequest {
-        lease: Some(pb::Lease {
-            id: "lease-1".into(),
-            approver: "ana@support".into(),
-            ..pb::Lease::default()
-        }),
-    })
-    .await?;
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    admin
+        .grant_lease(pb::GrantLeaseRequest {
+            lease: Some(pb::Lease {
+                id: "lease-1".into(),
+                approver: "ana@support".into(),
+                ..pb::Lease::default()
+            }),
+        })
+        .await?;
     let e = decided(&mut c, "req-busy", 2000).await?;
     // Another process's long write: an exclusive lock on the journal file for longer than the
     // journal's busy timeout.

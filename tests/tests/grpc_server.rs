@@ -236,7 +236,10 @@ async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_comm
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, None).await?;
-    c.grant_lease(lease()).await?;
+    grpc::client(&server.address, Some(grpc::ADMIN))
+        .await?
+        .grant_lease(lease())
+        .await?;
     let e = decided(&mut c, "req-gone").await?;
     // The attempt's premise read is held; the caller gives up (its deadline passes, as when a
     // worker is killed) while the server's attempt is still inside the gate.
@@ -301,7 +304,10 @@ async fn a_graceful_shutdown_fences_an_attempt_that_has_not_sent() -> anyhow::Re
     .await?;
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, None).await?;
-    c.grant_lease(lease()).await?;
+    grpc::client(&server.address, Some(grpc::ADMIN))
+        .await?
+        .grant_lease(lease())
+        .await?;
     let e = decided(&mut c, "req-drain").await?;
     let stall = Stall::new();
     let _released = Released(stall.clone());

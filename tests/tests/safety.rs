@@ -472,6 +472,69 @@ fn an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing(kind: Ki
     assert_eq!(b.refunded(), 0);
 }
 
+/// A premise reader during whose read the attempt is cancelled (its caller goes away).
+struct CancelledWhileReading {
+    inner: SimRefundPremises,
+    cancel: Arc<AtomicBool>,
+}
+
+impl PremiseReader for CancelledWhileReading {
+    fn read(
+        &self,
+        key: &EffectKey,
+        payload: &Value,
+    ) -> Result<interlock::core::Premises, PremiseError> {
+        self.cancel.store(true, Ordering::SeqCst);
+        self.inner.read(key, payload)
+    }
+}
+
+fn an_attempt_cancelled_while_its_premises_are_read_journals_nothing_at_any_tier(kind: Kind) {
+    for tier in [Tier::One, Tier::Two, Tier::Three] {
+        let b = Bench::new(kind, tier);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let seen = cancel.clone();
+        let bound = b
+            .gate("cancelled-mid-read", None)
+            .bind(
+                b.sim_target(),
+                Arc::new(CancelledWhileReading {
+                    inner: SimRefundPremises(b.sim.clone()),
+                    cancel: cancel.clone(),
+                }),
+            )
+            .unwrap()
+            .with_stop(Arc::new(move || seen.load(Ordering::SeqCst)));
+        let effect = b.effect();
+        let out = bound.submit(&effect).unwrap();
+        assert!(
+            matches!(out, Outcome::Superseded { .. }),
+            "{tier:?}: {out:?}"
+        );
+        assert_eq!(b.sim.requests(), 0, "{tier:?}");
+        // Nothing to recover: a tier-3 effect is not left to be marked ambiguous.
+        assert!(
+            b.journal.history(&World::key()).unwrap().is_empty(),
+            "{tier:?}"
+        );
+        let out = b
+            .bind(&b.gate("next", None), b.sim_target())
+            .submit(&effect)
+            .unwrap();
+        assert!(
+            matches!(
+                out,
+                Outcome::Committed {
+                    via: Via::FirstSend,
+                    ..
+                }
+            ),
+            "{tier:?}: {out:?}"
+        );
+        assert_eq!(b.refunded(), AMOUNT, "{tier:?}");
+    }
+}
+
 /// The Stripe target, tier 1 as Stripe promises, against a Stripe-compatible server that ignores
 /// `Idempotency-Key` (the payments API acting as tier 2).
 fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, Arc<dyn Target>) {
@@ -557,5 +620,6 @@ interlock_tests::every_store!(
     a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send,
     a_cancelled_attempt_dispatches_takes_over_and_resends_nothing,
     an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing,
+    an_attempt_cancelled_while_its_premises_are_read_journals_nothing_at_any_tier,
     a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2,
 );

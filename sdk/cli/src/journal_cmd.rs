@@ -57,6 +57,10 @@ pub(crate) struct RecoverArgs {
     /// The shop's order service, if the effect's premises include order eligibility.
     #[arg(long, env = "INTERLOCK_SHOP_URL")]
     shop: Option<String>,
+    /// The target's name as the journal records it: `stripe-refunds` for the Rust worker, the
+    /// configured name (e.g. `refunds_t1`) for effects submitted through `interlock serve`.
+    #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
+    target_name: String,
 }
 
 #[derive(Args)]
@@ -180,7 +184,9 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
     let journal = opened.store;
     let cfg = StripeConfig::from_env().context("recover sends through the Stripe target")?;
     let tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
-    let target = StripeRefunds::new(cfg).assume_tier(tier);
+    let target = StripeRefunds::new(cfg)
+        .assume_tier(tier)
+        .named(args.target_name);
     let premises = RefundPremises {
         stripe: StripeRefundPremises(target.clone()),
         shop: args.shop,

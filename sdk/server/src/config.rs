@@ -12,8 +12,9 @@ use serde::Deserialize;
 /// hundred bytes; a megabyte leaves room for big premises and refuses memory-exhausting frames.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
-/// Longest graceful shutdown by default: a send's timeout plus its settle margin.
-pub const DEFAULT_DRAIN_MS: u64 = 15_000;
+/// What a graceful shutdown waits beyond the gate's send timeout and settle margin by default:
+/// room for the answer's journal write and a lookup.
+pub const DRAIN_BEYOND_SEND_MS: u64 = 5_000;
 
 /// The server's configuration, as read from its file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -31,9 +32,10 @@ pub struct ServerConfig {
     /// The largest message the server accepts or sends, in bytes.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
-    /// How long a graceful shutdown waits for requests under way, in milliseconds.
-    #[serde(default = "default_drain")]
-    pub drain_ms: u64,
+    /// How long a graceful shutdown waits for requests under way, in milliseconds (default: the
+    /// gate's send timeout + settle + 5 s; never less than send timeout + settle, so a send under
+    /// way always finishes and is journaled).
+    pub drain_ms: Option<u64>,
     /// The gate's timings.
     #[serde(default)]
     pub gate: GateTimings,
@@ -75,13 +77,18 @@ impl GateTimings {
     }
 }
 
-/// Where the bearer token comes from.
+/// Where the bearer tokens come from.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
-    /// The environment variable holding the token (default `INTERLOCK_SERVE_TOKEN`).
+    /// The environment variable holding the token every call must carry (default
+    /// `INTERLOCK_SERVE_TOKEN`).
     #[serde(default = "default_token_env")]
     pub token_env: String,
+    /// The environment variable holding the token `GrantLease` and `RevokeLease` must carry. A
+    /// lease is an approval: whoever may submit effects must not thereby be able to approve them.
+    /// Without it, lease administration over gRPC is off (`interlock lease` still works).
+    pub admin_token_env: Option<String>,
 }
 
 /// A certificate and key in PEM files.
@@ -162,7 +169,7 @@ impl ServerConfig {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let cfg: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: without_passwords(&e.to_string()),
         })?;
         cfg.check(path)?;
         Ok(cfg)
@@ -211,6 +218,19 @@ impl ServerConfig {
                 }
             }
         }
+        if let Ok(crate::serve::Listen::Tcp(addr)) = crate::serve::Listen::parse(&self.listen)
+            && !addr.ip().is_loopback()
+            && (self.auth.is_none() || self.tls.is_none())
+        {
+            return Err(invalid(
+                "listen",
+                format!(
+                    "{addr} is reachable from other hosts, so the gate needs [auth] (a bearer \
+                     token) and [tls] (a certificate) there; add both, or listen on loopback \
+                     (127.0.0.1) or a unix socket"
+                ),
+            ));
+        }
         if self.tls.is_some() && self.listen.starts_with("unix:") {
             return Err(invalid(
                 "tls",
@@ -220,6 +240,32 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// `text` with the password of every URL in it hidden: a parse error quotes the offending line,
+/// which may be a `postgres://user:password@…` journal.
+fn without_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+            .unwrap_or(tail.len());
+        let (authority, after) = tail.split_at(end);
+        match (authority.find('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 fn default_listen() -> String {
@@ -232,10 +278,6 @@ fn default_schema() -> String {
 
 fn default_max_message() -> usize {
     DEFAULT_MAX_MESSAGE_BYTES
-}
-
-fn default_drain() -> u64 {
-    DEFAULT_DRAIN_MS
 }
 
 fn default_token_env() -> String {
@@ -260,6 +302,18 @@ mod tests {
 
     fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
         ServerConfig::parse(text, Path::new("serve.toml"))
+    }
+
+    #[test]
+    fn a_parse_error_never_shows_a_journal_password() {
+        let text = "journal = \"postgres://ops:hunter2@db:5432/pay\"\nlisten = 5\n";
+        let e = parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("listen"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(
+            without_passwords("at postgres://ops:hunter2@db/x and http://h/y"),
+            "at postgres://ops:***@db/x and http://h/y"
+        );
     }
 
     #[test]

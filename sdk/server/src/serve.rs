@@ -101,6 +101,17 @@ pub enum ServeError {
     /// The transport failed.
     #[error("the gRPC transport failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The drain time would cut off sends under way.
+    #[error(
+        "drain_ms = {drain_ms} is shorter than the gate's send timeout + settle ({needed_ms} ms): \
+         a graceful shutdown would cut off a send under way; raise drain_ms or leave it out"
+    )]
+    DrainTooShort {
+        /// As configured.
+        drain_ms: u128,
+        /// The least that covers a send.
+        needed_ms: u128,
+    },
     /// Reflection could not be set up.
     #[error("gRPC reflection: {0}")]
     Reflection(String),
@@ -111,8 +122,9 @@ pub enum ServeError {
 pub enum Listener {
     /// TCP.
     Tcp(tokio::net::TcpListener),
-    /// A unix socket, removed when the server stops.
-    Unix(tokio::net::UnixListener, PathBuf),
+    /// A unix socket (its path, and the device and inode it was bound as), removed when the
+    /// server stops unless another server has taken the path since.
+    Unix(tokio::net::UnixListener, PathBuf, (u64, u64)),
 }
 
 impl Listener {
@@ -129,19 +141,29 @@ impl Listener {
                 }),
             Listen::Unix(path) => {
                 clear_stale_socket(path)?;
-                let listener =
-                    tokio::net::UnixListener::bind(path).map_err(|source| ServeError::Bind {
-                        address: format!("unix:{}", path.display()),
-                        source,
+                let failed = |source| ServeError::Bind {
+                    address: format!("unix:{}", path.display()),
+                    source,
+                };
+                // Bound under a private name, made owner-only, then moved into place: no one can
+                // connect while the socket still has the umask's permissions.
+                let staging = path.with_file_name(format!(
+                    ".{}.{}",
+                    path.file_name()
+                        .map_or_else(|| "gate.sock".into(), |n| n.to_string_lossy()),
+                    std::process::id()
+                ));
+                let _ = std::fs::remove_file(&staging);
+                let listener = tokio::net::UnixListener::bind(&staging).map_err(failed)?;
+                use std::os::unix::fs::{MetadataExt, PermissionsExt};
+                std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
+                    .and_then(|()| std::fs::rename(&staging, path))
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&staging);
+                        failed(e)
                     })?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
-                    |source| ServeError::Bind {
-                        address: format!("unix:{}", path.display()),
-                        source,
-                    },
-                )?;
-                Ok(Self::Unix(listener, path.clone()))
+                let meta = std::fs::metadata(path).map_err(failed)?;
+                Ok(Self::Unix(listener, path.clone(), (meta.dev(), meta.ino())))
             }
         }
     }
@@ -153,7 +175,7 @@ impl Listener {
             Self::Tcp(l) => l
                 .local_addr()
                 .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string()),
-            Self::Unix(_, path) => format!("unix:{}", path.display()),
+            Self::Unix(_, path, _) => format!("unix:{}", path.display()),
         }
     }
 }
@@ -166,8 +188,17 @@ fn clear_stale_socket(path: &Path) -> Result<(), ServeError> {
     if !meta.file_type().is_socket() {
         return Err(ServeError::NotASocket(path.to_owned()));
     }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(ServeError::InUse(path.to_owned()));
+    // Only a refused connection shows that nobody listens; any other failure (permissions on
+    // another user's socket, say) leaves the file alone.
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => return Err(ServeError::InUse(path.to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+        Err(source) => {
+            return Err(ServeError::Bind {
+                address: format!("unix:{}", path.display()),
+                source,
+            });
+        }
     }
     std::fs::remove_file(path).map_err(|source| ServeError::Bind {
         address: format!("unix:{}", path.display()),
@@ -179,6 +210,7 @@ fn clear_stale_socket(path: &Path) -> Result<(), ServeError> {
 pub struct Server {
     api: GateApi,
     token: Option<Arc<str>>,
+    admin_token: Option<Arc<str>>,
     tls: Option<Identity>,
     max_message_bytes: usize,
     drain: Duration,
@@ -188,6 +220,10 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
             .field("tls", &self.tls.is_some())
             .field("max_message_bytes", &self.max_message_bytes)
             .finish_non_exhaustive()
@@ -200,15 +236,32 @@ impl Server {
         Self {
             api,
             token: None,
+            admin_token: None,
             tls: None,
             max_message_bytes: crate::config::DEFAULT_MAX_MESSAGE_BYTES,
-            drain: Duration::from_millis(crate::config::DEFAULT_DRAIN_MS),
+            // The library's default send timeout and settle margin, and room for the answer.
+            drain: Duration::from_secs(35)
+                + Duration::from_millis(crate::config::DRAIN_BEYOND_SEND_MS),
         }
+    }
+
+    /// How long a graceful shutdown waits for requests under way. Keep it at least the gate's
+    /// send timeout + settle margin, so a send under way finishes and is journaled.
+    pub fn drain(mut self, d: Duration) -> Self {
+        self.drain = d;
+        self
     }
 
     /// Require `authorization: Bearer <token>` on every gate call.
     pub fn token(mut self, token: impl Into<Arc<str>>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Turn lease administration (`GrantLease`, `RevokeLease`) on, for calls carrying
+    /// `authorization: Bearer <token>` with this token (which also passes the gate token's check).
+    pub fn admin_token(mut self, token: impl Into<Arc<str>>) -> Self {
+        self.admin_token = Some(token.into());
         self
     }
 
@@ -250,24 +303,38 @@ impl Server {
             gate_cfg = gate_cfg.retry_after(d);
         }
         let store = opened.store;
+        let gate_cfg = gate_cfg.build()?;
+        let send = gate_cfg.send_timeout + gate_cfg.settle;
+        let drain = match cfg.drain_ms.map(Duration::from_millis) {
+            Some(d) if d < send => {
+                return Err(ServeError::DrainTooShort {
+                    drain_ms: u128_ms(d),
+                    needed_ms: u128_ms(send),
+                });
+            }
+            Some(d) => d,
+            None => send + Duration::from_millis(crate::config::DRAIN_BEYOND_SEND_MS),
+        };
         let gate = customize(Gate::new(
             store.clone(),
             store.clone(),
             clock.clone(),
-            gate_cfg.build()?,
+            gate_cfg,
         )?);
         let targets = Targets::from_config(&gate, &cfg.targets);
-        let mut server =
-            Self::new(GateApi::new(store, targets, clock)).max_message_bytes(cfg.max_message_bytes);
-        server.drain = Duration::from_millis(cfg.drain_ms);
+        let mut server = Self::new(GateApi::new(store, targets, clock))
+            .max_message_bytes(cfg.max_message_bytes)
+            .drain(drain);
         if let Some(auth) = &cfg.auth {
-            match std::env::var(&auth.token_env) {
-                Ok(t) if !t.is_empty() => server = server.token(t),
-                _ => {
-                    return Err(ServeError::Token {
-                        env: auth.token_env.clone(),
-                    });
-                }
+            let read = |env: &str| match std::env::var(env) {
+                Ok(t) if !t.is_empty() => Ok(t),
+                _ => Err(ServeError::Token {
+                    env: env.to_owned(),
+                }),
+            };
+            server = server.token(read(&auth.token_env)?);
+            if let Some(env) = &auth.admin_token_env {
+                server = server.admin_token(read(env)?);
             }
         }
         if let Some(tls) = &cfg.tls {
@@ -309,12 +376,19 @@ impl Server {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()
             .map_err(|e| ServeError::Reflection(e.to_string()))?;
-        let token = self.token.clone();
+        let tokens: Vec<Arc<str>> = self
+            .token
+            .iter()
+            .chain(self.admin_token.iter())
+            .cloned()
+            .collect();
+        let open = self.token.is_none();
+        let api = self.api.clone().with_admin_token(self.admin_token.clone());
         let gate = InterceptedService::new(
-            GateServiceServer::new(self.api.clone())
+            GateServiceServer::new(api)
                 .max_decoding_message_size(self.max_message_bytes)
                 .max_encoding_message_size(self.max_message_bytes),
-            move |req: Request<()>| authorize(token.as_deref(), req),
+            move |req: Request<()>| authorize(open, &tokens, req),
         );
         let mut builder = tonic::transport::Server::builder();
         if let Some(identity) = self.tls.clone() {
@@ -351,13 +425,17 @@ impl Server {
                 let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(l), signal);
                 (race(serve, deadline).await, None)
             }
-            Listener::Unix(l, path) => {
+            Listener::Unix(l, path, id) => {
                 let serve = router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal);
-                (race(serve, deadline).await, Some(path))
+                (race(serve, deadline).await, Some((path, id)))
             }
         };
-        if let Some(path) = socket {
-            let _ = std::fs::remove_file(path);
+        if let Some((path, id)) = socket {
+            use std::os::unix::fs::MetadataExt;
+            let ours = std::fs::metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == id);
+            if ours {
+                let _ = std::fs::remove_file(path);
+            }
         }
         served
     }
@@ -427,18 +505,18 @@ async fn race(
     }
 }
 
-/// Check the bearer token, in constant time.
-fn authorize(token: Option<&str>, req: Request<()>) -> Result<Request<()>, Status> {
-    let Some(token) = token else {
+fn u128_ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// Check the bearer token against `tokens`, in constant time; `open` lets every call in (no
+/// gate token is configured: loopback or a unix socket).
+fn authorize(open: bool, tokens: &[Arc<str>], req: Request<()>) -> Result<Request<()>, Status> {
+    if open {
         return Ok(req);
-    };
-    let given = req
-        .metadata()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if same(g.as_bytes(), token.as_bytes()) => Ok(req),
+    }
+    match bearer(req.metadata()) {
+        Some(g) if tokens.iter().any(|t| same(g.as_bytes(), t.as_bytes())) => Ok(req),
         Some(_) => Err(Status::unauthenticated(
             "the bearer token is wrong: use the token the server was configured with",
         )),
@@ -448,7 +526,16 @@ fn authorize(token: Option<&str>, req: Request<()>) -> Result<Request<()>, Statu
     }
 }
 
-fn same(a: &[u8], b: &[u8]) -> bool {
+/// The bearer token a call carries, if any.
+pub(crate) fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// Whether `given` is `token`, in time that does not depend on where they differ.
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -479,10 +566,12 @@ mod tests {
             }
             r
         };
-        assert!(authorize(Some("s3cret"), with("Bearer s3cret")).is_ok());
-        assert!(authorize(Some("s3cret"), with("Bearer s3cre")).is_err());
-        assert!(authorize(Some("s3cret"), with("s3cret")).is_err());
-        assert!(authorize(Some("s3cret"), Request::new(())).is_err());
-        assert!(authorize(None, Request::new(())).is_ok());
+        let tokens: Vec<Arc<str>> = vec!["s3cret".into(), "adm1n".into()];
+        assert!(authorize(false, &tokens, with("Bearer s3cret")).is_ok());
+        assert!(authorize(false, &tokens, with("Bearer adm1n")).is_ok());
+        assert!(authorize(false, &tokens, with("Bearer s3cre")).is_err());
+        assert!(authorize(false, &tokens, with("s3cret")).is_err());
+        assert!(authorize(false, &tokens, Request::new(())).is_err());
+        assert!(authorize(true, &[], Request::new(())).is_ok());
     }
 }

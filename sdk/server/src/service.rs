@@ -30,6 +30,7 @@ pub struct GateApi {
     targets: Arc<Targets>,
     clock: Arc<dyn Clock>,
     draining: Arc<AtomicBool>,
+    admin_token: Option<Arc<str>>,
 }
 
 /// Sets its flag when dropped: the request's task was dropped because its caller went away (or
@@ -50,6 +51,34 @@ impl GateApi {
             targets: Arc::new(targets),
             clock,
             draining: Arc::new(AtomicBool::new(false)),
+            admin_token: None,
+        }
+    }
+
+    /// Lease administration (`GrantLease`, `RevokeLease`) for calls carrying this bearer token;
+    /// `None` turns it off. A lease is an approval: the credential that submits effects must not
+    /// also approve them.
+    pub fn with_admin_token(mut self, token: Option<Arc<str>>) -> Self {
+        self.admin_token = token;
+        self
+    }
+
+    fn check_admin(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        rpc: &str,
+    ) -> Result<(), Status> {
+        let Some(admin) = &self.admin_token else {
+            return Err(Status::permission_denied(format!(
+                "{rpc}: lease administration over gRPC is off on this server; set [auth] \
+                 admin_token_env in its configuration, or use `interlock lease`"
+            )));
+        };
+        match crate::serve::bearer(metadata) {
+            Some(t) if crate::serve::same(t.as_bytes(), admin.as_bytes()) => Ok(()),
+            _ => Err(Status::permission_denied(format!(
+                "{rpc} needs the admin token (authorization: Bearer <admin token>)"
+            ))),
         }
     }
 
@@ -76,6 +105,28 @@ impl GateApi {
         let flag = cancelled.clone();
         let stop = Arc::new(move || flag.load(Ordering::SeqCst) || draining.load(Ordering::SeqCst));
         (bound.clone().with_stop(stop), CancelOnDrop(cancelled))
+    }
+
+    /// An effect submitted without every premise its target reads would skip their re-check.
+    fn check_premises(entry: &TargetEntry, effect: &interlock::Effect) -> Result<(), Status> {
+        let missing: Vec<&str> = entry
+            .required_premises
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !effect.decided.contains_key(*p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(status::invalid(&Invalid {
+            field: "effect.premises".into(),
+            message: format!(
+                "lacks {}: target {} re-checks these before every send, so an effect must be \
+                 decided on them; pass the effect Decide returned",
+                missing.join(", "),
+                entry.bound.target().name()
+            ),
+        }))
     }
 
     fn check_payload(entry: &TargetEntry, payload: &serde_json::Value) -> Result<(), Status> {
@@ -140,6 +191,7 @@ impl GateService for GateApi {
         let entry = self.target(&r.target)?;
         let effect = convert::effect_from(r.effect.as_ref()).map_err(invalid)?;
         Self::check_payload(entry, &effect.payload)?;
+        Self::check_premises(entry, &effect)?;
         let (mut bound, _guard) = self.stoppable(&entry.bound);
         if !r.attempt.is_empty() {
             let attempt = convert::name("attempt", &r.attempt).map_err(invalid)?;
@@ -303,6 +355,7 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::GrantLeaseRequest>,
     ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
+        self.check_admin(request.metadata(), "GrantLease")?;
         let grant = convert::lease_from(request.into_inner().lease.as_ref(), self.clock.now_ms())
             .map_err(invalid)?;
         let journal = self.journal.clone();
@@ -329,6 +382,7 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::RevokeLeaseRequest>,
     ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+        self.check_admin(request.metadata(), "RevokeLease")?;
         let id = convert::name("id", &request.into_inner().id).map_err(invalid)?;
         let journal = self.journal.clone();
         blocking(move || {

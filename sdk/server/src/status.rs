@@ -32,12 +32,16 @@ pub fn unusable(u: Unusable) -> Status {
     }
 }
 
-/// A journal error: transient ones (busy, server unreachable, disk full) may pass.
+/// A journal error: transient ones (busy, server unreachable, disk full) may pass; a damaged
+/// journal (`DATA_LOSS`) or one that is not this build's (`FAILED_PRECONDITION`) will not by
+/// itself, so a caller stops retrying and a person looks.
 pub fn journal(e: &JournalError) -> Status {
-    let code = if e.is_transient() || matches!(e, JournalError::Storage { .. }) {
-        Code::Unavailable
-    } else {
-        Code::Internal
+    let code = match e {
+        JournalError::Corrupt { .. } | JournalError::History { .. } => Code::DataLoss,
+        JournalError::NotADatabase { .. }
+        | JournalError::Foreign { .. }
+        | JournalError::SchemaVersion { .. } => Code::FailedPrecondition,
+        _ => Code::Unavailable,
     };
     Status::new(code, e.to_string())
 }
@@ -94,7 +98,7 @@ mod tests {
             what: "hash".into(),
         };
         assert_eq!(journal(&busy).code(), Code::Unavailable);
-        assert_eq!(journal(&corrupt).code(), Code::Internal);
+        assert_eq!(journal(&corrupt).code(), Code::DataLoss);
         assert_eq!(
             gate(&GateError::UnknownKey("k".into())).code(),
             Code::NotFound

@@ -26,6 +26,10 @@ pub struct TargetEntry {
     pub records: Option<Arc<dyn TargetRecords>>,
     /// The payload's shape, checked before `Decide` and `Submit` (`INVALID_ARGUMENT`).
     pub check_payload: Option<PayloadCheck>,
+    /// The premises a submitted effect must carry: every one the target's premise reader reads.
+    /// The gate re-checks only the premises an effect was decided on, so an effect submitted
+    /// without them would skip the check; the server refuses it (`INVALID_ARGUMENT`).
+    pub required_premises: Vec<String>,
 }
 
 /// Every configured target: usable, or broken with the reason.
@@ -73,7 +77,7 @@ impl Targets {
     pub fn from_config(gate: &Gate, configs: &BTreeMap<String, TargetConfig>) -> Self {
         let mut targets = Self::new();
         for (name, cfg) in configs {
-            match build(gate, cfg) {
+            match build(gate, name, cfg) {
                 Ok(entry) => targets.insert(name.clone(), entry),
                 Err(reason) => {
                     tracing::error!(target_name = %name, %reason, "target cannot be used; calls naming it fail with FAILED_PRECONDITION");
@@ -129,7 +133,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn build(gate: &Gate, cfg: &TargetConfig) -> Result<TargetEntry, String> {
+/// A target under its configured name: the journal records it with every effect and recovers an
+/// effect only through a target of that name, so two accounts cannot stand in for each other.
+fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, String> {
     match cfg {
         TargetConfig::StripeRefunds {
             tier,
@@ -143,7 +149,7 @@ fn build(gate: &Gate, cfg: &TargetConfig) -> Result<TargetEntry, String> {
             let stripe_cfg =
                 StripeConfig::new(api_base.clone(), secret).map_err(|e| e.to_string())?;
             let tier = Tier::try_from(*tier).map_err(|e| e.to_string())?;
-            let target = StripeRefunds::new(stripe_cfg).assume_tier(tier);
+            let target = StripeRefunds::new(stripe_cfg).assume_tier(tier).named(name);
             let premises = RefundPremises {
                 stripe: StripeRefundPremises(target.clone()),
                 shop: shop_url
@@ -153,10 +159,16 @@ fn build(gate: &Gate, cfg: &TargetConfig) -> Result<TargetEntry, String> {
             let bound = gate
                 .bind(Arc::new(target.clone()), Arc::new(premises))
                 .map_err(|e| e.to_string())?;
+            let mut required_premises =
+                vec!["amount_paid".to_owned(), "refunded_by_others".to_owned()];
+            if shop_url.is_some() {
+                required_premises.push("order_eligible".to_owned());
+            }
             Ok(TargetEntry {
                 bound,
                 records: Some(Arc::new(target)),
                 check_payload: Some(|p| RefundPayload::from_value(p).map(drop)),
+                required_premises,
             })
         }
     }

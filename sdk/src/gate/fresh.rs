@@ -48,6 +48,11 @@ impl Bound {
             Err(step) => return Ok(step),
         };
         let premises = self.read_premises(key, first);
+        // A cancellation that came while the premises were read stops here, before anything is
+        // journaled: nothing to recover, at any tier.
+        if let Some(stopped) = self.cancelled() {
+            return Ok(stopped);
+        }
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
         let out = self.gate.journal.append_with(key, &mut |tx| {

@@ -52,8 +52,9 @@ impl Bound {
         // activity, a server draining) stops its attempt here too, even after its own dispatch:
         // the send's record stays in flight, the lock is released on return, and the next attempt
         // recovers it as after a crash at this point — re-reading the lease and the premises,
-        // which may have moved while this attempt stalled.
-        if self.cancelled().is_some() {
+        // which may have moved while this attempt stalled, and asking the target. A target with
+        // no lookup could only be marked ambiguous then, so its dispatched send goes out.
+        if self.target.has_lookup() && self.cancelled().is_some() {
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!(
                     "the attempt was cancelled after claim {token}'s dispatch was journaled and \

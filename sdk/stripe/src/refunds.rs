@@ -22,6 +22,8 @@ use interlock::target::{SendRequest, Target, TargetRecords};
 
 /// Stripe remembers idempotency keys for 24 hours.
 pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// The target's name unless [`StripeRefunds::named`] gives another.
+pub const DEFAULT_NAME: &str = "stripe-refunds";
 /// Refunds per page when listing.
 const PAGE: &str = "100";
 /// At most this many pages are read in one lookup (10,000 refunds on one payment).
@@ -99,6 +101,7 @@ pub struct StripeRefunds {
     cfg: StripeConfig,
     agent: ureq::Agent,
     tier: Tier,
+    name: String,
 }
 
 enum Http {
@@ -122,7 +125,16 @@ impl StripeRefunds {
             cfg,
             agent,
             tier: Tier::One,
+            name: DEFAULT_NAME.to_owned(),
         }
+    }
+
+    /// The same target under another name. The journal records the name an effect was proposed
+    /// through and recovers it only through a target of that name, so two Stripe accounts (or
+    /// test and live mode) served side by side must have different names.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Treat the service as offering only `tier`: tier 2 sends no `Idempotency-Key` and trusts
@@ -298,7 +310,7 @@ fn counts(refund: &Value) -> bool {
 
 impl Target for StripeRefunds {
     fn name(&self) -> &str {
-        "stripe-refunds"
+        &self.name
     }
 
     fn tier(&self) -> Tier {

@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
             bound: bound.clone(),
             records: None,
             check_payload: None,
+            required_premises: Vec::new(),
         },
     );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
