@@ -305,6 +305,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_is_valid() -> Result<(), ConfigError> {
+        let cfg = parse(include_str!("../interlock-serve.example.toml"))?;
+        assert_eq!(
+            cfg.auth.and_then(|a| a.admin_token_env).as_deref(),
+            Some("INTERLOCK_ADMIN_TOKEN")
+        );
+        assert!(cfg.targets.contains_key("refunds"));
+        Ok(())
+    }
+
+    #[test]
     fn a_parse_error_never_shows_a_journal_password() {
         let text = "journal = \"postgres://ops:hunter2@db:5432/pay\"\nlisten = 5\n";
         let e = parse(text).err().map(|e| e.to_string()).unwrap_or_default();
