@@ -366,16 +366,16 @@ impl Server {
             .set_service_status(crate::SERVICE_NAME, ServingStatus::Serving)
             .await;
         health.set_service_status("", ServingStatus::Serving).await;
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| ServeError::Reflection(e.to_string()))?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        // Both reflection versions: older grpcurl and grpc_cli ask v1alpha.
+        let described = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_error =
+            |e: tonic_reflection::server::Error| ServeError::Reflection(e.to_string());
+        let reflection_v1 = described().build_v1().map_err(reflection_error)?;
+        let reflection_v1alpha = described().build_v1alpha().map_err(reflection_error)?;
         let tokens: Vec<Arc<str>> = self
             .token
             .iter()
