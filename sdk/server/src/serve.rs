@@ -15,7 +15,7 @@ use interlock::gate::ConfigError as GateConfigError;
 use interlock::journal::JournalError;
 use interlock::{Clock, Gate, GateError};
 use interlock_postgres::PgOptions;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Status};
@@ -422,7 +422,10 @@ impl Server {
         };
         let (served, socket) = match listener {
             Listener::Tcp(l) => {
-                let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(l), signal);
+                // Small answers go out at once, not after the peer's delayed acknowledgement.
+                let incoming =
+                    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+                let serve = router.serve_with_incoming_shutdown(incoming, signal);
                 (race(serve, deadline).await, None)
             }
             Listener::Unix(l, path, id) => {
