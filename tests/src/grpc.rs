@@ -176,6 +176,25 @@ impl Running {
     }
 }
 
+/// A grant of lease `lease-1` by ana@support: one refund of at most $20 of `payment`.
+pub fn lease_for(payment: &str) -> interlock_server::pb::GrantLeaseRequest {
+    use interlock_server::pb;
+    pb::GrantLeaseRequest {
+        lease: Some(pb::Lease {
+            id: "lease-1".into(),
+            approver: "ana@support".into(),
+            scope_json: [(
+                "payment_intent".to_owned(),
+                serde_json::Value::from(payment).to_string(),
+            )]
+            .into(),
+            cap_field: "amount".into(),
+            cap_max: 2000,
+            ..pb::Lease::default()
+        }),
+    }
+}
+
 /// Adds `authorization: Bearer …` when it holds a token.
 #[derive(Clone)]
 pub struct Bearer(pub Option<String>);

@@ -82,18 +82,7 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
     server.sim.add_payment("pi_1", 10_000);
     let mut c = grpc::client(&server.address, Some(TOKEN)).await?;
     let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
-    admin
-        .grant_lease(pb::GrantLeaseRequest {
-            lease: Some(pb::Lease {
-                id: "lease-1".into(),
-                approver: "ana@support".into(),
-                scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
-                cap_field: "amount".into(),
-                cap_max: 2000,
-                ..pb::Lease::default()
-            }),
-        })
-        .await?;
+    admin.grant_lease(grpc::lease_for("pi_1")).await?;
     // One committed effect, so "unchanged" covers an existing key as well as new ones.
     let good = decided(&mut c, "req-good", 2000).await?;
     let first = c

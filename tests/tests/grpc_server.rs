@@ -20,19 +20,6 @@ use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
-fn lease() -> pb::GrantLeaseRequest {
-    pb::GrantLeaseRequest {
-        lease: Some(pb::Lease {
-            id: "lease-1".into(),
-            approver: "ana@support".into(),
-            scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
-            cap_field: "amount".into(),
-            cap_max: 2000,
-            ..pb::Lease::default()
-        }),
-    }
-}
-
 async fn decided(c: &mut Client, key: &str) -> anyhow::Result<pb::Effect> {
     c.decide(pb::DecideRequest {
         target: "refunds".into(),
@@ -44,6 +31,32 @@ async fn decided(c: &mut Client, key: &str) -> anyhow::Result<pb::Effect> {
     .into_inner()
     .effect
     .ok_or_else(|| anyhow::anyhow!("Decide answered without an effect"))
+}
+
+/// A server whose premise reads can be held, a $100 payment with a lease for $20, and a client
+/// with the $20 refund decided under `key`.
+async fn held_server(
+    key: &str,
+) -> anyhow::Result<(grpc::Running, Arc<HeldPremises>, Client, pb::Effect)> {
+    let sim = interlock_testkit::sim::SimPayments::new(
+        interlock::Tier::One,
+        Duration::from_secs(24 * 3600),
+        Arc::new(interlock::SystemClock),
+    );
+    let held = HeldPremises::new(sim.clone());
+    let options = Options {
+        premises: Some(held.clone()),
+        ..Options::default()
+    };
+    let server = grpc::start(options, Some(sim)).await?;
+    server.sim.add_payment("pi_1", 10_000);
+    grpc::client(&server.address, Some(grpc::ADMIN))
+        .await?
+        .grant_lease(grpc::lease_for("pi_1"))
+        .await?;
+    let mut c = grpc::client(&server.address, None).await?;
+    let e = decided(&mut c, key).await?;
+    Ok((server, held, c, e))
 }
 
 fn submit(e: &pb::Effect) -> pb::SubmitRequest {
@@ -220,27 +233,7 @@ async fn a_stale_unix_socket_is_replaced_and_a_live_one_is_not() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_commits_once()
 -> anyhow::Result<()> {
-    let sim = interlock_testkit::sim::SimPayments::new(
-        interlock::Tier::One,
-        Duration::from_secs(24 * 3600),
-        Arc::new(interlock::SystemClock),
-    );
-    let held = HeldPremises::new(sim.clone());
-    let server = grpc::start(
-        Options {
-            premises: Some(held.clone()),
-            ..Options::default()
-        },
-        Some(sim),
-    )
-    .await?;
-    server.sim.add_payment("pi_1", 10_000);
-    let mut c = grpc::client(&server.address, None).await?;
-    grpc::client(&server.address, Some(grpc::ADMIN))
-        .await?
-        .grant_lease(lease())
-        .await?;
-    let e = decided(&mut c, "req-gone").await?;
+    let (server, held, mut c, e) = held_server("req-gone").await?;
     // The attempt's premise read is held; the caller gives up (its deadline passes, as when a
     // worker is killed) while the server's attempt is still inside the gate.
     let stall = Stall::new();
@@ -288,27 +281,7 @@ async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_comm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_shutdown_fences_an_attempt_that_has_not_sent() -> anyhow::Result<()> {
-    let sim = interlock_testkit::sim::SimPayments::new(
-        interlock::Tier::One,
-        Duration::from_secs(24 * 3600),
-        Arc::new(interlock::SystemClock),
-    );
-    let held = HeldPremises::new(sim.clone());
-    let server = grpc::start(
-        Options {
-            premises: Some(held.clone()),
-            ..Options::default()
-        },
-        Some(sim),
-    )
-    .await?;
-    server.sim.add_payment("pi_1", 10_000);
-    let mut c = grpc::client(&server.address, None).await?;
-    grpc::client(&server.address, Some(grpc::ADMIN))
-        .await?
-        .grant_lease(lease())
-        .await?;
-    let e = decided(&mut c, "req-drain").await?;
+    let (server, held, mut c, e) = held_server("req-drain").await?;
     let stall = Stall::new();
     let _released = Released(stall.clone());
     held.arm(stall.clone());

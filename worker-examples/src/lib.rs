@@ -14,3 +14,13 @@ pub mod workflow;
 pub use activities::{Deps, RefundActivities, Settings};
 pub use model::{Decision, RefundReport, RefundRequest, System};
 pub use workflow::RefundWorkflow;
+
+/// Logs to stderr at `RUST_LOG`'s level (default `info`), for this crate's binaries.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -29,12 +29,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    worker_examples::init_logs();
     let cfg = ServerConfig::load(&args.config)?;
     let listen = Listen::parse(&cfg.listen).map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = match SkewClock::from_env() {
