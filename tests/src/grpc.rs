@@ -49,6 +49,8 @@ pub struct Options {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// Hold the next premise read of `refunds` (after `arm`) until the test releases it.
     pub premises: Option<Arc<HeldPremises>>,
+    /// Faults at the gate's points (a stall after the dispatch, say).
+    pub faults: Option<Arc<interlock_testkit::faults::ScriptedFaults>>,
 }
 
 /// A premise reader that holds one armed read until the test releases it.
@@ -104,12 +106,15 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
         Some(p) => p.clone(),
         None => Arc::new(SimRefundPremises(sim.clone())),
     };
-    let gate = Gate::new(
+    let mut gate = Gate::new(
         journal.clone(),
         journal.clone(),
         clock.clone(),
         GateConfig::beside(&path),
     )?;
+    if let Some(f) = &opts.faults {
+        gate = gate.with_faults(f.clone());
+    }
     let bound = gate.bind(Arc::new(SimTarget(sim.clone())), premises)?;
     let mut targets = Targets::new();
     targets.insert(

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use interlock::Journal;
 use interlock::core::EffectState;
+use interlock::faults::FaultPoint;
 use interlock_server::pb;
-use interlock_testkit::faults::Stall;
+use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
 use interlock_tests::grpc::{self, Client, HeldPremises, Options};
 use prost::Message;
 use tonic_health::pb::HealthCheckRequest;
@@ -233,12 +234,28 @@ async fn a_stale_unix_socket_is_replaced_and_a_live_one_is_not() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_commits_once()
 -> anyhow::Result<()> {
-    let (server, held, mut c, e) = held_server("req-gone").await?;
-    // The attempt's premise read is held; the caller gives up (its deadline passes, as when a
-    // worker is killed) while the server's attempt is still inside the gate.
+    // The attempt stalls between its dispatch record and its send.
     let stall = Stall::new();
     let _released = Released(stall.clone());
-    held.arm(stall.clone());
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
+    let server = grpc::start(
+        Options {
+            faults: Some(faults),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    grpc::client(&server.address, Some(grpc::ADMIN))
+        .await?
+        .grant_lease(grpc::lease_for("pi_1"))
+        .await?;
+    let mut c = grpc::client(&server.address, None).await?;
+    let e = decided(&mut c, "req-gone").await?;
+    // The caller gives up (its deadline passes, as when a worker is killed) while the server's
+    // attempt is inside the gate; the server drops the call.
     let mut request = tonic::Request::new(submit(&e));
     request.set_timeout(Duration::from_millis(300));
     let gone = c.submit(request).await;
@@ -251,18 +268,16 @@ async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_comm
         "{code:?}"
     );
     assert!(stall.reached());
-    stall.release();
-    // The attempt goes on to journal its dispatch, then sees its caller gone and sends nothing.
     let key = interlock::EffectKey::fixed("req-gone")?;
+    assert!(matches!(
+        server.journal.state(&key)?,
+        EffectState::InFlight { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stall.release();
+    // The attempt is fenced before its send; the next call recovers the effect once the
+    // abandoned attempt has let go of its claim.
     let t0 = std::time::Instant::now();
-    while !matches!(server.journal.state(&key)?, EffectState::InFlight { .. }) {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(10),
-            "no dispatch was journaled"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // The next call recovers it once the abandoned attempt has let go of its claim.
     let committed = loop {
         match kind(c.submit(submit(&e)).await?.into_inner()) {
             Some(pb::outcome::Kind::Committed(done)) => break done,

@@ -434,25 +434,42 @@ fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing(kind: Kind) {
     assert_eq!(b.sim.requests(), 0);
 }
 
-fn an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing(kind: Kind) {
-    let b = Bench::new(kind, Tier::One);
+/// An attempt stalled between its dispatch record and its send (stopped there by the test) under
+/// `stop` and `fence` checks that turn true while it stalls, as the lease is revoked; its outcome.
+fn stalled_after_dispatch(
+    b: &Bench,
+    target: Arc<dyn Target>,
+    fence: bool,
+    revoke: bool,
+) -> Outcome {
     let stall = Stall::new();
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let seen = cancelled.clone();
-    let bound = b
-        .bind(&b.gate("caller-gone", Some(faults)), b.sim_target())
-        .with_stop(Arc::new(move || seen.load(Ordering::SeqCst)));
+    let flag = Arc::new(AtomicBool::new(false));
+    let seen = flag.clone();
+    let check: interlock::gate::StopCheck = Arc::new(move || seen.load(Ordering::SeqCst));
+    let mut bound = b
+        .bind(&b.gate("stalled", Some(faults)), target)
+        .with_stop(check.clone());
+    if fence {
+        bound = bound.with_fence(check);
+    }
     let effect = b.effect();
     let attempt = std::thread::spawn(move || bound.submit(&effect));
     stall.wait_reached();
-    // Between its dispatch record and its send, the attempt's caller goes away (a worker killed
-    // mid-call to the gate server, a server draining) and the approval is revoked.
-    cancelled.store(true, Ordering::SeqCst);
-    assert!(b.journal.revoke_lease(LEASE).unwrap());
+    flag.store(true, Ordering::SeqCst);
+    if revoke {
+        assert!(b.journal.revoke_lease(LEASE).unwrap());
+    }
     stall.release();
-    let out = attempt.join().unwrap().unwrap();
+    attempt.join().unwrap().unwrap()
+}
+
+fn an_attempt_fenced_between_its_dispatch_and_its_send_sends_nothing(kind: Kind) {
+    let b = Bench::new(kind, Tier::One);
+    // Its caller goes away (a worker killed mid-call to a gate server) and the approval is
+    // revoked while the attempt stalls between its dispatch record and its send.
+    let out = stalled_after_dispatch(&b, b.sim_target(), true, true);
     assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
     assert_eq!(
         b.sim.requests(),
@@ -470,6 +487,80 @@ fn an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing(kind: Ki
         "{out:?}"
     );
     assert_eq!(b.refunded(), 0);
+}
+
+fn a_cancellation_after_the_dispatch_sends_it_and_the_effect_resolves(kind: Kind) {
+    // A cancelled activity may never be retried (its workflow was cancelled): its own dispatch
+    // is sent, not left in flight for a recovery that may never come.
+    let b = Bench::new(kind, Tier::Two);
+    let out = stalled_after_dispatch(&b, b.sim_target(), false, false);
+    assert!(
+        matches!(
+            out,
+            Outcome::Committed {
+                via: Via::FirstSend,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(matches!(
+        b.journal.state(&World::key()).unwrap(),
+        interlock::core::EffectState::Resolved { .. }
+    ));
+    assert_eq!(b.refunded(), AMOUNT);
+}
+
+/// A lease store that cannot be read.
+struct Unreachable;
+
+impl interlock::LeaseStore for Unreachable {
+    fn check(
+        &self,
+        _: &str,
+        _: &Value,
+        _: i64,
+    ) -> Result<interlock::core::LeaseVerdict, interlock::lease::LeaseError> {
+        Err(interlock::lease::LeaseError::Store("down".into()))
+    }
+    fn describe(&self, _: &str) -> Result<Option<interlock::Grant>, interlock::lease::LeaseError> {
+        Err(interlock::lease::LeaseError::Store("down".into()))
+    }
+}
+
+fn a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous(kind: Kind) {
+    let b = Bench::new(kind, Tier::Two);
+    // Proposed through a binding that claims tier 3; the lease store is down, so the proposal
+    // waits, journaled at tier 3.
+    let down = Gate::new(
+        b.journal.clone(),
+        Arc::new(Unreachable),
+        Arc::new(b.clock.clone()),
+        b.store.config(),
+    )
+    .unwrap();
+    let blind: Arc<dyn Target> = Arc::new(Claims {
+        inner: SimTarget(b.sim.clone()),
+        tier: Tier::Three,
+        name: "sim-payments",
+    });
+    let out = b.bind(&down, blind).submit(&b.effect()).unwrap();
+    assert!(matches!(out, Outcome::Retry { .. }), "{out:?}");
+    // A binding of the same service with a lookup continues it, fenced after its dispatch: the
+    // effect recovers at tier 3 (the worse of the journaled and the bound), where "not sent"
+    // cannot be learnt, so the dispatched send goes out.
+    let out = stalled_after_dispatch(&b, b.sim_target(), true, false);
+    assert!(
+        matches!(
+            out,
+            Outcome::Committed {
+                via: Via::FirstSend,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(b.refunded(), AMOUNT);
 }
 
 /// A premise reader during whose read the attempt is cancelled (its caller goes away).
@@ -619,7 +710,9 @@ interlock_tests::every_store!(
     a_saved_500_after_the_refund_applied_commits_by_lookup,
     a_separate_lease_store_revoked_while_the_dispatch_is_written_stops_the_send,
     a_cancelled_attempt_dispatches_takes_over_and_resends_nothing,
-    an_attempt_cancelled_between_its_dispatch_and_its_send_sends_nothing,
+    an_attempt_fenced_between_its_dispatch_and_its_send_sends_nothing,
+    a_cancellation_after_the_dispatch_sends_it_and_the_effect_resolves,
+    a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous,
     an_attempt_cancelled_while_its_premises_are_read_journals_nothing_at_any_tier,
     a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2,
 );

@@ -113,8 +113,11 @@ class RefundActivities:
     @activity.defn(name="refund_gated")
     async def refund_gated(self, decision: dict[str, Any]) -> dict[str, Any]:
         """One attempt of the refund: one ``Submit`` of the decided effect, heartbeating while it
-        runs. A cancelled activity cancels the call (the server sees a send already on its way
-        through and journals its answer)."""
+        runs. A cancelled activity does not cancel the call: the server's attempt runs to its end
+        (a dispatch it journaled is sent and the answer recorded). A call cut off by the worker's
+        death is fenced by the server instead, and the retry Temporal schedules recovers it; a
+        cancellation may be final (the workflow was cancelled), and a fenced effect would stay in
+        flight with no retry to recover it."""
         info = activity.info()
         request = decision["request"]
         effect = effect_from_dict(decision["effect"])
@@ -130,13 +133,10 @@ class RefundActivities:
         )
         beats = asyncio.create_task(_heartbeat(info.attempt))
         try:
-            resp = await call
+            resp = await asyncio.shield(call)
         except grpc.aio.AioRpcError as e:
             log.info("key=%s attempt=%d rpc error %s", effect.key, info.attempt, e.code().name)
             raise outcomes.rpc_failure(e.code().name, e.details() or "") from None
-        except asyncio.CancelledError:
-            call.cancel()
-            raise
         finally:
             beats.cancel()
         log.info(

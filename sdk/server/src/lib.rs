@@ -4,10 +4,10 @@
 //! leases and the liveness locks; a worker's activity body is one `Submit` call.
 //!
 //! The safety of a send never rests on the connection: an attempt runs to its next step boundary
-//! and stops there when its caller goes away or the server drains ([`Bound::with_stop`]); a send
-//! already under way finishes and its answer is journaled; a server killed mid-send leaves an
-//! in-flight record that the next attempt, through any server on the same journal, recovers by the
-//! target's tier.
+//! and stops there when its caller goes away or the server drains ([`Bound::with_stop`],
+//! [`Bound::with_fence`]); a send already under way finishes and its answer is journaled; a server
+//! killed mid-send leaves an in-flight record that the next attempt, through any server on the
+//! same journal, recovers by the target's tier.
 //!
 //! * [`config`]: the configuration file (listen address, journal, targets, token, TLS, limits).
 //! * [`targets`]: targets by name, built from the configuration or registered by code.
@@ -18,6 +18,7 @@
 //!   message limits, graceful shutdown.
 //!
 //! [`Bound::with_stop`]: interlock::Bound::with_stop
+//! [`Bound::with_fence`]: interlock::Bound::with_fence
 
 pub mod config;
 pub mod convert;

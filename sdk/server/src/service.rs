@@ -1,8 +1,9 @@
 //! The RPCs. Each runs the blocking gate on tokio's blocking pool; the request's task only waits.
 //! When a caller goes away (its worker was killed, its deadline passed) or the server drains, the
-//! attempt is told through [`Bound::with_stop`] and stops before the next step that could lead to
-//! a send; a send already dispatched goes out and its answer is journaled, so the next attempt
-//! replays it instead of guessing.
+//! attempt is told through [`Bound::with_stop`] and [`Bound::with_fence`] and stops before the next
+//! step that could lead to a send, a dispatch of its own not yet sent included (where the target
+//! can be asked), which the caller's next attempt recovers; a send already under way goes out and
+//! its answer is journaled, so the next attempt replays it instead of guessing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,8 +83,9 @@ impl GateApi {
         }
     }
 
-    /// From now on, attempts stop before any step that could lead to a send (sends already
-    /// dispatched finish). Called when a graceful shutdown begins.
+    /// From now on, attempts stop before any step that could lead to a send, including an
+    /// unsent dispatch of their own (sends under way finish). Called when a graceful shutdown
+    /// begins; callers are answered `Superseded` and submit again.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);
     }
@@ -104,7 +106,13 @@ impl GateApi {
         let draining = self.draining.clone();
         let flag = cancelled.clone();
         let stop = Arc::new(move || flag.load(Ordering::SeqCst) || draining.load(Ordering::SeqCst));
-        (bound.clone().with_stop(stop), CancelOnDrop(cancelled))
+        // A caller that went away will call again (a worker killed mid-call is retried by its
+        // workflow engine), and a draining server's callers are told to: both also fence a
+        // dispatch that has not been sent.
+        (
+            bound.clone().with_stop(stop.clone()).with_fence(stop),
+            CancelOnDrop(cancelled),
+        )
     }
 
     /// An effect submitted without every premise its target reads would skip their re-check.

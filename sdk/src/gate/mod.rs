@@ -75,7 +75,9 @@ pub enum Outcome {
         /// Why.
         reason: String,
     },
-    /// This attempt lost its claim to a recoverer before sending: it sent nothing.
+    /// This attempt sent nothing: it lost its claim to a recoverer, or was stopped or fenced
+    /// ([`Bound::with_stop`], [`Bound::with_fence`]). Submit again: the next attempt replays,
+    /// waits for or recovers the effect.
     Superseded {
         /// Why.
         reason: String,
@@ -296,6 +298,7 @@ impl Gate {
             target,
             premises,
             stop: None,
+            fence: None,
         })
     }
 
@@ -344,6 +347,7 @@ pub struct Bound {
     target: Arc<dyn Target>,
     premises: Arc<dyn PremiseReader>,
     stop: Option<StopCheck>,
+    fence: Option<StopCheck>,
 }
 
 /// Asked before each step that could lead to a send: `true` means the attempt was cancelled
@@ -459,6 +463,24 @@ impl Bound {
     pub fn with_stop(mut self, stop: StopCheck) -> Self {
         self.stop = Some(stop);
         self
+    }
+
+    /// The same binding, also asking `fence` between a dispatch this attempt journaled and its
+    /// send: `true` stops the attempt there and leaves the dispatch in flight, for the next
+    /// attempt to recover as after a crash at that point (with the lease and the premises read
+    /// again). Only where another attempt is sure to follow — a gate server whose caller's
+    /// connection broke, or that is draining — and only where recovery can ask the target (not
+    /// at tier 3, where the effect could only be marked ambiguous); a cancellation that ends the
+    /// effect's attempts for good (a workflow cancelled) must not fence, or the effect stays in
+    /// flight until someone recovers it.
+    pub fn with_fence(mut self, fence: StopCheck) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Whether the fence says to stop between this attempt's dispatch and its send.
+    fn fenced(&self) -> bool {
+        self.fence.as_ref().is_some_and(|fence| fence())
     }
 
     /// `Some` when the attempt was cancelled: it stops here, before anything is sent on it.

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use crate::core::transition::{self, Holding};
-use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Via};
+use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Tier, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::liveness::HeldLock;
@@ -48,17 +48,18 @@ impl Bound {
                 reason: format!("claim {token} was taken over before this attempt sent"),
             }));
         }
-        // A caller that went away (a worker killed mid-call to a gate server, a cancelled
-        // activity, a server draining) stops its attempt here too, even after its own dispatch:
-        // the send's record stays in flight, the lock is released on return, and the next attempt
-        // recovers it as after a crash at this point — re-reading the lease and the premises,
-        // which may have moved while this attempt stalled, and asking the target. A target with
-        // no lookup could only be marked ambiguous then, so its dispatched send goes out.
-        if self.target.has_lookup() && self.cancelled().is_some() {
+        // A fenced attempt (its gate server's caller went away, or the server is draining)
+        // stops here even after its own dispatch, where recovery can ask the target: the record
+        // stays in flight, the lock is released on return, and the next attempt recovers it as
+        // after a crash at this point, re-reading the lease and the premises, which may have moved
+        // while this attempt stalled. At tier 3 the dispatched send goes out.
+        let recoverable = transition::recovery_tier(first.tier, self.tier()) != Tier::Three
+            && self.target.has_lookup();
+        if recoverable && self.fenced() {
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!(
-                    "the attempt was cancelled after claim {token}'s dispatch was journaled and \
-                     before anything was sent; the next attempt recovers it"
+                    "fenced after claim {token}'s dispatch was journaled, before its send; the \
+                     next attempt recovers the effect"
                 ),
             }));
         }

@@ -343,8 +343,9 @@ pub async fn gated(
     };
     // Claims name the Temporal attempt that holds them, so a journal shows which attempt sent.
     let info = ctx.info();
-    // A cancelled activity stops before its next dispatch, takeover or resend; a send already on
-    // its way is seen through, and its answer recorded.
+    // A cancelled activity stops before its next dispatch, takeover or resend; a dispatch it
+    // journaled is sent and a send already on its way is seen through, and the answer recorded. It
+    // sets no fence (`Bound::with_fence`): a cancellation may end the effect's attempts for good.
     if ctx.is_cancelled() {
         return Err(ActivityError::cancelled());
     }
