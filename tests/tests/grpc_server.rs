@@ -34,8 +34,25 @@ async fn decided(c: &mut Client, key: &str) -> anyhow::Result<pb::Effect> {
     .ok_or_else(|| anyhow::anyhow!("Decide answered without an effect"))
 }
 
-/// A server whose premise reads can be held, a $100 payment with a lease for $20, and a client
+/// A server started with `options` over `sim`, a $100 payment with a lease for $20, and a client
 /// with the $20 refund decided under `key`.
+async fn ready_server(
+    options: Options,
+    sim: Option<Arc<interlock_testkit::sim::SimPayments>>,
+    key: &str,
+) -> anyhow::Result<(grpc::Running, Client, pb::Effect)> {
+    let server = grpc::start(options, sim).await?;
+    server.sim.add_payment("pi_1", 10_000);
+    grpc::client(&server.address, Some(grpc::ADMIN))
+        .await?
+        .grant_lease(grpc::lease_for("pi_1"))
+        .await?;
+    let mut c = grpc::client(&server.address, None).await?;
+    let e = decided(&mut c, key).await?;
+    Ok((server, c, e))
+}
+
+/// [`ready_server`] whose premise reads can be held.
 async fn held_server(
     key: &str,
 ) -> anyhow::Result<(grpc::Running, Arc<HeldPremises>, Client, pb::Effect)> {
@@ -49,14 +66,7 @@ async fn held_server(
         premises: Some(held.clone()),
         ..Options::default()
     };
-    let server = grpc::start(options, Some(sim)).await?;
-    server.sim.add_payment("pi_1", 10_000);
-    grpc::client(&server.address, Some(grpc::ADMIN))
-        .await?
-        .grant_lease(grpc::lease_for("pi_1"))
-        .await?;
-    let mut c = grpc::client(&server.address, None).await?;
-    let e = decided(&mut c, key).await?;
+    let (server, c, e) = ready_server(options, Some(sim), key).await?;
     Ok((server, held, c, e))
 }
 
@@ -239,21 +249,11 @@ async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_comm
     let _released = Released(stall.clone());
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
-    let server = grpc::start(
-        Options {
-            faults: Some(faults),
-            ..Options::default()
-        },
-        None,
-    )
-    .await?;
-    server.sim.add_payment("pi_1", 10_000);
-    grpc::client(&server.address, Some(grpc::ADMIN))
-        .await?
-        .grant_lease(grpc::lease_for("pi_1"))
-        .await?;
-    let mut c = grpc::client(&server.address, None).await?;
-    let e = decided(&mut c, "req-gone").await?;
+    let options = Options {
+        faults: Some(faults),
+        ..Options::default()
+    };
+    let (server, mut c, e) = ready_server(options, None, "req-gone").await?;
     // The caller gives up (its deadline passes, as when a worker is killed) while the server's
     // attempt is inside the gate; the server drops the call.
     let mut request = tonic::Request::new(submit(&e));
