@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::approval::{Route, RouteStep, SignedApproval};
 use crate::core::LeaseVerdict;
 
 /// One grant of authority.
@@ -23,6 +24,10 @@ pub struct Grant {
     pub expires_ms: Option<i64>,
     /// When revoked, if it was.
     pub revoked_ms: Option<i64>,
+    /// The signed approval this lease is, when a person approved it
+    /// ([`crate::approval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<SignedApproval>,
 }
 
 impl Grant {
@@ -36,6 +41,23 @@ impl Grant {
             granted_ms,
             expires_ms: None,
             revoked_ms: None,
+            approval: None,
+        }
+    }
+
+    /// The lease a signed approval is: named by the approval's id, in its approver's name,
+    /// lapsing when it does. Everything else it stands for is checked by
+    /// [`crate::approval::verdict`].
+    pub fn approved(approval: SignedApproval, granted_ms: i64) -> Self {
+        Self {
+            id: approval.id(),
+            approver: approval.statement.approver.clone(),
+            scope: serde_json::Map::new(),
+            cap: None,
+            granted_ms,
+            expires_ms: Some(approval.statement.expires_ms),
+            revoked_ms: None,
+            approval: Some(approval),
         }
     }
 
@@ -115,6 +137,8 @@ pub struct StoredGrant {
     pub expires_ms: Option<i64>,
     /// When revoked.
     pub revoked_ms: Option<i64>,
+    /// The signed approval as JSON, if a person approved.
+    pub approval: Option<String>,
 }
 
 impl StoredGrant {
@@ -123,12 +147,25 @@ impl StoredGrant {
         if grant.id.is_empty() {
             return Err(LeaseError::Invalid("a lease needs a non-empty id".into()));
         }
+        if let Some(a) = grant.approval.as_ref().filter(|a| a.id() != grant.id) {
+            return Err(LeaseError::Invalid(format!(
+                "lease {} carries approval {}: an approval is granted under its own id",
+                grant.id,
+                a.id()
+            )));
+        }
         let scope = serde_json::to_string(&grant.scope)
             .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?;
         let (cap_field, cap) = match &grant.cap {
             Some((f, c)) => (Some(f.clone()), Some(*c)),
             None => (None, None),
         };
+        let approval = grant
+            .approval
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?;
         Ok(Self {
             id: grant.id.clone(),
             approver: grant.approver.clone(),
@@ -138,6 +175,7 @@ impl StoredGrant {
             granted_ms: grant.granted_ms,
             expires_ms: grant.expires_ms,
             revoked_ms: grant.revoked_ms,
+            approval,
         })
     }
 
@@ -151,6 +189,14 @@ impl StoredGrant {
             (Some(f), Some(c)) => Some((f, c)),
             _ => None,
         };
+        let approval = self
+            .approval
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| {
+                LeaseError::Store(format!("lease {} has an unreadable approval: {e}", self.id))
+            })?;
         Ok(Grant {
             id: self.id,
             approver: self.approver,
@@ -159,6 +205,7 @@ impl StoredGrant {
             granted_ms: self.granted_ms,
             expires_ms: self.expires_ms,
             revoked_ms: self.revoked_ms,
+            approval,
         })
     }
 
@@ -189,8 +236,17 @@ impl From<crate::journal::JournalError> for LeaseError {
 }
 
 /// The verdict on lease `id` (as recorded, if ever granted) for `payload` at `now_ms`.
+///
+/// A signed approval is dead here: only [`crate::approval::verdict`], with the approver
+/// directory and the request's route, can say it holds.
 pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64) -> LeaseVerdict {
     match grant {
+        Some(g) if g.approval.is_some() => LeaseVerdict::Dead {
+            reason: format!(
+                "lease {id} is a signed approval; it holds only for a gate that checks it \
+                 against the approver directory (Gate::with_approvers)"
+            ),
+        },
         Some(g) => g.verdict(payload, now_ms),
         None => LeaseVerdict::Dead {
             reason: format!("no lease named {id} was ever granted"),
@@ -224,6 +280,13 @@ pub trait LeaseAdmin: LeaseStore {
 
     /// Every grant, oldest first.
     fn leases(&self) -> Result<Vec<Grant>, LeaseError>;
+
+    /// Append `step` to `request`'s route ([`crate::approval::next_step`]): a step already
+    /// journaled is answered with itself, so a retried workflow step records nothing twice.
+    fn route(&self, request: &str, step: &RouteStep) -> Result<Route, LeaseError>;
+
+    /// `request`'s route, first step first.
+    fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError>;
 }
 
 #[cfg(test)]
@@ -244,6 +307,7 @@ mod tests {
             granted_ms: 0,
             expires_ms: Some(100),
             revoked_ms: None,
+            approval: None,
         }
     }
 

@@ -54,6 +54,7 @@
 //!
 //! The contract in full, and where its guarantees end, is `docs/contract.md` in the repository.
 
+pub mod approval;
 pub mod clock;
 pub use interlock_core as core;
 pub mod effect;

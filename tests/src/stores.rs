@@ -153,16 +153,24 @@ impl Store {
     }
 
     /// Run `sql` on the store behind the journal's back, as a person with `sqlite3` or `psql`
-    /// would; `{records}` names the records table.
+    /// would; `{records}`, `{leases}` and `{routes}` name the tables.
     pub fn tamper(&self, sql: &str) -> anyhow::Result<()> {
         match self.kind {
             Kind::Sqlite => {
                 let conn = rusqlite::Connection::open(self.dir.path().join("j.db"))?;
-                conn.execute_batch(&sql.replace("{records}", "records"))?;
+                let sql = ["records", "leases", "routes"]
+                    .iter()
+                    .fold(sql.to_owned(), |s, t| s.replace(&format!("{{{t}}}"), t));
+                conn.execute_batch(&sql)?;
             }
             Kind::Postgres => {
                 let mut c = postgres::Client::connect(&self.url, postgres::NoTls)?;
-                c.batch_execute(&sql.replace("{records}", &format!("{}.records", self.schema)))?;
+                let sql = ["records", "leases", "routes"]
+                    .iter()
+                    .fold(sql.to_owned(), |s, t| {
+                        s.replace(&format!("{{{t}}}"), &format!("{}.{t}", self.schema))
+                    });
+                c.batch_execute(&sql)?;
             }
         }
         Ok(())

@@ -74,6 +74,7 @@ impl World {
             granted_ms: T0,
             expires_ms: None,
             revoked_ms: None,
+            approval: None,
         }
     }
 

@@ -11,6 +11,7 @@ use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
 use crate::pool::{Manager, Pool, Query};
 use crate::schema;
+use interlock::approval::{Route, RouteStep, admits};
 use interlock::journal::store::{self, Import, NewRecord, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
@@ -135,12 +136,24 @@ impl PgJournal {
         })
     }
 
-    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>, JournalError> {
+    pub(crate) fn conn(&self) -> Result<r2d2::PooledConnection<Manager>, JournalError> {
         self.pool.get().map_err(|e| pool_err(&self.location, &e))
     }
 
-    fn err(&self, e: &postgres::Error) -> JournalError {
+    pub(crate) fn err(&self, e: &postgres::Error) -> JournalError {
         journal_err(&self.location, e)
+    }
+
+    pub(crate) fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    pub(crate) fn location_str(&self) -> &str {
+        &self.location
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     fn select_records(&self) -> String {
@@ -171,19 +184,35 @@ impl PgJournal {
     }
 
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
+    /// A signed approval is recorded only while its group holds the request
+    /// ([`interlock::approval::admits`]), with the request's steps share-locked until it commits.
     pub fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
         let g = StoredGrant::of(grant)?;
         let n = self
             .conn()?
-            .run(|c| c.execute(
-                &format!(
-                    "INSERT INTO {}.leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
-                    self.schema
-                ),
-                &[&g.id, &g.approver, &g.scope, &g.cap_field, &g.cap, &g.granted_ms, &g.expires_ms, &g.revoked_ms],
-            ))
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
+            .run_tx(
+                |e| self.err(e),
+                |q| {
+                    if let Some(a) = &grant.approval {
+                        let routes = self.routes_on(q, &a.statement.request, "FOR SHARE")?;
+                        if let Err(why) = admits(routes.last(), a) {
+                            return Ok((Err(LeaseError::Invalid(why)), false));
+                        }
+                    }
+                    let n = q
+                        .execute(
+                            &format!(
+                                "INSERT INTO {}.leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval)
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                                self.schema
+                            ),
+                            &[&g.id, &g.approver, &g.scope, &g.cap_field, &g.cap, &g.granted_ms, &g.expires_ms, &g.revoked_ms, &g.approval],
+                        )
+                        .map_err(|e| self.err(&e))?;
+                    Ok((Ok(n), n > 0))
+                },
+            )
+            .map_err(LeaseError::from)??;
         if n == 0 {
             return Err(StoredGrant::exists(&g.id));
         }
@@ -296,7 +325,7 @@ fn check_server(client: &mut postgres::Client, location: &str) -> Result<(), Jou
 const MAX_SKEW_MS: f64 = 1000.0;
 
 const GRANT_COLUMNS: &str =
-    "id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms";
+    "id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval";
 
 fn stored_grant(r: &postgres::Row) -> StoredGrant {
     StoredGrant {
@@ -308,6 +337,7 @@ fn stored_grant(r: &postgres::Row) -> StoredGrant {
         granted_ms: r.get(5),
         expires_ms: r.get(6),
         revoked_ms: r.get(7),
+        approval: r.get(8),
     }
 }
 
@@ -321,6 +351,11 @@ impl TxLeases for TxLeaseReader<'_, '_> {
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
         let mut tx = self.tx.borrow_mut();
         self.journal.lease_on(&mut **tx, id, "FOR SHARE")
+    }
+
+    fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        Ok(self.journal.routes_on(&mut **tx, request, "FOR SHARE")?)
     }
 }
 
@@ -500,6 +535,14 @@ impl interlock::lease::LeaseAdmin for PgJournal {
 
     fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
         PgJournal::leases(self)
+    }
+
+    fn route(&self, request: &str, step: &RouteStep) -> Result<Route, LeaseError> {
+        PgJournal::route(self, request, step)
+    }
+
+    fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        PgJournal::routes(self, request)
     }
 }
 

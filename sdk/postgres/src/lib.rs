@@ -31,6 +31,7 @@ mod journal;
 mod liveness;
 mod named;
 mod pool;
+mod routes;
 mod schema;
 
 pub use journal::{PgJournal, PgOptions};

@@ -25,9 +25,12 @@ pub(crate) fn valid_name(name: &str) -> bool {
 /// * `effects`: one row per key, its chain head. Every append locks it first, so appends to one
 ///   key are serial across every host while other keys proceed.
 /// * `leases`: grants and revocations, read inside the append that checks them.
+/// * `routes`: each request's steps through the approver groups, read inside the append that
+///   checks an approval.
 /// * `holds`: which server lifetime each liveness lock was first taken in. A lock with no row, or
 ///   a row from another lifetime, is never judged released.
 fn ddl(s: &str) -> String {
+    let routes = routes_ddl(s);
     format!(
         "CREATE TABLE {s}.meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
          CREATE TABLE {s}.records (
@@ -51,12 +54,39 @@ fn ddl(s: &str) -> String {
              cap        BIGINT,
              granted_ms BIGINT NOT NULL,
              expires_ms BIGINT,
-             revoked_ms BIGINT
+             revoked_ms BIGINT,
+             approval   TEXT
          );
+         {routes}
          CREATE TABLE {s}.holds (
              lock_id        BIGINT PRIMARY KEY,
              server_started TIMESTAMPTZ NOT NULL
          );"
+    )
+}
+
+fn routes_ddl(s: &str) -> String {
+    format!(
+        "CREATE TABLE {s}.routes (
+             request    TEXT NOT NULL,
+             n          INTEGER NOT NULL,
+             kind       TEXT NOT NULL,
+             level      INTEGER NOT NULL,
+             group_name TEXT NOT NULL,
+             reason     TEXT NOT NULL,
+             repair_of  TEXT,
+             at_ms      BIGINT NOT NULL,
+             PRIMARY KEY (request, n)
+         );"
+    )
+}
+
+/// Version 1 to 2: leases may carry a signed approval, and requests have routes.
+fn upgrade_1_to_2(s: &str) -> String {
+    format!(
+        "ALTER TABLE {s}.leases ADD COLUMN approval TEXT; {} \
+         UPDATE {s}.meta SET value = '2' WHERE name = 'schema_version';",
+        routes_ddl(s)
     )
 }
 
@@ -100,7 +130,12 @@ pub(crate) fn ensure(
                 why: format!("its format marker is {:?}", get("format")),
             });
         }
-        let version = get("schema_version").unwrap_or_default();
+        let mut version = get("schema_version").unwrap_or_default();
+        if version == "1" && create {
+            tx.batch_execute(&upgrade_1_to_2(schema)).map_err(err)?;
+            tracing::info!(location, schema, "upgraded the journal to schema version 2");
+            version = SCHEMA_VERSION.to_string();
+        }
         if version != SCHEMA_VERSION.to_string() {
             return Err(JournalError::SchemaVersion {
                 path: place,

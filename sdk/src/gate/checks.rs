@@ -5,11 +5,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use serde_json::{Value, json};
 
+use crate::approval::Route;
 use crate::core::decide::diff;
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
 use crate::journal::TxView;
-use crate::lease::LeaseError;
+use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
 
 use super::Bound;
@@ -21,38 +22,41 @@ impl Bound {
         fenced(|| leases.check(&first.lease, &first.payload, now))
     }
 
-    /// R4 as `AUTHORIZED` records it: the verdict on the lease and the grant it stands on, both
-    /// as of the journal's write transaction `tx` where the leases live in the journal's store
-    /// (one read), else from the lease store while `tx` holds the journal's write lock.
+    /// R4 as `AUTHORIZED` records it: the verdict on the lease and the grant it stands on (with
+    /// the request's route, where a person was asked), both as of the journal's write
+    /// transaction `tx` where the leases live in the journal's store (one read), else from the
+    /// lease store while `tx` holds the journal's write lock.
     pub(super) fn authorization_in(
         &self,
         tx: &TxView<'_>,
+        key: &EffectKey,
         first: &Proposed,
     ) -> (LeaseVerdict, Value) {
         let Some(leases) = tx.leases.filter(|_| self.gate.leases_in_journal) else {
             let store = &self.gate.leases;
             let grant = catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease)));
-            return (self.lease_in(tx, first), describe(grant));
+            return (self.lease_in(tx, key, first), describe(grant, &[]));
         };
-        let read = catch_unwind(AssertUnwindSafe(|| leases.grant(&first.lease)));
-        let verdict = match &read {
-            Ok(Ok(grant)) => {
-                crate::lease::verdict_of(grant.as_ref(), &first.lease, &first.payload, self.now())
-            }
-            Ok(Err(e)) => LeaseVerdict::Error {
-                message: e.to_string(),
-            },
-            Err(_) => LeaseVerdict::Error {
-                message: "the lease store panicked".into(),
-            },
+        let read = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, LeaseError>((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
+        }));
+        let verdict = self.judge(key, first, &read);
+        let routes = match &read {
+            Ok(Ok((_, routes))) => routes.clone(),
+            _ => Vec::new(),
         };
-        (verdict, describe(read))
+        (verdict, describe(read.map(|r| r.map(|(g, _)| g)), &routes))
     }
 
     /// The lease as of the journal's write transaction `tx`: read in it where the leases live
     /// in the journal's store, else from the lease store while the transaction holds the
     /// journal's write lock. Either way nothing after this read can precede the record.
-    pub(super) fn lease_in(&self, tx: &TxView<'_>, first: &Proposed) -> LeaseVerdict {
+    pub(super) fn lease_in(
+        &self,
+        tx: &TxView<'_>,
+        key: &EffectKey,
+        first: &Proposed,
+    ) -> LeaseVerdict {
         if !self.gate.leases_in_journal {
             return self.lease_verdict(first);
         }
@@ -63,8 +67,36 @@ impl Bound {
                     .into(),
             };
         };
-        let now = self.now();
-        fenced(|| leases.check(&first.lease, &first.payload, now))
+        let read = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, LeaseError>((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
+        }));
+        self.judge(key, first, &read)
+    }
+
+    /// The verdict on a grant and route read in the journal's transaction: a plain lease by its
+    /// own terms, a signed approval by everything it stands for ([`crate::approval::verdict`]).
+    /// A read that failed or panicked is a verdict of its own: fail closed.
+    fn judge(&self, key: &EffectKey, first: &Proposed, read: &GrantRead) -> LeaseVerdict {
+        match read {
+            Ok(Ok((grant, routes))) => crate::approval::verdict(
+                &first.lease,
+                grant.as_ref(),
+                &crate::approval::Against {
+                    directory: self.gate.approvers.as_deref(),
+                    key: key.as_str(),
+                    payload: &first.payload,
+                    premises: &first.premises,
+                    route: routes.last(),
+                    now_ms: self.now(),
+                },
+            ),
+            Ok(Err(e)) => LeaseVerdict::Error {
+                message: e.to_string(),
+            },
+            Err(_) => LeaseVerdict::Error {
+                message: "the lease store panicked".into(),
+            },
+        }
     }
 
     /// R5 as of now: the premises read again and compared with the decision.
@@ -121,10 +153,26 @@ impl Bound {
     }
 }
 
-/// The grant as `AUTHORIZED` records it: evidence only, so a read that failed is recorded as such.
-fn describe(read: std::thread::Result<Result<Option<crate::lease::Grant>, LeaseError>>) -> Value {
+/// A grant and the request's route, read in the journal's transaction.
+type GrantRead = std::thread::Result<Result<(Option<Grant>, Vec<Route>), LeaseError>>;
+
+/// The grant as `AUTHORIZED` records it, with the request's route when a person was asked:
+/// evidence only, so a read that failed is recorded as such.
+fn describe(
+    read: std::thread::Result<Result<Option<Grant>, LeaseError>>,
+    routes: &[Route],
+) -> Value {
     match read {
-        Ok(Ok(Some(g))) => serde_json::to_value(g).unwrap_or(Value::Null),
+        Ok(Ok(Some(g))) => {
+            let mut v = serde_json::to_value(g).unwrap_or(Value::Null);
+            if let (Some(obj), false) = (v.as_object_mut(), routes.is_empty()) {
+                obj.insert(
+                    "routes".into(),
+                    serde_json::to_value(routes).unwrap_or(Value::Null),
+                );
+            }
+            v
+        }
         Ok(Ok(None)) => Value::Null,
         Ok(Err(LeaseError::Store(e) | LeaseError::Invalid(e))) => json!({ "error": e }),
         Err(_) => json!({ "error": "the lease store panicked" }),

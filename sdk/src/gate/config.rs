@@ -143,6 +143,13 @@ pub enum ConfigError {
         /// How long the liveness keeps a silent holder's lock, in ms.
         kept_ms: u64,
     },
+    /// Signed approvals need the leases kept in the journal's own store.
+    #[error(
+        "signed approvals are checked against the request's route inside the journal's \
+         transaction, so the leases must be kept in the journal's store: pass the journal itself \
+         as the lease store"
+    )]
+    ApprovalsOutsideJournal,
 }
 
 /// Builds a [`GateConfig`]: the journal's path first, then only what differs from the defaults.

@@ -25,7 +25,7 @@ impl Bound {
     /// dispatch.
     pub(super) fn authorize(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
         let out = self.gate.journal.append_with(key, &mut |tx| {
-            let (lease, grant) = self.authorization_in(tx, first);
+            let (lease, grant) = self.authorization_in(tx, key, first);
             transition::authorize(tx.state, first, &lease, grant)
         })?;
         match out.appended.last().map(|r| &r.event) {
@@ -57,7 +57,7 @@ impl Bound {
         let (holding, started) = self.holding();
         let out = self.gate.journal.append_with(key, &mut |tx| {
             if fresh {
-                let (lease, grant) = self.authorization_in(tx, first);
+                let (lease, grant) = self.authorization_in(tx, key, first);
                 transition::propose_and_dispatch(
                     tx.state,
                     first,
@@ -71,7 +71,7 @@ impl Bound {
                 transition::dispatch_first(
                     tx.state,
                     &first.payload_hash,
-                    &premises.with_lease(self.lease_in(tx, first)),
+                    &premises.with_lease(self.lease_in(tx, key, first)),
                     premises.unavailable(),
                     &repairs,
                     &holding,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::approval::Approvers;
 use crate::clock::Clock;
 
 use crate::core::decide::plan_submit;
@@ -190,6 +191,9 @@ pub struct Gate {
     /// Targets seen to apply an effect twice under one key (here, or in the journal at bind
     /// time): from then on this gate trusts them no further than tier 2, whatever they claim.
     demoted: Arc<Mutex<HashSet<String>>>,
+    /// Whom signed approvals are checked against; without it a signed approval lets nothing
+    /// through.
+    approvers: Option<Arc<Approvers>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -247,7 +251,18 @@ impl Gate {
             cfg,
             locks,
             demoted: Arc::default(),
+            approvers: None,
         })
+    }
+
+    /// Check signed approvals ([`crate::approval`]) against `approvers` at every send. The
+    /// leases must be kept in the journal's store, where the requests' routes are.
+    pub fn with_approvers(mut self, approvers: Arc<Approvers>) -> Result<Self, GateError> {
+        if !self.leases_in_journal {
+            return Err(ConfigError::ApprovalsOutsideJournal.into());
+        }
+        self.approvers = Some(approvers);
+        Ok(self)
     }
 
     /// Inject faults (tests and the kill-matrix harness).

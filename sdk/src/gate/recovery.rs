@@ -101,7 +101,7 @@ impl Bound {
             let now = self.now();
             let mut plan = None;
             let out = self.gate.journal.append_with(key, &mut |tx| {
-                let lease = self.lease_in(tx, first);
+                let lease = self.lease_in(tx, key, first);
                 let transient =
                     matches!(lease, LeaseVerdict::Error { .. }) || premises.unavailable().is_some();
                 let facts = RecoveryFacts {

@@ -78,8 +78,9 @@ pub enum JournalError {
     },
     /// A journal written by a newer or older schema.
     #[error(
-        "{path} has journal schema version {found}; this build reads version {supported}: use \
-         the Interlock version that wrote it"
+        "{path} has journal schema version {found}; this build reads version {supported} (and \
+         upgrades version 1 when it opens the journal for writing): use the Interlock version \
+         that wrote it"
     )]
     SchemaVersion {
         /// The file.
@@ -164,6 +165,10 @@ pub struct TxView<'a> {
 pub trait TxLeases {
     /// Lease `id` as recorded, as of this transaction.
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError>;
+
+    /// Request `request`'s route as of this transaction, first step first; a step appended
+    /// after it waits for the transaction or is ordered after it.
+    fn routes(&self, request: &str) -> Result<Vec<crate::approval::Route>, LeaseError>;
 
     /// The verdict on lease `id` for `payload` at `now_ms`, as of this transaction.
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {

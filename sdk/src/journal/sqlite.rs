@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::effect::EffectKey;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 const FORMAT: &str = "interlock-journal";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -202,6 +202,12 @@ impl SqliteJournal {
                     });
                 }
                 let version = get("schema_version")?.unwrap_or_default();
+                if version == "1" {
+                    conn.execute_batch(UPGRADE_1_TO_2)
+                        .map_err(|e| self.err(e))?;
+                    tracing::info!(path = %self.path, "upgraded the journal to schema version 2");
+                    return Ok(((), true));
+                }
                 if version != SCHEMA_VERSION.to_string() {
                     return Err(JournalError::SchemaVersion {
                         path: self.path.clone(),
@@ -398,8 +404,37 @@ CREATE TABLE leases (
     cap        INTEGER,
     granted_ms INTEGER NOT NULL,
     expires_ms INTEGER,
-    revoked_ms INTEGER
+    revoked_ms INTEGER,
+    approval   TEXT
 );
+CREATE TABLE routes (
+    request   TEXT NOT NULL,
+    n         INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    level     INTEGER NOT NULL,
+    group_name TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    repair_of TEXT,
+    at_ms     INTEGER NOT NULL,
+    PRIMARY KEY (request, n)
+);
+";
+
+/// Version 1 to 2: leases may carry a signed approval, and requests have routes.
+const UPGRADE_1_TO_2: &str = "
+ALTER TABLE leases ADD COLUMN approval TEXT;
+CREATE TABLE routes (
+    request   TEXT NOT NULL,
+    n         INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    level     INTEGER NOT NULL,
+    group_name TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    repair_of TEXT,
+    at_ms     INTEGER NOT NULL,
+    PRIMARY KEY (request, n)
+);
+UPDATE interlock_meta SET value = '2' WHERE name = 'schema_version';
 ";
 
 /// One name per database file, however it was reached: the leases of a journal opened twice are

@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use super::TxLeases;
 use super::sqlite::SqliteJournal;
+use crate::approval::{Route, RouteKind, RouteStep, admits, next_step};
 use crate::core::LeaseVerdict;
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalError};
 use crate::lease::{Grant, LeaseError, LeaseStore, StoredGrant, verdict_of};
 
 fn store_err(e: impl std::fmt::Display) -> LeaseError {
@@ -16,24 +17,117 @@ fn store_err(e: impl std::fmt::Display) -> LeaseError {
 
 impl SqliteJournal {
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
+    /// A signed approval is recorded only while its group holds the request
+    /// ([`crate::approval::admits`]), checked in the same transaction.
     pub fn grant_lease(&self, grant: &Grant) -> Result<(), LeaseError> {
         let g = StoredGrant::of(grant)?;
         let done = self
             .write(|conn| {
+                if let Some(a) = &grant.approval {
+                    let routes = self.routes_on(conn, &a.statement.request)?;
+                    if let Err(why) = admits(routes.last(), a) {
+                        return Ok((Err(LeaseError::Invalid(why)), false));
+                    }
+                }
                 let n = conn
                     .execute(
-                        "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                        params![g.id, g.approver, g.scope, g.cap_field, g.cap, g.granted_ms, g.expires_ms, g.revoked_ms],
+                        "INSERT OR IGNORE INTO leases (id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                        params![g.id, g.approver, g.scope, g.cap_field, g.cap, g.granted_ms, g.expires_ms, g.revoked_ms, g.approval],
                     )
                     .map_err(|e| self.err(e))?;
-                Ok((n, n > 0))
+                Ok((Ok(n), n > 0))
             })
-            .map_err(store_err)?;
+            .map_err(store_err)??;
         if done == 0 {
             return Err(StoredGrant::exists(&g.id));
         }
         Ok(())
+    }
+
+    /// Append `step` to `request`'s route ([`crate::approval::next_step`]).
+    pub fn route(&self, request: &str, step: &RouteStep) -> Result<Route, LeaseError> {
+        let now = self.now_ms();
+        self.write(|conn| {
+            let routes = self.routes_on(conn, request)?;
+            let n = match next_step(request, routes.last(), step) {
+                Ok(Some(there)) => return Ok((Ok(there.clone()), false)),
+                Ok(None) => u32::try_from(routes.len()).unwrap_or(u32::MAX),
+                Err(why) => return Ok((Err(LeaseError::Invalid(why)), false)),
+            };
+            conn.execute(
+                "INSERT INTO routes (request, n, kind, level, group_name, reason, repair_of, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    request,
+                    n,
+                    step.kind.label(),
+                    step.level,
+                    step.group,
+                    step.reason,
+                    step.repair_of,
+                    now
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+            let route = Route {
+                request: request.to_owned(),
+                n,
+                step: step.clone(),
+                at_ms: now,
+            };
+            Ok((Ok(route), true))
+        })
+        .map_err(store_err)?
+    }
+
+    /// `request`'s route, first step first.
+    pub fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        self.read_with(|conn| self.routes_on(conn, request).map_err(store_err))
+    }
+
+    fn routes_on(&self, conn: &Connection, request: &str) -> Result<Vec<Route>, JournalError> {
+        let mut st = conn
+            .prepare_cached(
+                "SELECT n, kind, level, group_name, reason, repair_of, at_ms FROM routes
+                 WHERE request = ?1 ORDER BY n",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([request], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, u32>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(n, kind, level, group, reason, repair_of, at_ms)| {
+                let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
+                    path: self.location().to_owned(),
+                    place: format!("route {n} of request {request}"),
+                    what: format!("unknown route kind {kind:?}"),
+                })?;
+                Ok(Route {
+                    request: request.to_owned(),
+                    n,
+                    step: RouteStep {
+                        kind,
+                        level,
+                        group,
+                        reason,
+                        repair_of,
+                    },
+                    at_ms,
+                })
+            })
+            .collect()
     }
 
     /// Revoke a lease now. Returns false when no live lease has that id.
@@ -57,7 +151,7 @@ impl SqliteJournal {
     pub fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
         self.read_with(|conn| {
             let mut st = conn
-                .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases ORDER BY granted_ms, id")
+                .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval FROM leases ORDER BY granted_ms, id")
                 .map_err(|e| store_err(self.err(e)))?;
             let rows = st
                 .query_map([], row_to_parts)
@@ -77,7 +171,7 @@ impl SqliteJournal {
     fn lease_on(&self, conn: &Connection, id: &str) -> Result<Option<Grant>, LeaseError> {
         let parts = conn
             .query_row(
-                "SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms FROM leases WHERE id = ?1",
+                "SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval FROM leases WHERE id = ?1",
                 [id],
                 row_to_parts,
             )
@@ -97,6 +191,12 @@ impl TxLeases for TxLeaseReader<'_> {
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
         self.journal.lease_on(self.conn, id)
     }
+
+    fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        self.journal
+            .routes_on(self.conn, request)
+            .map_err(store_err)
+    }
 }
 
 fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredGrant> {
@@ -109,6 +209,7 @@ fn row_to_parts(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredGrant> {
         granted_ms: r.get(5)?,
         expires_ms: r.get(6)?,
         revoked_ms: r.get(7)?,
+        approval: r.get(8)?,
     })
 }
 
@@ -123,6 +224,14 @@ impl crate::lease::LeaseAdmin for SqliteJournal {
 
     fn leases(&self) -> Result<Vec<Grant>, LeaseError> {
         SqliteJournal::leases(self)
+    }
+
+    fn route(&self, request: &str, step: &RouteStep) -> Result<Route, LeaseError> {
+        SqliteJournal::route(self, request, step)
+    }
+
+    fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        SqliteJournal::routes(self, request)
     }
 }
 

@@ -1,0 +1,112 @@
+//! Requests' routes on PostgreSQL. The gate reads a request's steps `FOR SHARE` inside the
+//! append that writes a send's record, and a new step first locks the request's steps `FOR
+//! UPDATE`: an escalation waits for a dispatch that read the old group to commit, and once it
+//! returns no send under that group's approval is dispatched.
+
+use interlock::JournalError;
+use interlock::approval::{Route, RouteKind, RouteStep, next_step};
+use interlock::lease::LeaseError;
+
+use crate::journal::PgJournal;
+use crate::pool::Query;
+
+impl PgJournal {
+    /// Append `step` to `request`'s route ([`interlock::approval::next_step`]).
+    pub fn route(&self, request: &str, step: &RouteStep) -> Result<Route, LeaseError> {
+        let now = self.now_ms();
+        self.conn()?
+            .run_tx(
+                |e| self.err(e),
+                |q| {
+                    let routes = self.routes_on(q, request, "FOR UPDATE")?;
+                    let n = match next_step(request, routes.last(), step) {
+                        Ok(Some(there)) => return Ok((Ok(there.clone()), false)),
+                        Ok(None) => routes.len(),
+                        Err(why) => return Ok((Err(LeaseError::Invalid(why)), false)),
+                    };
+                    let (n32, level) = (to_i32(n), to_i32(step.level as usize));
+                    // Two first steps at once: one inserts, the other finds no row to lock and
+                    // fails here on the key, retiring nothing but this attempt.
+                    q.execute(
+                        &format!(
+                            "INSERT INTO {}.routes (request, n, kind, level, group_name, reason, \
+                             repair_of, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                            self.schema()
+                        ),
+                        &[
+                            &request,
+                            &n32,
+                            &step.kind.label(),
+                            &level,
+                            &step.group,
+                            &step.reason,
+                            &step.repair_of,
+                            &now,
+                        ],
+                    )
+                    .map_err(|e| self.err(&e))?;
+                    let route = Route {
+                        request: request.to_owned(),
+                        n: u32::try_from(n).unwrap_or(u32::MAX),
+                        step: step.clone(),
+                        at_ms: now,
+                    };
+                    Ok((Ok(route), true))
+                },
+            )
+            .map_err(LeaseError::from)?
+    }
+
+    /// `request`'s route, first step first.
+    pub fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        let mut conn = self.conn()?;
+        conn.run(|q| self.routes_on(q, request, ""))
+            .map_err(LeaseError::from)
+    }
+
+    /// `request`'s steps, each row locked by `lock` (`FOR SHARE`, `FOR UPDATE` or nothing).
+    pub(crate) fn routes_on(
+        &self,
+        q: &mut dyn Query,
+        request: &str,
+        lock: &str,
+    ) -> Result<Vec<Route>, JournalError> {
+        let rows = q
+            .query(
+                &format!(
+                    "SELECT n, kind, level, group_name, reason, repair_of, at_ms FROM {}.routes \
+                     WHERE request = $1 ORDER BY n {lock}",
+                    self.schema()
+                ),
+                &[&request],
+            )
+            .map_err(|e| self.err(&e))?;
+        rows.iter()
+            .map(|r| {
+                let n = u32::try_from(r.get::<_, i32>(0)).unwrap_or(0);
+                let kind: String = r.get(1);
+                let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
+                    path: self.location_str().to_owned(),
+                    place: format!("route {n} of request {request}"),
+                    what: format!("unknown route kind {kind:?}"),
+                })?;
+                Ok(Route {
+                    request: request.to_owned(),
+                    n,
+                    step: RouteStep {
+                        kind,
+                        level: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
+                        group: r.get(3),
+                        reason: r.get(4),
+                        repair_of: r.get(5),
+                    },
+                    at_ms: r.get(6),
+                })
+            })
+            .collect()
+    }
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,119 @@
+//! Where a request waits for a person. Each step — routed to a group, escalated up the chain,
+//! reopened as a repair — is appended to the journal's store beside the leases, and the gate
+//! reads the latest inside the transaction that writes a send's record: an approval from a group
+//! the request has left is refused even if it was signed a moment before the escalation.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a request is where it is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum RouteKind {
+    /// A rule sent the request to a person.
+    Routed,
+    /// Its SLA ran out (or a person passed it up): the next level holds it.
+    Escalated,
+    /// A refused request came back to its group as a repair to accept.
+    Repair,
+}
+
+impl RouteKind {
+    /// The label, as journaled.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Routed => "ROUTED",
+            Self::Escalated => "ESCALATED",
+            Self::Repair => "REPAIR",
+        }
+    }
+
+    /// The kind a label names.
+    pub fn from_label(label: &str) -> Option<Self> {
+        [Self::Routed, Self::Escalated, Self::Repair]
+            .into_iter()
+            .find(|k| k.label() == label)
+    }
+}
+
+/// One step of a request's route, as asked for.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RouteStep {
+    /// What happened.
+    pub kind: RouteKind,
+    /// The level it is at now.
+    pub level: u32,
+    /// The group that holds it now.
+    pub group: String,
+    /// Why (the rule that fired, `sla_breach`, …).
+    pub reason: String,
+    /// The request a repair replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_of: Option<String>,
+}
+
+/// A step as journaled.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The request.
+    pub request: String,
+    /// Its position in the request's route, from 0.
+    pub n: u32,
+    /// The step.
+    #[serde(flatten)]
+    pub step: RouteStep,
+    /// When it was journaled (ms since the epoch).
+    pub at_ms: i64,
+}
+
+/// Whether `step` may follow `last` (the request's latest step): the first step routes or
+/// reopens a request, an escalation moves exactly one level up, and a step already journaled is
+/// answered with itself (a retried workflow step). `Ok(Some(r))`: already there; `Ok(None)`:
+/// append; `Err`: why not.
+pub fn next_step<'a>(
+    request: &str,
+    last: Option<&'a Route>,
+    step: &RouteStep,
+) -> Result<Option<&'a Route>, String> {
+    match last {
+        Some(r) if r.step.level == step.level && r.step.group == step.group => Ok(Some(r)),
+        None if step.kind != RouteKind::Escalated => Ok(None),
+        None => Err(format!(
+            "request {request} was never routed to a person, so it cannot escalate"
+        )),
+        Some(r) if step.kind == RouteKind::Escalated && step.level == r.step.level + 1 => Ok(None),
+        Some(r) => Err(format!(
+            "request {request} is at level {} ({}); it cannot go to level {} ({}) by {}",
+            r.step.level,
+            r.step.group,
+            step.level,
+            step.group,
+            step.kind.label()
+        )),
+    }
+}
+
+/// The escalations in `routes`.
+pub fn escalations(routes: &[Route]) -> impl Iterator<Item = &Route> {
+    routes
+        .iter()
+        .filter(|r| r.step.kind == RouteKind::Escalated)
+}
+
+/// Whether a grant of `approval` may be recorded while the request's latest step is `last`:
+/// only the group that holds the request now, at its level, may approve it.
+pub fn admits(last: Option<&Route>, approval: &super::SignedApproval) -> Result<(), String> {
+    let s = &approval.statement;
+    match last {
+        None => Err(format!(
+            "request {} was never routed to a person: group {} cannot approve it",
+            s.request, s.group
+        )),
+        Some(r) if r.step.group == s.group && r.step.level == s.level => Ok(()),
+        Some(r) => Err(format!(
+            "request {} is with group {} at level {}: group {} (level {}) can no longer \
+             approve it",
+            s.request, r.step.group, r.step.level, s.group, s.level
+        )),
+    }
+}

@@ -1,0 +1,159 @@
+//! What an approver signs, and the signature. The statement names the request, the group and
+//! level it was approved at, the exact payload and the facts the approver saw, and when the
+//! approval lapses: a signature over all of it cannot be moved to another request, another
+//! amount, other facts or another group without failing to verify.
+
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::core::Premises;
+use crate::effect::canonical_json;
+use crate::receipt::{KeyError, SignatureAlg};
+
+/// Prefixed to every signed statement, so an approval signature can never be taken for a
+/// signature over anything else the same key signs.
+const DOMAIN: &[u8] = b"interlock-approval-v1\n";
+
+/// What one approver approved.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Statement {
+    /// The request: the key of the effect it lets through.
+    pub request: String,
+    /// The group the approver approved for.
+    pub group: String,
+    /// The escalation level the request was at.
+    pub level: u32,
+    /// Who approved (their id in the approver directory).
+    pub approver: String,
+    /// Exactly what may be sent.
+    pub payload: Value,
+    /// The facts the approver saw, as the effect's premises.
+    pub premises: Premises,
+    /// When the approver signed (ms since the epoch).
+    pub issued_ms: i64,
+    /// When the approval lapses.
+    pub expires_ms: i64,
+    /// The request this one repairs, when it accepts a repair of a refused request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_of: Option<String>,
+}
+
+impl Statement {
+    /// The bytes the signature covers.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut bytes = DOMAIN.to_vec();
+        bytes.extend(canonical_json(
+            &serde_json::to_value(self).unwrap_or(Value::Null),
+        ));
+        bytes
+    }
+
+    /// The payload's `amount`, where it has one.
+    pub fn amount(&self) -> Option<i64> {
+        self.payload.get("amount").and_then(Value::as_i64)
+    }
+}
+
+/// A statement and its approver's signature: the lease an approved request is sent under.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SignedApproval {
+    /// What was approved.
+    pub statement: Statement,
+    /// The signature's algorithm.
+    pub alg: SignatureAlg,
+    /// The signature, hex.
+    pub signature: String,
+}
+
+impl SignedApproval {
+    /// The approval's id and lease id: derived from what was signed and the signature, so the
+    /// same approval always has the same id and cannot be granted twice.
+    pub fn id(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.statement.signed_bytes());
+        h.update(self.signature.as_bytes());
+        format!("approval-{}", &hex::encode(h.finalize())[..32])
+    }
+
+    /// Whether the signature verifies with `key` (strict Ed25519: no malleable signatures, no
+    /// weak keys).
+    pub fn verifies_with(&self, key: &VerifyingKey) -> bool {
+        if self.alg != SignatureAlg::Ed25519 {
+            return false;
+        }
+        hex::decode(&self.signature)
+            .ok()
+            .and_then(|v| <[u8; 64]>::try_from(v).ok())
+            .is_some_and(|v| {
+                key.verify_strict(
+                    &self.statement.signed_bytes(),
+                    &ed25519_dalek::Signature::from_bytes(&v),
+                )
+                .is_ok()
+            })
+    }
+}
+
+/// An approver's private key. Each approver holds their own; the directory holds the public
+/// halves.
+pub struct ApproverKey {
+    approver: String,
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for ApproverKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApproverKey")
+            .field("approver", &self.approver)
+            .field("public", &self.public_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApproverKey {
+    /// `approver`'s key from a 32-byte seed in hex.
+    pub fn from_seed_hex(approver: impl Into<String>, seed_hex: &str) -> Result<Self, KeyError> {
+        let bytes = hex::decode(seed_hex.trim())
+            .map_err(|e| KeyError(format!("the approver's key is not hex: {e}")))?;
+        let seed: [u8; 32] = bytes.try_into().map_err(|_| {
+            KeyError("an approver's Ed25519 key must be 32 bytes (64 hex digits)".into())
+        })?;
+        Ok(Self::from_seed(approver, seed))
+    }
+
+    /// `approver`'s key from a 32-byte seed.
+    pub fn from_seed(approver: impl Into<String>, seed: [u8; 32]) -> Self {
+        Self {
+            approver: approver.into(),
+            key: SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// Whose key this is.
+    pub fn approver(&self) -> &str {
+        &self.approver
+    }
+
+    /// The public half, hex, for the directory.
+    pub fn public_hex(&self) -> String {
+        hex::encode(self.key.verifying_key().to_bytes())
+    }
+
+    /// Sign `statement`. The statement's `approver` must be this key's owner.
+    pub fn sign(&self, statement: Statement) -> Result<SignedApproval, KeyError> {
+        if statement.approver != self.approver {
+            return Err(KeyError(format!(
+                "{}'s key cannot sign an approval in {}'s name",
+                self.approver, statement.approver
+            )));
+        }
+        let signature = hex::encode(self.key.sign(&statement.signed_bytes()).to_bytes());
+        Ok(SignedApproval {
+            statement,
+            alg: SignatureAlg::Ed25519,
+            signature,
+        })
+    }
+}

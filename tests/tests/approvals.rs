@@ -1,0 +1,510 @@
+//! A person's signed approval as the lease: refused when forged, replayed onto another request,
+//! expired, given by a group the request escalated away from, or given for another amount or on
+//! other facts — at the first send and again at recovery after a crash, judged by the payments
+//! service's own records. Each runs on an SQLite journal and on a PostgreSQL one.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::sync::Arc;
+
+use interlock::approval::{
+    ApproverKey, Approvers, RouteKind, RouteStep, SignedApproval, Statement,
+};
+use interlock::core::RefusalCode;
+use interlock::faults::FaultPoint;
+use interlock::lease::LeaseError;
+use interlock::{Effect, EffectKey, Gate, GateError, Grant, JournalStore, ManualClock, Outcome};
+use interlock::{PremiseReader, Tier};
+use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
+use interlock_tests::stores::{Kind, Store};
+use interlock_tests::world::{AMOUNT, PAYMENT, T0, World};
+
+const ANA: [u8; 32] = [1; 32];
+const BEN: [u8; 32] = [2; 32];
+const MIA: [u8; 32] = [3; 32];
+const MALLORY: [u8; 32] = [9; 32];
+const HOUR: i64 = 3_600_000;
+
+/// support (ana, ben) holds a request for 4 h, then managers (mia).
+fn directory(ana_seed: [u8; 32]) -> Approvers {
+    let public = |who: &str, seed| ApproverKey::from_seed(who, seed).public_hex();
+    let json = serde_json::json!({
+        "approvers": {
+            "ana": {"public_key": public("ana", ana_seed), "name": "Ana"},
+            "ben": {"public_key": public("ben", BEN)},
+            "mia": {"public_key": public("mia", MIA)},
+        },
+        "groups": {"support": ["ana", "ben"], "managers": ["mia"]},
+        "chain": [
+            {"group": "support", "sla_ms": 4 * HOUR},
+            {"group": "managers", "sla_ms": 8 * HOUR},
+        ],
+    });
+    Approvers::from_json("test", &json.to_string()).unwrap()
+}
+
+/// One journal, one payments service, one clock, one directory.
+struct Desk {
+    store: Store,
+    clock: ManualClock,
+    sim: Arc<SimPayments>,
+    journal: Arc<dyn JournalStore>,
+}
+
+impl Desk {
+    fn new(kind: Kind) -> Self {
+        let world = World::new(Tier::Two);
+        let store = Store::open(kind, "approvals", Arc::new(world.clock.clone())).unwrap();
+        let journal = store.store();
+        Self {
+            store,
+            clock: world.clock,
+            sim: world.sim,
+            journal,
+        }
+    }
+
+    fn gate(&self, attempt: &str, dir: Approvers, faults: Option<Arc<ScriptedFaults>>) -> Gate {
+        let gate = Gate::new(
+            self.journal.clone(),
+            self.journal.clone(),
+            Arc::new(self.clock.clone()),
+            self.store.config(),
+        )
+        .unwrap()
+        .with_attempt(attempt)
+        .with_approvers(Arc::new(dir))
+        .unwrap();
+        match faults {
+            Some(f) => gate.with_faults(f),
+            None => gate,
+        }
+    }
+
+    fn submit(&self, dir: Approvers, effect: &Effect) -> Outcome {
+        self.gate("send", dir, None)
+            .bind(
+                Arc::new(SimTarget(self.sim.clone())),
+                Arc::new(SimRefundPremises(self.sim.clone())),
+            )
+            .unwrap()
+            .submit(effect)
+            .unwrap()
+    }
+
+    /// The first attempt dies after journaling its dispatch; once its send can no longer land,
+    /// `spoil` runs and a recoverer with `dir` resolves the effect.
+    fn recover_after(&self, effect: &Effect, dir: Approvers, spoil: impl FnOnce()) -> Outcome {
+        let faults = ScriptedFaults::new();
+        faults.arm(FaultPoint::AfterDispatch, Action::Crash);
+        let dying = self
+            .gate("first", directory(ANA), Some(faults))
+            .bind(
+                Arc::new(SimTarget(self.sim.clone())),
+                Arc::new(SimRefundPremises(self.sim.clone())),
+            )
+            .unwrap();
+        let err = dying.submit(effect).unwrap_err();
+        assert!(matches!(err, GateError::Crashed(_)), "{err}");
+        self.clock.advance(36_000);
+        spoil();
+        self.gate("recover", dir, None)
+            .bind(
+                Arc::new(SimTarget(self.sim.clone())),
+                Arc::new(SimRefundPremises(self.sim.clone())),
+            )
+            .unwrap()
+            .recover(&effect.key)
+            .unwrap()
+    }
+
+    /// Route `request` to support, level 0.
+    fn route(&self, request: &EffectKey) {
+        self.journal
+            .route(
+                request.as_str(),
+                &RouteStep {
+                    kind: RouteKind::Routed,
+                    level: 0,
+                    group: "support".into(),
+                    reason: "needs_judgment: over_limit".into(),
+                    repair_of: None,
+                },
+            )
+            .unwrap();
+    }
+
+    fn escalate(&self, request: &EffectKey) {
+        self.journal.route(request.as_str(), &escalation()).unwrap();
+    }
+
+    /// The refund of `amount` under `request`, decided on the premises read now.
+    fn effect(&self, request: &EffectKey, amount: i64) -> Effect {
+        let e = Effect::new(request.clone(), &World::payload(amount), "pending").unwrap();
+        let premises = SimRefundPremises(self.sim.clone())
+            .read(request, &e.payload)
+            .unwrap();
+        e.premises(premises)
+    }
+
+    /// `who` (signing with `seed`) approves `effect` for `group` at `level`, until `expires_ms`.
+    fn sign(
+        &self,
+        who: &str,
+        seed: [u8; 32],
+        effect: &Effect,
+        group: &str,
+        level: u32,
+        expires_ms: i64,
+    ) -> SignedApproval {
+        ApproverKey::from_seed(who, seed)
+            .sign(Statement {
+                request: effect.key.as_str().to_owned(),
+                group: group.into(),
+                level,
+                approver: who.into(),
+                payload: effect.payload.clone(),
+                premises: effect.decided.clone(),
+                issued_ms: T0,
+                expires_ms,
+                repair_of: None,
+            })
+            .unwrap()
+    }
+
+    /// Grant `approval` as a lease and return `effect` running under it.
+    fn under(&self, approval: SignedApproval, mut effect: Effect) -> Effect {
+        let grant = Grant::approved(approval, interlock::Clock::now_ms(&self.clock));
+        self.journal.grant_lease(&grant).unwrap();
+        effect.lease = grant.id;
+        effect
+    }
+
+    fn refunded(&self) -> i64 {
+        self.sim.refunded(PAYMENT)
+    }
+}
+
+/// Support's SLA ran out: managers hold the request.
+fn escalation() -> RouteStep {
+    RouteStep {
+        kind: RouteKind::Escalated,
+        level: 1,
+        group: "managers".into(),
+        reason: "sla_breach".into(),
+        repair_of: None,
+    }
+}
+
+fn request(n: u32) -> EffectKey {
+    EffectKey::derive(&[format!("case-{n}"), "refund".into()])
+}
+
+fn refused_at_send(out: &Outcome, why: &str) {
+    match out {
+        Outcome::Refused(r) if r.code == RefusalCode::Lease => {
+            assert!(
+                r.reason.contains(why),
+                "refused for {:?}, not {why:?}",
+                r.reason
+            );
+        }
+        other => panic!(
+            "expected REFUSED:lease ({why}), got {}: {other:?}",
+            other.label()
+        ),
+    }
+}
+
+fn refused_at_recovery(out: &Outcome, why: &str) {
+    match out {
+        Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery => {
+            assert!(
+                r.reason.contains(why),
+                "refused for {:?}, not {why:?}",
+                r.reason
+            );
+        }
+        other => panic!(
+            "expected REFUSED:lease_at_recovery ({why}), got {}: {other:?}",
+            other.label()
+        ),
+    }
+}
+
+fn a_genuine_approval_by_the_group_holding_the_request_refunds_once(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = d.submit(directory(ANA), &effect);
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(d.refunded(), AMOUNT);
+    // And after a crash between the dispatch and the send, recovery sends it once.
+    let d = Desk::new(kind);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = d.recover_after(&effect, directory(ANA), || {});
+    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    assert_eq!(d.refunded(), AMOUNT);
+}
+
+fn a_forged_approval_is_refused_at_send_and_at_recovery(kind: Kind) {
+    // Signed in ana's name with a key that is not hers.
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", MALLORY, &e, "support", 0, T0 + HOUR), e);
+    refused_at_send(&d.submit(directory(ANA), &effect), "forged");
+    // A genuine approval whose amount was raised after signing.
+    let e = d.effect(&request(2), 5_000);
+    d.route(&e.key);
+    let mut approval = d.sign(
+        "ana",
+        ANA,
+        &d.effect(&request(2), AMOUNT),
+        "support",
+        0,
+        T0 + HOUR,
+    );
+    approval.statement.payload = e.payload.clone();
+    let effect = d.under(approval, e);
+    refused_at_send(&d.submit(directory(ANA), &effect), "forged");
+    assert_eq!(d.refunded(), 0);
+    // At recovery: ana's key was replaced (lost or stolen) while the effect was in flight.
+    let d = Desk::new(kind);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = d.recover_after(&effect, directory([7; 32]), || {});
+    refused_at_recovery(&out, "forged");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn an_approval_replayed_onto_another_request_is_refused_at_send_and_at_recovery(kind: Kind) {
+    let d = Desk::new(kind);
+    let (a, b) = (request(1), request(2));
+    d.route(&a);
+    d.route(&b);
+    let ea = d.effect(&a, AMOUNT);
+    let approved_a = d.under(d.sign("ana", ANA, &ea, "support", 0, T0 + HOUR), ea);
+    // Request B, same refund, run under A's approval.
+    let mut eb = d.effect(&b, AMOUNT);
+    eb.lease = approved_a.lease.clone();
+    refused_at_send(&d.submit(directory(ANA), &eb), "not reusable");
+    assert_eq!(d.refunded(), 0);
+    // At recovery: B's approval row was swapped for A's while B was in flight.
+    let d = Desk::new(kind);
+    d.route(&a);
+    d.route(&b);
+    let ea = d.effect(&a, AMOUNT);
+    let a_approval = d.sign("ana", ANA, &ea, "support", 0, T0 + HOUR);
+    let eb = d.effect(&b, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &eb, "support", 0, T0 + HOUR), eb);
+    let swapped = serde_json::to_string(&a_approval)
+        .unwrap()
+        .replace('\'', "''");
+    let out = d.recover_after(&effect, directory(ANA), || {
+        d.store
+            .tamper(&format!(
+                "UPDATE {{leases}} SET approval = '{swapped}' WHERE id = '{}'",
+                effect.lease
+            ))
+            .unwrap();
+    });
+    refused_at_recovery(&out, "not reusable");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn an_expired_approval_is_refused_at_send_and_at_recovery(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + 60_000), e);
+    d.clock.advance(61_000);
+    refused_at_send(&d.submit(directory(ANA), &effect), "expired");
+    assert_eq!(d.refunded(), 0);
+    let d = Desk::new(kind);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + 10_000), e);
+    let out = d.recover_after(&effect, directory(ANA), || {});
+    refused_at_recovery(&out, "expired");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn an_approval_from_a_group_the_request_escalated_away_from_is_refused(kind: Kind) {
+    // Approved by support, then the request escalated before the send.
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    d.escalate(&key);
+    refused_at_send(&d.submit(directory(ANA), &effect), "can no longer approve");
+    // Support cannot approve it after the escalation either: the grant itself is refused.
+    let late = d.sign("ben", BEN, &d.effect(&key, AMOUNT), "support", 0, T0 + HOUR);
+    let err = d
+        .journal
+        .grant_lease(&Grant::approved(late, T0))
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Invalid(m) if m.contains("can no longer approve")),
+        "{err}"
+    );
+    // A refused request is closed; on the next ones, a support member cannot sign as managers,
+    // and the manager's approval goes through.
+    let (posed, genuine) = (request(2), request(3));
+    for k in [&posed, &genuine] {
+        d.route(k);
+        d.escalate(k);
+    }
+    let e = d.effect(&posed, AMOUNT);
+    let effect = d.under(d.sign("ben", BEN, &e, "managers", 1, T0 + HOUR), e);
+    refused_at_send(&d.submit(directory(ANA), &effect), "not a member");
+    assert_eq!(d.refunded(), 0);
+    let e = d.effect(&genuine, AMOUNT);
+    let effect = d.under(d.sign("mia", MIA, &e, "managers", 1, T0 + HOUR), e);
+    let out = d.submit(directory(ANA), &effect);
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(d.refunded(), AMOUNT);
+    // At recovery: the request escalated while the first send was in flight.
+    let d = Desk::new(kind);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = d.recover_after(&effect, directory(ANA), || d.escalate(&key));
+    refused_at_recovery(&out, "can no longer approve");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn an_approval_for_another_amount_or_other_facts_is_refused_at_send_and_at_recovery(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let approved = d.effect(&key, AMOUNT);
+    let effect = d.under(
+        d.sign("ana", ANA, &approved, "support", 0, T0 + HOUR),
+        d.effect(&key, 3_000),
+    );
+    refused_at_send(
+        &d.submit(directory(ANA), &effect),
+        "covers amount 2000; the effect asks 3000",
+    );
+    // Same amount, but decided on other facts than the approver saw.
+    let key2 = request(2);
+    d.route(&key2);
+    let seen = d.effect(&key2, AMOUNT);
+    let mut effect = d.under(d.sign("ana", ANA, &seen, "support", 0, T0 + HOUR), seen);
+    effect = effect.premise("refunded_so_far", 1);
+    refused_at_send(&d.submit(directory(ANA), &effect), "other facts");
+    assert_eq!(d.refunded(), 0);
+    // At recovery: the approval row was swapped for ana's approval of a smaller amount.
+    let d = Desk::new(kind);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let smaller =
+        serde_json::to_string(&d.sign("ana", ANA, &d.effect(&key, 500), "support", 0, T0 + HOUR))
+            .unwrap();
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = d.recover_after(&effect, directory(ANA), || {
+        d.store
+            .tamper(&format!(
+                "UPDATE {{leases}} SET approval = '{smaller}' WHERE id = '{}'",
+                effect.lease
+            ))
+            .unwrap();
+    });
+    refused_at_recovery(&out, "covers amount 500; the effect asks 2000");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_directory(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    d.journal
+        .grant_lease(&Grant::new("standing-order", "rules", T0).scope("payment_intent", PAYMENT))
+        .unwrap();
+    let mut effect = d.effect(&key, AMOUNT);
+    effect.lease = "standing-order".into();
+    refused_at_send(
+        &d.submit(directory(ANA), &effect),
+        "waits for a signed approval",
+    );
+    // A gate without the directory cannot tell a genuine approval from a forged one.
+    let key = request(2);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let out = Gate::new(
+        d.journal.clone(),
+        d.journal.clone(),
+        Arc::new(d.clock.clone()),
+        d.store.config(),
+    )
+    .unwrap()
+    .bind(
+        Arc::new(SimTarget(d.sim.clone())),
+        Arc::new(SimRefundPremises(d.sim.clone())),
+    )
+    .unwrap()
+    .submit(&effect)
+    .unwrap();
+    refused_at_send(&out, "approver directory");
+    assert_eq!(d.refunded(), 0);
+}
+
+/// Premises read while the request escalates: the escalation commits after the attempt began
+/// and before its dispatch's transaction.
+struct EscalateWhileReading {
+    journal: Arc<dyn JournalStore>,
+    inner: SimRefundPremises,
+}
+
+impl PremiseReader for EscalateWhileReading {
+    fn read(
+        &self,
+        key: &EffectKey,
+        payload: &serde_json::Value,
+    ) -> Result<interlock::core::Premises, interlock::PremiseError> {
+        self.journal.route(key.as_str(), &escalation()).unwrap();
+        self.inner.read(key, payload)
+    }
+}
+
+fn an_escalation_that_commits_while_the_premises_are_read_stops_the_send(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let reader = EscalateWhileReading {
+        journal: d.journal.clone(),
+        inner: SimRefundPremises(d.sim.clone()),
+    };
+    let out = d
+        .gate("send", directory(ANA), None)
+        .bind(Arc::new(SimTarget(d.sim.clone())), Arc::new(reader))
+        .unwrap()
+        .submit(&effect)
+        .unwrap();
+    refused_at_send(&out, "can no longer approve");
+    assert_eq!(d.refunded(), 0);
+}
+
+interlock_tests::every_store!(
+    a_genuine_approval_by_the_group_holding_the_request_refunds_once,
+    a_forged_approval_is_refused_at_send_and_at_recovery,
+    an_approval_replayed_onto_another_request_is_refused_at_send_and_at_recovery,
+    an_expired_approval_is_refused_at_send_and_at_recovery,
+    an_approval_from_a_group_the_request_escalated_away_from_is_refused,
+    an_approval_for_another_amount_or_other_facts_is_refused_at_send_and_at_recovery,
+    a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_directory,
+    an_escalation_that_commits_while_the_premises_are_read_stops_the_send,
+);
