@@ -92,7 +92,8 @@ pub struct Receipt {
     pub how: Option<String>,
     /// The target's reference (e.g. the refund id; for `APPLIED_TWICE`, every id, comma-separated).
     pub target_ref: Option<String>,
-    /// Escalations to people (none are recorded yet).
+    /// The request's escalations up the approver chain before it was authorized (level, group,
+    /// reason, when), from the route the `AUTHORIZED` record journaled.
     pub escalations: Vec<Value>,
     /// Confirmations by the target.
     pub confirmations: Vec<Confirmed>,
@@ -122,6 +123,17 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
             _ => None,
         })
         .unwrap_or(Value::Null);
+    let escalations = grant
+        .get("routes")
+        .and_then(Value::as_array)
+        .map(|routes| {
+            routes
+                .iter()
+                .filter(|r| r.get("kind").and_then(Value::as_str) == Some("ESCALATED"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     let premises_rechecked = records.iter().rev().find_map(|r| match &r.event {
         Event::Dispatched(d) => Some(d.recheck.premises_now.clone()),
         _ => None,
@@ -170,7 +182,7 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         outcome,
         how,
         target_ref,
-        escalations: Vec::new(),
+        escalations,
         confirmations: records
             .iter()
             .filter_map(|r| match &r.event {

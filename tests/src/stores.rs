@@ -109,6 +109,21 @@ impl Store {
         })
     }
 
+    /// Another handle on the same store, with its leases and routes.
+    pub fn reopen_store(&self) -> anyhow::Result<Arc<dyn JournalStore>> {
+        Ok(match self.kind {
+            Kind::Sqlite => Arc::new(SqliteJournal::open(
+                self.dir.path().join("j.db"),
+                self.clock.clone(),
+            )?),
+            Kind::Postgres => Arc::new(PgJournal::open(
+                &self.url,
+                self.clock.clone(),
+                &PgOptions::in_schema(self.schema.as_str()),
+            )?),
+        })
+    }
+
     /// The gate configuration for this store: lock files beside an SQLite journal, none for
     /// PostgreSQL (its advisory locks serve every host).
     pub fn config(&self) -> GateConfig {
@@ -153,19 +168,20 @@ impl Store {
     }
 
     /// Run `sql` on the store behind the journal's back, as a person with `sqlite3` or `psql`
-    /// would; `{records}`, `{leases}` and `{routes}` name the tables.
+    /// would; `{records}`, `{leases}`, `{routes}` and `{meta}` name the tables.
     pub fn tamper(&self, sql: &str) -> anyhow::Result<()> {
         match self.kind {
             Kind::Sqlite => {
                 let conn = rusqlite::Connection::open(self.dir.path().join("j.db"))?;
                 let sql = ["records", "leases", "routes"]
                     .iter()
-                    .fold(sql.to_owned(), |s, t| s.replace(&format!("{{{t}}}"), t));
+                    .fold(sql.to_owned(), |s, t| s.replace(&format!("{{{t}}}"), t))
+                    .replace("{meta}", "interlock_meta");
                 conn.execute_batch(&sql)?;
             }
             Kind::Postgres => {
                 let mut c = postgres::Client::connect(&self.url, postgres::NoTls)?;
-                let sql = ["records", "leases", "routes"]
+                let sql = ["records", "leases", "routes", "meta"]
                     .iter()
                     .fold(sql.to_owned(), |s, t| {
                         s.replace(&format!("{{{t}}}"), &format!("{}.{t}", self.schema))

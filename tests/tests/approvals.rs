@@ -498,6 +498,113 @@ fn an_escalation_that_commits_while_the_premises_are_read_stops_the_send(kind: K
     assert_eq!(d.refunded(), 0);
 }
 
+fn a_journal_written_at_schema_1_is_upgraded_in_place_keeping_its_leases_and_records(kind: Kind) {
+    let d = Desk::new(kind);
+    d.journal
+        .grant_lease(&Grant::new("case-1", "ana", T0).scope("payment_intent", PAYMENT))
+        .unwrap();
+    let mut effect = d.effect(&request(1), AMOUNT);
+    effect.lease = "case-1".into();
+    let out = d.submit(directory(ANA), &effect);
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    // As the previous release left it: no routes, no approval column, version 1.
+    d.store
+        .tamper(
+            "DROP TABLE {routes}; ALTER TABLE {leases} DROP COLUMN approval; \
+             UPDATE {meta} SET value = '1' WHERE name = 'schema_version';",
+        )
+        .unwrap();
+    let upgraded = d.store.reopen_store().unwrap();
+    assert_eq!(upgraded.leases().unwrap().len(), 1);
+    assert_eq!(upgraded.history(&effect.key).unwrap().len(), 4);
+    upgraded
+        .route(
+            request(2).as_str(),
+            &RouteStep {
+                kind: RouteKind::Routed,
+                level: 0,
+                group: "support".into(),
+                reason: "needs_judgment".into(),
+                repair_of: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(upgraded.routes(request(2).as_str()).unwrap().len(), 1);
+    // And opening it again finds version 2, with nothing more to do.
+    assert_eq!(
+        d.store
+            .reopen_store()
+            .unwrap()
+            .routes(request(2).as_str())
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+fn verify_names_the_approver_checks_the_signature_and_lists_the_escalations(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    d.escalate(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("mia", MIA, &e, "managers", 1, T0 + HOUR), e);
+    assert_eq!(
+        d.submit(directory(ANA), &effect).label(),
+        "COMMITTED/first_send"
+    );
+    let target = SimTarget(d.sim.clone());
+    let check = |dir: Option<&Approvers>| {
+        let v = interlock::verify::verify(
+            d.journal.as_ref(),
+            &key,
+            &interlock::verify::Sources {
+                leases: Some(d.journal.as_ref()),
+                records: Some(&target),
+                approvers: dir,
+                ..interlock::verify::Sources::default()
+            },
+        );
+        let column = |name: &str| {
+            let c = v.columns.iter().find(|c| c.name == name).unwrap();
+            (c.holds, c.detail.clone())
+        };
+        (
+            column("approved by"),
+            column("approval verified"),
+            column("escalations"),
+        )
+    };
+    let dir = directory(ANA);
+    let (by, verified, escalations) = check(Some(&dir));
+    assert_eq!(by, (Some(true), "mia for group managers at level 1".into()));
+    assert_eq!(verified.0, Some(true), "{verified:?}");
+    assert!(
+        verified.1.contains("covers amount 2000, the amount sent"),
+        "{verified:?}"
+    );
+    assert_eq!(escalations.0, Some(true));
+    assert!(
+        escalations.1.starts_with("1: routed to support")
+            && escalations
+                .1
+                .contains("escalated to managers (level 1, sla_breach)"),
+        "{escalations:?}"
+    );
+    // Without the directory the signature is not checked, and says so; with mia's key replaced
+    // it fails.
+    assert_eq!(check(None).1.0, None);
+    let mut rotated = directory(ANA);
+    rotated.approvers.get_mut("mia").unwrap().public_key =
+        ApproverKey::from_seed("mia", [8; 32]).public_hex();
+    let (_, verified, _) = check(Some(&rotated));
+    assert_eq!(verified.0, Some(false), "{verified:?}");
+    // The receipt carries the escalation.
+    let receipt = interlock::receipt::build(&d.journal.history(&key).unwrap()).unwrap();
+    assert_eq!(receipt.escalations.len(), 1);
+    assert_eq!(receipt.escalations[0]["group"], "managers");
+}
+
 interlock_tests::every_store!(
     a_genuine_approval_by_the_group_holding_the_request_refunds_once,
     a_forged_approval_is_refused_at_send_and_at_recovery,
@@ -507,4 +614,6 @@ interlock_tests::every_store!(
     an_approval_for_another_amount_or_other_facts_is_refused_at_send_and_at_recovery,
     a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_directory,
     an_escalation_that_commits_while_the_premises_are_read_stops_the_send,
+    a_journal_written_at_schema_1_is_upgraded_in_place_keeping_its_leases_and_records,
+    verify_names_the_approver_checks_the_signature_and_lists_the_escalations,
 );

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use interlock::approval::Approvers;
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
@@ -72,6 +73,10 @@ pub(crate) struct VerifyArgs {
     /// Check Ed25519 signatures with the public key (hex) in this file.
     #[arg(long)]
     ed25519_public_key_file: Option<PathBuf>,
+    /// The approver directory (JSON: approvers with public keys, groups, the escalation chain),
+    /// to check each person's signed approval against their public key.
+    #[arg(long, value_name = "FILE")]
+    approvers: Option<PathBuf>,
     /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for its own records.
     #[arg(long)]
     ask_target: bool,
@@ -269,6 +274,14 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
             receipts.insert(r.key.clone(), r);
         }
     }
+    let approvers = match &args.approvers {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the approver directory {}", path.display()))?;
+            Some(Approvers::from_json(&path.display().to_string(), &text)?)
+        }
+        None => None,
+    };
     let mut ks = keys(j, args.key, args.all)?;
     let in_journal: std::collections::HashSet<&String> = ks.iter().collect();
     let only_in_receipts: Vec<String> = receipts
@@ -309,6 +322,7 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
                 receipt: receipt.as_ref(),
                 key: verifier.as_ref(),
                 accept_unchecked_signatures: args.accept_unchecked_signatures,
+                approvers: approvers.as_ref(),
             },
         ));
     }

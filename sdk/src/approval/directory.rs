@@ -151,3 +151,58 @@ fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
     }
     Ok(key)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(seed: u8) -> String {
+        crate::approval::ApproverKey::from_seed("x", [seed; 32]).public_hex()
+    }
+
+    fn valid() -> serde_json::Value {
+        serde_json::json!({
+            "approvers": {"ana": {"public_key": key(1)}, "mia": {"public_key": key(3)}},
+            "groups": {"support": ["ana"], "managers": ["mia"]},
+            "chain": [{"group": "support", "sla_ms": 1000}, {"group": "managers", "sla_ms": 2000}],
+        })
+    }
+
+    fn error_for(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = valid();
+        edit(&mut v);
+        Approvers::from_json("t", &v.to_string())
+            .map(|_| String::new())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_directory_that_contradicts_itself_is_refused_with_the_reason() {
+        assert_eq!(error_for(|_| {}), "");
+        assert!(error_for(|v| v["approvers"]["ana"]["public_key"] = "00".into()).contains("ana"));
+        assert!(error_for(|v| v["groups"]["support"] = serde_json::json!(["zed"])).contains("zed"));
+        assert!(
+            error_for(|v| v["groups"]["support"] = serde_json::json!([])).contains("no members")
+        );
+        assert!(error_for(|v| v["chain"] = serde_json::json!([])).contains("no levels"));
+        assert!(error_for(|v| v["chain"][1]["group"] = "ops".into()).contains("ops"));
+        assert!(error_for(|v| v["chain"][0]["sla_ms"] = 0.into()).contains("positive"));
+        assert!(error_for(|v| v["extra"] = 1.into()).contains("unknown field"));
+        let all_zero = "00".repeat(32);
+        assert!(
+            error_for(|v| v["approvers"]["ana"]["public_key"] = all_zero.into()).contains("ana")
+        );
+    }
+
+    #[test]
+    fn membership_and_levels_are_read_from_the_directory() {
+        let dir = Approvers::from_json("t", &valid().to_string()).unwrap();
+        assert!(dir.is_member("support", "ana"));
+        assert!(!dir.is_member("managers", "ana"));
+        assert_eq!(dir.groups_of("mia"), vec!["managers"]);
+        assert_eq!(dir.level(1).map(|l| l.group.as_str()), Some("managers"));
+        assert!(dir.level(2).is_none());
+        assert!(dir.key_of("ana").is_some());
+        assert!(dir.key_of("zed").is_none());
+    }
+}

@@ -117,3 +117,49 @@ pub fn admits(last: Option<&Route>, approval: &super::SignedApproval) -> Result<
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(kind: RouteKind, level: u32, group: &str) -> RouteStep {
+        RouteStep {
+            kind,
+            level,
+            group: group.into(),
+            reason: "r".into(),
+            repair_of: None,
+        }
+    }
+
+    fn at(n: u32, s: RouteStep) -> Route {
+        Route {
+            request: "q".into(),
+            n,
+            step: s,
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_route_starts_once_climbs_one_level_at_a_time_and_answers_a_retry_with_itself() {
+        let routed = at(0, step(RouteKind::Routed, 0, "support"));
+        assert_eq!(next_step("q", None, &routed.step), Ok(None));
+        assert!(next_step("q", None, &step(RouteKind::Escalated, 1, "managers")).is_err());
+        assert_eq!(
+            next_step("q", Some(&routed), &routed.step),
+            Ok(Some(&routed)),
+            "a retried step is already there"
+        );
+        assert_eq!(
+            next_step(
+                "q",
+                Some(&routed),
+                &step(RouteKind::Escalated, 1, "managers")
+            ),
+            Ok(None)
+        );
+        assert!(next_step("q", Some(&routed), &step(RouteKind::Escalated, 2, "cfo")).is_err());
+        assert!(next_step("q", Some(&routed), &step(RouteKind::Routed, 0, "ops")).is_err());
+    }
+}

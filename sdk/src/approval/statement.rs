@@ -157,3 +157,53 @@ impl ApproverKey {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn statement() -> Statement {
+        Statement {
+            request: "req-1".into(),
+            group: "support".into(),
+            level: 0,
+            approver: "ana".into(),
+            payload: json!({"payment_intent": "pi_1", "amount": 2000}),
+            premises: Premises::new(),
+            issued_ms: 0,
+            expires_ms: 10,
+            repair_of: None,
+        }
+    }
+
+    #[test]
+    fn a_signature_verifies_only_with_its_signer_s_key_and_only_over_what_was_signed() {
+        let ana = ApproverKey::from_seed("ana", [1; 32]);
+        let ben = ApproverKey::from_seed("ben", [2; 32]);
+        let signed = ana.sign(statement()).unwrap();
+        let key_of = |k: &ApproverKey| {
+            VerifyingKey::from_bytes(&hex::decode(k.public_hex()).unwrap().try_into().unwrap())
+                .unwrap()
+        };
+        assert!(signed.verifies_with(&key_of(&ana)));
+        assert!(!signed.verifies_with(&key_of(&ben)));
+        let mut raised = signed.clone();
+        raised.statement.payload["amount"] = json!(9000);
+        assert!(!raised.verifies_with(&key_of(&ana)));
+        assert_ne!(raised.id(), signed.id(), "the id covers the statement");
+        let mut other_alg = signed;
+        other_alg.alg = SignatureAlg::HmacSha256;
+        assert!(!other_alg.verifies_with(&key_of(&ana)));
+    }
+
+    #[test]
+    fn a_key_signs_only_in_its_owner_s_name_and_bad_seeds_are_named() {
+        let ben = ApproverKey::from_seed("ben", [2; 32]);
+        assert!(ben.sign(statement()).is_err());
+        assert!(ApproverKey::from_seed_hex("ana", "zz").is_err());
+        assert!(ApproverKey::from_seed_hex("ana", "abcd").is_err());
+        assert!(ApproverKey::from_seed_hex("ana", &"01".repeat(32)).is_ok());
+    }
+}

@@ -11,6 +11,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
+mod approval;
+
+use crate::approval::Approvers;
 use crate::core::decide::absorb;
 use crate::core::state::landed_in;
 use crate::core::{Event, LeaseVerdict, Status};
@@ -65,6 +68,8 @@ impl Verification {
 pub struct Sources<'a> {
     /// The lease store, to check that the approval in the journal is the one on record.
     pub leases: Option<&'a dyn LeaseStore>,
+    /// The approver directory, to check a person's signed approval against their public key.
+    pub approvers: Option<&'a Approvers>,
     /// The target's own records.
     pub records: Option<&'a dyn TargetRecords>,
     /// A receipt exported earlier (the anchor), to compare the journal with.
@@ -191,13 +196,11 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
             },
         )
     });
-    columns.push(match &derived.approver {
-        Some(a) => col("approved by", Some(true), a.clone()),
-        None => col("approved by", None, "never authorized"),
-    });
-    columns.push(approval_verified(
+    columns.push(approval::approved_by(&derived));
+    columns.push(approval::verified(
         &derived,
         src.leases,
+        src.approvers,
         dispatches.last().map(|(at, _)| *at),
     ));
     columns.push(match derived.confirmations.first() {
@@ -212,7 +215,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
         ),
         None => col("confirmed by target", None, "no confirmation recorded"),
     });
-    columns.push(col("escalations", None, "none recorded"));
+    columns.push(approval::escalations(&derived));
     Verification {
         key: key.to_string(),
         outcome: Some(derived.outcome),
@@ -485,56 +488,4 @@ fn happened_once(
         ),
     };
     col("happened once", holds, format!("{what}{beside}"))
-}
-
-fn approval_verified(
-    derived: &Receipt,
-    leases: Option<&dyn LeaseStore>,
-    last_dispatch: Option<i64>,
-) -> Column {
-    let Some(leases) = leases else {
-        return col("approval verified", None, "no lease store given");
-    };
-    if derived.approver.is_none() {
-        return col("approval verified", None, "never authorized");
-    }
-    match leases.describe(&derived.lease) {
-        Ok(Some(g)) => {
-            let snapshot = serde_json::to_value(&g).unwrap_or(Value::Null);
-            let same = ["id", "approver", "granted_ms", "scope", "cap", "expires_ms"]
-                .iter()
-                .all(|f| snapshot.get(f) == derived.grant.get(f));
-            let revoked_first = match (g.revoked_ms, last_dispatch) {
-                (Some(r), Some(d)) => r <= d,
-                _ => false,
-            };
-            match (same, revoked_first) {
-                (true, false) => col(
-                    "approval verified",
-                    Some(true),
-                    format!("lease {} by {} is on record as granted", g.id, g.approver),
-                ),
-                (false, _) => col(
-                    "approval verified",
-                    Some(false),
-                    "the lease on record differs from the grant the journal saw",
-                ),
-                (true, true) => col(
-                    "approval verified",
-                    Some(false),
-                    "the lease was revoked before the last send",
-                ),
-            }
-        }
-        Ok(None) => col(
-            "approval verified",
-            Some(false),
-            format!("no lease {} is on record", derived.lease),
-        ),
-        Err(e) => col(
-            "approval verified",
-            None,
-            format!("the lease store could not answer: {e}"),
-        ),
-    }
 }
