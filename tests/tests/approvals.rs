@@ -130,6 +130,7 @@ impl Desk {
                     group: "support".into(),
                     reason: "needs_judgment: over_limit".into(),
                     repair_of: None,
+                    detail: serde_json::Value::Null,
                 },
             )
             .unwrap();
@@ -194,6 +195,7 @@ fn escalation() -> RouteStep {
         group: "managers".into(),
         reason: "sla_breach".into(),
         repair_of: None,
+        detail: serde_json::Value::Null,
     }
 }
 
@@ -526,6 +528,7 @@ fn a_journal_written_at_schema_1_is_upgraded_in_place_keeping_its_leases_and_rec
                 group: "support".into(),
                 reason: "needs_judgment".into(),
                 repair_of: None,
+                detail: serde_json::Value::Null,
             },
         )
         .unwrap();

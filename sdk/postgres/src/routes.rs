@@ -30,7 +30,7 @@ impl PgJournal {
                     q.execute(
                         &format!(
                             "INSERT INTO {}.routes (request, n, kind, level, group_name, reason, \
-                             repair_of, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                             repair_of, detail, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                             self.schema()
                         ),
                         &[
@@ -41,6 +41,7 @@ impl PgJournal {
                             &step.group,
                             &step.reason,
                             &step.repair_of,
+                            &step.detail.to_string(),
                             &now,
                         ],
                     )
@@ -74,7 +75,7 @@ impl PgJournal {
         let rows = q
             .query(
                 &format!(
-                    "SELECT n, kind, level, group_name, reason, repair_of, at_ms FROM {}.routes \
+                    "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms FROM {}.routes \
                      WHERE request = $1 ORDER BY n {lock}",
                     self.schema()
                 ),
@@ -99,8 +100,9 @@ impl PgJournal {
                         group: r.get(3),
                         reason: r.get(4),
                         repair_of: r.get(5),
+                        detail: interlock::approval::parse_detail(&r.get::<_, String>(6)),
                     },
-                    at_ms: r.get(6),
+                    at_ms: r.get(7),
                 })
             })
             .collect()

@@ -75,6 +75,7 @@ fn routes_ddl(s: &str) -> String {
              group_name TEXT NOT NULL,
              reason     TEXT NOT NULL,
              repair_of  TEXT,
+             detail     TEXT NOT NULL,
              at_ms      BIGINT NOT NULL,
              PRIMARY KEY (request, n)
          );"

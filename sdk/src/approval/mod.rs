@@ -9,10 +9,12 @@
 
 mod check;
 mod directory;
+mod policy;
 mod route;
 mod statement;
 
 pub use check::{Against, verdict};
 pub use directory::{Approver, Approvers, DirectoryError, Level};
-pub use route::{Route, RouteKind, RouteStep, admits, escalations, next_step};
+pub use policy::{Action, Assessment, Condition, Policy, Rule};
+pub use route::{Route, RouteKind, RouteStep, admits, escalations, next_step, parse_detail};
 pub use statement::{ApproverKey, SignedApproval, Statement};

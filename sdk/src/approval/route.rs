@@ -4,6 +4,7 @@
 //! the request has left is refused even if it was signed a moment before the escalation.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// Why a request is where it is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +51,10 @@ pub struct RouteStep {
     /// The request a repair replaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair_of: Option<String>,
+    /// What the person is asked to approve, as the inbox shows it (the payload, the facts read,
+    /// the rule that fired, where to send the approval).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
 }
 
 /// A step as journaled.
@@ -93,6 +98,12 @@ pub fn next_step<'a>(
     }
 }
 
+/// A step's detail as a store keeps it (JSON text): display data, so text that does not parse is
+/// kept as text rather than failing the read.
+pub fn parse_detail(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
 /// The escalations in `routes`.
 pub fn escalations(routes: &[Route]) -> impl Iterator<Item = &Route> {
     routes
@@ -129,6 +140,7 @@ mod tests {
             group: group.into(),
             reason: "r".into(),
             repair_of: None,
+            detail: Value::Null,
         }
     }
 

@@ -415,6 +415,7 @@ CREATE TABLE routes (
     group_name TEXT NOT NULL,
     reason    TEXT NOT NULL,
     repair_of TEXT,
+    detail    TEXT NOT NULL,
     at_ms     INTEGER NOT NULL,
     PRIMARY KEY (request, n)
 );
@@ -431,6 +432,7 @@ CREATE TABLE routes (
     group_name TEXT NOT NULL,
     reason    TEXT NOT NULL,
     repair_of TEXT,
+    detail    TEXT NOT NULL,
     at_ms     INTEGER NOT NULL,
     PRIMARY KEY (request, n)
 );

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::TxLeases;
 use super::sqlite::SqliteJournal;
-use crate::approval::{Route, RouteKind, RouteStep, admits, next_step};
+use crate::approval::{Route, RouteKind, RouteStep, admits, next_step, parse_detail};
 use crate::core::LeaseVerdict;
 use crate::journal::{Journal, JournalError};
 use crate::lease::{Grant, LeaseError, LeaseStore, StoredGrant, verdict_of};
@@ -56,8 +56,8 @@ impl SqliteJournal {
                 Err(why) => return Ok((Err(LeaseError::Invalid(why)), false)),
             };
             conn.execute(
-                "INSERT INTO routes (request, n, kind, level, group_name, reason, repair_of, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO routes (request, n, kind, level, group_name, reason, repair_of, detail, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     request,
                     n,
@@ -66,6 +66,7 @@ impl SqliteJournal {
                     step.group,
                     step.reason,
                     step.repair_of,
+                    step.detail.to_string(),
                     now
                 ],
             )
@@ -89,7 +90,7 @@ impl SqliteJournal {
     fn routes_on(&self, conn: &Connection, request: &str) -> Result<Vec<Route>, JournalError> {
         let mut st = conn
             .prepare_cached(
-                "SELECT n, kind, level, group_name, reason, repair_of, at_ms FROM routes
+                "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms FROM routes
                  WHERE request = ?1 ORDER BY n",
             )
             .map_err(|e| self.err(e))?;
@@ -102,31 +103,36 @@ impl SqliteJournal {
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
                     r.get::<_, Option<String>>(5)?,
-                    r.get::<_, i64>(6)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, i64>(7)?,
                 ))
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
         rows.into_iter()
-            .map(|(n, kind, level, group, reason, repair_of, at_ms)| {
-                let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
-                    path: self.location().to_owned(),
-                    place: format!("route {n} of request {request}"),
-                    what: format!("unknown route kind {kind:?}"),
-                })?;
-                Ok(Route {
-                    request: request.to_owned(),
-                    n,
-                    step: RouteStep {
-                        kind,
-                        level,
-                        group,
-                        reason,
-                        repair_of,
-                    },
-                    at_ms,
-                })
-            })
+            .map(
+                |(n, kind, level, group, reason, repair_of, detail, at_ms)| {
+                    let kind =
+                        RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
+                            path: self.location().to_owned(),
+                            place: format!("route {n} of request {request}"),
+                            what: format!("unknown route kind {kind:?}"),
+                        })?;
+                    Ok(Route {
+                        request: request.to_owned(),
+                        n,
+                        step: RouteStep {
+                            kind,
+                            level,
+                            group,
+                            reason,
+                            repair_of,
+                            detail: parse_detail(&detail),
+                        },
+                        at_ms,
+                    })
+                },
+            )
             .collect()
     }
 
