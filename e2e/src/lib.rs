@@ -8,3 +8,4 @@ pub mod payments_api;
 pub mod procs;
 pub mod report;
 pub mod stack;
+pub mod story;

@@ -3,9 +3,10 @@
 //! with `Idempotent-Replayed`, `idempotency_error` for reused keys, 409 for a key in progress,
 //! refunds listed newest first with `has_more` and `starting_after`, Bearer authentication.
 //!
-//! Beside Stripe's API it serves the shop's own fact (`GET /shop/orders/{payment_intent}`: is the
-//! order eligible for a refund) and admin endpoints for the harness, none of which a refund
-//! target ever calls: payments, hand refunds without a key, eligibility, disputes, expiring keys,
+//! Beside Stripe's API it serves the shop's own facts (`GET /shop/orders/{payment_intent}`: is the
+//! order eligible for a refund, is the customer flagged) and admin endpoints for the harness, none
+//! of which a refund target ever calls: payments, hand refunds without a key, eligibility,
+//! flagged customers, disputes, expiring keys,
 //! the tier the service acts as, holding a request before or after applying it, a 5xx after
 //! applying, and the service's own full records.
 
@@ -217,7 +218,15 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
             .as_deref()
             .and_then(|pi| sim.eligible(pi).map(|e| (pi, e)))
         {
-            Some((pi, e)) => (200, json!({ "payment_intent": pi, "eligible": e }), false),
+            Some((pi, e)) => (
+                200,
+                json!({
+                    "payment_intent": pi,
+                    "eligible": e,
+                    "customer_flagged": sim.flagged(pi).unwrap_or(false),
+                }),
+                false,
+            ),
             None => error(
                 404,
                 "invalid_request_error",
@@ -255,6 +264,7 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
         "/admin/payments" => sim.add_payment(&s("id"), n("amount")),
         "/admin/refunds/hand" => sim.hand_refund(&s("payment_intent"), n("amount")),
         "/admin/orders/eligible" => sim.set_eligible(&s("payment_intent"), b("eligible")),
+        "/admin/customers/flagged" => sim.set_flagged(&s("payment_intent"), b("flagged")),
         "/admin/disputed" => sim.set_disputed(&s("payment_intent"), b("disputed")),
         "/admin/keys/expire" => sim.expire_keys(),
         "/admin/error_after_apply" => sim.error_after_apply(u32::try_from(n("count")).unwrap_or(0)),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use interlock::approval::{Approvers, Policy};
 use interlock::premise::PremiseReader;
 use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, SystemClock, Tier};
 use interlock_postgres::PgOptions;
@@ -32,6 +33,8 @@ pub struct Deps {
     stripe: StripeRefunds,
     premises: RefundPremises,
     pause: Option<Arc<Pause>>,
+    approvers: Option<Arc<Approvers>>,
+    policy: Policy,
 }
 
 /// How the worker's activities reach Stripe, the shop and the journal (`refund-worker` fills it
@@ -51,6 +54,10 @@ pub struct Settings {
     pub settle: Duration,
     /// The gate's send timeout.
     pub send_timeout: Duration,
+    /// Whom people's signed approvals are checked against (the approval workflow needs it).
+    pub approvers: Option<Approvers>,
+    /// Which requests need a person (the approval workflow's); empty clears every request.
+    pub policy: Policy,
 }
 
 impl Deps {
@@ -63,7 +70,10 @@ impl Deps {
             shop_url,
             settle,
             send_timeout,
+            approvers,
+            policy,
         } = settings;
+        let approvers = approvers.map(Arc::new);
         let clock: Arc<dyn Clock> = match crate::clock::SkewClock::from_env() {
             Some(c) => Arc::new(c),
             None => Arc::new(SystemClock),
@@ -87,6 +97,9 @@ impl Deps {
         let mut gate = Gate::new(journal.clone(), journal.clone(), clock.clone(), gate_cfg)?;
         if let Some(p) = &pause {
             gate = gate.with_faults(p.clone());
+        }
+        if let Some(dir) = &approvers {
+            gate = gate.with_approvers(dir.clone())?;
         }
         let stripe = StripeRefunds::new(cfg.clone());
         // The shop's order service is its own service, never looked for at Stripe's address;
@@ -121,7 +134,34 @@ impl Deps {
             stripe,
             premises,
             pause,
+            approvers,
+            policy,
         })
+    }
+
+    /// The premise reader every decision reads with.
+    pub fn premises(&self) -> &RefundPremises {
+        &self.premises
+    }
+
+    /// The approval policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The approver directory, if the worker has one.
+    pub fn approvers(&self) -> Option<&Approvers> {
+        self.approvers.as_deref()
+    }
+
+    /// The journal with its leases and routes.
+    pub fn journal(&self) -> &Arc<dyn JournalStore> {
+        &self.journal
+    }
+
+    /// Now, by the worker's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 }
 

@@ -4,6 +4,7 @@
 //! idempotency key, a careful hand-written re-check), so the kill matrix compares like with like.
 
 pub mod activities;
+pub mod approvals;
 pub mod baselines;
 pub mod clock;
 pub mod connect;

@@ -20,7 +20,7 @@ use crate::model::{RefundReport, RefundRequest, Reported, System};
 #[derive(Default)]
 pub struct RefundWorkflow;
 
-fn retry(max_attempts: u32) -> RetryPolicy {
+pub(crate) fn retry(max_attempts: u32) -> RetryPolicy {
     RetryPolicy::builder()
         .initial_interval(Duration::from_secs(1))
         .backoff_coefficient(1.0)
@@ -28,7 +28,19 @@ fn retry(max_attempts: u32) -> RetryPolicy {
         .build()
 }
 
-fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> RefundReport {
+/// The gate's failure details an activity error carries, if it carries them.
+pub(crate) fn failure_details(err: &ActivityExecutionError) -> Option<FailureDetails> {
+    match err {
+        ActivityExecutionError::Failed(f) => match f.cause() {
+            Some(IncomingError::Application(app)) => app.details::<FailureDetails>().ok().flatten(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The refund step's report, from its answer or its failure.
+pub(crate) fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> RefundReport {
     let err = match res {
         Ok(r) => return r,
         Err(e) => e,
@@ -65,6 +77,15 @@ fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> RefundReport 
     }
 }
 
+/// The refund step's options, the same for every system: heartbeat 2 s, retry every 1 s.
+pub(crate) fn refund_options(activity_id: &str) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(60))
+        .activity_id(activity_id.to_owned())
+        .heartbeat_timeout(Duration::from_secs(2))
+        .retry_policy(retry(40))
+        .build()
+}
+
 #[workflow_methods]
 impl RefundWorkflow {
     /// Run the refund.
@@ -80,12 +101,7 @@ impl RefundWorkflow {
         let decision = ctx
             .execute_activity(RefundActivities::decide, request.clone(), decide)
             .await?;
-        // The same timeouts for every system: heartbeat 2 s, retry every 1 s.
-        let opts = ActivityOptions::with_start_to_close_timeout(Duration::from_secs(60))
-            .activity_id("refund".to_owned())
-            .heartbeat_timeout(Duration::from_secs(2))
-            .retry_policy(retry(40))
-            .build();
+        let opts = refund_options("refund");
         let report = match request.system {
             System::Naive => report_of(
                 ctx.execute_activity(RefundActivities::refund_naive, decision, opts)

@@ -62,6 +62,7 @@ pub struct Policy {
 /// What the policy says about one request.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Assessment {
     /// No rule fired: send it with no person.
     Cleared,

@@ -158,9 +158,14 @@ fn signed(
         None => verdict(
             Some(true),
             format!(
-                "{}'s Ed25519 signature verifies and covers amount {}, the amount sent",
+                "{}'s Ed25519 signature verifies and covers amount {}, the amount {}",
                 s.approver,
-                amount(&s.payload)
+                amount(&s.payload),
+                if derived.outcome == crate::core::Status::Committed {
+                    "sent"
+                } else {
+                    "decided (nothing was sent)"
+                }
             ),
         ),
     }

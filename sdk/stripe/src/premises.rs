@@ -11,9 +11,10 @@ use interlock::effect::EffectKey;
 use interlock::premise::{PremiseError, PremiseReader};
 use serde_json::{Value, json};
 
-/// Stripe's facts plus, if a shop is given, its eligibility flag
-/// (`GET {shop}/shop/orders/{id}` answering `{"eligible": bool}`, where `id` is the payment
-/// intent or the charge the refund names).
+/// Stripe's facts plus, if a shop is given, its eligibility flag and, where the shop keeps one,
+/// whether the customer is flagged (`GET {shop}/shop/orders/{id}` answering
+/// `{"eligible": bool, "customer_flagged": bool}`, where `id` is the payment intent or the
+/// charge the refund names).
 #[derive(Debug, Clone)]
 pub struct RefundPremises {
     /// Stripe's side.
@@ -23,7 +24,7 @@ pub struct RefundPremises {
 }
 
 impl RefundPremises {
-    fn eligible(&self, shop: &str, order: &str) -> Result<bool, PremiseError> {
+    fn order(&self, shop: &str, order: &str) -> Result<(bool, Option<bool>), PremiseError> {
         let url = format!("{shop}/shop/orders/{}", crate::refunds::path_segment(order));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(5)))
@@ -41,8 +42,9 @@ impl RefundPremises {
             .map_err(|e| PremiseError::Unavailable(format!("{url}: {e}")))?;
         let body: Value = serde_json::from_str(&text)
             .map_err(|e| PremiseError::Invalid(format!("{url}: {e}")))?;
+        let flagged = body.get("customer_flagged").and_then(Value::as_bool);
         match (status, body.get("eligible").and_then(Value::as_bool)) {
-            (200, Some(e)) => Ok(e),
+            (200, Some(e)) => Ok((e, flagged)),
             (404, _) => Err(PremiseError::Invalid(format!(
                 "the shop has no order for {order}"
             ))),
@@ -59,10 +61,11 @@ impl PremiseReader for RefundPremises {
         let mut p = self.stripe.read(key, payload)?;
         if let Some(shop) = &self.shop {
             let of = refunded(payload).map_err(PremiseError::Invalid)?;
-            p.insert(
-                "order_eligible".into(),
-                json!(self.eligible(shop, of.id())?),
-            );
+            let (eligible, flagged) = self.order(shop, of.id())?;
+            p.insert("order_eligible".into(), json!(eligible));
+            if let Some(flagged) = flagged {
+                p.insert("customer_flagged".into(), json!(flagged));
+            }
         }
         Ok(p)
     }

@@ -84,6 +84,7 @@ struct Intent {
     amount: i64,
     eligible: bool,
     disputed: bool,
+    flagged: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -173,6 +174,7 @@ impl SimPayments {
                 amount,
                 eligible: true,
                 disputed: false,
+                flagged: false,
             },
         );
     }
@@ -243,6 +245,18 @@ impl SimPayments {
         if let Some(i) = self.world().intents.get_mut(payment_intent) {
             i.eligible = eligible;
         }
+    }
+
+    /// The shop flags (or clears) the customer who paid `payment_intent`.
+    pub fn set_flagged(&self, payment_intent: &str, flagged: bool) {
+        if let Some(i) = self.world().intents.get_mut(payment_intent) {
+            i.flagged = flagged;
+        }
+    }
+
+    /// Whether the shop flags the customer who paid `payment_intent`.
+    pub fn flagged(&self, payment_intent: &str) -> Option<bool> {
+        self.world().intents.get(payment_intent).map(|i| i.flagged)
     }
 
     /// A dispute: every refund on this payment is refused with a 400 until cleared.

@@ -2,11 +2,15 @@
 //! its activities. Configured by flags or the environment (`--help` lists both); `RUST_LOG` sets
 //! the log level.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+use interlock::approval::{Approvers, Policy};
 use interlock_stripe::StripeConfig;
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+use worker_examples::approvals::{ApprovalActivities, ApprovalWorkflow};
 use worker_examples::{Deps, RefundActivities, RefundWorkflow, Settings};
 
 /// The refund worker: polls a task queue and runs the refund workflow and its activities. Every
@@ -54,6 +58,18 @@ struct Args {
     /// The gate's send timeout, in milliseconds.
     #[arg(long, env = "INTERLOCK_SEND_TIMEOUT_MS", default_value_t = 10_000)]
     send_timeout_ms: u64,
+    /// The approver directory (JSON: approvers and their public keys, groups, the escalation
+    /// chain), for the approval workflow; signed approvals are checked against it at every send.
+    #[arg(long, env = "INTERLOCK_APPROVERS")]
+    approvers: Option<PathBuf>,
+    /// The approval policy (JSON rules) that decides which requests need a person; without it
+    /// every request is cleared by the rules' lease.
+    #[arg(long, env = "INTERLOCK_POLICY")]
+    policy: Option<PathBuf>,
+}
+
+fn read(path: &Path, what: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading the {what} {}", path.display()))
 }
 
 #[tokio::main]
@@ -69,6 +85,18 @@ async fn main() -> anyhow::Result<()> {
         shop_url: args.shop_url.filter(|u| !u.is_empty()),
         settle: Duration::from_millis(args.settle_ms),
         send_timeout: Duration::from_millis(args.send_timeout_ms),
+        approvers: match &args.approvers {
+            Some(p) => Some(Approvers::from_json(
+                &p.display().to_string(),
+                &read(p, "approver directory")?,
+            )?),
+            None => None,
+        },
+        policy: match &args.policy {
+            Some(p) => serde_json::from_str::<Policy>(&read(p, "approval policy")?)
+                .with_context(|| format!("the approval policy {} is not valid", p.display()))?,
+            None => Policy::default(),
+        },
     };
     // The journal's calls block (SQLite, or PostgreSQL's blocking driver): opening it and binding
     // the gate run on a blocking thread, as every gated activity does.
@@ -78,7 +106,9 @@ async fn main() -> anyhow::Result<()> {
     let client = worker_examples::connect::client(&addr, identity).await?;
     let options = WorkerOptions::new(queue.as_str())
         .register_workflow::<RefundWorkflow>()?
-        .register_activities(RefundActivities { deps })
+        .register_workflow::<ApprovalWorkflow>()?
+        .register_activities(RefundActivities { deps: deps.clone() })
+        .register_activities(ApprovalActivities { deps })
         // No workflow cache: a killed worker's sticky queue would otherwise stall the workflow.
         .max_cached_workflows(0)
         .build();

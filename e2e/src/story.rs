@@ -1,0 +1,218 @@
+//! The people in an approval story, and the desk they work at. Each approver holds their own
+//! Ed25519 key; the workers hold only the directory of public keys and the policy. A person reads
+//! what the journal's route shows them — the payload and the facts read for it — signs exactly
+//! that, and sends the signed approval to the request's workflow as a signal, as the inbox does.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use interlock::JournalStore;
+use interlock::approval::{ApproverKey, Approvers, Policy, Route, SignedApproval, Statement};
+use interlock::core::Premises;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use temporalio_client::{
+    Client, WorkflowGetResultOptions, WorkflowSignalOptions, WorkflowStartOptions,
+};
+use worker_examples::RefundRequest;
+use worker_examples::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial};
+
+/// An hour, in ms.
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// An approver and their own key.
+pub struct Person {
+    /// Their id in the directory.
+    pub id: &'static str,
+    /// Their private key.
+    pub key: ApproverKey,
+}
+
+impl Person {
+    /// `id`, with a key derived from their id (a story's keys are fixed, so its records are).
+    pub fn new(id: &'static str) -> Self {
+        let seed: [u8; 32] = Sha256::digest(format!("interlock-story:{id}")).into();
+        Self {
+            id,
+            key: ApproverKey::from_seed(id, seed),
+        }
+    }
+
+    /// Sign what `route` shows, for the group and level it is at, valid for an hour from
+    /// `now_ms`.
+    pub fn approve(&self, route: &Route, now_ms: i64) -> anyhow::Result<SignedApproval> {
+        let detail = &route.step.detail;
+        let payload = detail
+            .get("payload")
+            .cloned()
+            .context("the route shows no payload to approve")?;
+        let premises: Premises =
+            serde_json::from_value(detail.get("premises").cloned().unwrap_or(Value::Null))
+                .context("the route shows no facts to approve")?;
+        Ok(self.key.sign(Statement {
+            request: route.request.clone(),
+            group: route.step.group.clone(),
+            level: route.step.level,
+            approver: self.id.to_owned(),
+            payload,
+            premises,
+            issued_ms: now_ms,
+            expires_ms: now_ms + HOUR_MS,
+            repair_of: route.step.repair_of.clone(),
+        })?)
+    }
+}
+
+/// Support (ana, ben) holds a request for 4 h, then managers (mia) for 8 h.
+pub fn directory(people: &[Person]) -> anyhow::Result<Approvers> {
+    let approvers: serde_json::Map<String, Value> = people
+        .iter()
+        .map(|p| (p.id.to_owned(), json!({ "public_key": p.key.public_hex() })))
+        .collect();
+    let dir = json!({
+        "approvers": approvers,
+        "groups": { "support": ["ana", "ben"], "managers": ["mia"] },
+        "chain": [
+            { "group": "support", "sla_ms": 4 * HOUR_MS },
+            { "group": "managers", "sla_ms": 8 * HOUR_MS },
+        ],
+    });
+    Ok(Approvers::from_json("story", &dir.to_string())?)
+}
+
+/// Refunds over $50 or for a flagged customer need a person; an ineligible order is refused.
+pub fn policy() -> anyhow::Result<Policy> {
+    Ok(serde_json::from_value(json!({ "rules": [
+        { "name": "over_limit", "when": { "over": { "field": "amount", "max": 5000 } }, "then": "route" },
+        { "name": "flagged_customer", "when": { "premise": { "premise": "customer_flagged", "equals": true } }, "then": "route" },
+        { "name": "ineligible_order", "when": { "premise": { "premise": "order_eligible", "equals": false } }, "then": "refuse" },
+    ]}))?)
+}
+
+/// Write the directory and the policy where the workers read them; returns the worker's
+/// environment for them.
+pub fn write_config(
+    dir: &Path,
+    approvers: &Approvers,
+    policy: &Policy,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let a = dir.join("approvers.json");
+    let p = dir.join("policy.json");
+    std::fs::write(&a, serde_json::to_string_pretty(approvers)?)?;
+    std::fs::write(&p, serde_json::to_string_pretty(policy)?)?;
+    Ok(vec![
+        ("INTERLOCK_APPROVERS".into(), a.display().to_string()),
+        ("INTERLOCK_POLICY".into(), p.display().to_string()),
+    ])
+}
+
+/// Where people meet the workflows: Temporal for signals and results, the journal for routes.
+pub struct Desk {
+    /// Temporal.
+    pub client: Client,
+    /// The journal the workers share.
+    pub journal: Arc<dyn JournalStore>,
+    /// The workers' task queue.
+    pub queue: String,
+}
+
+impl Desk {
+    /// Start the approval workflow `workflow_id` for `request`.
+    pub async fn ask(
+        &self,
+        workflow_id: &str,
+        request: RefundRequest,
+        sla_divisor: u32,
+    ) -> anyhow::Result<()> {
+        self.client
+            .start_workflow(
+                ApprovalWorkflow::run,
+                AskInput {
+                    request,
+                    sla_divisor,
+                    max_repairs: 1,
+                },
+                WorkflowStartOptions::new(self.queue.as_str(), workflow_id).build(),
+            )
+            .await
+            .with_context(|| format!("starting {workflow_id}"))?;
+        Ok(())
+    }
+
+    /// Wait until `request`'s latest route step satisfies `ready`.
+    pub async fn route_where(
+        &self,
+        request: &str,
+        ready: impl Fn(&Route) -> bool,
+        timeout: Duration,
+    ) -> anyhow::Result<Route> {
+        let t0 = Instant::now();
+        loop {
+            let routes = self.journal.routes(request)?;
+            if let Some(last) = routes.last().filter(|r| ready(r)) {
+                return Ok(last.clone());
+            }
+            if t0.elapsed() > timeout {
+                bail!(
+                    "request {request} did not reach the expected step within {timeout:?}; its \
+                     route: {routes:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Send `offer` to the workflow of `route`'s request.
+    pub async fn send(&self, route: &Route, offer: SignedApproval) -> anyhow::Result<()> {
+        let wf = workflow_of(route)?;
+        self.client
+            .get_workflow_handle::<ApprovalWorkflow>(wf.as_str())
+            .signal(
+                ApprovalWorkflow::approve,
+                offer,
+                WorkflowSignalOptions::default(),
+            )
+            .await
+            .with_context(|| format!("signalling {wf}"))?;
+        Ok(())
+    }
+
+    /// Decline `route`'s request as `who`.
+    pub async fn deny(&self, route: &Route, who: &str, reason: &str) -> anyhow::Result<()> {
+        let wf = workflow_of(route)?;
+        self.client
+            .get_workflow_handle::<ApprovalWorkflow>(wf.as_str())
+            .signal(
+                ApprovalWorkflow::deny,
+                Denial {
+                    approver: who.to_owned(),
+                    reason: reason.to_owned(),
+                },
+                WorkflowSignalOptions::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The workflow's report, once it closes.
+    pub async fn report(&self, workflow_id: &str) -> anyhow::Result<AskReport> {
+        self.client
+            .get_workflow_handle::<ApprovalWorkflow>(workflow_id)
+            .get_result(WorkflowGetResultOptions::default())
+            .await
+            .with_context(|| format!("waiting for {workflow_id}"))
+    }
+}
+
+/// The workflow a route's detail names.
+pub fn workflow_of(route: &Route) -> anyhow::Result<String> {
+    route
+        .step
+        .detail
+        .get("workflow_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .with_context(|| format!("request {}'s route names no workflow", route.request))
+}

@@ -1,0 +1,152 @@
+//! A refund that may need a person: the policy clears it, refuses it, or routes it to the first
+//! group of the escalation chain; the workflow then waits for a signed approval by signal, with a
+//! durable timer per level that escalates the request when the level's SLA runs out; the approved
+//! refund goes through the gate under the approval; a stale-premise refusal comes back to the
+//! group as a repair to accept. Everything the people did is journaled beside the effect.
+
+pub mod activities;
+pub mod workflow;
+
+use interlock::approval::{Assessment, SignedApproval};
+use interlock::core::{Change, Repair};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Decision, RefundReport, RefundRequest};
+
+pub use activities::ApprovalActivities;
+pub use workflow::ApprovalWorkflow;
+
+/// The workflow type's name.
+pub const WORKFLOW_TYPE: &str = "ApprovalRefundWorkflow";
+
+/// What the approval workflow is started with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AskInput {
+    /// The refund asked for (its `lease` is ignored: the policy or a person provides one).
+    pub request: RefundRequest,
+    /// Each level's SLA is divided by this in the workflow's timers (the injected workflow
+    /// clock of a demonstration: 1 in production).
+    pub sla_divisor: u32,
+    /// How many stale-premise repairs may come back to a person.
+    pub max_repairs: u32,
+}
+
+/// What `assess` found: the decision and the policy's verdict on it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Assessed {
+    /// The request with the premises read now.
+    pub decision: Decision,
+    /// The policy's verdict.
+    pub assessment: Assessment,
+    /// The escalation chain: each level's group and SLA (ms).
+    pub chain: Vec<(String, i64)>,
+}
+
+/// A route step for the journal, asked by the workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RouteArgs {
+    /// The request.
+    pub request_id: String,
+    /// The step.
+    pub step: interlock::approval::RouteStep,
+}
+
+/// A person declining the request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// Who.
+    pub approver: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A stale-premise refusal brought back to the group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Returned {
+    /// What moved.
+    pub changes: Vec<Change>,
+    /// What still fits.
+    pub repairs: Vec<Repair>,
+}
+
+/// Where the request stands (the workflow's query).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct AskStatus {
+    /// The request waiting (the repair's id once one is asked for).
+    pub request_id: String,
+    /// Waiting for a person.
+    pub waiting: bool,
+    /// The level it is at.
+    pub level: u32,
+    /// The group that holds it.
+    pub group: String,
+    /// Approvals the workflow turned down, with why.
+    pub rejected: Vec<String>,
+}
+
+/// One escalation, as the workflow saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Escalation {
+    /// The request.
+    pub request_id: String,
+    /// The level reached.
+    pub level: u32,
+    /// The group that holds it now.
+    pub group: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// How the request ended.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// Sent with no person.
+    ClearedNoPerson,
+    /// Sent after a person approved.
+    SentAfterPerson,
+    /// A policy rule refused it.
+    RefusedByRule,
+    /// A person declined it.
+    Denied,
+    /// The gate refused the send (the facts moved, the approval died) and no repair was
+    /// accepted.
+    RefusedAtSend,
+    /// Sent as a repair a person accepted.
+    ClosedByRepair,
+    /// The last level's SLA ran out with no decision.
+    Expired,
+    /// The refund step ended otherwise (failed, ambiguous, an error).
+    #[default]
+    Other,
+}
+
+/// The workflow's account of the request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct AskReport {
+    /// How it ended.
+    pub ending: Ending,
+    /// The request first asked for.
+    pub request_id: String,
+    /// The request finally sent (a repair's id when one was accepted).
+    pub sent_as: Option<String>,
+    /// The rule that routed or refused it.
+    pub rule: Option<String>,
+    /// Who approved, with group and level.
+    pub approved_by: Option<(String, String, u32)>,
+    /// Escalations, in order.
+    pub escalations: Vec<Escalation>,
+    /// Levels whose SLA ran out.
+    pub sla_breaches: u32,
+    /// Approvals turned down before one was accepted (forged, expired, wrong group, …).
+    pub rejected: Vec<String>,
+    /// A refusal that came back to a person.
+    pub returned: Option<Returned>,
+    /// From the request to the person's decision (workflow time, ms).
+    pub decision_ms: Option<i64>,
+    /// The refund step's report.
+    pub refund: Option<RefundReport>,
+}
+
+/// The signal that carries an approval.
+pub type Offer = SignedApproval;

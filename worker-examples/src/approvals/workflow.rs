@@ -1,0 +1,402 @@
+//! The approval workflow. Its waiting is durable: the approvals arrive as signals in the
+//! workflow's history, and each level's SLA is a workflow timer, so a worker killed while the
+//! request waits, escalates or is approved leaves nothing for the next worker to redo but what
+//! the history has not recorded — and every step it redoes (routing, granting, the refund) is
+//! idempotent in the journal.
+
+#![allow(missing_docs)] // the Temporal macros generate undocumented marker items
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use interlock::approval::{Assessment, RouteKind, RouteStep};
+use interlock::core::RefusalCode;
+use interlock_stripe::refund::RefundPayload;
+use serde_json::{Value, json};
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_sdk::{
+    ActivityOptions, SyncWorkflowContext, WorkflowContext, WorkflowContextView, WorkflowResult,
+};
+
+use super::activities::{AcceptArgs, Acceptance, ApprovalActivities};
+use super::{
+    AskInput, AskReport, AskStatus, Denial, Ending, Escalation, Offer, Returned, RouteArgs,
+};
+use crate::activities::RefundActivities;
+use crate::model::{Decision, Reported};
+use crate::workflow::{failure_details, refund_options, report_of, retry};
+
+/// The workflow.
+#[workflow]
+#[derive(Default)]
+pub struct ApprovalWorkflow {
+    offers: Vec<Offer>,
+    consumed: usize,
+    denial: Option<Denial>,
+    status: AskStatus,
+}
+
+/// How a wait for a person ended.
+enum Waited {
+    Approved {
+        approver: (String, String, u32),
+        lease: String,
+    },
+    Denied,
+    Expired,
+}
+
+fn short(id: String) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(10))
+        .activity_id(id)
+        .retry_policy(retry(20))
+        .build()
+}
+
+fn now_ms(ctx: &WorkflowContext<ApprovalWorkflow>) -> i64 {
+    ctx.workflow_time()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// What the inbox shows a person for `decision`.
+fn detail(workflow_id: &str, decision: &Decision, extra: Value) -> Value {
+    let r = &decision.request;
+    let mut v = json!({
+        "workflow_id": workflow_id,
+        "payment": r.payment,
+        "amount": r.amount,
+        "currency": r.currency,
+        "payload": r.payload(),
+        "premises": decision.premises,
+    });
+    if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    v
+}
+
+/// Everything one wait for a person needs, kept across levels.
+struct Waiting<'a> {
+    decision: &'a Decision,
+    chain: &'a [(String, i64)],
+    divisor: i64,
+    level: u32,
+}
+
+impl ApprovalWorkflow {
+    /// Journal `step` of `request`'s route (each step's activity id is unique in the workflow:
+    /// one per request, kind and level).
+    async fn journal_route(
+        ctx: &mut WorkflowContext<Self>,
+        request: &str,
+        step: RouteStep,
+    ) -> WorkflowResult<()> {
+        let id = format!(
+            "route-{request}-{}-{}",
+            step.kind.label().to_lowercase(),
+            step.level
+        );
+        let args = RouteArgs {
+            request_id: request.to_owned(),
+            step,
+        };
+        ctx.execute_activity(ApprovalActivities::route, args, short(id))
+            .await?;
+        Ok(())
+    }
+
+    /// Wait for an approval of `w.decision` at its level, escalating each time a level's SLA
+    /// runs out, until a person approves or declines or the last level's SLA runs out.
+    async fn wait_for_person(
+        ctx: &mut WorkflowContext<Self>,
+        w: &mut Waiting<'_>,
+        report: &mut AskReport,
+    ) -> WorkflowResult<Waited> {
+        let request = w.decision.request.request_id.clone();
+        let mut level_started = now_ms(ctx);
+        loop {
+            let group = w.chain[w.level as usize].0.clone();
+            let (level, rejected) = (w.level, report.rejected.clone());
+            ctx.state_mut(|s| {
+                s.status = AskStatus {
+                    request_id: request.clone(),
+                    waiting: true,
+                    level,
+                    group: group.clone(),
+                    rejected,
+                }
+            });
+            let pending: Vec<Offer> = ctx.state(|s| s.offers[s.consumed..].to_vec());
+            for offer in pending {
+                let n = ctx.state_mut(|s| {
+                    s.consumed += 1;
+                    s.consumed
+                });
+                if offer.statement.request != request {
+                    report.rejected.push(format!(
+                        "an approval for request {} arrived while {request} waits",
+                        offer.statement.request
+                    ));
+                    continue;
+                }
+                let who = (
+                    offer.statement.approver.clone(),
+                    offer.statement.group.clone(),
+                    offer.statement.level,
+                );
+                let args = AcceptArgs {
+                    offer,
+                    decision: w.decision.clone(),
+                };
+                let id = format!("accept-{n}");
+                match ctx
+                    .execute_activity(ApprovalActivities::accept, args, short(id))
+                    .await?
+                {
+                    Acceptance::Granted(lease) => {
+                        ctx.state_mut(|s| s.status.waiting = false);
+                        return Ok(Waited::Approved {
+                            approver: who,
+                            lease,
+                        });
+                    }
+                    Acceptance::Rejected(why) => report.rejected.push(why),
+                }
+            }
+            if ctx.state(|s| s.denial.is_some()) {
+                ctx.state_mut(|s| s.status.waiting = false);
+                return Ok(Waited::Denied);
+            }
+            let sla = w.chain[w.level as usize].1 / w.divisor;
+            let left = level_started + sla - now_ms(ctx);
+            if left <= 0 {
+                report.sla_breaches += 1;
+                if (w.level as usize) + 1 >= w.chain.len() {
+                    ctx.state_mut(|s| s.status.waiting = false);
+                    return Ok(Waited::Expired);
+                }
+                w.level += 1;
+                let group = w.chain[w.level as usize].0.clone();
+                let step = RouteStep {
+                    kind: RouteKind::Escalated,
+                    level: w.level,
+                    group: group.clone(),
+                    reason: "sla_breach".into(),
+                    repair_of: None,
+                    detail: detail(ctx.workflow_id(), w.decision, json!({})),
+                };
+                Self::journal_route(ctx, &request, step).await?;
+                report.escalations.push(Escalation {
+                    request_id: request.clone(),
+                    level: w.level,
+                    group,
+                    reason: "sla_breach".into(),
+                });
+                level_started = now_ms(ctx);
+                continue;
+            }
+            let seen = ctx.state(|s| s.consumed);
+            let wait = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+            temporalio_sdk::workflows::select! {
+                _ = ctx.timer(wait) => {}
+                _ = ctx.wait_condition(move |s: &Self| s.offers.len() > seen || s.denial.is_some()) => {}
+            }
+        }
+    }
+}
+
+#[workflow_methods]
+impl ApprovalWorkflow {
+    /// Assess, wait for a person if the policy asks for one, send through the gate, and bring a
+    /// stale-premise refusal back to the person as a repair.
+    #[run(name = "ApprovalRefundWorkflow")]
+    pub async fn run(
+        ctx: &mut WorkflowContext<Self>,
+        input: AskInput,
+    ) -> WorkflowResult<AskReport> {
+        let started = now_ms(ctx);
+        let mut report = AskReport {
+            request_id: input.request.request_id.clone(),
+            ..AskReport::default()
+        };
+        let assessed = ctx
+            .execute_activity(
+                ApprovalActivities::assess,
+                input.request.clone(),
+                short("assess".into()),
+            )
+            .await?;
+        let mut decision = assessed.decision;
+        let (rule, fired) = match assessed.assessment {
+            Assessment::Cleared => {
+                let lease = ctx
+                    .execute_activity(
+                        ApprovalActivities::clear,
+                        decision.clone(),
+                        short("clear".into()),
+                    )
+                    .await?;
+                decision.request.lease = lease;
+                let refund = report_of(
+                    ctx.execute_activity(
+                        RefundActivities::refund_gated,
+                        decision.clone(),
+                        refund_options("refund"),
+                    )
+                    .await,
+                );
+                report.ending = match refund.outcome {
+                    Reported::Committed => Ending::ClearedNoPerson,
+                    Reported::Refused => Ending::RefusedAtSend,
+                    _ => Ending::Other,
+                };
+                report.sent_as = Some(decision.request.request_id.clone());
+                report.refund = Some(refund);
+                return Ok(report);
+            }
+            Assessment::Refused { rule } => {
+                report.ending = Ending::RefusedByRule;
+                report.rule = Some(rule);
+                return Ok(report);
+            }
+            Assessment::NeedsJudgment { rule, fired } => (rule, fired),
+            _ => {
+                report.ending = Ending::Other;
+                return Ok(report);
+            }
+        };
+        report.rule = Some(rule.clone());
+        let divisor = i64::from(input.sla_divisor.max(1));
+        let chain = assessed.chain;
+        let mut repairs = 0;
+        let step = RouteStep {
+            kind: RouteKind::Routed,
+            level: 0,
+            group: chain[0].0.clone(),
+            reason: format!("needs_judgment: {rule}"),
+            repair_of: None,
+            detail: detail(
+                ctx.workflow_id(),
+                &decision,
+                json!({"rule": rule, "fired": fired}),
+            ),
+        };
+        Self::journal_route(ctx, &input.request.request_id, step).await?;
+        let mut level = 0;
+        loop {
+            let mut w = Waiting {
+                decision: &decision,
+                chain: &chain,
+                divisor,
+                level,
+            };
+            let waited = Self::wait_for_person(ctx, &mut w, &mut report).await?;
+            level = w.level;
+            let (approver, lease) = match waited {
+                Waited::Approved { approver, lease } => (approver, lease),
+                Waited::Denied => {
+                    report.ending = Ending::Denied;
+                    return Ok(report);
+                }
+                Waited::Expired => {
+                    report.ending = Ending::Expired;
+                    return Ok(report);
+                }
+            };
+            report.approved_by = Some(approver);
+            report.decision_ms.get_or_insert(now_ms(ctx) - started);
+            decision.request.lease = lease;
+            let id = format!("refund-{}", decision.request.request_id);
+            let res = ctx
+                .execute_activity(
+                    RefundActivities::refund_gated,
+                    decision.clone(),
+                    refund_options(&id),
+                )
+                .await;
+            let details = res.as_ref().err().and_then(failure_details);
+            let refund = report_of(res);
+            report.sent_as = Some(decision.request.request_id.clone());
+            match (refund.outcome, details) {
+                (Reported::Committed, _) => {
+                    report.ending = if repairs > 0 {
+                        Ending::ClosedByRepair
+                    } else {
+                        Ending::SentAfterPerson
+                    };
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+                (Reported::Refused, Some(d))
+                    if d.refusal == Some(RefusalCode::StalePremise)
+                        && !d.repairs.is_empty()
+                        && repairs < input.max_repairs =>
+                {
+                    repairs += 1;
+                    let repair = d.repairs[0].clone();
+                    let old = decision.request.request_id.clone();
+                    let mut again = decision.request.clone();
+                    again.request_id = format!("{}-repair{repairs}", input.request.request_id);
+                    if let Ok(p) = RefundPayload::from_value(&repair.payload) {
+                        again.amount = p.amount;
+                    }
+                    // A new decision: the premises read again, for the person to see and sign.
+                    let re = ctx
+                        .execute_activity(
+                            ApprovalActivities::assess,
+                            again,
+                            short(format!("assess-repair{repairs}")),
+                        )
+                        .await?;
+                    decision = re.decision;
+                    report.returned = Some(Returned {
+                        changes: d.changes.clone(),
+                        repairs: d.repairs.clone(),
+                    });
+                    let step = RouteStep {
+                        kind: RouteKind::Repair,
+                        level,
+                        group: chain[level as usize].0.clone(),
+                        reason: format!("stale_premise: {}", repair.kind),
+                        repair_of: Some(old),
+                        detail: detail(
+                            ctx.workflow_id(),
+                            &decision,
+                            json!({"changes": d.changes, "repair": repair}),
+                        ),
+                    };
+                    let id = decision.request.request_id.clone();
+                    Self::journal_route(ctx, &id, step).await?;
+                }
+                (Reported::Refused, _) => {
+                    report.ending = Ending::RefusedAtSend;
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+                _ => {
+                    report.ending = Ending::Other;
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+            }
+        }
+    }
+
+    /// A person's signed approval.
+    #[signal]
+    pub fn approve(&mut self, _ctx: &mut SyncWorkflowContext<Self>, offer: Offer) {
+        self.offers.push(offer);
+    }
+
+    /// A person declines the request.
+    #[signal]
+    pub fn deny(&mut self, _ctx: &mut SyncWorkflowContext<Self>, denial: Denial) {
+        self.denial.get_or_insert(denial);
+    }
+
+    /// Where the request stands.
+    #[query]
+    pub fn status(&self, _ctx: &WorkflowContextView) -> AskStatus {
+        self.status.clone()
+    }
+}
