@@ -287,6 +287,10 @@ pub trait LeaseAdmin: LeaseStore {
 
     /// `request`'s route, first step first.
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError>;
+
+    /// The latest step of every request ever routed to a person, oldest request first: where
+    /// each one is now.
+    fn route_heads(&self) -> Result<Vec<Route>, LeaseError>;
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 #![allow(clippy::print_stdout)] // a command line's output is its product
 
+mod inbox_cmd;
 mod journal_cmd;
 mod lease_cmd;
 mod receipt_cmd;
@@ -77,6 +78,11 @@ enum Command {
     Confirm(journal_cmd::ConfirmArgs),
     /// Serve the gate over gRPC (interlock.v1.GateService), configured by a TOML file.
     Serve(serve_cmd::ServeArgs),
+    /// The approvers' web inbox.
+    Inbox {
+        #[command(subcommand)]
+        what: inbox_cmd::InboxCmd,
+    },
     /// Counts and decision times, from the journal alone.
     Scoreboard {
         /// Machine-readable output.
@@ -153,6 +159,7 @@ fn main() -> ExitCode {
             }
             Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| true),
             Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| true),
+            Command::Inbox { what } => inbox_cmd::run(write()?, what).map(|()| true),
             Command::Scoreboard { json } => journal_cmd::scoreboard(&*read()?, json).map(|()| true),
         }
     };

@@ -20,7 +20,8 @@ pub(crate) struct ServeArgs {
     listen: Option<String>,
 }
 
-pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
+/// Logs to stderr at `RUST_LOG`'s level (default `info`), for the long-running commands.
+pub(crate) fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -28,6 +29,10 @@ pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
+    init_logs();
     let mut cfg = ServerConfig::load(&args.config)?;
     if let Some(listen) = args.listen {
         cfg.listen = listen;

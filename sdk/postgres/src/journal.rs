@@ -544,6 +544,10 @@ impl interlock::lease::LeaseAdmin for PgJournal {
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
         PgJournal::routes(self, request)
     }
+
+    fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
+        PgJournal::route_heads(self)
+    }
 }
 
 impl interlock::LeaseStore for PgJournal {

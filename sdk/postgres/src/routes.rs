@@ -65,6 +65,21 @@ impl PgJournal {
             .map_err(LeaseError::from)
     }
 
+    /// The latest step of every request, oldest request first.
+    pub fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
+        let mut conn = self.conn()?;
+        let sql = format!(
+            "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
+             FROM {s}.routes r WHERE n = (SELECT MAX(n) FROM {s}.routes WHERE request = r.request) \
+             ORDER BY at_ms, request",
+            s = self.schema()
+        );
+        let rows = conn
+            .run(|q| q.query(&sql, &[]))
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        Ok(self.decode_routes(&rows)?)
+    }
+
     /// `request`'s steps, each row locked by `lock` (`FOR SHARE`, `FOR UPDATE` or nothing).
     pub(crate) fn routes_on(
         &self,
@@ -75,15 +90,20 @@ impl PgJournal {
         let rows = q
             .query(
                 &format!(
-                    "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms FROM {}.routes \
-                     WHERE request = $1 ORDER BY n {lock}",
+                    "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
+                     FROM {}.routes WHERE request = $1 ORDER BY n {lock}",
                     self.schema()
                 ),
                 &[&request],
             )
             .map_err(|e| self.err(&e))?;
+        self.decode_routes(&rows)
+    }
+
+    fn decode_routes(&self, rows: &[postgres::Row]) -> Result<Vec<Route>, JournalError> {
         rows.iter()
             .map(|r| {
+                let request: String = r.get(8);
                 let n = u32::try_from(r.get::<_, i32>(0)).unwrap_or(0);
                 let kind: String = r.get(1);
                 let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
@@ -92,7 +112,7 @@ impl PgJournal {
                     what: format!("unknown route kind {kind:?}"),
                 })?;
                 Ok(Route {
-                    request: request.to_owned(),
+                    request,
                     n,
                     step: RouteStep {
                         kind,

@@ -87,15 +87,38 @@ impl SqliteJournal {
         self.read_with(|conn| self.routes_on(conn, request).map_err(store_err))
     }
 
-    fn routes_on(&self, conn: &Connection, request: &str) -> Result<Vec<Route>, JournalError> {
-        let mut st = conn
-            .prepare_cached(
-                "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms FROM routes
-                 WHERE request = ?1 ORDER BY n",
+    /// The latest step of every request, oldest request first.
+    pub fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
+        self.read_with(|conn| {
+            self.select_routes(
+                conn,
+                "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
+                 FROM routes r WHERE n = (SELECT MAX(n) FROM routes WHERE request = r.request) \
+                 ORDER BY at_ms, request",
+                [],
             )
-            .map_err(|e| self.err(e))?;
+            .map_err(store_err)
+        })
+    }
+
+    fn routes_on(&self, conn: &Connection, request: &str) -> Result<Vec<Route>, JournalError> {
+        self.select_routes(
+            conn,
+            "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
+             FROM routes WHERE request = ?1 ORDER BY n",
+            [request],
+        )
+    }
+
+    fn select_routes(
+        &self,
+        conn: &Connection,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<Route>, JournalError> {
+        let mut st = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let rows = st
-            .query_map([request], |r| {
+            .query_map(params, |r| {
                 Ok((
                     r.get::<_, u32>(0)?,
                     r.get::<_, String>(1)?,
@@ -105,13 +128,14 @@ impl SqliteJournal {
                     r.get::<_, Option<String>>(5)?,
                     r.get::<_, String>(6)?,
                     r.get::<_, i64>(7)?,
+                    r.get::<_, String>(8)?,
                 ))
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
         rows.into_iter()
             .map(
-                |(n, kind, level, group, reason, repair_of, detail, at_ms)| {
+                |(n, kind, level, group, reason, repair_of, detail, at_ms, request)| {
                     let kind =
                         RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
                             path: self.location().to_owned(),
@@ -119,7 +143,7 @@ impl SqliteJournal {
                             what: format!("unknown route kind {kind:?}"),
                         })?;
                     Ok(Route {
-                        request: request.to_owned(),
+                        request,
                         n,
                         step: RouteStep {
                             kind,
@@ -238,6 +262,10 @@ impl crate::lease::LeaseAdmin for SqliteJournal {
 
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
         SqliteJournal::routes(self, request)
+    }
+
+    fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
+        SqliteJournal::route_heads(self)
     }
 }
 

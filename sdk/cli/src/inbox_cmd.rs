@@ -1,0 +1,94 @@
+//! `interlock inbox serve`: the approvers' web inbox over the workers' journal. It reads the
+//! facts "now" the way the workers do (Stripe's API and, if given, the shop's order service) and
+//! hands decisions to the approval workflows on Temporal as signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use interlock::approval::Approvers;
+use interlock::{JournalStore, SystemClock};
+use interlock_inbox::{Inbox, Temporal, auth::Auth};
+use interlock_stripe::{RefundPremises, StripeConfig, StripeRefundPremises, StripeRefunds};
+
+/// The inbox's commands.
+#[derive(clap::Subcommand)]
+pub(crate) enum InboxCmd {
+    /// Serve the inbox web page until interrupted.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Where to listen (loopback by default: put TLS in front of it for anything else).
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    listen: SocketAddr,
+    /// The approver directory (JSON): approvers' public keys, groups, the escalation chain.
+    #[arg(long, env = "INTERLOCK_APPROVERS")]
+    approvers: PathBuf,
+    /// The Temporal frontend the approval workflows run on.
+    #[arg(
+        long,
+        env = "TEMPORAL_ADDRESS",
+        default_value = "http://127.0.0.1:7233"
+    )]
+    temporal_address: String,
+    /// The shop's order service, if the workers read it.
+    #[arg(long, env = "INTERLOCK_SHOP_URL")]
+    shop_url: Option<String>,
+}
+
+pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Result<()> {
+    let InboxCmd::Serve(args) = cmd;
+    crate::serve_cmd::init_logs();
+    let text = std::fs::read_to_string(&args.approvers).with_context(|| {
+        format!(
+            "reading the approver directory {} (--approvers, INTERLOCK_APPROVERS)",
+            args.approvers.display()
+        )
+    })?;
+    let approvers = Approvers::from_json(&args.approvers.display().to_string(), &text)?;
+    let stripe = StripeRefunds::new(
+        StripeConfig::from_env().context("the inbox reads the facts now from the Stripe API")?,
+    );
+    let premises = RefundPremises {
+        stripe: StripeRefundPremises(stripe),
+        shop: args
+            .shop_url
+            .filter(|u| !u.is_empty())
+            .map(|u| u.trim_end_matches('/').to_owned()),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let url = temporalio_client::Url::parse(&args.temporal_address)
+            .with_context(|| format!("the Temporal address {:?}", args.temporal_address))?;
+        let conn = temporalio_client::Connection::connect(
+            temporalio_client::ConnectionOptions::new(url)
+                .identity("interlock-inbox".to_owned())
+                .build(),
+        )
+        .await
+        .with_context(|| format!("connecting to Temporal at {}", args.temporal_address))?;
+        let client = temporalio_client::Client::new(
+            conn,
+            temporalio_client::ClientOptions::new("default").build(),
+        )?;
+        let inbox = Arc::new(Inbox {
+            journal,
+            approvers: Arc::new(approvers),
+            premises: Arc::new(premises),
+            deliver: Temporal::new(client),
+            clock: Arc::new(SystemClock),
+            auth: Auth::default(),
+        });
+        let listener = interlock_inbox::bind(args.listen).await?;
+        let addr = listener.local_addr()?;
+        eprintln!("interlock inbox: listening on http://{addr}/");
+        interlock_inbox::serve(inbox, listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,134 @@
+//! What the inbox shows, read from the journal each time: where every request routed to a person
+//! is now (its latest route step), whether a person's approval for it is on record, and how its
+//! effect ended if it was sent. Nothing here is cached, so an escalation or a refusal shows up on
+//! the next page load.
+
+use std::collections::HashMap;
+
+use interlock::approval::{Approvers, Route, RouteKind};
+use interlock::core::Status;
+use interlock::lease::LeaseError;
+use interlock::{EffectKey, JournalStore};
+
+use crate::auth::Auth;
+
+/// Where a request stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Waiting for a person of its group.
+    Waiting,
+    /// A person's approval was delivered to its workflow (by this inbox) and is not yet granted.
+    Sent(String),
+    /// A person's approval is on record (granted by the workflow).
+    Approved(String),
+    /// Its effect ended (or is under way).
+    Effect(Status),
+    /// Declined through this inbox.
+    Denied,
+}
+
+impl Standing {
+    /// For people.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Waiting => "waiting for a person".into(),
+            Self::Sent(by) => format!("approved by {by}; the workflow is checking it"),
+            Self::Approved(by) => format!("approved by {by}"),
+            Self::Effect(s) => format!("sent: {s}"),
+            Self::Denied => "declined".into(),
+        }
+    }
+}
+
+/// One request as the inbox shows it.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Its latest route step.
+    pub route: Route,
+    /// Where it stands.
+    pub standing: Standing,
+    /// The group's SLA left at this level (ms; negative once breached).
+    pub sla_left_ms: Option<i64>,
+}
+
+impl Item {
+    /// What the request refunds, for lists.
+    pub fn summary(&self) -> String {
+        let d = &self.route.step.detail;
+        format!(
+            "{} {} on {}",
+            d["amount"],
+            d["currency"].as_str().unwrap_or(""),
+            d["payment"].as_str().unwrap_or("?")
+        )
+    }
+
+    /// Whether it is a repair to accept.
+    pub fn is_repair(&self) -> bool {
+        self.route.step.kind == RouteKind::Repair
+    }
+}
+
+/// Every request ever routed to a person, where it stands now.
+pub fn items(
+    journal: &dyn JournalStore,
+    dir: &Approvers,
+    auth: &Auth,
+    now_ms: i64,
+) -> Result<Vec<Item>, LeaseError> {
+    let mut approved: HashMap<String, String> = HashMap::new();
+    for g in journal.leases()? {
+        if let Some(a) = g.approval {
+            approved.insert(a.statement.request, a.statement.approver);
+        }
+    }
+    let mut out = Vec::new();
+    for route in journal.route_heads()? {
+        let history = EffectKey::fixed(route.request.clone())
+            .ok()
+            .map(|k| journal.history(&k))
+            .transpose()?
+            .unwrap_or_default();
+        let standing = if let Some(r) = interlock::receipt::build(&history) {
+            Standing::Effect(r.outcome)
+        } else if let Some(by) = approved.get(&route.request) {
+            Standing::Approved(by.clone())
+        } else if auth.was_denied(&route.request) {
+            Standing::Denied
+        } else if let Some(by) = auth.decided(&route.request, route.n) {
+            Standing::Sent(by)
+        } else {
+            Standing::Waiting
+        };
+        let sla_left_ms = dir
+            .level(route.step.level)
+            .map(|l| route.at_ms + l.sla_ms - now_ms);
+        out.push(Item {
+            route,
+            standing,
+            sla_left_ms,
+        });
+    }
+    Ok(out)
+}
+
+/// The requests waiting for `approver`: held by one of their groups, not yet decided.
+pub fn waiting_for<'a>(items: &'a [Item], dir: &Approvers, approver: &str) -> Vec<&'a Item> {
+    items
+        .iter()
+        .filter(|i| i.standing == Standing::Waiting && dir.is_member(&i.route.step.group, approver))
+        .collect()
+}
+
+/// `ms` as hours and minutes, for SLA columns.
+pub fn duration(ms: i64) -> String {
+    let (sign, ms) = if ms < 0 { ("over by ", -ms) } else { ("", ms) };
+    let min = ms / 60_000;
+    if min >= 60 {
+        format!("{sign}{} h {:02} min", min / 60, min % 60)
+    } else if min > 0 {
+        format!("{sign}{min} min")
+    } else {
+        format!("{sign}{} s", ms / 1000)
+    }
+}

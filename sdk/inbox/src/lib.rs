@@ -1,0 +1,76 @@
+//! The approvers' inbox. Each approver signs in by proving they hold their own Ed25519 key (the
+//! browser signs a one-time challenge; the key never leaves it), sees the requests their groups
+//! hold with the facts then and now side by side, and approves by signing the exact statement
+//! the gate will check. The inbox hands the signed approval to the request's workflow; it never
+//! grants anything itself, so a compromised inbox can deliver only what a person signed.
+
+pub mod auth;
+pub mod deliver;
+pub mod desk;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use interlock::approval::Approvers;
+use interlock::premise::PremiseReader;
+use interlock::{Clock, JournalStore};
+
+pub use deliver::Temporal;
+
+/// What the inbox stands on.
+pub struct Inbox {
+    /// The journal: routes, leases, histories.
+    pub journal: Arc<dyn JournalStore>,
+    /// Who may approve what.
+    pub approvers: Arc<Approvers>,
+    /// Reads the facts as they are now, beside the facts the request was decided on.
+    pub premises: Arc<dyn PremiseReader>,
+    /// Where decisions go.
+    pub deliver: Temporal,
+    /// The clock approvals are dated by.
+    pub clock: Arc<dyn Clock>,
+    /// Sign-ins, sessions and statements waiting for a signature.
+    pub auth: auth::Auth,
+}
+
+/// The inbox could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboxError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("the inbox stopped: {0}")]
+    Serve(std::io::Error),
+}
+
+/// The inbox's routes.
+pub fn router(inbox: Arc<Inbox>) -> axum::Router {
+    pages::router(inbox)
+}
+
+/// Serve on `listener` until `shutdown` resolves.
+pub async fn serve(
+    inbox: Arc<Inbox>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), InboxError> {
+    axum::serve(listener, router(inbox))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(InboxError::Serve)
+}
+
+/// Bind `addr` for [`serve`].
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, InboxError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| InboxError::Bind { addr, source })
+}

@@ -1,0 +1,73 @@
+// The inbox's only script: the approver's key is used here, in the browser, and never sent.
+const inbox = (() => {
+  const fromHex = (s) => {
+    if (!/^([0-9a-fA-F]{2})*$/.test(s)) throw new Error('the key must be hex digits');
+    return new Uint8Array((s.match(/../g) || []).map((h) => parseInt(h, 16)));
+  };
+  const toHex = (b) => Array.from(new Uint8Array(b)).map((x) => x.toString(16).padStart(2, '0')).join('');
+  const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  // An Ed25519 private key in PKCS#8: a fixed prefix, then the 32-byte seed.
+  const keyFrom = async (seedHex) => {
+    const seed = fromHex(seedHex.trim());
+    if (seed.length !== 32) throw new Error('a key is 64 hex digits (32 bytes)');
+    const pkcs8 = new Uint8Array(48);
+    pkcs8.set(fromHex('302e020100300506032b657004220420'));
+    pkcs8.set(seed, 16);
+    return crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+  };
+  const post = async (url, body) => {
+    const r = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const answer = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+    if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
+    return answer;
+  };
+  return {
+    loginForm() {
+      const form = document.getElementById('login');
+      const error = document.getElementById('error');
+      form.addEventListener('submit', async (ev) => {
+        ev.preventDefault();
+        error.textContent = '';
+        try {
+          const approver = document.getElementById('approver').value.trim();
+          const seed = document.getElementById('key').value.trim();
+          const key = await keyFrom(seed);
+          const r = await fetch('/login/challenge?approver=' + encodeURIComponent(approver));
+          const c = await r.json();
+          if (!r.ok) throw new Error(c.error);
+          const bytes = new TextEncoder().encode(`interlock-inbox-login-v1\n${c.nonce}\n${approver}`);
+          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, key, bytes);
+          await post('/login', { approver, nonce: c.nonce, signature: toHex(sig) });
+          sessionStorage.setItem('interlock-key', seed);
+          location.href = '/';
+        } catch (e) {
+          error.textContent = e.message;
+        }
+      });
+    },
+    approveButton() {
+      const button = document.getElementById('approve');
+      const result = document.getElementById('result');
+      button.addEventListener('click', async () => {
+        result.className = '';
+        result.textContent = 'signing…';
+        try {
+          const { request, n, csrf } = button.dataset;
+          const seed = sessionStorage.getItem('interlock-key');
+          if (!seed) throw new Error('your key is kept only in the tab you signed in with: sign in again');
+          const draft = await post(`/request/${request}/statement`, { csrf, n: Number(n) });
+          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), fromB64(draft.bytes));
+          const done = await post(`/request/${request}/approve`, { csrf, draft: draft.draft, signature: toHex(sig) });
+          location.href = '/?done=' + encodeURIComponent(done.message);
+        } catch (e) {
+          result.className = 'error';
+          result.textContent = e.message;
+        }
+      });
+    },
+  };
+})();
