@@ -118,6 +118,11 @@ impl Grant {
     }
 }
 
+/// The cap a signed approval is stored with, on a field no payload has: a reader that does not
+/// know the `approval` column (a worker of the previous release, after the journal's schema was
+/// upgraded under it) sees a lease that allows nothing, never an unlimited one.
+pub const APPROVAL_SENTINEL: &str = "interlock_signed_approval_only";
+
 /// A grant as a store keeps it: the scope as JSON text, the cap as two columns.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredGrant {
@@ -156,9 +161,10 @@ impl StoredGrant {
         }
         let scope = serde_json::to_string(&grant.scope)
             .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?;
-        let (cap_field, cap) = match &grant.cap {
-            Some((f, c)) => (Some(f.clone()), Some(*c)),
-            None => (None, None),
+        let (cap_field, cap) = match (&grant.cap, &grant.approval) {
+            (_, Some(_)) => (Some(APPROVAL_SENTINEL.to_owned()), Some(0)),
+            (Some((f, c)), None) => (Some(f.clone()), Some(*c)),
+            (None, None) => (None, None),
         };
         let approval = grant
             .approval
@@ -185,11 +191,7 @@ impl StoredGrant {
             serde_json::from_str(&self.scope).map_err(|e| {
                 LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id))
             })?;
-        let cap = match (self.cap_field, self.cap) {
-            (Some(f), Some(c)) => Some((f, c)),
-            _ => None,
-        };
-        let approval = self
+        let approval: Option<SignedApproval> = self
             .approval
             .as_deref()
             .map(serde_json::from_str)
@@ -197,6 +199,11 @@ impl StoredGrant {
             .map_err(|e| {
                 LeaseError::Store(format!("lease {} has an unreadable approval: {e}", self.id))
             })?;
+        let cap = match (self.cap_field, self.cap) {
+            (Some(f), Some(_)) if f == APPROVAL_SENTINEL && approval.is_some() => None,
+            (Some(f), Some(c)) => Some((f, c)),
+            _ => None,
+        };
         Ok(Grant {
             id: self.id,
             approver: self.approver,
@@ -237,12 +244,12 @@ impl From<crate::journal::JournalError> for LeaseError {
 
 /// The verdict on lease `id` (as recorded, if ever granted) for `payload` at `now_ms`.
 ///
-/// A signed approval is dead here: only [`crate::approval::verdict`], with the approver
-/// directory and the request's route, can say it holds.
+/// A signed approval cannot be judged here (only [`crate::approval::verdict`], with the approver
+/// directory and the request's route, can say it holds): an error, so nothing is sent.
 pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64) -> LeaseVerdict {
     match grant {
-        Some(g) if g.approval.is_some() => LeaseVerdict::Dead {
-            reason: format!(
+        Some(g) if g.approval.is_some() => LeaseVerdict::Error {
+            message: format!(
                 "lease {id} is a signed approval; it holds only for a gate that checks it \
                  against the approver directory (Gate::with_approvers)"
             ),
@@ -312,6 +319,40 @@ mod tests {
             expires_ms: Some(100),
             revoked_ms: None,
             approval: None,
+        }
+    }
+
+    #[test]
+    fn a_signed_approval_read_without_its_approval_column_allows_nothing() {
+        let statement = crate::approval::Statement {
+            request: "req-1".into(),
+            group: "support".into(),
+            level: 0,
+            approver: "ana".into(),
+            payload: json!({"payment_intent": "pi_1", "amount": 2000}),
+            premises: crate::core::Premises::new(),
+            issued_ms: 0,
+            expires_ms: 100,
+            repair_of: None,
+        };
+        let approval = crate::approval::ApproverKey::from_seed("ana", [1; 32])
+            .sign(statement)
+            .unwrap();
+        let stored = StoredGrant::of(&Grant::approved(approval, 0)).unwrap();
+        // Read back in full: the sentinel is the store's, not the grant's.
+        assert_eq!(stored.clone().into_grant().unwrap().cap, None);
+        // Read as the previous release did, without the column: dead for any payload.
+        let old = StoredGrant {
+            approval: None,
+            ..stored
+        }
+        .into_grant()
+        .unwrap();
+        for payload in [json!({"payment_intent": "pi_9", "amount": 1}), json!({})] {
+            assert!(
+                matches!(old.verdict(&payload, 0), LeaseVerdict::Dead { .. }),
+                "{payload}"
+            );
         }
     }
 

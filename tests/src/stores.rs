@@ -109,6 +109,11 @@ impl Store {
         })
     }
 
+    /// The PostgreSQL server's URL, or empty.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Another handle on the same store, with its leases and routes.
     pub fn reopen_store(&self) -> anyhow::Result<Arc<dyn JournalStore>> {
         Ok(match self.kind {

@@ -426,7 +426,9 @@ fn an_approval_for_another_amount_or_other_facts_is_refused_at_send_and_at_recov
     assert_eq!(d.refunded(), 0);
 }
 
-fn a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_directory(kind: Kind) {
+fn a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_nor_by_a_gate_without_the_directory(
+    kind: Kind,
+) {
     let d = Desk::new(kind);
     let key = request(1);
     d.route(&key);
@@ -458,8 +460,16 @@ fn a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_dir
     .unwrap()
     .submit(&effect)
     .unwrap();
-    refused_at_send(&out, "approver directory");
+    // It cannot judge the approval: nothing is sent and nothing final is written, so a gate
+    // that has the directory still sends it.
+    assert!(
+        matches!(&out, Outcome::Retry { reason, .. } if reason.contains("approver directory")),
+        "{out:?}"
+    );
     assert_eq!(d.refunded(), 0);
+    let out = d.submit(directory(ANA), &effect);
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(d.refunded(), AMOUNT);
 }
 
 /// Premises read while the request escalates: the escalation commits after the attempt began
@@ -608,6 +618,116 @@ fn verify_names_the_approver_checks_the_signature_and_lists_the_escalations(kind
     assert_eq!(receipt.escalations[0]["group"], "managers");
 }
 
+fn a_revoked_approval_cannot_be_granted_again_however_its_signature_is_spelled(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let approval = d.sign("ana", ANA, &e, "support", 0, T0 + HOUR);
+    let effect = d.under(approval.clone(), e);
+    assert!(d.journal.revoke_lease(&effect.lease).unwrap());
+    let mut shouted = approval;
+    shouted.signature = shouted.signature.to_uppercase();
+    assert!(
+        d.journal
+            .grant_lease(&Grant::approved(shouted, T0))
+            .is_err()
+    );
+    refused_at_send(&d.submit(directory(ANA), &effect), "revoked");
+    assert_eq!(d.refunded(), 0);
+}
+
+fn a_closed_request_takes_no_approval_and_sends_nothing(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    // Signed before the request was declined, granted before it too.
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e.clone());
+    let late = d.sign("ben", BEN, &e, "support", 0, T0 + HOUR);
+    d.journal
+        .route(
+            key.as_str(),
+            &RouteStep {
+                kind: RouteKind::Closed,
+                level: 0,
+                group: "support".into(),
+                reason: "denied by mia: duplicate of case-9".into(),
+                repair_of: None,
+                detail: serde_json::Value::Null,
+            },
+        )
+        .unwrap();
+    let err = d
+        .journal
+        .grant_lease(&Grant::approved(late, T0))
+        .unwrap_err();
+    assert!(err.to_string().contains("closed"), "{err}");
+    assert!(d.journal.route(key.as_str(), &escalation()).is_err());
+    refused_at_send(&d.submit(directory(ANA), &effect), "was closed");
+    assert_eq!(d.refunded(), 0);
+}
+
+/// PostgreSQL only: an escalation whose transaction is open when a dispatch reads the request's
+/// route. Steps are inserted, never updated, so locking the old step cannot order the dispatch
+/// after the new one; the request's route lock must.
+#[test]
+fn postgres_an_escalation_that_commits_while_a_dispatch_waits_for_it_stops_the_send() {
+    let d = Desk::new(Kind::Postgres);
+    let key = request(1);
+    d.route(&key);
+    let e = d.effect(&key, AMOUNT);
+    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let schema = d.store.schema.clone();
+    let mut c = ::postgres::Client::connect(d.store.url(), ::postgres::NoTls).unwrap();
+    let mut tx = c.transaction().unwrap();
+    // What `route` does, held open: the request's route lock, the steps locked, the new step.
+    let class: i32 = 0x1c7e_0001;
+    let request: &str = key.as_str();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))::text",
+        &[&class, &request],
+    )
+    .unwrap();
+    tx.execute(
+        &format!("SELECT n FROM {schema}.routes WHERE request = $1 FOR UPDATE"),
+        &[&key.as_str()],
+    )
+    .unwrap();
+    tx.execute(
+        &format!(
+            "INSERT INTO {schema}.routes (request, n, kind, level, group_name, reason, repair_of, \
+             detail, at_ms) VALUES ($1, 1, 'ESCALATED', 1, 'managers', 'sla_breach', NULL, 'null', 0)"
+        ),
+        &[&key.as_str()],
+    )
+    .unwrap();
+    let out = std::thread::scope(|scope| {
+        let sending = scope.spawn(|| d.submit(directory(ANA), &effect));
+        // Commit once the dispatch waits on a lock (or, if it never waits, after 5 s).
+        let mut watcher = ::postgres::Client::connect(d.store.url(), ::postgres::NoTls).unwrap();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(5) && !sending.is_finished() {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                     AND datname = current_database()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        tx.commit().unwrap();
+        sending.join().unwrap()
+    });
+    refused_at_send(&out, "can no longer approve");
+    assert_eq!(d.refunded(), 0);
+}
+
 interlock_tests::every_store!(
     a_genuine_approval_by_the_group_holding_the_request_refunds_once,
     a_forged_approval_is_refused_at_send_and_at_recovery,
@@ -615,8 +735,10 @@ interlock_tests::every_store!(
     an_expired_approval_is_refused_at_send_and_at_recovery,
     an_approval_from_a_group_the_request_escalated_away_from_is_refused,
     an_approval_for_another_amount_or_other_facts_is_refused_at_send_and_at_recovery,
-    a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_or_without_a_directory,
+    a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_nor_by_a_gate_without_the_directory,
     an_escalation_that_commits_while_the_premises_are_read_stops_the_send,
     a_journal_written_at_schema_1_is_upgraded_in_place_keeping_its_leases_and_records,
     verify_names_the_approver_checks_the_signature_and_lists_the_escalations,
+    a_revoked_approval_cannot_be_granted_again_however_its_signature_is_spelled,
+    a_closed_request_takes_no_approval_and_sends_nothing,
 );

@@ -61,6 +61,10 @@ pub(crate) struct RecoverArgs {
     /// configured name (e.g. `refunds_t1`) for effects submitted through `interlock serve`.
     #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
     target_name: String,
+    /// The approver directory (JSON), for effects that run under a person's signed approval:
+    /// without it such an effect is left in flight, never refused.
+    #[arg(long, env = "INTERLOCK_APPROVERS")]
+    approvers: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -191,8 +195,14 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
         stripe: StripeRefundPremises(target.clone()),
         shop: args.shop,
     };
-    let gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
+    let mut gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
         .with_attempt("cli-recover");
+    if let Some(path) = &args.approvers {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the approver directory {}", path.display()))?;
+        let dir = interlock::approval::Approvers::from_json(&path.display().to_string(), &text)?;
+        gate = gate.with_approvers(Arc::new(dir))?;
+    }
     let bound = gate.bind(Arc::new(target), Arc::new(premises))?;
     let outcome = bound.recover(&key(&args.key)?)?;
     println!("{}", outcome.label());

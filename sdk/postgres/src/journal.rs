@@ -194,7 +194,8 @@ impl PgJournal {
                 |e| self.err(e),
                 |q| {
                     if let Some(a) = &grant.approval {
-                        let routes = self.routes_on(q, &a.statement.request, "FOR SHARE")?;
+                        self.lock_request(q, &a.statement.request, false)?;
+                        let routes = self.routes_on(q, &a.statement.request, "")?;
                         if let Err(why) = admits(routes.last(), a) {
                             return Ok((Err(LeaseError::Invalid(why)), false));
                         }
@@ -355,7 +356,8 @@ impl TxLeases for TxLeaseReader<'_, '_> {
 
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
         let mut tx = self.tx.borrow_mut();
-        Ok(self.journal.routes_on(&mut **tx, request, "FOR SHARE")?)
+        self.journal.lock_request(&mut **tx, request, false)?;
+        Ok(self.journal.routes_on(&mut **tx, request, "")?)
     }
 }
 

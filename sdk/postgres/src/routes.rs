@@ -1,7 +1,10 @@
-//! Requests' routes on PostgreSQL. The gate reads a request's steps `FOR SHARE` inside the
-//! append that writes a send's record, and a new step first locks the request's steps `FOR
-//! UPDATE`: an escalation waits for a dispatch that read the old group to commit, and once it
-//! returns no send under that group's approval is dispatched.
+//! Requests' routes on PostgreSQL. Steps are only ever inserted, and a row lock cannot order an
+//! insert (a reader blocked on an old row, once released, still does not see the new one; a
+//! request with no rows has nothing to lock). So each request has a transaction-scoped advisory
+//! lock: the append that writes a send's record takes it shared in a statement of its own before
+//! it reads the steps (its read then sees every step committed before it got the lock), and a new
+//! step takes it exclusively. An escalation therefore waits for a dispatch that read the old
+//! group to commit, and once it returns no send under that group's approval is dispatched.
 
 use interlock::JournalError;
 use interlock::approval::{Route, RouteKind, RouteStep, next_step};
@@ -18,7 +21,8 @@ impl PgJournal {
             .run_tx(
                 |e| self.err(e),
                 |q| {
-                    let routes = self.routes_on(q, request, "FOR UPDATE")?;
+                    self.lock_request(q, request, true)?;
+                    let routes = self.routes_on(q, request, "")?;
                     let n = match next_step(request, routes.last(), step) {
                         Ok(Some(there)) => return Ok((Ok(there.clone()), false)),
                         Ok(None) => routes.len(),
@@ -63,6 +67,29 @@ impl PgJournal {
         let mut conn = self.conn()?;
         conn.run(|q| self.routes_on(q, request, ""))
             .map_err(LeaseError::from)
+    }
+
+    /// Take `request`'s route lock for the rest of the transaction: `exclusive` to add a step,
+    /// shared to read the steps a decision stands on. Its own statement, so the reads after it
+    /// see everything committed before it was granted.
+    pub(crate) fn lock_request(
+        &self,
+        q: &mut dyn Query,
+        request: &str,
+        exclusive: bool,
+    ) -> Result<(), JournalError> {
+        let f = if exclusive {
+            "pg_advisory_xact_lock"
+        } else {
+            "pg_advisory_xact_lock_shared"
+        };
+        // The two-key form: a key space of its own, apart from the liveness locks' one-key form.
+        q.execute(
+            &format!("SELECT {f}($1, hashtext($2))::text"),
+            &[&ROUTE_LOCKS, &request],
+        )
+        .map(drop)
+        .map_err(|e| self.err(&e))
     }
 
     /// The latest step of every request, oldest request first.
@@ -128,6 +155,9 @@ impl PgJournal {
             .collect()
     }
 }
+
+/// The first key of every route lock.
+const ROUTE_LOCKS: i32 = 0x1c7e_0001;
 
 fn to_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)

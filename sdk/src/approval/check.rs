@@ -37,6 +37,12 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     if own != LeaseVerdict::Live {
         return own;
     }
+    if let Some(r) = at.route.filter(|r| r.step.kind == super::RouteKind::Closed) {
+        return dead(format!(
+            "request {} was closed ({}): nothing may be sent for it",
+            at.key, r.step.reason
+        ));
+    }
     let Some(approval) = &grant.approval else {
         return match at.route {
             Some(r) => dead(format!(
@@ -47,11 +53,15 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
             None => LeaseVerdict::Live,
         };
     };
+    // Not a verdict on the approval: this gate cannot judge it. Nothing is sent, and nothing
+    // final is written either, so a binding with the directory can still send it.
     let Some(dir) = at.directory else {
-        return dead(format!(
-            "lease {id} is a signed approval, but this gate has no approver directory to check \
-             it against"
-        ));
+        return LeaseVerdict::Error {
+            message: format!(
+                "lease {id} is a signed approval, but this gate has no approver directory to \
+                 check it against: give it one (Gate::with_approvers, --approvers)"
+            ),
+        };
     };
     let s = &approval.statement;
     if s.request != at.key {

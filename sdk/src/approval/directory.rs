@@ -1,7 +1,9 @@
 //! Who may approve: approvers with their public keys, the groups they belong to, and the
 //! escalation chain — which group holds a request at each level, and for how long. The gate
-//! checks every signed approval against this at send and at recovery, so removing an approver
-//! (or their key) stops every send still waiting on their approval.
+//! checks every signed approval against the directory it was given, at send and at recovery: a
+//! worker started with an approver removed (or their key replaced) sends nothing more under
+//! their approvals. A running worker keeps the directory it started with; to stop an approver's
+//! outstanding approvals everywhere at once, revoke their leases in the journal.
 
 use std::collections::BTreeMap;
 
@@ -73,12 +75,21 @@ impl Approvers {
     /// positive SLA.
     pub fn check(&self) -> Result<(), DirectoryError> {
         let bad = |s: String| Err(DirectoryError::Invalid(s));
+        let mut seen = std::collections::BTreeMap::new();
         for (id, a) in &self.approvers {
             if id.is_empty() {
                 return bad("an approver has an empty id".into());
             }
-            if let Err(e) = parse_key(&a.public_key) {
-                return bad(format!("approver {id}: {e}"));
+            match parse_key(&a.public_key) {
+                Err(e) => return bad(format!("approver {id}: {e}")),
+                Ok(k) => {
+                    if let Some(other) = seen.insert(k.to_bytes(), id) {
+                        return bad(format!(
+                            "approvers {other} and {id} share one public key: each approver \
+                             signs with their own"
+                        ));
+                    }
+                }
             }
         }
         for (group, members) in &self.groups {
@@ -188,6 +199,10 @@ mod tests {
         assert!(error_for(|v| v["chain"][1]["group"] = "ops".into()).contains("ops"));
         assert!(error_for(|v| v["chain"][0]["sla_ms"] = 0.into()).contains("positive"));
         assert!(error_for(|v| v["extra"] = 1.into()).contains("unknown field"));
+        assert!(
+            error_for(|v| v["approvers"]["mia"]["public_key"] = key(1).into())
+                .contains("share one public key")
+        );
         let all_zero = "00".repeat(32);
         assert!(
             error_for(|v| v["approvers"]["ana"]["public_key"] = all_zero.into()).contains("ana")

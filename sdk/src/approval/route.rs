@@ -17,6 +17,9 @@ pub enum RouteKind {
     Escalated,
     /// A refused request came back to its group as a repair to accept.
     Repair,
+    /// Closed with no approval: a person declined it, or the last level's SLA ran out. Nothing
+    /// may be approved or sent under it afterwards.
+    Closed,
 }
 
 impl RouteKind {
@@ -26,12 +29,13 @@ impl RouteKind {
             Self::Routed => "ROUTED",
             Self::Escalated => "ESCALATED",
             Self::Repair => "REPAIR",
+            Self::Closed => "CLOSED",
         }
     }
 
     /// The kind a label names.
     pub fn from_label(label: &str) -> Option<Self> {
-        [Self::Routed, Self::Escalated, Self::Repair]
+        [Self::Routed, Self::Escalated, Self::Repair, Self::Closed]
             .into_iter()
             .find(|k| k.label() == label)
     }
@@ -72,21 +76,42 @@ pub struct Route {
 }
 
 /// Whether `step` may follow `last` (the request's latest step): the first step routes or
-/// reopens a request, an escalation moves exactly one level up, and a step already journaled is
-/// answered with itself (a retried workflow step). `Ok(Some(r))`: already there; `Ok(None)`:
-/// append; `Err`: why not.
+/// reopens a request, an escalation moves exactly one level up, a closing step ends it, nothing
+/// follows a closing step, and a step already journaled is answered with itself (a retried
+/// workflow step). `Ok(Some(r))`: already there; `Ok(None)`: append; `Err`: why not.
 pub fn next_step<'a>(
     request: &str,
     last: Option<&'a Route>,
     step: &RouteStep,
 ) -> Result<Option<&'a Route>, String> {
     match last {
-        Some(r) if r.step.level == step.level && r.step.group == step.group => Ok(Some(r)),
-        None if step.kind != RouteKind::Escalated => Ok(None),
-        None => Err(format!(
-            "request {request} was never routed to a person, so it cannot escalate"
+        Some(r)
+            if r.step.kind == step.kind
+                && r.step.level == step.level
+                && r.step.group == step.group =>
+        {
+            Ok(Some(r))
+        }
+        Some(r) if r.step.kind == RouteKind::Closed => Err(format!(
+            "request {request} is closed ({}); nothing may follow",
+            r.step.reason
         )),
-        Some(r) if step.kind == RouteKind::Escalated && step.level == r.step.level + 1 => Ok(None),
+        None if !matches!(step.kind, RouteKind::Escalated | RouteKind::Closed) => Ok(None),
+        None => Err(format!(
+            "request {request} was never routed to a person, so it cannot {}",
+            if step.kind == RouteKind::Closed {
+                "close"
+            } else {
+                "escalate"
+            }
+        )),
+        Some(r) if step.kind == RouteKind::Closed && step.level == r.step.level => Ok(None),
+        Some(r)
+            if step.kind == RouteKind::Escalated
+                && r.step.level.checked_add(1) == Some(step.level) =>
+        {
+            Ok(None)
+        }
         Some(r) => Err(format!(
             "request {request} is at level {} ({}); it cannot go to level {} ({}) by {}",
             r.step.level,
@@ -119,6 +144,10 @@ pub fn admits(last: Option<&Route>, approval: &super::SignedApproval) -> Result<
         None => Err(format!(
             "request {} was never routed to a person: group {} cannot approve it",
             s.request, s.group
+        )),
+        Some(r) if r.step.kind == RouteKind::Closed => Err(format!(
+            "request {} is closed ({}): it can no longer be approved",
+            s.request, r.step.reason
         )),
         Some(r) if r.step.group == s.group && r.step.level == s.level => Ok(()),
         Some(r) => Err(format!(
@@ -173,5 +202,24 @@ mod tests {
         );
         assert!(next_step("q", Some(&routed), &step(RouteKind::Escalated, 2, "cfo")).is_err());
         assert!(next_step("q", Some(&routed), &step(RouteKind::Routed, 0, "ops")).is_err());
+        let top = at(0, step(RouteKind::Routed, u32::MAX, "support"));
+        assert!(next_step("q", Some(&top), &step(RouteKind::Escalated, 0, "x")).is_err());
+    }
+
+    #[test]
+    fn a_closed_request_takes_no_further_step() {
+        let routed = at(0, step(RouteKind::Routed, 0, "support"));
+        let close = step(RouteKind::Closed, 0, "support");
+        assert_eq!(next_step("q", Some(&routed), &close), Ok(None));
+        assert!(next_step("q", None, &close).is_err());
+        let closed = at(1, close.clone());
+        assert_eq!(next_step("q", Some(&closed), &close), Ok(Some(&closed)));
+        for later in [
+            step(RouteKind::Escalated, 1, "managers"),
+            step(RouteKind::Routed, 0, "support"),
+            step(RouteKind::Repair, 0, "support"),
+        ] {
+            assert!(next_step("q", Some(&closed), &later).is_err(), "{later:?}");
+        }
     }
 }

@@ -68,19 +68,22 @@ pub struct SignedApproval {
 }
 
 impl SignedApproval {
-    /// The approval's id and lease id: derived from what was signed and the signature, so the
-    /// same approval always has the same id and cannot be granted twice.
+    /// The approval's id and lease id: derived from what was signed alone, so one statement
+    /// has one id however it is signed or spelled, and cannot be granted again once revoked.
     pub fn id(&self) -> String {
-        let mut h = Sha256::new();
-        h.update(self.statement.signed_bytes());
-        h.update(self.signature.as_bytes());
-        format!("approval-{}", &hex::encode(h.finalize())[..32])
+        let h = Sha256::digest(self.statement.signed_bytes());
+        format!("approval-{}", &hex::encode(h)[..32])
     }
 
     /// Whether the signature verifies with `key` (strict Ed25519: no malleable signatures, no
-    /// weak keys).
+    /// weak keys; the signature written as lower-case hex, one spelling per signature).
     pub fn verifies_with(&self, key: &VerifyingKey) -> bool {
-        if self.alg != SignatureAlg::Ed25519 {
+        if self.alg != SignatureAlg::Ed25519
+            || !self
+                .signature
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return false;
         }
         hex::decode(&self.signature)
@@ -193,6 +196,13 @@ mod tests {
         raised.statement.payload["amount"] = json!(9000);
         assert!(!raised.verifies_with(&key_of(&ana)));
         assert_ne!(raised.id(), signed.id(), "the id covers the statement");
+        let mut shouted = signed.clone();
+        shouted.signature = shouted.signature.to_uppercase();
+        assert!(
+            !shouted.verifies_with(&key_of(&ana)),
+            "one spelling per signature"
+        );
+        assert_eq!(shouted.id(), signed.id(), "one id per statement");
         let mut other_alg = signed;
         other_alg.alg = SignatureAlg::HmacSha256;
         assert!(!other_alg.verifies_with(&key_of(&ana)));

@@ -99,7 +99,7 @@ pub(super) fn verified(
             format!("lease {} by {} is on record as granted", g.id, g.approver),
         );
     };
-    signed(derived, &approval, routes.last(), approvers)
+    signed(derived, &approval, routes.last(), approvers, last_dispatch)
 }
 
 /// A person's signed approval, checked against the directory and what was sent.
@@ -108,6 +108,7 @@ fn signed(
     a: &SignedApproval,
     route: Option<&Route>,
     approvers: Option<&Approvers>,
+    last_dispatch: Option<i64>,
 ) -> Column {
     let verdict = |holds, detail: String| col("approval verified", holds, detail);
     let s = &a.statement;
@@ -134,6 +135,11 @@ fn signed(
         ))
     } else if !dir.is_member(&s.group, &s.approver) {
         Some(format!("{} is not a member of {}", s.approver, s.group))
+    } else if let Some(at) = last_dispatch.filter(|at| *at >= s.expires_ms) {
+        Some(format!(
+            "the approval expired at {}, before the send dispatched at {at}",
+            s.expires_ms
+        ))
     } else if s.request != derived.key {
         Some(format!("the approval is for request {}", s.request))
     } else if canonical_json(&s.payload) != canonical_json(&derived.payload) {

@@ -25,13 +25,20 @@ use crate::activities::RefundActivities;
 use crate::model::{Decision, Reported};
 use crate::workflow::{failure_details, refund_options, report_of, retry};
 
+/// A person's decision, as signalled.
+#[derive(Clone, Debug)]
+enum Said {
+    Approve(Offer),
+    Deny(Denial),
+}
+
 /// The workflow.
 #[workflow]
 #[derive(Default)]
 pub struct ApprovalWorkflow {
-    offers: Vec<Offer>,
+    /// Decisions in the order they arrived; each is handled once, in that order.
+    said: Vec<Said>,
     consumed: usize,
-    denial: Option<Denial>,
     status: AskStatus,
 }
 
@@ -41,7 +48,7 @@ enum Waited {
         approver: (String, String, u32),
         lease: String,
     },
-    Denied,
+    Denied(Denial),
     Expired,
 }
 
@@ -126,12 +133,19 @@ impl ApprovalWorkflow {
                     rejected,
                 }
             });
-            let pending: Vec<Offer> = ctx.state(|s| s.offers[s.consumed..].to_vec());
-            for offer in pending {
+            let pending: Vec<Said> = ctx.state(|s| s.said[s.consumed..].to_vec());
+            for said in pending {
                 let n = ctx.state_mut(|s| {
                     s.consumed += 1;
                     s.consumed
                 });
+                let offer = match said {
+                    Said::Deny(d) => {
+                        ctx.state_mut(|s| s.status.waiting = false);
+                        return Ok(Waited::Denied(d));
+                    }
+                    Said::Approve(offer) => offer,
+                };
                 if offer.statement.request != request {
                     report.rejected.push(format!(
                         "an approval for request {} arrived while {request} waits",
@@ -162,10 +176,6 @@ impl ApprovalWorkflow {
                     }
                     Acceptance::Rejected(why) => report.rejected.push(why),
                 }
-            }
-            if ctx.state(|s| s.denial.is_some()) {
-                ctx.state_mut(|s| s.status.waiting = false);
-                return Ok(Waited::Denied);
             }
             let sla = w.chain[w.level as usize].1 / w.divisor;
             let left = level_started + sla - now_ms(ctx);
@@ -199,9 +209,32 @@ impl ApprovalWorkflow {
             let wait = Duration::from_millis(u64::try_from(left).unwrap_or(0));
             temporalio_sdk::workflows::select! {
                 _ = ctx.timer(wait) => {}
-                _ = ctx.wait_condition(move |s: &Self| s.offers.len() > seen || s.denial.is_some()) => {}
+                _ = ctx.wait_condition(move |s: &Self| s.said.len() > seen) => {}
             }
         }
+    }
+}
+
+impl ApprovalWorkflow {
+    /// Journal that `decision`'s request closed with no approval, so nothing signed for it
+    /// before can be granted or sent afterwards.
+    async fn close(
+        ctx: &mut WorkflowContext<Self>,
+        decision: &Decision,
+        chain: &[(String, i64)],
+        level: u32,
+        reason: String,
+    ) -> WorkflowResult<()> {
+        let step = RouteStep {
+            kind: RouteKind::Closed,
+            level,
+            group: chain[level as usize].0.clone(),
+            reason,
+            repair_of: None,
+            detail: detail(ctx.workflow_id(), decision, json!({})),
+        };
+        let id = decision.request.request_id.clone();
+        Self::journal_route(ctx, &id, step).await
     }
 }
 
@@ -294,11 +327,15 @@ impl ApprovalWorkflow {
             level = w.level;
             let (approver, lease) = match waited {
                 Waited::Approved { approver, lease } => (approver, lease),
-                Waited::Denied => {
+                Waited::Denied(d) => {
+                    let why = format!("denied by {}: {}", d.approver, d.reason);
+                    Self::close(ctx, &decision, &chain, level, why).await?;
                     report.ending = Ending::Denied;
                     return Ok(report);
                 }
                 Waited::Expired => {
+                    let why = format!("sla_expired at level {level}");
+                    Self::close(ctx, &decision, &chain, level, why).await?;
                     report.ending = Ending::Expired;
                     return Ok(report);
                 }
@@ -349,6 +386,14 @@ impl ApprovalWorkflow {
                         )
                         .await?;
                     decision = re.decision;
+                    // The facts moved: the policy judges the repair afresh, and a rule that
+                    // refuses it ends it with no person.
+                    if let Assessment::Refused { rule } = re.assessment {
+                        report.ending = Ending::RefusedByRule;
+                        report.rule = Some(rule);
+                        report.refund = Some(refund);
+                        return Ok(report);
+                    }
                     report.returned = Some(Returned {
                         changes: d.changes.clone(),
                         repairs: d.repairs.clone(),
@@ -385,13 +430,13 @@ impl ApprovalWorkflow {
     /// A person's signed approval.
     #[signal]
     pub fn approve(&mut self, _ctx: &mut SyncWorkflowContext<Self>, offer: Offer) {
-        self.offers.push(offer);
+        self.said.push(Said::Approve(offer));
     }
 
     /// A person declines the request.
     #[signal]
     pub fn deny(&mut self, _ctx: &mut SyncWorkflowContext<Self>, denial: Denial) {
-        self.denial.get_or_insert(denial);
+        self.said.push(Said::Deny(denial));
     }
 
     /// Where the request stands.
