@@ -50,12 +50,15 @@ pub struct Options<'a> {
     pub database: Option<(String, String)>,
 }
 
-/// The binary `name` beside the running one, or an error saying how to build it.
+/// The binary `name` beside the running one (or, for a test binary in `deps/`, in the directory
+/// above), or an error saying how to build it.
 pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let path = std::env::current_exe()?
-        .parent()
-        .map(|d| d.join(name))
-        .context("no binary directory")?;
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().context("no binary directory")?;
+    if dir.ends_with("deps") {
+        dir = dir.parent().context("no binary directory")?;
+    }
+    let path = dir.join(name);
     if !path.exists() {
         bail!(
             "{} is missing: build it with `cargo build -p interlock-cli -p worker-examples -p interlock-e2e`",
