@@ -3,7 +3,8 @@
 //! facts move (a hand refund); the send is refused with what changed and a repair that still
 //! fits; support accepts the repair. A second request sits past support's SLA while its worker is
 //! SIGKILLed and replaced, escalates to the managers, support's late approval is refused, and a
-//! manager approves. A routine refund clears with no person and an ineligible one is refused by
+//! manager approves; the worker is SIGKILLed again as her approval arrives, and the approval is
+//! delivered twice. A routine refund clears with no person and an ineligible one is refused by
 //! rule. The target confirms by webhook; `verify` shows who approved, that each approval is
 //! genuine, and every escalation. Writes `results/escalation.{md,json}` (`--check`: writes
 //! nothing, fails if the story does not hold).
@@ -215,8 +216,17 @@ fn main() -> anyhow::Result<()> {
         "ben",
         format!("approves req-b for support, too late: refused ({refused_grant})"),
     );
-    rt.block_on(desk.send(&escalated, mia.approve(&escalated, now_ms())?))?;
+    let approval = mia.approve(&escalated, now_ms())?;
+    rt.block_on(desk.send(&escalated, approval.clone()))?;
     log.step("mia", "approves req-b for the managers");
+    worker.kill9()?;
+    log.step("harness", "SIGKILLs the worker right after mia's approval arrives");
+    worker = spawn(3)?;
+    rt.block_on(desk.send(&escalated, approval))?;
+    log.step(
+        "harness",
+        "starts a new worker, and delivers mia's approval a second time",
+    );
     let report_b = rt.block_on(desk.report("story-b"))?;
     log.step("workflow", format!("story-b closes: {}", ending(&report_b)));
 
