@@ -194,6 +194,7 @@ impl Desk {
             .signal(
                 ApprovalWorkflow::deny,
                 Denial {
+                    request: route.request.clone(),
                     approver: who.to_owned(),
                     reason: reason.to_owned(),
                 },

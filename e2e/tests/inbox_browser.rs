@@ -141,14 +141,19 @@ async fn click_approve(c: &Client) -> Result<String, String> {
         .unwrap();
     let t0 = Instant::now();
     loop {
-        if let Ok(done) = c.find(Locator::Id("done")).await {
-            return Ok(done.text().await.unwrap());
+        // The page navigates when the approval is confirmed: an element found just before may
+        // be gone when read, so a failed read is just another look.
+        if let Ok(done) = c.find(Locator::Id("done")).await
+            && let Ok(text) = done.text().await
+        {
+            return Ok(text);
         }
-        if let Ok(r) = c.find(Locator::Id("result")).await {
-            let class = r.attr("class").await.unwrap().unwrap_or_default();
-            if class == "error" {
-                return Err(r.text().await.unwrap());
-            }
+        if let Ok(r) = c.find(Locator::Id("result")).await
+            && let Ok(Some(class)) = r.attr("class").await
+            && class == "error"
+            && let Ok(text) = r.text().await
+        {
+            return Err(text);
         }
         if t0.elapsed() > Duration::from_secs(20) {
             let shown = match c.find(Locator::Id("result")).await {

@@ -61,6 +61,20 @@ impl Grant {
         }
     }
 
+    /// Bind the lease to one request: it authorizes the effect with key `request` and no other.
+    /// Judged where the key is known (a gate whose leases are in its journal); anywhere else the
+    /// lease cannot be judged and lets nothing through.
+    pub fn for_request(mut self, request: impl Into<String>) -> Self {
+        self.scope
+            .insert(REQUEST_SCOPE.into(), Value::String(request.into()));
+        self
+    }
+
+    /// The request the lease is bound to, if it is ([`Grant::for_request`]).
+    pub fn request(&self) -> Option<&str> {
+        self.scope.get(REQUEST_SCOPE).and_then(Value::as_str)
+    }
+
     /// Require the payload's `field` to equal `value`.
     pub fn scope(mut self, field: impl Into<String>, value: impl Into<Value>) -> Self {
         self.scope.insert(field.into(), value.into());
@@ -88,7 +102,8 @@ impl Grant {
         if let Some(at) = self.expires_ms.filter(|at| now_ms >= *at) {
             return dead(format!("lease {} expired at {at}", self.id));
         }
-        for (field, want) in &self.scope {
+        // The request binding is judged with the key, by `approval::verdict`.
+        for (field, want) in self.scope.iter().filter(|(f, _)| *f != REQUEST_SCOPE) {
             let got = payload.get(field).unwrap_or(&Value::Null);
             if got != want {
                 return dead(format!(
@@ -117,6 +132,15 @@ impl Grant {
         LeaseVerdict::Live
     }
 }
+
+/// The scope field that binds a lease to one request (one effect key). A reader that does not
+/// know it compares it with a payload field no payload has, and sees a lease that allows nothing.
+pub const REQUEST_SCOPE: &str = "interlock_request";
+
+/// What a signed approval's `scope` column holds: not JSON, so a reader that does not know the
+/// `approval` column fails to read the lease (an error: it retries, sending and refusing
+/// nothing) rather than judging it.
+const APPROVAL_SCOPE: &str = "(a signed approval: read it with a release that knows approvals)";
 
 /// The cap a signed approval is stored with, on a field no payload has: a reader that does not
 /// know the `approval` column (a worker of the previous release, after the journal's schema was
@@ -159,8 +183,12 @@ impl StoredGrant {
                 a.id()
             )));
         }
-        let scope = serde_json::to_string(&grant.scope)
-            .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?;
+        let scope = if grant.approval.is_some() {
+            APPROVAL_SCOPE.to_owned()
+        } else {
+            serde_json::to_string(&grant.scope)
+                .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?
+        };
         let (cap_field, cap) = match (&grant.cap, &grant.approval) {
             (_, Some(_)) => (Some(APPROVAL_SENTINEL.to_owned()), Some(0)),
             (Some((f, c)), None) => (Some(f.clone()), Some(*c)),
@@ -187,10 +215,13 @@ impl StoredGrant {
 
     /// The grant these columns hold; an unreadable scope is a store error naming the lease.
     pub fn into_grant(self) -> Result<Grant, LeaseError> {
-        let scope: serde_json::Map<String, Value> =
+        let scope: serde_json::Map<String, Value> = if self.approval.is_some() {
+            serde_json::Map::new()
+        } else {
             serde_json::from_str(&self.scope).map_err(|e| {
                 LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id))
-            })?;
+            })?
+        };
         let approval: Option<SignedApproval> = self
             .approval
             .as_deref()
@@ -252,6 +283,12 @@ pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64)
             message: format!(
                 "lease {id} is a signed approval; it holds only for a gate that checks it \
                  against the approver directory (Gate::with_approvers)"
+            ),
+        },
+        Some(g) if g.request().is_some() => LeaseVerdict::Error {
+            message: format!(
+                "lease {id} is bound to one request; it holds only for a gate that knows the \
+                 effect's key (keep the leases in the journal)"
             ),
         },
         Some(g) => g.verdict(payload, now_ms),
@@ -341,19 +378,28 @@ mod tests {
         let stored = StoredGrant::of(&Grant::approved(approval, 0)).unwrap();
         // Read back in full: the sentinel is the store's, not the grant's.
         assert_eq!(stored.clone().into_grant().unwrap().cap, None);
-        // Read as the previous release did, without the column: dead for any payload.
+        // Read as the previous release did, without the column: the lease cannot be read, so
+        // that reader retries, sending and refusing nothing.
         let old = StoredGrant {
             approval: None,
             ..stored
         }
-        .into_grant()
-        .unwrap();
-        for payload in [json!({"payment_intent": "pi_9", "amount": 1}), json!({})] {
-            assert!(
-                matches!(old.verdict(&payload, 0), LeaseVerdict::Dead { .. }),
-                "{payload}"
-            );
-        }
+        .into_grant();
+        assert!(matches!(old, Err(LeaseError::Store(_))), "{old:?}");
+    }
+
+    #[test]
+    fn a_lease_bound_to_a_request_is_judged_only_where_the_key_is_known() {
+        let g = Grant::new("rules-r1", "rules", 0)
+            .scope("payment_intent", "pi_1")
+            .for_request("r1");
+        assert_eq!(g.request(), Some("r1"));
+        let payload = json!({"payment_intent": "pi_1", "amount": 5});
+        assert_eq!(g.verdict(&payload, 0), LeaseVerdict::Live);
+        assert!(matches!(
+            verdict_of(Some(&g), "rules-r1", &payload, 0),
+            LeaseVerdict::Error { .. }
+        ));
     }
 
     #[test]

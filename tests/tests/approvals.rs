@@ -668,6 +668,26 @@ fn a_closed_request_takes_no_approval_and_sends_nothing(kind: Kind) {
     assert_eq!(d.refunded(), 0);
 }
 
+fn a_lease_bound_to_one_request_authorizes_no_other(kind: Kind) {
+    let d = Desk::new(kind);
+    let grant = Grant::new("rules-r1", "rules", T0)
+        .scope("payment_intent", PAYMENT)
+        .cap("amount", AMOUNT)
+        .for_request(request(1).as_str());
+    d.journal.grant_lease(&grant).unwrap();
+    let mut other = d.effect(&request(2), AMOUNT);
+    other.lease = "rules-r1".into();
+    refused_at_send(&d.submit(directory(ANA), &other), "bound to request");
+    assert_eq!(d.refunded(), 0);
+    let mut own = d.effect(&request(1), AMOUNT);
+    own.lease = "rules-r1".into();
+    assert_eq!(
+        d.submit(directory(ANA), &own).label(),
+        "COMMITTED/first_send"
+    );
+    assert_eq!(d.refunded(), AMOUNT);
+}
+
 /// PostgreSQL only: an escalation whose transaction is open when a dispatch reads the request's
 /// route. Steps are inserted, never updated, so locking the old step cannot order the dispatch
 /// after the new one; the request's route lock must.
@@ -741,4 +761,5 @@ interlock_tests::every_store!(
     verify_names_the_approver_checks_the_signature_and_lists_the_escalations,
     a_revoked_approval_cannot_be_granted_again_however_its_signature_is_spelled,
     a_closed_request_takes_no_approval_and_sends_nothing,
+    a_lease_bound_to_one_request_authorizes_no_other,
 );

@@ -220,7 +220,10 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(desk.send(&escalated, approval.clone()))?;
     log.step("mia", "approves req-b for the managers");
     worker.kill9()?;
-    log.step("harness", "SIGKILLs the worker right after mia's approval arrives");
+    log.step(
+        "harness",
+        "SIGKILLs the worker right after mia's approval arrives",
+    );
     worker = spawn(3)?;
     rt.block_on(desk.send(&escalated, approval))?;
     log.step(

@@ -159,7 +159,8 @@ fn main() -> ExitCode {
             }
             Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| true),
             Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| true),
-            Command::Inbox { what } => inbox_cmd::run(write()?, what).map(|()| true),
+            // The inbox only reads the journal: the workflows write.
+            Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| true),
             Command::Scoreboard { json } => journal_cmd::scoreboard(&*read()?, json).map(|()| true),
         }
     };

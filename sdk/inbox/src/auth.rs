@@ -14,6 +14,13 @@ const LOGIN_DOMAIN: &str = "interlock-inbox-login-v1\n";
 const CHALLENGE_MS: i64 = 120_000;
 const SESSION_MS: i64 = 8 * 3_600_000;
 const DRAFT_MS: i64 = 300_000;
+/// How long an approval delivered here blocks a second one for the same step: long enough for
+/// its workflow to grant it (it then shows as approved) or turn it down (the step reopens).
+const DECIDED_MS: i64 = 120_000;
+/// Sign-in challenges kept at once, so unauthenticated requests cannot grow memory without bound.
+const MAX_CHALLENGES: usize = 4_096;
+/// Drafts kept at once.
+const MAX_DRAFTS: usize = 4_096;
 
 /// The bytes an approver signs to sign in.
 pub fn login_bytes(nonce: &str, approver: &str) -> Vec<u8> {
@@ -50,6 +57,9 @@ pub enum AuthError {
     /// The form did not carry the session's CSRF token.
     #[error("the form's CSRF token does not match this session: reload the page and try again")]
     Csrf,
+    /// Too many sign-ins or drafts are outstanding.
+    #[error("too many sign-ins are under way: try again in a minute")]
+    Busy,
 }
 
 #[derive(Default)]
@@ -57,8 +67,8 @@ struct State {
     challenges: HashMap<String, (String, i64)>,
     sessions: HashMap<String, Session>,
     drafts: HashMap<String, (String, Statement, i64)>,
-    /// Route steps an approval or a refusal was delivered for, and by whom.
-    decided: HashMap<(String, u32), String>,
+    /// Route steps an approval or a refusal was delivered for, by whom, and when.
+    decided: HashMap<(String, u32), (String, i64)>,
     denied: HashSet<String>,
 }
 
@@ -94,22 +104,21 @@ impl Auth {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A one-time challenge for `approver` to sign.
-    pub fn challenge(
-        &self,
-        dir: &Approvers,
-        approver: &str,
-        now_ms: i64,
-    ) -> Result<String, AuthError> {
-        if dir.key_of(approver).is_none() {
-            return Err(AuthError::UnknownApprover(approver.to_owned()));
-        }
+    /// A one-time challenge for `approver` to sign. Unknown approvers get one too (it can never
+    /// be answered), so the answer does not tell who is in the directory. Refused when too many
+    /// are outstanding.
+    pub fn challenge(&self, approver: &str, now_ms: i64) -> Result<String, AuthError> {
         let nonce = token();
-        if nonce.is_empty() {
+        if nonce.is_empty() || approver.len() > 256 {
             return Err(AuthError::BadChallenge);
         }
         let mut s = self.state();
-        s.challenges.retain(|_, (_, exp)| *exp > now_ms);
+        if s.challenges.len() >= MAX_CHALLENGES {
+            s.challenges.retain(|_, (_, exp)| *exp > now_ms);
+            if s.challenges.len() >= MAX_CHALLENGES {
+                return Err(AuthError::Busy);
+            }
+        }
         s.challenges
             .insert(nonce.clone(), (approver.to_owned(), now_ms + CHALLENGE_MS));
         Ok(nonce)
@@ -182,37 +191,58 @@ impl Auth {
     }
 
     /// Keep `statement` for the session `token` to sign; returns the draft's id.
-    pub fn draft(&self, token: &str, statement: Statement, now_ms: i64) -> String {
+    pub fn draft(
+        &self,
+        token: &str,
+        statement: Statement,
+        now_ms: i64,
+    ) -> Result<String, AuthError> {
         let id = self::token();
+        if id.is_empty() {
+            return Err(AuthError::Busy);
+        }
         let mut s = self.state();
         s.drafts.retain(|_, (_, _, exp)| *exp > now_ms);
+        if s.drafts.len() >= MAX_DRAFTS {
+            return Err(AuthError::Busy);
+        }
         s.drafts
             .insert(id.clone(), (token.to_owned(), statement, now_ms + DRAFT_MS));
-        id
+        Ok(id)
     }
 
     /// The statement drafted as `draft` for the session `token`, once.
     pub fn take_draft(&self, token: &str, draft: &str, now_ms: i64) -> Option<Statement> {
         let mut s = self.state();
+        match s.drafts.get(draft) {
+            Some((owner, _, _)) if same(owner, token) => {}
+            _ => return None,
+        }
         match s.drafts.remove(draft) {
-            Some((owner, st, exp)) if owner == token && exp > now_ms => Some(st),
+            Some((_, st, exp)) if exp > now_ms => Some(st),
             _ => None,
         }
     }
 
-    /// Who decided route step `n` of `request` through this inbox, if anyone did.
-    pub fn decided(&self, request: &str, n: u32) -> Option<String> {
-        self.state().decided.get(&(request.to_owned(), n)).cloned()
+    /// Who decided route step `n` of `request` through this inbox in the last two minutes, if
+    /// anyone did.
+    pub fn decided(&self, request: &str, n: u32, now_ms: i64) -> Option<String> {
+        self.state()
+            .decided
+            .get(&(request.to_owned(), n))
+            .filter(|(_, at)| now_ms - at < DECIDED_MS)
+            .map(|(who, _)| who.clone())
     }
 
     /// Record that `who` decided step `n` of `request`; false if someone already had.
-    pub fn decide(&self, request: &str, n: u32, who: &str) -> bool {
+    pub fn decide(&self, request: &str, n: u32, who: &str, now_ms: i64) -> bool {
         let mut s = self.state();
+        s.decided.retain(|_, (_, at)| now_ms - *at < DECIDED_MS);
         let key = (request.to_owned(), n);
         if s.decided.contains_key(&key) {
             return false;
         }
-        s.decided.insert(key, who.to_owned());
+        s.decided.insert(key, (who.to_owned(), now_ms));
         true
     }
 
@@ -229,5 +259,102 @@ impl Auth {
     /// Whether `request` was declined here.
     pub fn was_denied(&self, request: &str) -> bool {
         self.state().denied.contains(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ed25519_dalek::{Signer as _, SigningKey};
+    use serde_json::json;
+
+    use super::*;
+
+    fn directory() -> Approvers {
+        let key = interlock::approval::ApproverKey::from_seed("ana", [1; 32]).public_hex();
+        Approvers::from_json(
+            "t",
+            &json!({
+                "approvers": {"ana": {"public_key": key}},
+                "groups": {"support": ["ana"]},
+                "chain": [{"group": "support", "sla_ms": 1000}],
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    fn sign(seed: [u8; 32], bytes: &[u8]) -> String {
+        hex::encode(SigningKey::from_bytes(&seed).sign(bytes).to_bytes())
+    }
+
+    #[test]
+    fn only_the_approver_s_own_key_answers_their_challenge_and_only_once() {
+        let (dir, auth) = (directory(), Auth::default());
+        let nonce = auth.challenge("ana", 0).unwrap();
+        let wrong = sign([2; 32], &login_bytes(&nonce, "ana"));
+        assert_eq!(
+            auth.login(&dir, "ana", &nonce, &wrong, 1),
+            Err(AuthError::BadSignature("ana".into()))
+        );
+        // A refused answer used the challenge up.
+        let right = sign([1; 32], &login_bytes(&nonce, "ana"));
+        assert_eq!(
+            auth.login(&dir, "ana", &nonce, &right, 1),
+            Err(AuthError::BadChallenge)
+        );
+        let nonce = auth.challenge("ana", 0).unwrap();
+        let right = sign([1; 32], &login_bytes(&nonce, "ana"));
+        let (token, session) = auth.login(&dir, "ana", &nonce, &right, 1).unwrap();
+        assert_eq!(session.approver, "ana");
+        assert!(auth.checked(&token, &session.csrf, 2).is_ok());
+        assert_eq!(auth.checked(&token, "forged", 2), Err(AuthError::Csrf));
+        assert_eq!(auth.checked(&token, "", 2), Err(AuthError::Csrf));
+        // Unknown approvers get a challenge nobody can answer; an expired one is refused.
+        let ghost = auth.challenge("ghost", 0).unwrap();
+        let any = sign([1; 32], &login_bytes(&ghost, "ghost"));
+        assert!(auth.login(&dir, "ghost", &ghost, &any, 1).is_err());
+        let late = auth.challenge("ana", 0).unwrap();
+        let right = sign([1; 32], &login_bytes(&late, "ana"));
+        assert_eq!(
+            auth.login(&dir, "ana", &late, &right, CHALLENGE_MS + 1),
+            Err(AuthError::BadChallenge)
+        );
+    }
+
+    #[test]
+    fn unanswered_challenges_are_bounded_and_a_draft_belongs_to_its_session() {
+        let auth = Auth::default();
+        for _ in 0..MAX_CHALLENGES {
+            auth.challenge("ana", 0).unwrap();
+        }
+        assert_eq!(auth.challenge("ana", 0), Err(AuthError::Busy));
+        // Once they lapse, there is room again.
+        assert!(auth.challenge("ana", CHALLENGE_MS + 1).is_ok());
+        let st = interlock::approval::Statement {
+            request: "r1".into(),
+            group: "support".into(),
+            level: 0,
+            approver: "ana".into(),
+            payload: json!({}),
+            premises: interlock::core::Premises::new(),
+            issued_ms: 0,
+            expires_ms: 1,
+            repair_of: None,
+        };
+        let draft = auth.draft("session-a", st, 0).unwrap();
+        assert!(auth.take_draft("session-b", &draft, 0).is_none());
+        assert!(
+            auth.take_draft("session-a", &draft, 0).is_some(),
+            "still there for its owner"
+        );
+        assert!(auth.take_draft("session-a", &draft, 0).is_none(), "once");
+        assert!(auth.decide("r1", 0, "ana", 0));
+        assert!(!auth.decide("r1", 0, "ben", 1));
+        assert_eq!(
+            auth.decided("r1", 0, DECIDED_MS + 1),
+            None,
+            "a turned-down approval reopens"
+        );
+        assert!(auth.decide("r1", 0, "ben", DECIDED_MS + 1));
     }
 }

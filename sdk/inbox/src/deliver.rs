@@ -78,17 +78,18 @@ impl Temporal {
         self.signal(workflow, APPROVE, approval).await
     }
 
-    /// Tell `workflow` that `approver` declines, and why.
+    /// Tell `workflow` that `approver` declines `request`, and why.
     pub async fn deny(
         &self,
         workflow: &str,
+        request: &str,
         approver: &str,
         reason: &str,
     ) -> Result<(), DeliverError> {
         self.signal(
             workflow,
             DENY,
-            &serde_json::json!({ "approver": approver, "reason": reason }),
+            &serde_json::json!({ "request": request, "approver": approver, "reason": reason }),
         )
         .await
     }

@@ -25,6 +25,8 @@ pub enum Standing {
     Effect(Status),
     /// Declined through this inbox.
     Denied,
+    /// Closed with no approval (declined, or the last level's SLA ran out), as journaled.
+    Closed(String),
 }
 
 impl Standing {
@@ -36,6 +38,7 @@ impl Standing {
             Self::Approved(by) => format!("approved by {by}"),
             Self::Effect(s) => format!("sent: {s}"),
             Self::Denied => "declined".into(),
+            Self::Closed(why) => format!("closed: {why}"),
         }
     }
 }
@@ -52,14 +55,18 @@ pub struct Item {
 }
 
 impl Item {
-    /// What the request refunds, for lists.
+    /// What the request refunds, read from the payload a person signs (never from display
+    /// fields beside it).
     pub fn summary(&self) -> String {
-        let d = &self.route.step.detail;
+        let p = &self.route.step.detail["payload"];
+        let on = p["payment_intent"]
+            .as_str()
+            .or_else(|| p["charge"].as_str())
+            .unwrap_or("?");
         format!(
-            "{} {} on {}",
-            d["amount"],
-            d["currency"].as_str().unwrap_or(""),
-            d["payment"].as_str().unwrap_or("?")
+            "{} {} on {on}",
+            p["amount"],
+            p["currency"].as_str().unwrap_or("")
         )
     }
 
@@ -89,20 +96,22 @@ pub fn items(
             .map(|k| journal.history(&k))
             .transpose()?
             .unwrap_or_default();
-        let standing = if let Some(r) = interlock::receipt::build(&history) {
+        let standing = if route.step.kind == RouteKind::Closed {
+            Standing::Closed(route.step.reason.clone())
+        } else if let Some(r) = interlock::receipt::build(&history) {
             Standing::Effect(r.outcome)
         } else if let Some(by) = approved.get(&route.request) {
             Standing::Approved(by.clone())
         } else if auth.was_denied(&route.request) {
             Standing::Denied
-        } else if let Some(by) = auth.decided(&route.request, route.n) {
+        } else if let Some(by) = auth.decided(&route.request, route.n, now_ms) {
             Standing::Sent(by)
         } else {
             Standing::Waiting
         };
         let sla_left_ms = dir
             .level(route.step.level)
-            .map(|l| route.at_ms + l.sla_ms - now_ms);
+            .map(|l| route.at_ms.saturating_add(l.sla_ms).saturating_sub(now_ms));
         out.push(Item {
             route,
             standing,
@@ -122,7 +131,11 @@ pub fn waiting_for<'a>(items: &'a [Item], dir: &Approvers, approver: &str) -> Ve
 
 /// `ms` as hours and minutes, for SLA columns.
 pub fn duration(ms: i64) -> String {
-    let (sign, ms) = if ms < 0 { ("over by ", -ms) } else { ("", ms) };
+    let (sign, ms) = if ms < 0 {
+        ("over by ", ms.saturating_neg())
+    } else {
+        ("", ms)
+    };
     let min = ms / 60_000;
     if min >= 60 {
         format!("{sign}{} h {:02} min", min / 60, min % 60)
@@ -130,5 +143,69 @@ pub fn duration(ms: i64) -> String {
         format!("{sign}{min} min")
     } else {
         format!("{sign}{} s", ms / 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use interlock::approval::{Approvers, RouteStep};
+    use interlock::{ManualClock, SqliteJournal};
+    use serde_json::json;
+
+    use super::*;
+
+    fn step(kind: RouteKind, reason: &str) -> RouteStep {
+        RouteStep {
+            kind,
+            level: 0,
+            group: "support".into(),
+            reason: reason.into(),
+            repair_of: None,
+            detail: json!({"payload": {"payment_intent": "pi_1", "amount": 2000, "currency": "usd"}}),
+        }
+    }
+
+    fn directory() -> Approvers {
+        let key = interlock::approval::ApproverKey::from_seed("ana", [1; 32]).public_hex();
+        Approvers::from_json(
+            "t",
+            &json!({
+                "approvers": {"ana": {"public_key": key}},
+                "groups": {"support": ["ana"]},
+                "chain": [{"group": "support", "sla_ms": 1000}],
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_closed_request_waits_for_nobody_and_an_open_one_waits_for_its_group() {
+        let j = SqliteJournal::in_memory(Arc::new(ManualClock::at(0))).unwrap();
+        j.route("r1", &step(RouteKind::Routed, "needs_judgment"))
+            .unwrap();
+        j.route("r2", &step(RouteKind::Routed, "needs_judgment"))
+            .unwrap();
+        j.route("r2", &step(RouteKind::Closed, "denied by ana: duplicate"))
+            .unwrap();
+        let (dir, auth) = (directory(), Auth::default());
+        let all = items(&j, &dir, &auth, 5_000).unwrap();
+        let r2 = all.iter().find(|i| i.route.request == "r2").unwrap();
+        assert_eq!(
+            r2.standing,
+            Standing::Closed("denied by ana: duplicate".into())
+        );
+        let waiting: Vec<_> = waiting_for(&all, &dir, "ana")
+            .into_iter()
+            .map(|i| i.route.request.clone())
+            .collect();
+        assert_eq!(waiting, vec!["r1".to_owned()]);
+        assert!(waiting_for(&all, &dir, "zed").is_empty());
+        assert_eq!(all[0].summary(), "2000 usd on pi_1");
+        assert_eq!(all[0].sla_left_ms, Some(-4_000));
+        assert_eq!(duration(-4_000), "over by 4 s");
+        assert!(duration(i64::MIN).starts_with("over by "), "no overflow");
     }
 }

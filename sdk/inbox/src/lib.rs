@@ -1,8 +1,10 @@
 //! The approvers' inbox. Each approver signs in by proving they hold their own Ed25519 key (the
 //! browser signs a one-time challenge; the key never leaves it), sees the requests their groups
 //! hold with the facts then and now side by side, and approves by signing the exact statement
-//! the gate will check. The inbox hands the signed approval to the request's workflow; it never
-//! grants anything itself, so a compromised inbox can deliver only what a person signed.
+//! the gate will check — the browser signs only a statement for the request, group, level and
+//! payload its page shows. The inbox hands the signed approval to the request's workflow and
+//! grants nothing itself; it reads the journal only, and needs a Stripe key only to read the
+//! facts now (give it a restricted, read-only one).
 
 pub mod auth;
 pub mod deliver;

@@ -45,7 +45,28 @@ pub(crate) fn router(inbox: Arc<Inbox>) -> Router {
         .route("/request/{id}/deny", post(deny))
         .route("/receipt/{id}", get(receipt))
         .route("/static/inbox.js", get(script))
+        .layer(axum::middleware::map_response(harden))
         .with_state(inbox)
+}
+
+/// Headers every answer carries: scripts only from the inbox itself, never framed, never cached
+/// (pages carry the CSRF token), content types taken as given.
+async fn harden(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+             frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    r
 }
 
 fn now(inbox: &Inbox) -> i64 {
@@ -166,12 +187,9 @@ struct ChallengeQuery {
 }
 
 async fn challenge(State(inbox): Shared, Query(q): Query<ChallengeQuery>) -> Response {
-    match inbox
-        .auth
-        .challenge(&inbox.approvers, &q.approver, now(&inbox))
-    {
+    match inbox.auth.challenge(&q.approver, now(&inbox)) {
         Ok(nonce) => Json(json!({ "nonce": nonce })).into_response(),
-        Err(e) => json_error(StatusCode::NOT_FOUND, e),
+        Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
@@ -306,6 +324,7 @@ struct RequestPage {
     facts: Vec<(String, String, String, bool)>,
     facts_error: Option<String>,
     payload: String,
+    payload_compact: String,
     can_decide: bool,
     cannot: String,
 }
@@ -418,6 +437,7 @@ async fn request_page(
         facts,
         facts_error,
         payload: serde_json::to_string_pretty(&d["payload"]).unwrap_or_default(),
+        payload_compact: d["payload"].to_string(),
         can_decide: cannot.is_none(),
         cannot: cannot.unwrap_or_default(),
     })
@@ -494,8 +514,10 @@ async fn statement(
         repair_of: route.step.repair_of.clone(),
     };
     let bytes = base64::engine::general_purpose::STANDARD.encode(st.signed_bytes());
-    let draft = inbox.auth.draft(&token, st, issued);
-    Json(json!({ "draft": draft, "bytes": bytes })).into_response()
+    match inbox.auth.draft(&token, st, issued) {
+        Ok(draft) => Json(json!({ "draft": draft, "bytes": bytes })).into_response(),
+        Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -567,7 +589,7 @@ async fn approve(
             format!("request {id} names no workflow to send the approval to"),
         );
     };
-    if !inbox.auth.decide(&id, route.n, &s.approver) {
+    if !inbox.auth.decide(&id, route.n, &s.approver, now(&inbox)) {
         return json_error(
             StatusCode::CONFLICT,
             format!("request {id} is already approved: it cannot be approved twice"),
@@ -624,14 +646,18 @@ async fn deny(
             &format!("request {id} names no workflow"),
         );
     };
-    if !inbox.auth.decide(&id, route.n, &s.approver) {
+    if !inbox.auth.decide(&id, route.n, &s.approver, now(&inbox)) {
         return error_page(
             StatusCode::CONFLICT,
             "Not declined",
             &format!("request {id} was already decided"),
         );
     }
-    if let Err(e) = inbox.deliver.deny(&workflow, &s.approver, &f.reason).await {
+    if let Err(e) = inbox
+        .deliver
+        .deny(&workflow, &id, &s.approver, &f.reason)
+        .await
+    {
         inbox.auth.undecide(&id, route.n);
         return error_page(StatusCode::BAD_GATEWAY, "Not declined", &e.to_string());
     }

@@ -25,6 +25,21 @@ const inbox = (() => {
     if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
     return answer;
   };
+  // Sign nothing but what this page shows: the statement's request, group, level and payload
+  // must be the page's, whatever the server sent.
+  const checkStatement = (bytes, shown) => {
+    const text = new TextDecoder().decode(bytes);
+    const prefix = 'interlock-approval-v1\n';
+    if (!text.startsWith(prefix)) throw new Error('the inbox sent something that is not an approval: not signed');
+    const st = JSON.parse(text.slice(prefix.length));
+    const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+    const problems = [];
+    if (st.request !== shown.requestId) problems.push(`request ${st.request}`);
+    if (st.group !== shown.group) problems.push(`group ${st.group}`);
+    if (String(st.level) !== shown.level) problems.push(`level ${st.level}`);
+    if (!same(st.payload, JSON.parse(shown.payload))) problems.push(`payload ${JSON.stringify(st.payload)}`);
+    if (problems.length) throw new Error(`the statement to sign is not what this page shows (${problems.join(', ')}): not signed`);
+  };
   return {
     loginForm() {
       const form = document.getElementById('login');
@@ -60,7 +75,9 @@ const inbox = (() => {
           const seed = sessionStorage.getItem('interlock-key');
           if (!seed) throw new Error('your key is kept only in the tab you signed in with: sign in again');
           const draft = await post(`/request/${request}/statement`, { csrf, n: Number(n) });
-          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), fromB64(draft.bytes));
+          const bytes = fromB64(draft.bytes);
+          checkStatement(bytes, button.dataset);
+          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), bytes);
           const done = await post(`/request/${request}/approve`, { csrf, draft: draft.draft, signature: toHex(sig) });
           location.href = '/?done=' + encodeURIComponent(done.message);
         } catch (e) {
@@ -69,5 +86,17 @@ const inbox = (() => {
         }
       });
     },
+    signOutForm() {
+      // The key leaves this tab with the session.
+      document.getElementById('sign-out-form').addEventListener('submit', () => {
+        sessionStorage.removeItem('interlock-key');
+      });
+    },
   };
 })();
+
+document.addEventListener('DOMContentLoaded', () => {
+  if (document.getElementById('login')) inbox.loginForm();
+  if (document.getElementById('approve')) inbox.approveButton();
+  if (document.getElementById('sign-out-form')) inbox.signOutForm();
+});

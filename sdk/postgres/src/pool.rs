@@ -131,8 +131,9 @@ impl Conn {
         out
     }
 
-    /// Run `f` in a transaction, committed when `f` says so and rolled back otherwise (or on any
-    /// error, which also retires the connection).
+    /// Run `f` in a READ COMMITTED transaction (whatever the server's default: each statement
+    /// must see what committed before it, which the route lock relies on), committed when `f`
+    /// says so and rolled back otherwise (or on any error, which also retires the connection).
     pub(crate) fn run_tx<T>(
         &mut self,
         err: impl Fn(&postgres::Error) -> JournalError,
@@ -141,7 +142,9 @@ impl Conn {
         let statements = &mut self.statements;
         let out = self
             .client
-            .transaction()
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::ReadCommitted)
+            .start()
             .map_err(|e| err(&e))
             .and_then(|mut tx| {
                 let (t, keep) = f(&mut Cached {

@@ -28,9 +28,15 @@ impl PgJournal {
                         Ok(None) => routes.len(),
                         Err(why) => return Ok((Err(LeaseError::Invalid(why)), false)),
                     };
-                    let (n32, level) = (to_i32(n), to_i32(step.level as usize));
-                    // Two first steps at once: one inserts, the other finds no row to lock and
-                    // fails here on the key, retiring nothing but this attempt.
+                    let (Ok(n32), Ok(level)) = (i32::try_from(n), i32::try_from(step.level)) else {
+                        return Ok((
+                            Err(LeaseError::Invalid(format!(
+                                "request {request}: level {} is out of range",
+                                step.level
+                            ))),
+                            false,
+                        ));
+                    };
                     q.execute(
                         &format!(
                             "INSERT INTO {}.routes (request, n, kind, level, group_name, reason, \
@@ -131,7 +137,15 @@ impl PgJournal {
         rows.iter()
             .map(|r| {
                 let request: String = r.get(8);
-                let n = u32::try_from(r.get::<_, i32>(0)).unwrap_or(0);
+                let corrupt = |what: String| JournalError::Corrupt {
+                    path: self.location_str().to_owned(),
+                    place: format!("the route of request {request}"),
+                    what,
+                };
+                let n: i32 = r.get(0);
+                let n = u32::try_from(n).map_err(|_| corrupt(format!("step number {n}")))?;
+                let level: i32 = r.get(2);
+                let level = u32::try_from(level).map_err(|_| corrupt(format!("level {level}")))?;
                 let kind: String = r.get(1);
                 let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
                     path: self.location_str().to_owned(),
@@ -143,7 +157,7 @@ impl PgJournal {
                     n,
                     step: RouteStep {
                         kind,
-                        level: u32::try_from(r.get::<_, i32>(2)).unwrap_or(0),
+                        level,
                         group: r.get(3),
                         reason: r.get(4),
                         repair_of: r.get(5),
@@ -158,7 +172,3 @@ impl PgJournal {
 
 /// The first key of every route lock.
 const ROUTE_LOCKS: i32 = 0x1c7e_0001;
-
-fn to_i32(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}

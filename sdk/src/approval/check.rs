@@ -37,6 +37,12 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     if own != LeaseVerdict::Live {
         return own;
     }
+    if let Some(bound) = grant.request().filter(|r| *r != at.key) {
+        return dead(format!(
+            "lease {id} is bound to request {bound}, not {}",
+            at.key
+        ));
+    }
     if let Some(r) = at.route.filter(|r| r.step.kind == super::RouteKind::Closed) {
         return dead(format!(
             "request {} was closed ({}): nothing may be sent for it",

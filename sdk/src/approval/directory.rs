@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 
+/// The longest SLA a level may have: a year.
+pub const MAX_SLA_MS: i64 = 366 * 24 * 3_600_000;
+
 /// One approver.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -112,9 +115,10 @@ impl Approvers {
                     level.group
                 ));
             }
-            if level.sla_ms <= 0 {
+            if level.sla_ms <= 0 || level.sla_ms > MAX_SLA_MS {
                 return bad(format!(
-                    "escalation level {n} ({}) has SLA {} ms; it must be positive",
+                    "escalation level {n} ({}) has SLA {} ms; it must be positive and at most a \
+                     year ({MAX_SLA_MS} ms)",
                     level.group, level.sla_ms
                 ));
             }
@@ -198,6 +202,7 @@ mod tests {
         assert!(error_for(|v| v["chain"] = serde_json::json!([])).contains("no levels"));
         assert!(error_for(|v| v["chain"][1]["group"] = "ops".into()).contains("ops"));
         assert!(error_for(|v| v["chain"][0]["sla_ms"] = 0.into()).contains("positive"));
+        assert!(error_for(|v| v["chain"][0]["sla_ms"] = i64::MAX.into()).contains("a year"));
         assert!(error_for(|v| v["extra"] = 1.into()).contains("unknown field"));
         assert!(
             error_for(|v| v["approvers"]["mia"]["public_key"] = key(1).into())

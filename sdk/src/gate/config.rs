@@ -150,6 +150,9 @@ pub enum ConfigError {
          as the lease store"
     )]
     ApprovalsOutsideJournal,
+    /// The approver directory contradicts itself.
+    #[error("{0}")]
+    Approvers(String),
 }
 
 /// Builds a [`GateConfig`]: the journal's path first, then only what differs from the defaults.

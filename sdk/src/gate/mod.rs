@@ -261,6 +261,9 @@ impl Gate {
         if !self.leases_in_journal {
             return Err(ConfigError::ApprovalsOutsideJournal.into());
         }
+        approvers
+            .check()
+            .map_err(|e| ConfigError::Approvers(e.to_string()))?;
         self.approvers = Some(approvers);
         Ok(self)
     }

@@ -93,7 +93,18 @@ pub(super) fn verified(
             "the lease was revoked before the last send".into(),
         );
     }
-    let (Some(approval), routes) = journaled(derived) else {
+    let (approval, routes) = journaled(derived);
+    let Some(approval) = approval else {
+        if let Some(r) = routes.last() {
+            return verdict(
+                Some(false),
+                format!(
+                    "the request was with group {} for a person's approval, but lease {} is not \
+                     one",
+                    r.step.group, g.id
+                ),
+            );
+        }
         return verdict(
             Some(true),
             format!("lease {} by {} is on record as granted", g.id, g.approver),
@@ -150,6 +161,11 @@ fn signed(
         ))
     } else if s.premises != derived.premises_decided {
         Some("the approval was given on other facts than the effect was decided on".into())
+    } else if let Some(r) = route.filter(|r| r.step.kind == RouteKind::Closed) {
+        Some(format!(
+            "the request was closed ({}) when it was authorized",
+            r.step.reason
+        ))
     } else if route.is_none_or(|r| r.step.group != s.group || r.step.level != s.level) {
         Some(format!(
             "the approval is by group {}, but the request was not with that group when it was \

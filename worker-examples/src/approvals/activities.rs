@@ -108,8 +108,8 @@ impl ApprovalActivities {
         .await
     }
 
-    /// Grant the lease a request the policy cleared runs under: the rules' own, scoped to the
-    /// payment and capped at the amount.
+    /// Grant the lease a request the policy cleared runs under: the rules' own, bound to this
+    /// request, scoped to the payment and capped at the amount.
     #[activity(name = "clear")]
     pub async fn clear(
         self: Arc<Self>,
@@ -130,6 +130,7 @@ impl ApprovalActivities {
             let grant = Grant::new(&id, "rules", now)
                 .scope(field, refunded.id())
                 .cap("amount", r.amount)
+                .for_request(&r.request_id)
                 .expires(now + RULE_LEASE_MS);
             match deps.journal().grant_lease(&grant) {
                 Ok(()) => Ok(id),

@@ -51,9 +51,11 @@ pub struct RouteArgs {
     pub step: interlock::approval::RouteStep,
 }
 
-/// A person declining the request.
+/// A person declining a request.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
+    /// The request declined: a denial of another request (one a repair replaced) is ignored.
+    pub request: String,
     /// Who.
     pub approver: String,
     /// Why.

@@ -140,9 +140,16 @@ impl ApprovalWorkflow {
                     s.consumed
                 });
                 let offer = match said {
-                    Said::Deny(d) => {
+                    Said::Deny(d) if d.request == request => {
                         ctx.state_mut(|s| s.status.waiting = false);
                         return Ok(Waited::Denied(d));
+                    }
+                    Said::Deny(d) => {
+                        report.rejected.push(format!(
+                            "{}'s refusal of request {} arrived while {request} waits",
+                            d.approver, d.request
+                        ));
+                        continue;
                     }
                     Said::Approve(offer) => offer,
                 };
@@ -178,7 +185,9 @@ impl ApprovalWorkflow {
                 }
             }
             let sla = w.chain[w.level as usize].1 / w.divisor;
-            let left = level_started + sla - now_ms(ctx);
+            let left = level_started
+                .saturating_add(sla)
+                .saturating_sub(now_ms(ctx));
             if left <= 0 {
                 report.sla_breaches += 1;
                 if (w.level as usize) + 1 >= w.chain.len() {
