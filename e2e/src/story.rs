@@ -72,6 +72,19 @@ impl Person {
     }
 }
 
+/// A refund request for the approval workflow: `amount` cents on `payment`, through the gate at
+/// tier 1 (the policy or a person provides its lease).
+pub fn refund(id: &str, payment: &str, amount: i64) -> RefundRequest {
+    RefundRequest {
+        request_id: id.into(),
+        payment: payment.into(),
+        amount,
+        currency: "usd".into(),
+        lease: String::new(),
+        system: worker_examples::System::GatedT1,
+    }
+}
+
 /// Support (ana, ben) holds a request for 4 h, then managers (mia) for 8 h.
 pub fn directory(people: &[Person]) -> anyhow::Result<Approvers> {
     let approvers: serde_json::Map<String, Value> = people

@@ -17,7 +17,6 @@ use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
 use serde_json::json;
 use worker_examples::approvals::Ending;
-use worker_examples::{RefundRequest, System};
 
 /// A child process stopped when dropped.
 struct Kill(Child);
@@ -45,17 +44,6 @@ fn wait_for_port(port: u16, what: &str) {
             "{what} did not listen on {port}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn request(id: &str, payment: &str, amount: i64) -> RefundRequest {
-    RefundRequest {
-        request_id: id.into(),
-        payment: payment.into(),
-        amount,
-        currency: "usd".into(),
-        lease: String::new(),
-        system: System::GatedT1,
     }
 }
 
@@ -257,7 +245,7 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
         sign_in(&mia_web, &base, mia).await;
 
         // A refund that needs judgment; ana opens it, support refunds part by hand, ana approves.
-        desk.ask("web-a", request("web-a", "pi_web_a", 6_000), 1)
+        desk.ask("web-a", story::refund("web-a", "pi_web_a", 6_000), 1)
             .await
             .unwrap();
         open_from_inbox(&ana_web, &base, "web-a").await;
@@ -293,7 +281,7 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
         assert_eq!(a.ending, Ending::ClosedByRepair, "{a:?}");
 
         // A second request: ana has its page open while support's SLA (here 10 s) runs out.
-        desk.ask("web-b", request("web-b", "pi_web_b", 7_000), 1_440)
+        desk.ask("web-b", story::refund("web-b", "pi_web_b", 7_000), 1_440)
             .await
             .unwrap();
         open_from_inbox(&ana_web, &base, "web-b").await;

@@ -96,17 +96,7 @@ impl Store {
 
     /// Another handle on the same store, as another worker process would open it.
     pub fn reopen(&self) -> anyhow::Result<Arc<dyn Journal>> {
-        Ok(match self.kind {
-            Kind::Sqlite => Arc::new(SqliteJournal::open(
-                self.dir.path().join("j.db"),
-                self.clock.clone(),
-            )?),
-            Kind::Postgres => Arc::new(PgJournal::open(
-                &self.url,
-                self.clock.clone(),
-                &PgOptions::in_schema(self.schema.as_str()),
-            )?),
-        })
+        Ok(self.reopen_store()?)
     }
 
     /// The PostgreSQL server's URL, or empty.

@@ -174,6 +174,14 @@ impl Desk {
             .unwrap()
     }
 
+    /// Route `request` to support, have ana approve its refund of [`AMOUNT`] until `expires_ms`,
+    /// and return the effect running under her approval.
+    fn approved_by_ana(&self, request: &EffectKey, expires_ms: i64) -> Effect {
+        self.route(request);
+        let e = self.effect(request, AMOUNT);
+        self.under(self.sign("ana", ANA, &e, "support", 0, expires_ms), e)
+    }
+
     /// Grant `approval` as a lease and return `effect` running under it.
     fn under(&self, approval: SignedApproval, mut effect: Effect) -> Effect {
         let grant = Grant::approved(approval, interlock::Clock::now_ms(&self.clock));
@@ -203,9 +211,10 @@ fn request(n: u32) -> EffectKey {
     EffectKey::derive(&[format!("case-{n}"), "refund".into()])
 }
 
-fn refused_at_send(out: &Outcome, why: &str) {
+/// `out` is a refusal with `code`, for a reason that says `why`.
+fn refused_as(out: &Outcome, code: RefusalCode, why: &str) {
     match out {
-        Outcome::Refused(r) if r.code == RefusalCode::Lease => {
+        Outcome::Refused(r) if r.code == code => {
             assert!(
                 r.reason.contains(why),
                 "refused for {:?}, not {why:?}",
@@ -213,42 +222,30 @@ fn refused_at_send(out: &Outcome, why: &str) {
             );
         }
         other => panic!(
-            "expected REFUSED:lease ({why}), got {}: {other:?}",
+            "expected REFUSED:{code:?} ({why}), got {}: {other:?}",
             other.label()
         ),
     }
 }
 
+fn refused_at_send(out: &Outcome, why: &str) {
+    refused_as(out, RefusalCode::Lease, why);
+}
+
 fn refused_at_recovery(out: &Outcome, why: &str) {
-    match out {
-        Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery => {
-            assert!(
-                r.reason.contains(why),
-                "refused for {:?}, not {why:?}",
-                r.reason
-            );
-        }
-        other => panic!(
-            "expected REFUSED:lease_at_recovery ({why}), got {}: {other:?}",
-            other.label()
-        ),
-    }
+    refused_as(out, RefusalCode::LeaseAtRecovery, why);
 }
 
 fn a_genuine_approval_by_the_group_holding_the_request_refunds_once(kind: Kind) {
     let d = Desk::new(kind);
     let key = request(1);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let out = d.submit(directory(ANA), &effect);
     assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
     assert_eq!(d.refunded(), AMOUNT);
     // And after a crash between the dispatch and the send, recovery sends it once.
     let d = Desk::new(kind);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let out = d.recover_after(&effect, directory(ANA), || {});
     assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
     assert_eq!(d.refunded(), AMOUNT);
@@ -279,9 +276,7 @@ fn a_forged_approval_is_refused_at_send_and_at_recovery(kind: Kind) {
     assert_eq!(d.refunded(), 0);
     // At recovery: ana's key was replaced (lost or stolen) while the effect was in flight.
     let d = Desk::new(kind);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let out = d.recover_after(&effect, directory([7; 32]), || {});
     refused_at_recovery(&out, "forged");
     assert_eq!(d.refunded(), 0);
@@ -325,16 +320,12 @@ fn an_approval_replayed_onto_another_request_is_refused_at_send_and_at_recovery(
 fn an_expired_approval_is_refused_at_send_and_at_recovery(kind: Kind) {
     let d = Desk::new(kind);
     let key = request(1);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + 60_000), e);
+    let effect = d.approved_by_ana(&key, T0 + 60_000);
     d.clock.advance(61_000);
     refused_at_send(&d.submit(directory(ANA), &effect), "expired");
     assert_eq!(d.refunded(), 0);
     let d = Desk::new(kind);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + 10_000), e);
+    let effect = d.approved_by_ana(&key, T0 + 10_000);
     let out = d.recover_after(&effect, directory(ANA), || {});
     refused_at_recovery(&out, "expired");
     assert_eq!(d.refunded(), 0);
@@ -344,9 +335,7 @@ fn an_approval_from_a_group_the_request_escalated_away_from_is_refused(kind: Kin
     // Approved by support, then the request escalated before the send.
     let d = Desk::new(kind);
     let key = request(1);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     d.escalate(&key);
     refused_at_send(&d.submit(directory(ANA), &effect), "can no longer approve");
     // Support cannot approve it after the escalation either: the grant itself is refused.
@@ -377,9 +366,7 @@ fn an_approval_from_a_group_the_request_escalated_away_from_is_refused(kind: Kin
     assert_eq!(d.refunded(), AMOUNT);
     // At recovery: the request escalated while the first send was in flight.
     let d = Desk::new(kind);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let out = d.recover_after(&effect, directory(ANA), || d.escalate(&key));
     refused_at_recovery(&out, "can no longer approve");
     assert_eq!(d.refunded(), 0);
@@ -443,9 +430,7 @@ fn a_request_routed_to_a_person_is_not_sent_under_a_plain_lease_nor_by_a_gate_wi
     );
     // A gate without the directory cannot tell a genuine approval from a forged one.
     let key = request(2);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let out = Gate::new(
         d.journal.clone(),
         d.journal.clone(),
@@ -493,9 +478,7 @@ impl PremiseReader for EscalateWhileReading {
 fn an_escalation_that_commits_while_the_premises_are_read_stops_the_send(kind: Kind) {
     let d = Desk::new(kind);
     let key = request(1);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let reader = EscalateWhileReading {
         journal: d.journal.clone(),
         inner: SimRefundPremises(d.sim.clone()),
@@ -695,9 +678,7 @@ fn a_lease_bound_to_one_request_authorizes_no_other(kind: Kind) {
 fn postgres_an_escalation_that_commits_while_a_dispatch_waits_for_it_stops_the_send() {
     let d = Desk::new(Kind::Postgres);
     let key = request(1);
-    d.route(&key);
-    let e = d.effect(&key, AMOUNT);
-    let effect = d.under(d.sign("ana", ANA, &e, "support", 0, T0 + HOUR), e);
+    let effect = d.approved_by_ana(&key, T0 + HOUR);
     let schema = d.store.schema.clone();
     let mut c = ::postgres::Client::connect(d.store.url(), ::postgres::NoTls).unwrap();
     let mut tx = c.transaction().unwrap();

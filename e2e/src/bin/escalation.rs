@@ -25,7 +25,6 @@ use interlock_e2e::story::{self, Desk, Person};
 use interlock_testkit::sim::SimTarget;
 use serde_json::{Value, json};
 use worker_examples::approvals::{AskReport, Ending};
-use worker_examples::{RefundRequest, System};
 
 /// Replay the escalation story and write its record.
 #[derive(Parser)]
@@ -57,17 +56,6 @@ impl Log {
         eprintln!("[{:>6.1} s] {actor}: {what}", at as f64 / 1000.0);
         self.steps
             .push(json!({ "at_ms": at, "actor": actor, "what": what }));
-    }
-}
-
-fn request(id: &str, payment: &str, amount: i64) -> RefundRequest {
-    RefundRequest {
-        request_id: id.into(),
-        payment: payment.into(),
-        amount,
-        currency: "usd".into(),
-        lease: String::new(),
-        system: System::GatedT1,
     }
 }
 
@@ -128,7 +116,11 @@ fn main() -> anyhow::Result<()> {
     let divisor = args.sla_divisor;
 
     // A: approved, the facts move, refused with a repair, the repair accepted.
-    rt.block_on(desk.ask("story-a", request("req-a", "pi_story_a", 6_000), divisor))?;
+    rt.block_on(desk.ask(
+        "story-a",
+        story::refund("req-a", "pi_story_a", 6_000),
+        divisor,
+    ))?;
     let routed =
         rt.block_on(desk.route_where("req-a", |r| r.step.kind == RouteKind::Routed, WAIT))?;
     log.step(
@@ -172,7 +164,11 @@ fn main() -> anyhow::Result<()> {
 
     // B: past support's SLA while its worker is killed; escalates; support's late approval is
     // refused; a manager approves.
-    rt.block_on(desk.ask("story-b", request("req-b", "pi_story_b", 7_000), divisor))?;
+    rt.block_on(desk.ask(
+        "story-b",
+        story::refund("req-b", "pi_story_b", 7_000),
+        divisor,
+    ))?;
     let routed_b =
         rt.block_on(desk.route_where("req-b", |r| r.step.kind == RouteKind::Routed, WAIT))?;
     log.step(
@@ -234,13 +230,21 @@ fn main() -> anyhow::Result<()> {
     log.step("workflow", format!("story-b closes: {}", ending(&report_b)));
 
     // C and D: no person needed.
-    rt.block_on(desk.ask("story-c", request("req-c", "pi_story_c", 2_000), divisor))?;
+    rt.block_on(desk.ask(
+        "story-c",
+        story::refund("req-c", "pi_story_c", 2_000),
+        divisor,
+    ))?;
     let report_c = rt.block_on(desk.report("story-c"))?;
     log.step(
         "workflow",
         format!("story-c ($20.00, routine) closes: {}", ending(&report_c)),
     );
-    rt.block_on(desk.ask("story-d", request("req-d", "pi_story_d", 1_000), divisor))?;
+    rt.block_on(desk.ask(
+        "story-d",
+        story::refund("req-d", "pi_story_d", 1_000),
+        divisor,
+    ))?;
     let report_d = rt.block_on(desk.report("story-d"))?;
     log.step(
         "workflow",

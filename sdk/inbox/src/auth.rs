@@ -269,19 +269,7 @@ mod tests {
 
     use super::*;
 
-    fn directory() -> Approvers {
-        let key = interlock::approval::ApproverKey::from_seed("ana", [1; 32]).public_hex();
-        Approvers::from_json(
-            "t",
-            &json!({
-                "approvers": {"ana": {"public_key": key}},
-                "groups": {"support": ["ana"]},
-                "chain": [{"group": "support", "sla_ms": 1000}],
-            })
-            .to_string(),
-        )
-        .unwrap()
-    }
+    use crate::testing::directory;
 
     fn sign(seed: [u8; 32], bytes: &[u8]) -> String {
         hex::encode(SigningKey::from_bytes(&seed).sign(bytes).to_bytes())

@@ -150,7 +150,7 @@ pub fn duration(ms: i64) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use interlock::approval::{Approvers, RouteStep};
+    use interlock::approval::RouteStep;
     use interlock::{ManualClock, SqliteJournal};
     use serde_json::json;
 
@@ -167,19 +167,7 @@ mod tests {
         }
     }
 
-    fn directory() -> Approvers {
-        let key = interlock::approval::ApproverKey::from_seed("ana", [1; 32]).public_hex();
-        Approvers::from_json(
-            "t",
-            &json!({
-                "approvers": {"ana": {"public_key": key}},
-                "groups": {"support": ["ana"]},
-                "chain": [{"group": "support", "sla_ms": 1000}],
-            })
-            .to_string(),
-        )
-        .unwrap()
-    }
+    use crate::testing::directory;
 
     #[test]
     fn a_closed_request_waits_for_nobody_and_an_open_one_waits_for_its_group() {

@@ -76,3 +76,17 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, InboxErro
         .await
         .map_err(|source| InboxError::Bind { addr, source })
 }
+
+#[cfg(test)]
+pub(crate) mod testing {
+    /// ana, alone in support, one level of a second.
+    pub(crate) fn directory() -> interlock::approval::Approvers {
+        let key = interlock::approval::ApproverKey::from_seed("ana", [1; 32]).public_hex();
+        let dir = serde_json::json!({
+            "approvers": {"ana": {"public_key": key}},
+            "groups": {"support": ["ana"]},
+            "chain": [{"group": "support", "sla_ms": 1000}],
+        });
+        interlock::approval::Approvers::from_json("t", &dir.to_string()).unwrap()
+    }
+}

@@ -7,7 +7,7 @@
 //! group to commit, and once it returns no send under that group's approval is dispatched.
 
 use interlock::JournalError;
-use interlock::approval::{Route, RouteKind, RouteStep, next_step};
+use interlock::approval::{Route, RouteStep, StoredRoute, next_step};
 use interlock::lease::LeaseError;
 
 use crate::journal::PgJournal;
@@ -136,34 +136,22 @@ impl PgJournal {
     fn decode_routes(&self, rows: &[postgres::Row]) -> Result<Vec<Route>, JournalError> {
         rows.iter()
             .map(|r| {
-                let request: String = r.get(8);
-                let corrupt = |what: String| JournalError::Corrupt {
-                    path: self.location_str().to_owned(),
-                    place: format!("the route of request {request}"),
-                    what,
-                };
-                let n: i32 = r.get(0);
-                let n = u32::try_from(n).map_err(|_| corrupt(format!("step number {n}")))?;
-                let level: i32 = r.get(2);
-                let level = u32::try_from(level).map_err(|_| corrupt(format!("level {level}")))?;
-                let kind: String = r.get(1);
-                let kind = RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
-                    path: self.location_str().to_owned(),
-                    place: format!("route {n} of request {request}"),
-                    what: format!("unknown route kind {kind:?}"),
-                })?;
-                Ok(Route {
-                    request,
-                    n,
-                    step: RouteStep {
-                        kind,
-                        level,
-                        group: r.get(3),
-                        reason: r.get(4),
-                        repair_of: r.get(5),
-                        detail: interlock::approval::parse_detail(&r.get::<_, String>(6)),
-                    },
+                let row = StoredRoute {
+                    n: i64::from(r.get::<_, i32>(0)),
+                    kind: r.get(1),
+                    level: i64::from(r.get::<_, i32>(2)),
+                    group: r.get(3),
+                    reason: r.get(4),
+                    repair_of: r.get(5),
+                    detail: r.get(6),
                     at_ms: r.get(7),
+                    request: r.get(8),
+                };
+                let place = format!("route {} of request {}", row.n, row.request);
+                row.into_route().map_err(|what| JournalError::Corrupt {
+                    path: self.location_str().to_owned(),
+                    place,
+                    what,
                 })
             })
             .collect()

@@ -16,5 +16,7 @@ mod statement;
 pub use check::{Against, verdict};
 pub use directory::{Approver, Approvers, DirectoryError, Level, MAX_SLA_MS};
 pub use policy::{Action, Assessment, Condition, Policy, Rule};
-pub use route::{Route, RouteKind, RouteStep, admits, escalations, next_step, parse_detail};
+pub use route::{
+    Route, RouteKind, RouteStep, StoredRoute, admits, escalations, next_step, parse_detail,
+};
 pub use statement::{ApproverKey, SignedApproval, Statement};

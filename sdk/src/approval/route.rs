@@ -129,6 +129,53 @@ pub fn parse_detail(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
+/// A step as a store keeps it: its columns, as read, so every store decodes them alike.
+#[derive(Clone, Debug)]
+pub struct StoredRoute {
+    /// The request.
+    pub request: String,
+    /// The step's position.
+    pub n: i64,
+    /// The kind's label.
+    pub kind: String,
+    /// The level.
+    pub level: i64,
+    /// The group.
+    pub group: String,
+    /// Why.
+    pub reason: String,
+    /// The request a repair replaces.
+    pub repair_of: Option<String>,
+    /// The detail as JSON text.
+    pub detail: String,
+    /// When journaled.
+    pub at_ms: i64,
+}
+
+impl StoredRoute {
+    /// The step these columns hold, or what is wrong with them (an unknown kind, a position or
+    /// a level out of range): a damaged row is reported, never read as something else.
+    pub fn into_route(self) -> Result<Route, String> {
+        let kind = RouteKind::from_label(&self.kind)
+            .ok_or_else(|| format!("unknown route kind {:?}", self.kind))?;
+        let n = u32::try_from(self.n).map_err(|_| format!("step number {}", self.n))?;
+        let level = u32::try_from(self.level).map_err(|_| format!("level {}", self.level))?;
+        Ok(Route {
+            request: self.request,
+            n,
+            step: RouteStep {
+                kind,
+                level,
+                group: self.group,
+                reason: self.reason,
+                repair_of: self.repair_of,
+                detail: parse_detail(&self.detail),
+            },
+            at_ms: self.at_ms,
+        })
+    }
+}
+
 /// The escalations in `routes`.
 pub fn escalations(routes: &[Route]) -> impl Iterator<Item = &Route> {
     routes

@@ -204,6 +204,7 @@ impl SqliteJournal {
                 let version = get("schema_version")?.unwrap_or_default();
                 if version == "1" {
                     conn.execute_batch(UPGRADE_1_TO_2)
+                        .and_then(|()| conn.execute_batch(ROUTES))
                         .map_err(|e| self.err(e))?;
                     tracing::info!(path = %self.path, "upgraded the journal to schema version 2");
                     return Ok(((), true));
@@ -222,7 +223,9 @@ impl SqliteJournal {
                     why: format!("it holds a table named {other:?} and no journal marker"),
                 })
             } else {
-                conn.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
+                conn.execute_batch(SCHEMA)
+                    .and_then(|()| conn.execute_batch(ROUTES))
+                    .map_err(|e| self.err(e))?;
                 conn.execute(
                     "INSERT INTO interlock_meta (name, value) VALUES ('format', ?1), ('schema_version', ?2)",
                     params![FORMAT, SCHEMA_VERSION.to_string()],
@@ -407,35 +410,27 @@ CREATE TABLE leases (
     revoked_ms INTEGER,
     approval   TEXT
 );
+";
+
+/// Each request's steps through the approver groups (schema version 2).
+const ROUTES: &str = "
 CREATE TABLE routes (
-    request   TEXT NOT NULL,
-    n         INTEGER NOT NULL,
-    kind      TEXT NOT NULL,
-    level     INTEGER NOT NULL,
+    request    TEXT NOT NULL,
+    n          INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    level      INTEGER NOT NULL,
     group_name TEXT NOT NULL,
-    reason    TEXT NOT NULL,
-    repair_of TEXT,
-    detail    TEXT NOT NULL,
-    at_ms     INTEGER NOT NULL,
+    reason     TEXT NOT NULL,
+    repair_of  TEXT,
+    detail     TEXT NOT NULL,
+    at_ms      INTEGER NOT NULL,
     PRIMARY KEY (request, n)
 );
 ";
 
-/// Version 1 to 2: leases may carry a signed approval, and requests have routes.
+/// Version 1 to 2, with [`ROUTES`]: leases may carry a signed approval.
 const UPGRADE_1_TO_2: &str = "
 ALTER TABLE leases ADD COLUMN approval TEXT;
-CREATE TABLE routes (
-    request   TEXT NOT NULL,
-    n         INTEGER NOT NULL,
-    kind      TEXT NOT NULL,
-    level     INTEGER NOT NULL,
-    group_name TEXT NOT NULL,
-    reason    TEXT NOT NULL,
-    repair_of TEXT,
-    detail    TEXT NOT NULL,
-    at_ms     INTEGER NOT NULL,
-    PRIMARY KEY (request, n)
-);
 UPDATE interlock_meta SET value = '2' WHERE name = 'schema_version';
 ";
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::TxLeases;
 use super::sqlite::SqliteJournal;
-use crate::approval::{Route, RouteKind, RouteStep, admits, next_step, parse_detail};
+use crate::approval::{Route, RouteStep, StoredRoute, admits, next_step};
 use crate::core::LeaseVerdict;
 use crate::journal::{Journal, JournalError};
 use crate::lease::{Grant, LeaseError, LeaseStore, StoredGrant, verdict_of};
@@ -119,44 +119,29 @@ impl SqliteJournal {
         let mut st = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let rows = st
             .query_map(params, |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, u32>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, i64>(7)?,
-                    r.get::<_, String>(8)?,
-                ))
+                Ok(StoredRoute {
+                    n: r.get(0)?,
+                    kind: r.get(1)?,
+                    level: r.get(2)?,
+                    group: r.get(3)?,
+                    reason: r.get(4)?,
+                    repair_of: r.get(5)?,
+                    detail: r.get(6)?,
+                    at_ms: r.get(7)?,
+                    request: r.get(8)?,
+                })
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
         rows.into_iter()
-            .map(
-                |(n, kind, level, group, reason, repair_of, detail, at_ms, request)| {
-                    let kind =
-                        RouteKind::from_label(&kind).ok_or_else(|| JournalError::Corrupt {
-                            path: self.location().to_owned(),
-                            place: format!("route {n} of request {request}"),
-                            what: format!("unknown route kind {kind:?}"),
-                        })?;
-                    Ok(Route {
-                        request,
-                        n,
-                        step: RouteStep {
-                            kind,
-                            level,
-                            group,
-                            reason,
-                            repair_of,
-                            detail: parse_detail(&detail),
-                        },
-                        at_ms,
-                    })
-                },
-            )
+            .map(|row| {
+                let place = format!("route {} of request {}", row.n, row.request);
+                row.into_route().map_err(|what| JournalError::Corrupt {
+                    path: self.location().to_owned(),
+                    place,
+                    what,
+                })
+            })
             .collect()
     }
 
