@@ -18,11 +18,21 @@ use interlock_e2e::story::{self, Desk, Person};
 use serde_json::json;
 use worker_examples::approvals::Ending;
 
-/// A child process stopped when dropped.
+/// A child process, in a process group of its own, stopped with everything it started when
+/// dropped (chromedriver's browsers too, even when the test fails before closing them).
 struct Kill(Child);
+
+impl Kill {
+    fn spawn(cmd: &mut Command) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        Self(cmd.process_group(0).spawn().unwrap())
+    }
+}
 
 impl Drop for Kill {
     fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -197,7 +207,7 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
     // The inbox, as a person would start it.
     let inbox_port = free_port();
     let interlock = env.worker_bin.with_file_name("interlock");
-    let _inbox = Kill(
+    let _inbox = Kill::spawn(
         Command::new(&interlock)
             .args([
                 "inbox",
@@ -206,19 +216,15 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
                 &format!("127.0.0.1:{inbox_port}"),
             ])
             .envs(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stderr(std::fs::File::create(work.path().join("inbox.log")).unwrap())
-            .spawn()
-            .unwrap(),
+            .stderr(std::fs::File::create(work.path().join("inbox.log")).unwrap()),
     );
     wait_for_port(inbox_port, "the inbox");
     let driver_port = free_port();
-    let _driver = Kill(
+    let _driver = Kill::spawn(
         Command::new("chromedriver")
             .arg(format!("--port={driver_port}"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::null()),
     );
     wait_for_port(driver_port, "chromedriver");
     let base = format!("http://127.0.0.1:{inbox_port}");
