@@ -66,7 +66,9 @@ pub enum AuthError {
 struct State {
     challenges: HashMap<String, (String, i64)>,
     sessions: HashMap<String, Session>,
-    drafts: HashMap<String, (String, Statement, i64)>,
+    /// Draft id → the session it is for, the statement, the route step it was drafted from,
+    /// and when it lapses.
+    drafts: HashMap<String, (String, Statement, u32, i64)>,
     /// Route steps an approval or a refusal was delivered for, by whom, and when.
     decided: HashMap<(String, u32), (String, i64)>,
     denied: HashSet<String>,
@@ -190,11 +192,13 @@ impl Auth {
         self.state().sessions.remove(token);
     }
 
-    /// Keep `statement` for the session `token` to sign; returns the draft's id.
+    /// Keep `statement`, drafted from route step `n` of its request, for the session `token` to
+    /// sign; returns the draft's id.
     pub fn draft(
         &self,
         token: &str,
         statement: Statement,
+        n: u32,
         now_ms: i64,
     ) -> Result<String, AuthError> {
         let id = self::token();
@@ -202,24 +206,27 @@ impl Auth {
             return Err(AuthError::Busy);
         }
         let mut s = self.state();
-        s.drafts.retain(|_, (_, _, exp)| *exp > now_ms);
+        s.drafts.retain(|_, (_, _, _, exp)| *exp > now_ms);
         if s.drafts.len() >= MAX_DRAFTS {
             return Err(AuthError::Busy);
         }
-        s.drafts
-            .insert(id.clone(), (token.to_owned(), statement, now_ms + DRAFT_MS));
+        s.drafts.insert(
+            id.clone(),
+            (token.to_owned(), statement, n, now_ms + DRAFT_MS),
+        );
         Ok(id)
     }
 
-    /// The statement drafted as `draft` for the session `token`, once.
-    pub fn take_draft(&self, token: &str, draft: &str, now_ms: i64) -> Option<Statement> {
+    /// The statement drafted as `draft` for the session `token`, and the route step it was
+    /// drafted from, once.
+    pub fn take_draft(&self, token: &str, draft: &str, now_ms: i64) -> Option<(Statement, u32)> {
         let mut s = self.state();
         match s.drafts.get(draft) {
-            Some((owner, _, _)) if same(owner, token) => {}
+            Some((owner, ..)) if same(owner, token) => {}
             _ => return None,
         }
         match s.drafts.remove(draft) {
-            Some((_, st, exp)) if exp > now_ms => Some(st),
+            Some((_, st, n, exp)) if exp > now_ms => Some((st, n)),
             _ => None,
         }
     }
@@ -329,7 +336,7 @@ mod tests {
             expires_ms: 1,
             repair_of: None,
         };
-        let draft = auth.draft("session-a", st, 0).unwrap();
+        let draft = auth.draft("session-a", st, 0, 0).unwrap();
         assert!(auth.take_draft("session-b", &draft, 0).is_none());
         assert!(
             auth.take_draft("session-a", &draft, 0).is_some(),

@@ -514,7 +514,7 @@ async fn statement(
         repair_of: route.step.repair_of.clone(),
     };
     let bytes = base64::engine::general_purpose::STANDARD.encode(st.signed_bytes());
-    match inbox.auth.draft(&token, st, issued) {
+    match inbox.auth.draft(&token, st, route.n, issued) {
         Ok(draft) => Json(json!({ "draft": draft, "bytes": bytes })).into_response(),
         Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
@@ -537,7 +537,7 @@ async fn approve(
         Ok(x) => x,
         Err(e) => return json_error(StatusCode::FORBIDDEN, e),
     };
-    let Some(st) = inbox.auth.take_draft(&token, &b.draft, now(&inbox)) else {
+    let Some((st, n)) = inbox.auth.take_draft(&token, &b.draft, now(&inbox)) else {
         return json_error(
             StatusCode::CONFLICT,
             "the statement to sign is unknown, used or expired: reload the page and approve again",
@@ -564,23 +564,10 @@ async fn approve(
             AuthError::BadSignature(s.approver.clone()),
         );
     }
-    // The request may have escalated (or been approved) since the statement was drafted.
-    let route = match still_there(&inbox, &id, route_n(&inbox, &id).await, &s.approver).await {
-        Ok(r)
-            if r.step.group == approval.statement.group
-                && r.step.level == approval.statement.level =>
-        {
-            r
-        }
-        Ok(r) => {
-            return json_error(
-                StatusCode::CONFLICT,
-                format!(
-                    "request {id} is now with group {} at level {}: {} can no longer approve it",
-                    r.step.group, r.step.level, approval.statement.group
-                ),
-            );
-        }
+    // The request may have escalated (or been approved) since the statement was drafted from
+    // step `n`: steps are only appended, so the same step means the same group and level.
+    let route = match still_there(&inbox, &id, n, &s.approver).await {
+        Ok(r) => r,
         Err(r) => return r,
     };
     let Some(workflow) = route.step.detail["workflow_id"].as_str().map(str::to_owned) else {
@@ -607,15 +594,6 @@ async fn approve(
     };
     Json(json!({ "message": format!("You {what} {id}; its workflow checks your approval and sends it through the gate.") }))
         .into_response()
-}
-
-/// The latest step's position of request `id` (0 when unknown: the check that follows fails).
-async fn route_n(inbox: &Arc<Inbox>, id: &str) -> u32 {
-    items(inbox)
-        .await
-        .ok()
-        .and_then(|all| all.into_iter().find(|i| i.route.request == id))
-        .map_or(0, |i| i.route.n)
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@ use crate::approval::Route;
 use crate::core::decide::diff;
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
-use crate::journal::TxView;
+use crate::journal::{TxLeases, TxView};
 use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
 
@@ -37,9 +37,7 @@ impl Bound {
             let grant = catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease)));
             return (self.lease_in(tx, key, first), describe(grant, &[]));
         };
-        let read = catch_unwind(AssertUnwindSafe(|| {
-            Ok::<_, LeaseError>((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
-        }));
+        let read = read_in(leases, key, first);
         let verdict = self.judge(key, first, &read);
         let routes = match &read {
             Ok(Ok((_, routes))) => routes.clone(),
@@ -67,10 +65,7 @@ impl Bound {
                     .into(),
             };
         };
-        let read = catch_unwind(AssertUnwindSafe(|| {
-            Ok::<_, LeaseError>((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
-        }));
-        self.judge(key, first, &read)
+        self.judge(key, first, &read_in(leases, key, first))
     }
 
     /// The verdict on a grant and route read in the journal's transaction: a plain lease by its
@@ -155,6 +150,14 @@ impl Bound {
 
 /// A grant and the request's route, read in the journal's transaction.
 type GrantRead = std::thread::Result<Result<(Option<Grant>, Vec<Route>), LeaseError>>;
+
+/// `first`'s lease and `key`'s route as of the transaction `leases` reads in; a panic is kept
+/// as one, for [`Bound::judge`] to fail closed on.
+fn read_in(leases: &dyn TxLeases, key: &EffectKey, first: &Proposed) -> GrantRead {
+    catch_unwind(AssertUnwindSafe(|| {
+        Ok((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
+    }))
+}
 
 /// The grant as `AUTHORIZED` records it, with the request's route when a person was asked:
 /// evidence only, so a read that failed is recorded as such.
