@@ -4,6 +4,7 @@
 pub mod bench_report;
 pub mod cases;
 pub mod cell;
+pub mod day;
 pub mod payments_api;
 pub mod procs;
 pub mod report;

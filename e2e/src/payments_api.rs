@@ -216,14 +216,14 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
             .or_else(|| sim.intent_of(&Refunded::Charge(id.to_owned())));
         return match pi
             .as_deref()
-            .and_then(|pi| sim.eligible(pi).map(|e| (pi, e)))
+            .and_then(|pi| sim.read_order(pi).map(|f| (pi, f)))
         {
-            Some((pi, e)) => (
+            Some((pi, (eligible, flagged))) => (
                 200,
                 json!({
                     "payment_intent": pi,
-                    "eligible": e,
-                    "customer_flagged": sim.flagged(pi).unwrap_or(false),
+                    "eligible": eligible,
+                    "customer_flagged": flagged,
                 }),
                 false,
             ),

@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use interlock::JournalStore;
 use interlock::approval::{ApproverKey, Approvers, Policy, Route, SignedApproval, Statement};
 use interlock::core::Premises;
+use interlock::verify::{Sources, verify};
+use interlock::{EffectKey, JournalStore};
+use interlock_testkit::sim::SimTarget;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use temporalio_client::{
     Client, WorkflowGetResultOptions, WorkflowSignalOptions, WorkflowStartOptions,
 };
 use worker_examples::RefundRequest;
-use worker_examples::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial};
+use worker_examples::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial, Way};
 
 /// An hour, in ms.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -139,21 +141,28 @@ pub struct Desk {
 }
 
 impl Desk {
-    /// Start the approval workflow `workflow_id` for `request`.
+    /// Start the approval workflow `workflow_id` for `request`, through the gate.
     pub async fn ask(
         &self,
         workflow_id: &str,
         request: RefundRequest,
         sla_divisor: u32,
     ) -> anyhow::Result<()> {
+        let input = AskInput {
+            request,
+            sla_divisor,
+            max_repairs: 1,
+            way: Way::RulesAndGate,
+        };
+        self.start(workflow_id, input).await
+    }
+
+    /// Start the approval workflow `workflow_id` with `input`.
+    pub async fn start(&self, workflow_id: &str, input: AskInput) -> anyhow::Result<()> {
         self.client
             .start_workflow(
                 ApprovalWorkflow::run,
-                AskInput {
-                    request,
-                    sla_divisor,
-                    max_repairs: 1,
-                },
+                input,
                 WorkflowStartOptions::new(self.queue.as_str(), workflow_id).build(),
             )
             .await
@@ -236,4 +245,43 @@ pub fn workflow_of(route: &Route) -> anyhow::Result<String> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .with_context(|| format!("request {}'s route names no workflow", route.request))
+}
+
+/// `verify` on each key, with the payments API's records and the approver directory.
+pub fn verify_keys(
+    env: &crate::cell::Env,
+    directory: &Approvers,
+    keys: &[impl AsRef<str>],
+) -> anyhow::Result<Vec<Value>> {
+    let target = SimTarget(env.sim.clone());
+    let mut rows = Vec::new();
+    for k in keys {
+        let key = EffectKey::fixed(k.as_ref())?;
+        // The target's webhook may still be on its way for a refund just made.
+        let mut v;
+        let t0 = std::time::Instant::now();
+        loop {
+            v = verify(
+                env.journal.as_ref(),
+                &key,
+                &Sources {
+                    leases: Some(env.journal.as_ref()),
+                    records: Some(&target),
+                    approvers: Some(directory),
+                    ..Sources::default()
+                },
+            );
+            let confirmed = v
+                .columns
+                .iter()
+                .any(|c| c.name == "confirmed by target" && c.holds == Some(true));
+            let committed = v.outcome == Some(interlock::core::Status::Committed);
+            if confirmed || !committed || t0.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        rows.push(serde_json::to_value(&v).context("a verification")?);
+    }
+    Ok(rows)
 }

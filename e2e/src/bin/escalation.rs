@@ -14,15 +14,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
-use interlock::approval::{Approvers, RouteKind};
-use interlock::verify::{Sources, verify};
-use interlock::{EffectKey, Grant};
+use interlock::Grant;
+use interlock::approval::RouteKind;
 use interlock_e2e::procs::{WorkerProc, now_ms};
 use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
-use interlock_testkit::sim::SimTarget;
 use serde_json::{Value, json};
 use worker_examples::approvals::{AskReport, Ending};
 
@@ -253,7 +251,7 @@ fn main() -> anyhow::Result<()> {
     drop(worker);
 
     let reports = [&report_a, &report_b, &report_c, &report_d];
-    let table = verify_all(
+    let table = story::verify_keys(
         &env,
         &directory,
         &["req-a", "req-a-repair1", "req-b", "req-c"],
@@ -325,45 +323,6 @@ fn changes_of(detail: &Value) -> String {
                 .join(", ")
         })
         .unwrap_or_default()
-}
-
-/// `verify` on each key, with the payments API's records and the approver directory.
-fn verify_all(
-    env: &interlock_e2e::cell::Env,
-    directory: &Approvers,
-    keys: &[&str],
-) -> anyhow::Result<Vec<Value>> {
-    let target = SimTarget(env.sim.clone());
-    let mut rows = Vec::new();
-    for k in keys {
-        let key = EffectKey::fixed(*k)?;
-        // The target's webhook may still be on its way for a refund just made.
-        let mut v;
-        let t0 = std::time::Instant::now();
-        loop {
-            v = verify(
-                env.journal.as_ref(),
-                &key,
-                &Sources {
-                    leases: Some(env.journal.as_ref()),
-                    records: Some(&target),
-                    approvers: Some(directory),
-                    ..Sources::default()
-                },
-            );
-            let confirmed = v
-                .columns
-                .iter()
-                .any(|c| c.name == "confirmed by target" && c.holds == Some(true));
-            let committed = v.outcome == Some(interlock::core::Status::Committed);
-            if confirmed || !committed || t0.elapsed() > Duration::from_secs(10) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        rows.push(serde_json::to_value(&v).context("a verification")?);
-    }
-    Ok(rows)
 }
 
 fn column<'a>(row: &'a Value, name: &str) -> Option<&'a Value> {

@@ -52,6 +52,19 @@ impl SimRefund {
     }
 }
 
+/// A fact about a payment that moves while a refund of it is being decided (scripted by a
+/// harness): support refunds by hand, the shop marks the order ineligible, the customer is
+/// flagged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FactChange {
+    /// Support refunds this many cents by hand.
+    HandRefund(i64),
+    /// The shop marks the order (in)eligible.
+    Eligible(bool),
+    /// The shop flags (or clears) the customer.
+    Flagged(bool),
+}
+
 /// How the service answers a create-refund call, in HTTP terms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SimResponse {
@@ -105,6 +118,8 @@ struct World {
     error_before_apply: u32,
     hold_next: Option<Arc<Stall>>,
     hold_after_apply: Option<Arc<Stall>>,
+    holds_on: HashMap<String, Arc<Stall>>,
+    after_order_read: HashMap<String, Vec<FactChange>>,
     held_reached: bool,
     requests: u64,
     delay: Duration,
@@ -292,6 +307,50 @@ impl SimPayments {
         self.world().hold_next = Some(stall);
     }
 
+    /// Make `change` to a payment's facts now.
+    pub fn change(&self, payment_intent: &str, change: &FactChange) {
+        match *change {
+            FactChange::HandRefund(amount) => self.hand_refund(payment_intent, amount),
+            FactChange::Eligible(e) => self.set_eligible(payment_intent, e),
+            FactChange::Flagged(f) => self.set_flagged(payment_intent, f),
+        }
+    }
+
+    /// Make `change` right after the shop next answers for the order behind `payment_intent`:
+    /// whoever read the facts decides on them as they were, and everyone after sees them moved.
+    pub fn after_order_read(&self, payment_intent: &str, change: FactChange) {
+        self.world()
+            .after_order_read
+            .entry(payment_intent.to_owned())
+            .or_default()
+            .push(change);
+    }
+
+    /// The shop's answer for the order behind `payment_intent` — eligible, customer flagged —
+    /// after which the changes scheduled for this read are made.
+    pub fn read_order(&self, payment_intent: &str) -> Option<(bool, bool)> {
+        let (facts, due) = {
+            let mut w = self.world();
+            let facts = w
+                .intents
+                .get(payment_intent)
+                .map(|i| (i.eligible, i.flagged));
+            (facts, w.after_order_read.remove(payment_intent))
+        };
+        for c in due.iter().flatten() {
+            self.change(payment_intent, c);
+        }
+        facts
+    }
+
+    /// Apply the first create that refunds `payment_intent` from now on, then hold its response
+    /// until `stall` is released (the refund made, its answer not yet delivered).
+    pub fn hold_response_on(&self, payment_intent: &str, stall: Arc<Stall>) {
+        self.world()
+            .holds_on
+            .insert(payment_intent.to_owned(), stall);
+    }
+
     /// Whether the order behind a payment is eligible for refunds (the shop's fact).
     pub fn eligible(&self, payment_intent: &str) -> Option<bool> {
         self.world().intents.get(payment_intent).map(|i| i.eligible)
@@ -433,12 +492,15 @@ impl SimPayments {
                 };
                 w.keys.insert(k.to_owned(), entry);
             }
-            let held = w.hold_after_apply.take();
-            w.held_reached |= held.is_some();
             let created = match &response {
                 SimResponse::Created(_) | SimResponse::ServerError(_) => w.refunds.last().cloned(),
                 _ => None,
             };
+            let held = w.hold_after_apply.take().or_else(|| {
+                let pi = &created.as_ref()?.payment_intent;
+                w.holds_on.remove(pi)
+            });
+            w.held_reached |= held.is_some();
             (response, held, created)
         };
         if let Some(r) = &created {

@@ -15,7 +15,7 @@ use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-use super::{Assessed, Offer, RouteArgs};
+use super::{Assessed, Offer, Opened, RouteArgs};
 use crate::activities::Deps;
 use crate::model::{Decision, RefundRequest};
 
@@ -166,6 +166,44 @@ impl ApprovalActivities {
                     LeaseError::Invalid(m) => fatal(m),
                     other => retry(other),
                 })
+        })
+        .await
+    }
+
+    /// Route a request to its first level — unless the journal already has it, routed by
+    /// another workflow (a second delivery of the same request), which the journal decides: of
+    /// two deliveries routing at once, the one journaled first holds the request.
+    #[activity(name = "open")]
+    pub async fn open(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        args: RouteArgs,
+    ) -> Result<Opened, ActivityError> {
+        let deps = self.deps.clone();
+        blocking(move || {
+            let ours = args.step.detail.get("workflow_id").cloned();
+            let holder = |r: &Route| {
+                let theirs = r.step.detail.get("workflow_id").cloned();
+                (theirs != ours).then(|| Opened::Duplicate {
+                    workflow_id: theirs
+                        .as_ref()
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                })
+            };
+            let journal = deps.journal();
+            let routes = journal.routes(&args.request_id).map_err(retry)?;
+            if let Some(dup) = routes.first().and_then(holder) {
+                return Ok(dup);
+            }
+            let route = journal
+                .route(&args.request_id, &args.step)
+                .map_err(|e| match e {
+                    LeaseError::Invalid(m) => fatal(m),
+                    other => retry(other),
+                })?;
+            Ok(holder(&route).unwrap_or(Opened::Routed(route)))
         })
         .await
     }

@@ -29,6 +29,52 @@ pub struct AskInput {
     pub sla_divisor: u32,
     /// How many stale-premise repairs may come back to a person.
     pub max_repairs: u32,
+    /// How the request is decided and sent (the approval day compares the three).
+    #[serde(default)]
+    pub way: Way,
+}
+
+/// How a request is decided and sent.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Way {
+    /// Every delivery goes to a person; the approved refund is sent with Temporal's recommended
+    /// idempotency key (workflow run + activity id), nothing re-checked at the send.
+    EveryoneByHand,
+    /// The policy clears, refuses or routes each delivery; the refund is sent with Temporal's
+    /// recommended idempotency key, nothing re-checked at the send.
+    RulesAlone,
+    /// The policy, then the gate: the request's own key, the journal, the lease (the rules' or a
+    /// person's signed approval) and the premises checked at the send.
+    #[default]
+    RulesAndGate,
+}
+
+impl Way {
+    /// Every way, in table order.
+    pub const ALL: [Way; 3] = [Way::EveryoneByHand, Way::RulesAlone, Way::RulesAndGate];
+
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::EveryoneByHand => "everyone_by_hand",
+            Way::RulesAlone => "rules_alone",
+            Way::RulesAndGate => "rules_and_gate",
+        }
+    }
+}
+
+/// How the first routing of a request went.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum Opened {
+    /// Routed to the first level, for this workflow to wait on.
+    Routed(interlock::approval::Route),
+    /// The journal already has the request, routed by another workflow: this delivery is a
+    /// duplicate.
+    Duplicate {
+        /// The workflow that holds the request.
+        workflow_id: String,
+    },
 }
 
 /// What `assess` found: the decision and the policy's verdict on it.
@@ -118,6 +164,8 @@ pub enum Ending {
     ClosedByRepair,
     /// The last level's SLA ran out with no decision.
     Expired,
+    /// Another delivery of the same request already holds it.
+    Duplicate,
     /// The refund step ended otherwise (failed, ambiguous, an error).
     #[default]
     Other,
@@ -148,6 +196,9 @@ pub struct AskReport {
     pub decision_ms: Option<i64>,
     /// The refund step's report.
     pub refund: Option<RefundReport>,
+    /// The workflow holding the request, when this delivery was a duplicate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
 }
 
 /// The signal that carries an approval.

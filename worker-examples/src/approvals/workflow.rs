@@ -19,11 +19,13 @@ use temporalio_sdk::{
 
 use super::activities::{AcceptArgs, Acceptance, ApprovalActivities};
 use super::{
-    AskInput, AskReport, AskStatus, Denial, Ending, Escalation, Offer, Returned, RouteArgs,
+    AskInput, AskReport, AskStatus, Denial, Ending, Escalation, Offer, Opened, Returned, RouteArgs,
+    Way,
 };
 use crate::activities::RefundActivities;
-use crate::model::{Decision, Reported};
+use crate::model::{Decision, RefundReport, Reported, System};
 use crate::workflow::{failure_details, refund_options, report_of, retry};
+use interlock_temporal::FailureDetails;
 
 /// A person's decision, as signalled.
 #[derive(Clone, Debug)]
@@ -225,6 +227,33 @@ impl ApprovalWorkflow {
 }
 
 impl ApprovalWorkflow {
+    /// Send the refund `decision` names the way the request is sent: through the gate, or with
+    /// Temporal's recommended idempotency key and nothing re-checked.
+    async fn send(
+        ctx: &mut WorkflowContext<Self>,
+        way: Way,
+        decision: &Decision,
+        activity_id: &str,
+    ) -> (RefundReport, Option<FailureDetails>) {
+        let res = if way == Way::RulesAndGate {
+            ctx.execute_activity(
+                RefundActivities::refund_gated,
+                decision.clone(),
+                refund_options(activity_id),
+            )
+            .await
+        } else {
+            ctx.execute_activity(
+                RefundActivities::refund_keyed,
+                decision.clone(),
+                refund_options(activity_id),
+            )
+            .await
+        };
+        let details = res.as_ref().err().and_then(failure_details);
+        (report_of(res), details)
+    }
+
     /// Journal that `decision`'s request closed with no approval, so nothing signed for it
     /// before can be granted or sent afterwards.
     async fn close(
@@ -257,38 +286,49 @@ impl ApprovalWorkflow {
         input: AskInput,
     ) -> WorkflowResult<AskReport> {
         let started = now_ms(ctx);
+        let way = input.way;
+        let mut request = input.request.clone();
+        if way != Way::RulesAndGate {
+            // Without the gate nothing knows a request by its own id: each delivery is its own
+            // request, to a person and to the payments API.
+            request.request_id = ctx.workflow_id().to_owned();
+            request.system = System::Keyed;
+        }
         let mut report = AskReport {
-            request_id: input.request.request_id.clone(),
+            request_id: request.request_id.clone(),
             ..AskReport::default()
         };
         let assessed = ctx
             .execute_activity(
                 ApprovalActivities::assess,
-                input.request.clone(),
+                request.clone(),
                 short("assess".into()),
             )
             .await?;
         let mut decision = assessed.decision;
-        let (rule, fired) = match assessed.assessment {
+        let assessment = if way == Way::EveryoneByHand {
+            Assessment::NeedsJudgment {
+                rule: "everyone_by_hand".into(),
+                fired: Vec::new(),
+            }
+        } else {
+            assessed.assessment
+        };
+        let (rule, fired) = match assessment {
             Assessment::Cleared => {
-                let lease = ctx
-                    .execute_activity(
-                        ApprovalActivities::clear,
-                        decision.clone(),
-                        short("clear".into()),
-                    )
-                    .await?;
-                decision.request.lease = lease;
-                let refund = report_of(
-                    ctx.execute_activity(
-                        RefundActivities::refund_gated,
-                        decision.clone(),
-                        refund_options("refund"),
-                    )
-                    .await,
-                );
+                if way == Way::RulesAndGate {
+                    let lease = ctx
+                        .execute_activity(
+                            ApprovalActivities::clear,
+                            decision.clone(),
+                            short("clear".into()),
+                        )
+                        .await?;
+                    decision.request.lease = lease;
+                }
+                let (refund, _) = Self::send(ctx, way, &decision, "refund").await;
                 report.ending = match refund.outcome {
-                    Reported::Committed => Ending::ClearedNoPerson,
+                    Reported::Committed | Reported::Refunded => Ending::ClearedNoPerson,
                     Reported::Refused => Ending::RefusedAtSend,
                     _ => Ending::Other,
                 };
@@ -323,7 +363,18 @@ impl ApprovalWorkflow {
                 json!({"rule": rule, "fired": fired}),
             ),
         };
-        Self::journal_route(ctx, &input.request.request_id, step).await?;
+        let args = RouteArgs {
+            request_id: request.request_id.clone(),
+            step,
+        };
+        let opened = ctx
+            .execute_activity(ApprovalActivities::open, args, short("open".into()))
+            .await?;
+        if let Opened::Duplicate { workflow_id } = opened {
+            report.ending = Ending::Duplicate;
+            report.duplicate_of = Some(workflow_id);
+            return Ok(report);
+        }
         let mut level = 0;
         loop {
             let mut w = Waiting {
@@ -353,18 +404,10 @@ impl ApprovalWorkflow {
             report.decision_ms.get_or_insert(now_ms(ctx) - started);
             decision.request.lease = lease;
             let id = format!("refund-{}", decision.request.request_id);
-            let res = ctx
-                .execute_activity(
-                    RefundActivities::refund_gated,
-                    decision.clone(),
-                    refund_options(&id),
-                )
-                .await;
-            let details = res.as_ref().err().and_then(failure_details);
-            let refund = report_of(res);
+            let (refund, details) = Self::send(ctx, way, &decision, &id).await;
             report.sent_as = Some(decision.request.request_id.clone());
             match (refund.outcome, details) {
-                (Reported::Committed, _) => {
+                (Reported::Committed | Reported::Refunded, _) => {
                     report.ending = if repairs > 0 {
                         Ending::ClosedByRepair
                     } else {
@@ -382,7 +425,7 @@ impl ApprovalWorkflow {
                     let repair = d.repairs[0].clone();
                     let old = decision.request.request_id.clone();
                     let mut again = decision.request.clone();
-                    again.request_id = format!("{}-repair{repairs}", input.request.request_id);
+                    again.request_id = format!("{}-repair{repairs}", request.request_id);
                     if let Ok(p) = RefundPayload::from_value(&repair.payload) {
                         again.amount = p.amount;
                     }
