@@ -30,7 +30,9 @@ pub enum Kind {
     Duplicate,
     /// The worker is SIGKILLed after the payments API made the refund and before it answered.
     CrashMidSend,
-    /// Support refunds the same amount by hand right after the request was decided.
+    /// Support refunds by hand right after the request was decided: every other one the whole
+    /// amount (it is paid already), the others a quarter of it (something else, such as
+    /// shipping: the request still stands).
     HandRefundBeforeSend,
     /// Over the limit, and after the person approves the order turns ineligible or the
     /// customer is flagged.
@@ -279,7 +281,14 @@ pub fn plan(mix: &Mix, seed: u64) -> Plan {
                     r.amount = amount(&mut rng, LIMIT + 100, 20_000);
                 }
             }
-            Kind::HandRefundBeforeSend => r.after_decision = Some(Change::HandRefund(r.amount)),
+            Kind::HandRefundBeforeSend => {
+                let part = if n % 2 == 0 {
+                    r.amount
+                } else {
+                    r.amount / 400 * 100
+                };
+                r.after_decision = Some(Change::HandRefund(part));
+            }
             Kind::FactsMoveAfterApproval => {
                 r.amount = amount(&mut rng, LIMIT + 100, 20_000);
                 r.after_approval = Some(if n % 2 == 0 {

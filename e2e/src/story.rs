@@ -104,12 +104,14 @@ pub fn directory(people: &[Person]) -> anyhow::Result<Approvers> {
     Ok(Approvers::from_json("story", &dir.to_string())?)
 }
 
-/// Refunds over $50 or for a flagged customer need a person; an ineligible order is refused.
+/// Refunds over $50 or for a flagged customer need a person; an ineligible order, or one others
+/// already refunded as much as is asked, is refused.
 pub fn policy() -> anyhow::Result<Policy> {
     Ok(serde_json::from_value(json!({ "rules": [
         { "name": "over_limit", "when": { "over": { "field": "amount", "max": 5000 } }, "then": "route" },
         { "name": "flagged_customer", "when": { "premise": { "premise": "customer_flagged", "equals": true } }, "then": "route" },
         { "name": "ineligible_order", "when": { "premise": { "premise": "order_eligible", "equals": false } }, "then": "refuse" },
+        { "name": "already_refunded", "when": { "at_least": { "premise": "refunded_by_others", "field": "amount" } }, "then": "refuse" },
     ]}))?)
 }
 

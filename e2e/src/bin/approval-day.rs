@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use interlock::approval::{Approvers, Route, RouteKind};
+use interlock::approval::{Approvers, Route, RouteKind, Scoreboard};
 use interlock_e2e::cell::Env;
 use interlock_e2e::day::{self, Kind, Mix, Plan};
 use interlock_e2e::procs::{WorkerProc, now_ms};
@@ -480,6 +480,15 @@ fn tally(
             .entry(e.as_str().unwrap_or("?").to_owned())
             .or_default() += 1;
     }
+    // With the gate the journal keeps its own count, which must agree with the harness's.
+    let journal_board = if way == Way::RulesAndGate {
+        serde_json::to_value(Scoreboard::read(
+            day.env.journal.as_ref(),
+            &format!("{}-r", prefix(way)),
+        )?)?
+    } else {
+        Value::Null
+    };
     let (receipts, verified) = if way == Way::RulesAndGate {
         let p = format!("{}-r", prefix(way));
         let keys: Vec<String> = day
@@ -523,6 +532,7 @@ fn tally(
         "receipts": receipts,
         "receipts_verified": verified,
         "endings": endings,
+        "journal_scoreboard": journal_board,
     }))
 }
 
@@ -561,6 +571,19 @@ fn goal(ways: &serde_json::Map<String, Value>) -> Vec<String> {
             "rules_and_gate settled {} of {} requests with no person, under 70%",
             g["cleared_no_person"], g["unique_requests"]
         ));
+    }
+    let board = &g["journal_scoreboard"];
+    for (field, want) in [
+        ("requests", "unique_requests"),
+        ("cleared_no_person", "sent_no_person"),
+    ] {
+        if board[field] != g[want] {
+            p.push(format!(
+                "rules_and_gate: the journal's scoreboard has {field} {}, the payments API's \
+                 records {}",
+                board[field], g[want]
+            ));
+        }
     }
     if n("receipts") == 0 || n("receipts_verified") != n("receipts") {
         p.push(format!(

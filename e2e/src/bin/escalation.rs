@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Parser;
 use interlock::Grant;
-use interlock::approval::RouteKind;
+use interlock::approval::{RouteKind, Scoreboard};
 use interlock_e2e::procs::{WorkerProc, now_ms};
 use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
@@ -256,7 +256,8 @@ fn main() -> anyhow::Result<()> {
         &directory,
         &["req-a", "req-a-repair1", "req-b", "req-c"],
     )?;
-    let board = scoreboard(&reports, &table);
+    // Counted from the journal alone, as `interlock scoreboard --prefix req-` counts it.
+    let board = serde_json::to_value(Scoreboard::read(env.journal.as_ref(), "req-")?)?;
     let refunds: Value = ["pi_story_a", "pi_story_b", "pi_story_c", "pi_story_d"]
         .iter()
         .map(|pi| {
@@ -270,7 +271,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<serde_json::Map<_, _>>()
         .into();
-    let problems = expectations(&reports, &table, &refunds);
+    let problems = expectations(&reports, &table, &refunds, &board);
     let record = json!({
         "sla_divisor": divisor,
         "steps": log.steps,
@@ -332,49 +333,38 @@ fn column<'a>(row: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|c| c["name"] == name)
 }
 
-fn scoreboard(reports: &[&AskReport], table: &[Value]) -> Value {
-    let count = |e: Ending| reports.iter().filter(|r| r.ending == e).count();
-    let mut by_reason = serde_json::Map::new();
-    for esc in reports.iter().flat_map(|r| &r.escalations) {
-        let n = by_reason
-            .get(&esc.reason)
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        by_reason.insert(esc.reason.clone(), json!(n + 1));
-    }
-    let mut times: Vec<i64> = reports.iter().filter_map(|r| r.decision_ms).collect();
-    times.sort_unstable();
-    // Nearest rank: the smallest time at least a fraction `q` of the decisions took.
-    let pick = |q: f64| {
-        (!times.is_empty()).then(|| {
-            let rank = (times.len() as f64 * q).ceil() as usize;
-            times[rank.clamp(1, times.len()) - 1]
-        })
-    };
-    let stale = reports
-        .iter()
-        .map(|r| r.rejected.len() + usize::from(r.returned.is_some()))
-        .sum::<usize>();
-    let confirmed = table
-        .iter()
-        .filter(|row| column(row, "confirmed by target").is_some_and(|c| c["holds"] == true))
-        .count();
-    json!({
-        "requests": reports.len(),
-        "cleared_no_person": count(Ending::ClearedNoPerson),
-        "sent_after_person": count(Ending::SentAfterPerson),
-        "closed_by_repair": count(Ending::ClosedByRepair),
-        "refused": count(Ending::RefusedByRule) + count(Ending::RefusedAtSend) + count(Ending::Denied),
-        "escalated_by_reason": by_reason,
-        "sla_breaches": reports.iter().map(|r| r.sla_breaches).sum::<u32>(),
-        "stale_approvals_caught": stale,
-        "time_to_decision_ms": { "median": pick(0.5), "p90": pick(0.9), "max": times.last() },
-        "confirmed_by_target": confirmed,
-    })
-}
-
-fn expectations(reports: &[&AskReport], table: &[Value], refunds: &Value) -> Vec<String> {
+fn expectations(
+    reports: &[&AskReport],
+    table: &[Value],
+    refunds: &Value,
+    board: &Value,
+) -> Vec<String> {
     let mut p = Vec::new();
+    // The journal's count agrees with the story: one request each way, one SLA breach.
+    for (field, want) in [
+        ("requests", 4),
+        ("cleared_no_person", 1),
+        ("sent_after_person", 1),
+        ("closed_by_repair", 1),
+        ("refused", 1),
+        ("open", 0),
+        ("sla_breaches", 1),
+        ("stale_approvals_caught", 1),
+        ("confirmed_by_target", 3),
+    ] {
+        if board[field] != want {
+            p.push(format!(
+                "the journal's scoreboard has {field} {}, not {want}",
+                board[field]
+            ));
+        }
+    }
+    if board["refused_by"]["rule"] != 1 {
+        p.push(format!(
+            "the journal's scoreboard refused {} by rule, not 1",
+            board["refused_by"]
+        ));
+    }
     let want = [
         Ending::ClosedByRepair,
         Ending::SentAfterPerson,
@@ -469,23 +459,28 @@ fn render(r: &Value) -> String {
         v.as_f64()
             .map_or("–".to_owned(), |ms| format!("{:.1} s", ms / 1000.0))
     };
-    let escalated = b["escalated_by_reason"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "none".into());
+    let listed = |v: &Value| {
+        v.as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "none".into())
+    };
+    let escalated = listed(&b["escalated_by_reason"]);
     let t = &b["time_to_decision_ms"];
     for (name, value) in [
         ("requests", b["requests"].to_string()),
         ("cleared with no person", b["cleared_no_person"].to_string()),
         ("sent after a person", b["sent_after_person"].to_string()),
         ("closed by repair", b["closed_by_repair"].to_string()),
-        ("refused", b["refused"].to_string()),
+        (
+            "refused",
+            format!("{} ({})", b["refused"], listed(&b["refused_by"])),
+        ),
         ("escalated, by reason", escalated),
         ("SLA breaches", b["sla_breaches"].to_string()),
         (

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use interlock::core::{EffectState, Event, Resolution};
 use interlock::journal::Record;
 use interlock::receipt::build;
 use interlock::{EffectKey, Gate, JournalStore, SystemClock, Tier};
@@ -223,89 +222,52 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
-    let i = ((sorted.len() as f64 - 1.0) * p).round();
-    sorted.get(i as usize).copied()
-}
-
-pub(crate) fn scoreboard(j: &dyn JournalStore, as_json: bool) -> anyhow::Result<()> {
-    let mut counts = std::collections::BTreeMap::<String, u64>::new();
-    let mut decision_ms = Vec::new();
-    let (mut requests, mut confirmed) = (0u64, 0u64);
-    for k in j.keys()? {
-        let records = j.history(&key(&k)?)?;
-        requests += 1;
-        if records
-            .iter()
-            .any(|r| matches!(r.event, Event::Confirmed(_)))
-        {
-            confirmed += 1;
-        }
-        let state = interlock::core::state::fold(records.iter().map(|r| (r.at_ms, &r.event)))?;
-        let label = match &state {
-            EffectState::Resolved {
-                resolution: Resolution::Committed(_),
-                ..
-            } => "committed".to_owned(),
-            EffectState::Resolved {
-                resolution: Resolution::Refused(r),
-                ..
-            } => format!("refused: {}", r.code),
-            EffectState::Resolved {
-                resolution: Resolution::Failed(_),
-                ..
-            } => "failed".to_owned(),
-            EffectState::Resolved {
-                resolution: Resolution::Ambiguous(_),
-                ..
-            } => "ambiguous".to_owned(),
-            EffectState::Resolved {
-                resolution: Resolution::AppliedTwice(_),
-                ..
-            } => "applied twice".to_owned(),
-            EffectState::InFlight { .. } => "in flight".to_owned(),
-            _ => "proposed".to_owned(),
-        };
-        *counts.entry(label).or_default() += 1;
-        if let EffectState::Resolved { .. } = state {
-            let resolved_at = records
-                .iter()
-                .find(|r| {
-                    matches!(
-                        &r.event,
-                        Event::Committed(_)
-                            | Event::Failed(_)
-                            | Event::Ambiguous(_)
-                            | Event::AppliedTwice(_)
-                    ) || matches!(&r.event, Event::Refused(x) if x.is_final)
-                })
-                .map(|r| r.at_ms);
-            if let (Some(end), Some(start)) = (resolved_at, records.first().map(|r| r.at_ms)) {
-                decision_ms.push(end - start);
-            }
-        }
-    }
-    decision_ms.sort_unstable();
-    let (p50, p90) = (percentile(&decision_ms, 0.5), percentile(&decision_ms, 0.9));
+pub(crate) fn scoreboard(j: &dyn JournalStore, prefix: &str, as_json: bool) -> anyhow::Result<()> {
+    let b = interlock::approval::Scoreboard::read(j, prefix)?;
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({ "requests": requests, "outcomes": counts, "confirmed": confirmed, "time_to_decision_ms": { "p50": p50, "p90": p90 } })
-            )?
-        );
+        println!("{}", serde_json::to_string_pretty(&b)?);
         return Ok(());
     }
-    println!("requests                          {requests}");
-    for (k, v) in &counts {
-        println!("  {k:<32}{v}");
+    let listed = |m: &std::collections::BTreeMap<String, usize>| {
+        if m.is_empty() {
+            return "none".to_owned();
+        }
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let ms = |v: Option<i64>| v.map_or("–".to_owned(), |v| format!("{:.1} s", v as f64 / 1000.0));
+    let t = &b.time_to_decision_ms;
+    for (name, value) in [
+        ("requests", b.requests.to_string()),
+        ("cleared with no person", b.cleared_no_person.to_string()),
+        ("sent after a person", b.sent_after_person.to_string()),
+        ("closed by repair", b.closed_by_repair.to_string()),
+        (
+            "refused",
+            format!("{} ({})", b.refused, listed(&b.refused_by)),
+        ),
+        ("open", b.open.to_string()),
+        ("escalated, by reason", listed(&b.escalated_by_reason)),
+        ("SLA breaches", b.sla_breaches.to_string()),
+        (
+            "stale approvals caught",
+            b.stale_approvals_caught.to_string(),
+        ),
+        (
+            "time to a person's decision",
+            format!(
+                "median {}  p90 {}  max {}",
+                ms(t.median),
+                ms(t.p90),
+                ms(t.max)
+            ),
+        ),
+        ("confirmed by the target", b.confirmed_by_target.to_string()),
+        ("effects by outcome", listed(&b.outcomes)),
+    ] {
+        println!("{name:<30}{value}");
     }
-    println!("confirmed by target               {confirmed}");
-    let ms = |v: Option<i64>| v.map_or("–".to_owned(), |v| format!("{v} ms"));
-    println!(
-        "time to decision                  p50 {}  p90 {}",
-        ms(p50),
-        ms(p90)
-    );
     Ok(())
 }

@@ -83,8 +83,12 @@ enum Command {
         #[command(subcommand)]
         what: inbox_cmd::InboxCmd,
     },
-    /// Counts and decision times, from the journal alone.
+    /// How the requests went — cleared with no person, sent after one, closed by repair,
+    /// refused, escalated, decision times — counted from the journal alone.
     Scoreboard {
+        /// Only the requests whose id starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -161,7 +165,9 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| true),
             // The inbox only reads the journal: the workflows write.
             Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| true),
-            Command::Scoreboard { json } => journal_cmd::scoreboard(&*read()?, json).map(|()| true),
+            Command::Scoreboard { prefix, json } => {
+                journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| true)
+            }
         }
     };
     match run() {

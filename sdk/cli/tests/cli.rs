@@ -76,7 +76,13 @@ fn a_new_user_can_list_show_score_and_manage_leases() {
     let score = cli(&j, &["scoreboard", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&score.stdout).unwrap();
     assert_eq!(v["requests"], 1);
-    assert_eq!(v["outcomes"]["committed"], 1);
+    assert_eq!(v["outcomes"]["COMMITTED"], 1);
+    assert_eq!(v["cleared_no_person"], 1, "a plain lease, never routed");
+    let score = text(&cli(&j, &["scoreboard", "--prefix", "nobody-"]));
+    assert!(
+        score.contains("requests") && score.contains(" 0"),
+        "{score}"
+    );
     let grant = cli(
         &j,
         &[

@@ -11,12 +11,14 @@ mod check;
 mod directory;
 mod policy;
 mod route;
+mod scoreboard;
 mod statement;
 
 pub use check::{Against, verdict};
 pub use directory::{Approver, Approvers, DirectoryError, Level, MAX_SLA_MS};
 pub use policy::{Action, Assessment, Condition, Policy, Rule};
 pub use route::{
-    Route, RouteKind, RouteStep, StoredRoute, admits, escalations, next_step, parse_detail,
+    Route, RouteKind, RouteStep, StoredRoute, admits, escalations, next_step, parse_detail, reason,
 };
+pub use scoreboard::{EffectSummary, ScoreError, Scoreboard, Times};
 pub use statement::{ApproverKey, SignedApproval, Statement};

@@ -27,6 +27,15 @@ pub enum Condition {
         /// The value that fires.
         equals: Value,
     },
+    /// The integer premise `premise` is at least the payload's integer `field` — such as
+    /// refunds by others already covering the amount asked (either one missing or not an
+    /// integer fires too).
+    AtLeast {
+        /// The premise's name.
+        premise: String,
+        /// The payload field it is compared with.
+        field: String,
+    },
 }
 
 /// What a rule does when it fires.
@@ -88,6 +97,15 @@ impl Condition {
                 .and_then(Value::as_i64)
                 .is_none_or(|v| v > *max),
             Self::Premise { premise, equals } => premises.get(premise).is_none_or(|v| v == equals),
+            Self::AtLeast { premise, field } => {
+                match (
+                    premises.get(premise).and_then(Value::as_i64),
+                    payload.get(field).and_then(Value::as_i64),
+                ) {
+                    (Some(p), Some(f)) => p >= f,
+                    _ => true,
+                }
+            }
         }
     }
 }
@@ -173,6 +191,36 @@ mod tests {
         assert!(matches!(
             p.assess(&json!({"amount": 1}), &Premises::new()),
             Assessment::Refused { rule } if rule == "ineligible_order"
+        ));
+    }
+
+    #[test]
+    fn refunds_by_others_that_cover_the_amount_refuse_it() {
+        let p: Policy = serde_json::from_value(json!({"rules": [
+            {"name": "already_refunded", "when": {"at_least": {"premise": "refunded_by_others", "field": "amount"}}, "then": "refuse"},
+        ]}))
+        .unwrap();
+        let others = |c: i64| -> Premises {
+            [("refunded_by_others".to_owned(), json!(c))]
+                .into_iter()
+                .collect()
+        };
+        let asked = json!({"amount": 2000});
+        assert_eq!(p.assess(&asked, &others(500)), Assessment::Cleared);
+        assert!(matches!(
+            p.assess(&asked, &others(2000)),
+            Assessment::Refused { .. }
+        ));
+        assert!(
+            matches!(
+                p.assess(&asked, &Premises::new()),
+                Assessment::Refused { .. }
+            ),
+            "unread, it cannot vouch"
+        );
+        assert!(matches!(
+            p.assess(&json!({}), &others(0)),
+            Assessment::Refused { .. }
         ));
     }
 }

@@ -17,9 +17,31 @@ pub enum RouteKind {
     Escalated,
     /// A refused request came back to its group as a repair to accept.
     Repair,
-    /// Closed with no approval: a person declined it, or the last level's SLA ran out. Nothing
-    /// may be approved or sent under it afterwards.
+    /// Closed with no approval: a rule refused it (its first and only step), a person declined
+    /// it, or the last level's SLA ran out. Nothing may be approved or sent under it afterwards.
     Closed,
+}
+
+/// The words a step's reason starts with, which the scoreboard counts by (the rest of the reason
+/// is for people: the rule that fired, who declined and why).
+pub mod reason {
+    /// A rule routed the request to a person.
+    pub const NEEDS_JUDGMENT: &str = "needs_judgment";
+    /// A level's SLA ran out and the request went up the chain.
+    pub const SLA_BREACH: &str = "sla_breach";
+    /// The last level's SLA ran out: closed with no decision.
+    pub const SLA_EXPIRED: &str = "sla_expired";
+    /// A person declined the request.
+    pub const DENIED: &str = "denied";
+    /// A rule refused the request before anyone saw it.
+    pub const REFUSED_BY_RULE: &str = "refused_by_rule";
+    /// The gate refused the send on facts that moved, and the request came back as a repair.
+    pub const STALE_PREMISE: &str = "stale_premise";
+
+    /// The leading word of `reason` (up to the first `:` or space).
+    pub fn class(reason: &str) -> &str {
+        reason.split([':', ' ']).next().unwrap_or(reason)
+    }
 }
 
 impl RouteKind {
@@ -75,8 +97,8 @@ pub struct Route {
     pub at_ms: i64,
 }
 
-/// Whether `step` may follow `last` (the request's latest step): the first step routes or
-/// reopens a request, an escalation moves exactly one level up, a closing step ends it, nothing
+/// Whether `step` may follow `last` (the request's latest step): the first step routes, reopens
+/// or (a rule's refusal) closes a request, an escalation moves exactly one level up, a closing step ends it, nothing
 /// follows a closing step, and a step already journaled is answered with itself (a retried
 /// workflow step). `Ok(Some(r))`: already there; `Ok(None)`: append; `Err`: why not.
 pub fn next_step<'a>(
@@ -96,14 +118,9 @@ pub fn next_step<'a>(
             "request {request} is closed ({}); nothing may follow",
             r.step.reason
         )),
-        None if !matches!(step.kind, RouteKind::Escalated | RouteKind::Closed) => Ok(None),
+        None if step.kind != RouteKind::Escalated => Ok(None),
         None => Err(format!(
-            "request {request} was never routed to a person, so it cannot {}",
-            if step.kind == RouteKind::Closed {
-                "close"
-            } else {
-                "escalate"
-            }
+            "request {request} was never routed to a person, so it cannot escalate"
         )),
         Some(r) if step.kind == RouteKind::Closed && step.level == r.step.level => Ok(None),
         Some(r)
@@ -258,7 +275,11 @@ mod tests {
         let routed = at(0, step(RouteKind::Routed, 0, "support"));
         let close = step(RouteKind::Closed, 0, "support");
         assert_eq!(next_step("q", Some(&routed), &close), Ok(None));
-        assert!(next_step("q", None, &close).is_err());
+        assert_eq!(
+            next_step("q", None, &close),
+            Ok(None),
+            "a rule's refusal closes a request no person saw"
+        );
         let closed = at(1, close.clone());
         assert_eq!(next_step("q", Some(&closed), &close), Ok(Some(&closed)));
         for later in [
@@ -268,5 +289,17 @@ mod tests {
         ] {
             assert!(next_step("q", Some(&closed), &later).is_err(), "{later:?}");
         }
+    }
+
+    #[test]
+    fn a_reason_is_counted_by_its_leading_word() {
+        assert_eq!(reason::class("denied by ana: duplicate"), reason::DENIED);
+        assert_eq!(reason::class("sla_expired at level 1"), reason::SLA_EXPIRED);
+        assert_eq!(
+            reason::class("needs_judgment: over_limit"),
+            reason::NEEDS_JUDGMENT
+        );
+        assert_eq!(reason::class("sla_breach"), reason::SLA_BREACH);
+        assert_eq!(reason::class(""), "");
     }
 }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use interlock::approval::{Assessment, RouteKind, RouteStep};
+use interlock::approval::{Assessment, RouteKind, RouteStep, reason};
 use interlock::core::RefusalCode;
 use interlock_stripe::refund::RefundPayload;
 use serde_json::{Value, json};
@@ -90,6 +90,17 @@ struct Waiting<'a> {
     chain: &'a [(String, i64)],
     divisor: i64,
     level: u32,
+}
+
+/// A refusal to bring back to a person.
+struct Again<'a> {
+    refused: &'a FailureDetails,
+    chain: &'a [(String, i64)],
+    level: u32,
+    /// The repair's request id.
+    id: String,
+    /// Which repair this is, from 1.
+    n: u32,
 }
 
 impl ApprovalWorkflow {
@@ -202,7 +213,7 @@ impl ApprovalWorkflow {
                     kind: RouteKind::Escalated,
                     level: w.level,
                     group: group.clone(),
-                    reason: "sla_breach".into(),
+                    reason: reason::SLA_BREACH.into(),
                     repair_of: None,
                     detail: detail(ctx.workflow_id(), w.decision, json!({})),
                 };
@@ -211,7 +222,7 @@ impl ApprovalWorkflow {
                     request_id: request.clone(),
                     level: w.level,
                     group,
-                    reason: "sla_breach".into(),
+                    reason: reason::SLA_BREACH.into(),
                 });
                 level_started = now_ms(ctx);
                 continue;
@@ -252,6 +263,72 @@ impl ApprovalWorkflow {
         };
         let details = res.as_ref().err().and_then(failure_details);
         (report_of(res), details)
+    }
+
+    /// Bring a stale-premise refusal of `decision` back to a person as a new decision: the
+    /// repair's payload under a new id, its premises read again, judged afresh by the policy —
+    /// `Some(rule)` when a rule refuses it (journaled, no person) — and journaled as a `REPAIR`
+    /// linked to the refused request, at the level the request was at.
+    async fn bring_back(
+        ctx: &mut WorkflowContext<Self>,
+        decision: &mut Decision,
+        again: Again<'_>,
+    ) -> WorkflowResult<Option<String>> {
+        let d = again.refused;
+        let repair = d.repairs[0].clone();
+        let old = decision.request.request_id.clone();
+        let mut asked = decision.request.clone();
+        asked.request_id = again.id;
+        if let Ok(p) = RefundPayload::from_value(&repair.payload) {
+            asked.amount = p.amount;
+        }
+        let re = ctx
+            .execute_activity(
+                ApprovalActivities::assess,
+                asked,
+                short(format!("assess-repair{}", again.n)),
+            )
+            .await?;
+        *decision = re.decision;
+        if let Assessment::Refused { rule } = re.assessment {
+            Self::refuse_by_rule(ctx, decision, &rule, Some(old)).await?;
+            return Ok(Some(rule));
+        }
+        let step = RouteStep {
+            kind: RouteKind::Repair,
+            level: again.level,
+            group: again.chain[again.level as usize].0.clone(),
+            reason: format!("{}: {}", reason::STALE_PREMISE, repair.kind),
+            repair_of: Some(old),
+            detail: detail(
+                ctx.workflow_id(),
+                decision,
+                json!({"changes": d.changes, "repair": repair}),
+            ),
+        };
+        let id = decision.request.request_id.clone();
+        Self::journal_route(ctx, &id, step).await?;
+        Ok(None)
+    }
+
+    /// Journal that a rule refused `decision`'s request (a repair of `repair_of`, if given)
+    /// before any person saw it: its route opens closed, so nothing can approve or send it.
+    async fn refuse_by_rule(
+        ctx: &mut WorkflowContext<Self>,
+        decision: &Decision,
+        rule: &str,
+        repair_of: Option<String>,
+    ) -> WorkflowResult<()> {
+        let step = RouteStep {
+            kind: RouteKind::Closed,
+            level: 0,
+            group: "policy".into(),
+            reason: format!("{}: {rule}", reason::REFUSED_BY_RULE),
+            repair_of,
+            detail: detail(ctx.workflow_id(), decision, json!({ "rule": rule })),
+        };
+        let id = decision.request.request_id.clone();
+        Self::journal_route(ctx, &id, step).await
     }
 
     /// Journal that `decision`'s request closed with no approval, so nothing signed for it
@@ -314,7 +391,17 @@ impl ApprovalWorkflow {
         } else {
             assessed.assessment
         };
-        let (rule, fired) = match assessment {
+        let divisor = i64::from(input.sla_divisor.max(1));
+        let chain = assessed.chain;
+        let comes_back = |d: &FailureDetails, repairs: u32| {
+            d.refusal == Some(RefusalCode::StalePremise)
+                && !d.repairs.is_empty()
+                && repairs < input.max_repairs
+                && !chain.is_empty()
+        };
+        // A stale-premise refusal to bring back to a person, with the refused send's report.
+        let mut back: Option<(FailureDetails, RefundReport)> = None;
+        match assessment {
             Assessment::Cleared => {
                 if way == Way::RulesAndGate {
                     let lease = ctx
@@ -326,57 +413,88 @@ impl ApprovalWorkflow {
                         .await?;
                     decision.request.lease = lease;
                 }
-                let (refund, _) = Self::send(ctx, way, &decision, "refund").await;
-                report.ending = match refund.outcome {
-                    Reported::Committed | Reported::Refunded => Ending::ClearedNoPerson,
-                    Reported::Refused => Ending::RefusedAtSend,
-                    _ => Ending::Other,
-                };
+                let (refund, details) = Self::send(ctx, way, &decision, "refund").await;
                 report.sent_as = Some(decision.request.request_id.clone());
-                report.refund = Some(refund);
-                return Ok(report);
+                match (refund.outcome, details) {
+                    (Reported::Committed | Reported::Refunded, _) => {
+                        report.ending = Ending::ClearedNoPerson;
+                        report.refund = Some(refund);
+                        return Ok(report);
+                    }
+                    // The rules cleared it on facts that moved since: a person judges the
+                    // repair (whether the other refund was this one is not a rule's call).
+                    (Reported::Refused, Some(d)) if comes_back(&d, 0) => back = Some((d, refund)),
+                    (outcome, _) => {
+                        report.ending = if outcome == Reported::Refused {
+                            Ending::RefusedAtSend
+                        } else {
+                            Ending::Other
+                        };
+                        report.refund = Some(refund);
+                        return Ok(report);
+                    }
+                }
             }
             Assessment::Refused { rule } => {
+                Self::refuse_by_rule(ctx, &decision, &rule, None).await?;
                 report.ending = Ending::RefusedByRule;
                 report.rule = Some(rule);
                 return Ok(report);
             }
-            Assessment::NeedsJudgment { rule, fired } => (rule, fired),
+            Assessment::NeedsJudgment { rule, fired } => {
+                report.rule = Some(rule.clone());
+                let step = RouteStep {
+                    kind: RouteKind::Routed,
+                    level: 0,
+                    group: chain[0].0.clone(),
+                    reason: format!("{}: {rule}", reason::NEEDS_JUDGMENT),
+                    repair_of: None,
+                    detail: detail(
+                        ctx.workflow_id(),
+                        &decision,
+                        json!({"rule": rule, "fired": fired}),
+                    ),
+                };
+                let args = RouteArgs {
+                    request_id: request.request_id.clone(),
+                    step,
+                };
+                let opened = ctx
+                    .execute_activity(ApprovalActivities::open, args, short("open".into()))
+                    .await?;
+                if let Opened::Duplicate { workflow_id } = opened {
+                    report.ending = Ending::Duplicate;
+                    report.duplicate_of = Some(workflow_id);
+                    return Ok(report);
+                }
+            }
             _ => {
                 report.ending = Ending::Other;
                 return Ok(report);
             }
-        };
-        report.rule = Some(rule.clone());
-        let divisor = i64::from(input.sla_divisor.max(1));
-        let chain = assessed.chain;
-        let mut repairs = 0;
-        let step = RouteStep {
-            kind: RouteKind::Routed,
-            level: 0,
-            group: chain[0].0.clone(),
-            reason: format!("needs_judgment: {rule}"),
-            repair_of: None,
-            detail: detail(
-                ctx.workflow_id(),
-                &decision,
-                json!({"rule": rule, "fired": fired}),
-            ),
-        };
-        let args = RouteArgs {
-            request_id: request.request_id.clone(),
-            step,
-        };
-        let opened = ctx
-            .execute_activity(ApprovalActivities::open, args, short("open".into()))
-            .await?;
-        if let Opened::Duplicate { workflow_id } = opened {
-            report.ending = Ending::Duplicate;
-            report.duplicate_of = Some(workflow_id);
-            return Ok(report);
         }
-        let mut level = 0;
+        let (mut level, mut repairs) = (0, 0);
         loop {
+            if let Some((d, refund)) = back.take() {
+                repairs += 1;
+                let again = Again {
+                    refused: &d,
+                    chain: &chain,
+                    level,
+                    id: format!("{}-repair{repairs}", request.request_id),
+                    n: repairs,
+                };
+                if let Some(rule) = Self::bring_back(ctx, &mut decision, again).await? {
+                    report.ending = Ending::RefusedByRule;
+                    report.rule = Some(rule);
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+                report.returned = Some(Returned {
+                    changes: d.changes.clone(),
+                    repairs: d.repairs.clone(),
+                });
+            }
             let mut w = Waiting {
                 decision: &decision,
                 chain: &chain,
@@ -388,13 +506,13 @@ impl ApprovalWorkflow {
             let (approver, lease) = match waited {
                 Waited::Approved { approver, lease } => (approver, lease),
                 Waited::Denied(d) => {
-                    let why = format!("denied by {}: {}", d.approver, d.reason);
+                    let why = format!("{} by {}: {}", reason::DENIED, d.approver, d.reason);
                     Self::close(ctx, &decision, &chain, level, why).await?;
                     report.ending = Ending::Denied;
                     return Ok(report);
                 }
                 Waited::Expired => {
-                    let why = format!("sla_expired at level {level}");
+                    let why = format!("{} at level {level}", reason::SLA_EXPIRED);
                     Self::close(ctx, &decision, &chain, level, why).await?;
                     report.ending = Ending::Expired;
                     return Ok(report);
@@ -416,62 +534,15 @@ impl ApprovalWorkflow {
                     report.refund = Some(refund);
                     return Ok(report);
                 }
-                (Reported::Refused, Some(d))
-                    if d.refusal == Some(RefusalCode::StalePremise)
-                        && !d.repairs.is_empty()
-                        && repairs < input.max_repairs =>
-                {
-                    repairs += 1;
-                    let repair = d.repairs[0].clone();
-                    let old = decision.request.request_id.clone();
-                    let mut again = decision.request.clone();
-                    again.request_id = format!("{}-repair{repairs}", request.request_id);
-                    if let Ok(p) = RefundPayload::from_value(&repair.payload) {
-                        again.amount = p.amount;
-                    }
-                    // A new decision: the premises read again, for the person to see and sign.
-                    let re = ctx
-                        .execute_activity(
-                            ApprovalActivities::assess,
-                            again,
-                            short(format!("assess-repair{repairs}")),
-                        )
-                        .await?;
-                    decision = re.decision;
-                    // The facts moved: the policy judges the repair afresh, and a rule that
-                    // refuses it ends it with no person.
-                    if let Assessment::Refused { rule } = re.assessment {
-                        report.ending = Ending::RefusedByRule;
-                        report.rule = Some(rule);
-                        report.refund = Some(refund);
-                        return Ok(report);
-                    }
-                    report.returned = Some(Returned {
-                        changes: d.changes.clone(),
-                        repairs: d.repairs.clone(),
-                    });
-                    let step = RouteStep {
-                        kind: RouteKind::Repair,
-                        level,
-                        group: chain[level as usize].0.clone(),
-                        reason: format!("stale_premise: {}", repair.kind),
-                        repair_of: Some(old),
-                        detail: detail(
-                            ctx.workflow_id(),
-                            &decision,
-                            json!({"changes": d.changes, "repair": repair}),
-                        ),
+                (Reported::Refused, Some(d)) if comes_back(&d, repairs) => {
+                    back = Some((d, refund));
+                }
+                (outcome, _) => {
+                    report.ending = if outcome == Reported::Refused {
+                        Ending::RefusedAtSend
+                    } else {
+                        Ending::Other
                     };
-                    let id = decision.request.request_id.clone();
-                    Self::journal_route(ctx, &id, step).await?;
-                }
-                (Reported::Refused, _) => {
-                    report.ending = Ending::RefusedAtSend;
-                    report.refund = Some(refund);
-                    return Ok(report);
-                }
-                _ => {
-                    report.ending = Ending::Other;
                     report.refund = Some(refund);
                     return Ok(report);
                 }
