@@ -92,6 +92,16 @@ struct Waiting<'a> {
     level: u32,
 }
 
+/// How bringing a refusal back went.
+enum Back {
+    /// It waits for a person.
+    Waiting,
+    /// A rule refused the repair.
+    RefusedByRule(String),
+    /// Another workflow holds the repair.
+    Duplicate(String),
+}
+
 /// A refusal to bring back to a person.
 struct Again<'a> {
     refused: &'a FailureDetails,
@@ -268,12 +278,13 @@ impl ApprovalWorkflow {
     /// Bring a stale-premise refusal of `decision` back to a person as a new decision: the
     /// repair's payload under a new id, its premises read again, judged afresh by the policy —
     /// `Some(rule)` when a rule refuses it (journaled, no person) — and journaled as a `REPAIR`
-    /// linked to the refused request, at the level the request was at.
+    /// linked to the refused request, at the level the request was at — unless another
+    /// workflow (a second delivery of the same request) brought it back first.
     async fn bring_back(
         ctx: &mut WorkflowContext<Self>,
         decision: &mut Decision,
         again: Again<'_>,
-    ) -> WorkflowResult<Option<String>> {
+    ) -> WorkflowResult<Back> {
         let d = again.refused;
         let repair = d.repairs[0].clone();
         let old = decision.request.request_id.clone();
@@ -292,7 +303,7 @@ impl ApprovalWorkflow {
         *decision = re.decision;
         if let Assessment::Refused { rule } = re.assessment {
             Self::refuse_by_rule(ctx, decision, &rule, Some(old)).await?;
-            return Ok(Some(rule));
+            return Ok(Back::RefusedByRule(rule));
         }
         let step = RouteStep {
             kind: RouteKind::Repair,
@@ -306,9 +317,20 @@ impl ApprovalWorkflow {
                 json!({"changes": d.changes, "repair": repair}),
             ),
         };
-        let id = decision.request.request_id.clone();
-        Self::journal_route(ctx, &id, step).await?;
-        Ok(None)
+        let args = RouteArgs {
+            request_id: decision.request.request_id.clone(),
+            step,
+        };
+        let id = format!("open-repair{}", again.n);
+        Ok(
+            match ctx
+                .execute_activity(ApprovalActivities::open, args, short(id))
+                .await?
+            {
+                Opened::Duplicate { workflow_id } => Back::Duplicate(workflow_id),
+                Opened::Routed(_) => Back::Waiting,
+            },
+        )
     }
 
     /// Journal that a rule refused `decision`'s request (a repair of `repair_of`, if given)
@@ -484,11 +506,20 @@ impl ApprovalWorkflow {
                     id: format!("{}-repair{repairs}", request.request_id),
                     n: repairs,
                 };
-                if let Some(rule) = Self::bring_back(ctx, &mut decision, again).await? {
-                    report.ending = Ending::RefusedByRule;
-                    report.rule = Some(rule);
-                    report.refund = Some(refund);
-                    return Ok(report);
+                match Self::bring_back(ctx, &mut decision, again).await? {
+                    Back::Waiting => {}
+                    Back::RefusedByRule(rule) => {
+                        report.ending = Ending::RefusedByRule;
+                        report.rule = Some(rule);
+                        report.refund = Some(refund);
+                        return Ok(report);
+                    }
+                    Back::Duplicate(workflow_id) => {
+                        report.ending = Ending::Duplicate;
+                        report.duplicate_of = Some(workflow_id);
+                        report.refund = Some(refund);
+                        return Ok(report);
+                    }
                 }
                 report.returned = Some(Returned {
                     changes: d.changes.clone(),
