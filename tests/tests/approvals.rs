@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use interlock::approval::{
-    ApproverKey, Approvers, RouteKind, RouteStep, SignedApproval, Statement,
+    ApproverKey, Approvers, RouteKind, RouteStep, Scoreboard, SignedApproval, Statement,
 };
 use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
@@ -671,6 +671,52 @@ fn a_lease_bound_to_one_request_authorizes_no_other(kind: Kind) {
     assert_eq!(d.refunded(), AMOUNT);
 }
 
+fn a_request_a_rule_refused_sends_nothing_under_any_lease_and_is_counted_so(kind: Kind) {
+    let d = Desk::new(kind);
+    let key = request(1);
+    let refused = RouteStep {
+        kind: RouteKind::Closed,
+        level: 0,
+        group: "policy".into(),
+        reason: "refused_by_rule: ineligible_order".into(),
+        repair_of: None,
+        detail: serde_json::Value::Null,
+    };
+    d.journal.route(key.as_str(), &refused).unwrap();
+    assert_eq!(
+        d.journal.route(key.as_str(), &refused).unwrap().n,
+        0,
+        "a second delivery's refusal is the first one"
+    );
+    let routed = RouteStep {
+        kind: RouteKind::Routed,
+        reason: "needs_judgment: over_limit".into(),
+        group: "support".into(),
+        ..refused.clone()
+    };
+    assert!(d.journal.route(key.as_str(), &routed).is_err());
+    let e = d.effect(&key, AMOUNT);
+    let approval = d.sign("ana", ANA, &e, "support", 0, T0 + HOUR);
+    let err = d
+        .journal
+        .grant_lease(&Grant::approved(approval, T0))
+        .unwrap_err();
+    assert!(err.to_string().contains("closed"), "{err}");
+    let rules = Grant::new("rules-r1", "rules", T0)
+        .scope("payment_intent", PAYMENT)
+        .cap("amount", AMOUNT)
+        .for_request(key.as_str());
+    d.journal.grant_lease(&rules).unwrap();
+    let mut under_rules = e;
+    under_rules.lease = "rules-r1".into();
+    refused_at_send(&d.submit(directory(ANA), &under_rules), "was closed");
+    assert_eq!(d.refunded(), 0);
+    let board = Scoreboard::read(d.journal.as_ref(), "").unwrap();
+    assert_eq!((board.requests, board.refused), (1, 1), "{board:?}");
+    assert_eq!(board.refused_by.get("rule"), Some(&1), "{board:?}");
+    assert_eq!(board.cleared_no_person, 0, "{board:?}");
+}
+
 /// PostgreSQL only: an escalation whose transaction is open when a dispatch reads the request's
 /// route. Steps are inserted, never updated, so locking the old step cannot order the dispatch
 /// after the new one; the request's route lock must.
@@ -743,4 +789,5 @@ interlock_tests::every_store!(
     a_revoked_approval_cannot_be_granted_again_however_its_signature_is_spelled,
     a_closed_request_takes_no_approval_and_sends_nothing,
     a_lease_bound_to_one_request_authorizes_no_other,
+    a_request_a_rule_refused_sends_nothing_under_any_lease_and_is_counted_so,
 );
