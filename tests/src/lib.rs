@@ -7,7 +7,6 @@ pub mod cases;
 pub mod gated;
 pub mod grpc;
 pub mod matrix;
-pub mod model;
 pub mod raw_sql;
 pub mod stores;
 pub mod system;

@@ -15,11 +15,11 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use interlock::core::decide::{plan_submit, plan_takeover};
-use interlock::core::state::fold;
-use interlock::core::tier::Effective;
-use interlock::core::transition::{self, Holding, RecoveryFacts, TierFacts};
-use interlock::core::{
+use interlock_core::decide::{plan_submit, plan_takeover};
+use interlock_core::state::fold;
+use interlock_core::tier::Effective;
+use interlock_core::transition::{self, Holding, RecoveryFacts, TierFacts};
+use interlock_core::{
     EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
     RecoveryPlan, SendAnswer, SubmitPlan, TakeoverPlan, TakeoverReason, Tier, Via,
 };
@@ -434,7 +434,7 @@ fn recheck(premise_ok: bool, lease_live: bool) -> Recheck {
     let now = premises(premise_ok);
     Recheck {
         lease: lease_verdict(lease_live),
-        changes: interlock::core::decide::diff(&premises(true), &now),
+        changes: interlock_core::decide::diff(&premises(true), &now),
         premises_now: now,
         premise_error: None,
     }

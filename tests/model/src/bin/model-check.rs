@@ -9,10 +9,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use interlock::core::mutants::{self, Mutant};
-use interlock_tests::model::check::{ModelReport, PROPERTIES, explore};
-use interlock_tests::model::configs::models;
-use interlock_tests::model::spec::Config;
+use interlock_core::mutants::{self, Mutant};
+use interlock_model::check::{ModelReport, PROPERTIES, explore};
+use interlock_model::configs::models;
+use interlock_model::spec::Config;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -119,7 +119,7 @@ fn main() -> anyhow::Result<()> {
     let md = markdown(&reports, &mutant_reports);
     print!("{md}");
     if !quick {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../results");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results");
         std::fs::create_dir_all(&dir)?;
         let json = serde_json::to_string_pretty(&serde_json::json!({
             "models": reports,
@@ -210,7 +210,7 @@ fn hunt(bug: Bug, configs: &[Config]) -> MutantReport {
 
 fn markdown(models: &[ModelReport], mutant_reports: &[MutantReport]) -> String {
     let mut md = String::from(
-        "# Model check\n\nRegenerate with `cargo run --release -p interlock-tests --bin model-check`. \
+        "# Model check\n\nRegenerate with `cargo run --release -p interlock-model --bin model-check`. \
          Every interleaving of the actors' steps, crashes, revocations, premise moves, service \
          faults and clock steps, up to each model's bounds, explored on the real decision core \
          (see `docs/model-check.md`).\n\n",

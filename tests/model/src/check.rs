@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
-use interlock::core::Tier;
+use interlock_core::Tier;
 use serde::Serialize;
 
 use super::spec::{Action, Breach, Config, Pc, State, actions, apply, calm_action, resolution};
@@ -317,8 +317,8 @@ pub fn describe(before: &State, action: Action, after: &State) -> String {
     format!("t={} {what}{notes}", before.now)
 }
 
-fn record_name(e: &interlock::core::Event) -> String {
-    use interlock::core::Event as E;
+fn record_name(e: &interlock_core::Event) -> String {
+    use interlock_core::Event as E;
     match e {
         E::Dispatched(d) => format!(
             "DISPATCHED(token {}, deadline {}{})",

@@ -1,7 +1,7 @@
 //! The configurations the model checker runs. Each keeps a few kinds of fault, so that together
 //! they cover every fault the model knows while each stays small enough to explore in full.
 
-use interlock::core::Tier;
+use interlock_core::Tier;
 
 use super::spec::{Binding, Config};
 
