@@ -26,7 +26,10 @@ pub enum Kind {
     Flagged,
     /// The order is not eligible for a refund.
     Ineligible,
-    /// A second delivery of an earlier request (the sender retried).
+    /// A second delivery of an earlier request, under the same Temporal workflow id (the
+    /// request's): every other one while the first is still running (Temporal refuses to start
+    /// it), the others after the first closed (a sender retrying after a timeout: Temporal
+    /// starts a new run).
     Duplicate,
     /// The worker is SIGKILLed after the payments API made the refund and before it answered.
     CrashMidSend,
@@ -213,6 +216,8 @@ pub struct Delivery {
     pub request: usize,
     /// Whether it repeats an earlier delivery.
     pub duplicate: bool,
+    /// A duplicate that arrives only once the first delivery's workflow has closed.
+    pub late: bool,
 }
 
 /// The day: its requests and their deliveries in arrival order.
@@ -302,7 +307,8 @@ pub fn plan(mix: &Mix, seed: u64) -> Plan {
         r.paid = 3 * r.amount;
         requests.push(r);
     }
-    let mut deliveries: Vec<(usize, bool)> = (0..requests.len()).map(|n| (n, false)).collect();
+    let mut deliveries: Vec<(usize, bool, bool)> =
+        (0..requests.len()).map(|n| (n, false, false)).collect();
     let of = |k: Kind| -> Vec<usize> {
         requests
             .iter()
@@ -320,23 +326,24 @@ pub fn plan(mix: &Mix, seed: u64) -> Plan {
     };
     let mut originals = spread(&routine, dups - n_over);
     originals.extend(spread(&over, n_over));
-    for original in originals {
+    for (k, original) in originals.into_iter().enumerate() {
         let at = deliveries
             .iter()
-            .position(|(n, dup)| *n == original && !dup)
+            .position(|(n, dup, _)| *n == original && !dup)
             .unwrap_or(0);
         let to = (at + 3).min(deliveries.len());
-        deliveries.insert(to, (original, true));
+        deliveries.insert(to, (original, true, k % 2 == 1));
     }
     Plan {
         requests,
         deliveries: deliveries
             .into_iter()
             .enumerate()
-            .map(|(d, (request, duplicate))| Delivery {
+            .map(|(d, (request, duplicate, late))| Delivery {
                 d,
                 request,
                 duplicate,
+                late,
             })
             .collect(),
     }
@@ -373,6 +380,7 @@ mod tests {
         assert_eq!(p.deliveries.len(), 100);
         assert_eq!(p.requests.len(), 94);
         assert_eq!(p.deliveries.iter().filter(|d| d.duplicate).count(), 6);
+        assert_eq!(p.deliveries.iter().filter(|d| d.late).count(), 3);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use interlock::{EffectKey, JournalStore};
 use interlock_testkit::sim::SimTarget;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use temporalio_client::errors::WorkflowStartError;
 use temporalio_client::{
     Client, WorkflowGetResultOptions, WorkflowSignalOptions, WorkflowStartOptions,
 };
@@ -161,15 +162,28 @@ impl Desk {
 
     /// Start the approval workflow `workflow_id` with `input`.
     pub async fn start(&self, workflow_id: &str, input: AskInput) -> anyhow::Result<()> {
-        self.client
+        if !self.deliver(workflow_id, input).await? {
+            bail!("workflow {workflow_id} is already running");
+        }
+        Ok(())
+    }
+
+    /// Deliver a request as workflow `workflow_id`: `false` when a workflow with that id is
+    /// still running, which Temporal refuses to start twice (a closed one gets a new run).
+    pub async fn deliver(&self, workflow_id: &str, input: AskInput) -> anyhow::Result<bool> {
+        match self
+            .client
             .start_workflow(
                 ApprovalWorkflow::run,
                 input,
                 WorkflowStartOptions::new(self.queue.as_str(), workflow_id).build(),
             )
             .await
-            .with_context(|| format!("starting {workflow_id}"))?;
-        Ok(())
+        {
+            Ok(_) => Ok(true),
+            Err(WorkflowStartError::AlreadyStarted { .. }) => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("starting {workflow_id}")),
+        }
     }
 
     /// Wait until `request`'s latest route step satisfies `ready`.

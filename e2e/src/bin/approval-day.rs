@@ -10,7 +10,7 @@
 
 #![allow(clippy::print_stdout)] // the report is printed
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -295,7 +295,7 @@ async fn play(
     day: &Day<'_>,
     way: Way,
     workers: &mut Workers<'_>,
-) -> anyhow::Result<(Vec<(usize, AskReport)>, Seen)> {
+) -> anyhow::Result<(Vec<(usize, Option<AskReport>)>, Seen)> {
     let (sim, p) = (&day.env.sim, prefix(way));
     let mut crashes: Vec<(Arc<Stall>, bool)> = Vec::new();
     for r in &day.plan.requests {
@@ -312,18 +312,13 @@ async fn play(
             crashes.push((stall, false));
         }
     }
-    // Where each inbox entry comes from: without the gate every delivery is its own request.
-    let mut inbox: HashMap<String, usize> = HashMap::new();
+    // Every delivery of a request is started under the request's id as its workflow id, the
+    // way Temporal deduplicates starts: a second start while the first runs is refused, one
+    // after it closed is a new run.
     let mut running = JoinSet::new();
     for d in &day.plan.deliveries {
         let r = &day.plan.requests[d.request];
-        let (workflow, request) = (format!("{p}-d{:03}", d.d), format!("{p}-r{:03}", r.n));
-        if way == Way::RulesAndGate {
-            inbox.insert(format!("{request}-repair1"), r.n);
-            inbox.insert(request.clone(), r.n);
-        } else {
-            inbox.insert(workflow.clone(), r.n);
-        }
+        let request = format!("{p}-r{:03}", r.n);
         let input = AskInput {
             request: story::refund(&request, &payment(way, r.n), r.amount),
             sla_divisor: day.args.sla_divisor,
@@ -331,11 +326,22 @@ async fn play(
             way,
         };
         let desk = day.desk.clone();
-        let (at, n) = (Duration::from_millis(day.args.arrival_ms * d.d as u64), d.d);
+        let (at, n, late) = (
+            Duration::from_millis(day.args.arrival_ms * d.d as u64),
+            d.d,
+            d.late,
+        );
         running.spawn(async move {
             tokio::time::sleep(at).await;
-            desk.start(&workflow, input).await?;
-            anyhow::Ok((n, desk.report(&workflow).await?))
+            if late {
+                closed(&desk, &request).await?;
+            }
+            let report = if desk.deliver(&request, input).await? {
+                Some(desk.report(&request).await?)
+            } else {
+                None
+            };
+            anyhow::Ok((n, report))
         });
     }
     let mut seen = Seen::default();
@@ -374,7 +380,7 @@ async fn play(
             }
         }
         for head in day.desk.journal.route_heads()? {
-            let Some(&n) = inbox.get(&head.request) else {
+            let Some(n) = request_of(p, &head.request) else {
                 continue;
             };
             let open = matches!(
@@ -392,6 +398,31 @@ async fn play(
     }
     reports.sort_by_key(|(d, _)| *d);
     Ok((reports, seen))
+}
+
+/// The request an inbox entry is for: `<way>-r<nnn>`, with a repair's or a run's suffix.
+fn request_of(prefix: &str, id: &str) -> Option<usize> {
+    id.strip_prefix(prefix)?
+        .strip_prefix("-r")?
+        .get(..3)?
+        .parse()
+        .ok()
+}
+
+/// Wait until the first delivery of `workflow` has closed.
+async fn closed(desk: &Desk, workflow: &str) -> anyhow::Result<()> {
+    let mut tries = 0;
+    loop {
+        match desk.report(workflow).await {
+            Ok(_) => return Ok(()),
+            // Its start may not have reached the server yet.
+            Err(_) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A person looks at `route` (request `n`) and approves or declines it by the day's judgment.
@@ -433,7 +464,7 @@ fn by_workflows(r: &SimRefund) -> bool {
 fn tally(
     day: &Day<'_>,
     way: Way,
-    reports: &[(usize, AskReport)],
+    reports: &[(usize, Option<AskReport>)],
     seen: &Seen,
 ) -> anyhow::Result<Value> {
     let sim = &day.env.sim;
@@ -475,10 +506,14 @@ fn tally(
     }
     let mut endings: BTreeMap<String, usize> = BTreeMap::new();
     for (_, rep) in reports {
-        let e = serde_json::to_value(rep.ending)?;
-        *endings
-            .entry(e.as_str().unwrap_or("?").to_owned())
-            .or_default() += 1;
+        let e = match rep {
+            Some(rep) => serde_json::to_value(rep.ending)?
+                .as_str()
+                .unwrap_or("?")
+                .to_owned(),
+            None => "deduplicated_at_start".to_owned(),
+        };
+        *endings.entry(e).or_default() += 1;
     }
     // With the gate the journal keeps its own count, which must agree with the harness's.
     let journal_board = if way == Way::RulesAndGate {
@@ -527,7 +562,11 @@ fn tally(
         "wrong_payout_cents": wrong_cents,
         "wrong_by_kind": wrong_by_kind,
         "missed_payouts": missed,
-        "escalations": reports.iter().map(|(_, r)| r.escalations.len()).sum::<usize>(),
+        "escalations": reports
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .map(|r| r.escalations.len())
+            .sum::<usize>(),
         "workers_killed": seen.kills,
         "receipts": receipts,
         "receipts_verified": verified,
@@ -585,6 +624,14 @@ fn goal(ways: &serde_json::Map<String, Value>) -> Vec<String> {
             ));
         }
     }
+    for field in ["sent_twice", "needs_a_look", "open"] {
+        if board[field] != 0 {
+            p.push(format!(
+                "rules_and_gate: the journal's scoreboard has {field} {}",
+                board[field]
+            ));
+        }
+    }
     if n("receipts") == 0 || n("receipts_verified") != n("receipts") {
         p.push(format!(
             "rules_and_gate: {} of {} receipts verify",
@@ -601,7 +648,10 @@ fn render(r: &Value) -> String {
          requests (seed {}), reviewed by a scripted population (support: ana and ben, ben away \
          for the requests first delivered at positions {}; managers: mia), three ways. A payout is wrong when a careful \
          reviewer, on the facts as they stood when the money went out, would not have paid it, \
-         or had paid it already.\n\n**Mix:** {}\n\n",
+         or had paid it already (every scripted change happens before any send, so those are \
+         the day's final facts). Every delivery starts the workflow under the request's id: a \
+         duplicate arriving while the first runs is refused by Temporal at the start; one \
+         arriving after the first closed is a new run.\n\n**Mix:** {}\n\n",
         r["deliveries"],
         r["unique_requests"],
         r["seed"],
@@ -630,11 +680,13 @@ fn render(r: &Value) -> String {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "–".into());
         md += &format!(
-            "| {name} | {} | {} of {} ({:.0}%) | {} | {} (${:.2}) | {kinds} | {} | {} | {} | {} of {} | {} |\n",
+            "| {name} | {} | {} of {} ({:.0}%): {} sent, {} refused | {} | {} (${:.2}) | {kinds} | {} | {} | {} | {} of {} | {} |\n",
             w["reviews"],
             w["cleared_no_person"],
             w["unique_requests"],
             w["cleared_no_person_share"].as_f64().unwrap_or(0.0) * 100.0,
+            w["sent_no_person"],
+            w["refused_no_person"],
             w["payouts"],
             w["wrong_payouts"],
             w["wrong_payout_cents"].as_f64().unwrap_or(0.0) / 100.0,

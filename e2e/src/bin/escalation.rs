@@ -348,6 +348,8 @@ fn expectations(
         ("closed_by_repair", 1),
         ("refused", 1),
         ("open", 0),
+        ("sent_twice", 0),
+        ("needs_a_look", 0),
         ("sla_breaches", 1),
         ("stale_approvals_caught", 1),
         ("confirmed_by_target", 3),

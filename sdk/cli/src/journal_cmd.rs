@@ -249,6 +249,8 @@ pub(crate) fn scoreboard(j: &dyn JournalStore, prefix: &str, as_json: bool) -> a
             format!("{} ({})", b.refused, listed(&b.refused_by)),
         ),
         ("open", b.open.to_string()),
+        ("needs a look (ambiguous)", b.needs_a_look.to_string()),
+        ("sent twice", b.sent_twice.to_string()),
         ("escalated, by reason", listed(&b.escalated_by_reason)),
         ("SLA breaches", b.sla_breaches.to_string()),
         (

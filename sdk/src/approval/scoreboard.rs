@@ -71,16 +71,23 @@ pub struct Scoreboard {
     pub closed_by_repair: usize,
     /// Closed with nothing sent.
     pub refused: usize,
-    /// The refusals by who or what refused: `rule`, `person`, `sla_expired`, `gate: <code>`.
+    /// The refusals by who or what refused: `rule`, `person`, `sla_expired`, `gate: <code>`,
+    /// `target: failed`.
     pub refused_by: BTreeMap<String, usize>,
-    /// Neither sent nor refused yet (waiting for a person, in flight, ambiguous).
+    /// Neither sent nor refused yet (waiting for a person, in flight).
     pub open: usize,
+    /// Unknowable from the journal (`AMBIGUOUS`): a person must look at the target.
+    pub needs_a_look: usize,
+    /// Requests that landed more than once: two of their keys committed (the request and a
+    /// repair), or the target holds one key twice (`APPLIED_TWICE`). Counted in the buckets
+    /// above as well; it should be 0.
+    pub sent_twice: usize,
     /// Escalations, by the reason's leading word.
     pub escalated_by_reason: BTreeMap<String, usize>,
     /// Levels whose SLA ran out (escalated, or closed at the last level).
     pub sla_breaches: usize,
-    /// Sends under a person's approval that the gate refused (the facts moved, the approval
-    /// died).
+    /// Sends under a person's approval that the gate refused because the facts moved since
+    /// the approval (`stale_premise`, at the send or at recovery).
     pub stale_approvals_caught: usize,
     /// From a request's routing to a person's decision (an approval's signing or a denial).
     pub time_to_decision_ms: Times,
@@ -204,7 +211,11 @@ impl Scoreboard {
             if let Some(s) = e.status {
                 *board.outcomes.entry(s.label().to_owned()).or_default() += 1;
             }
-            if e.status == Some(Status::Refused) && person(e) {
+            let stale = e
+                .refusal
+                .as_deref()
+                .is_some_and(|c| c.starts_with("stale_premise"));
+            if stale && person(e) {
                 board.stale_approvals_caught += 1;
             }
         }
@@ -255,11 +266,22 @@ impl Scoreboard {
                     decisions.push((at - first.at_ms).max(0));
                 }
             }
-            let sent = chain
+            let effects_of: Vec<&EffectSummary> = chain
                 .iter()
-                .filter_map(|k| by_key.get(k))
-                .find(|e| e.status == Some(Status::Committed));
-            if let Some(e) = sent {
+                .filter_map(|k| by_key.get(k).copied())
+                .collect();
+            let landed: Vec<&EffectSummary> = effects_of
+                .iter()
+                .copied()
+                .filter(|e| matches!(e.status, Some(Status::Committed | Status::AppliedTwice)))
+                .collect();
+            board.sent_twice += usize::from(
+                landed.len() > 1
+                    || landed
+                        .iter()
+                        .any(|e| e.status == Some(Status::AppliedTwice)),
+            );
+            if let Some(e) = landed.first() {
                 board.confirmed_by_target += usize::from(e.confirmed);
                 if e.key != *root {
                     board.closed_by_repair += 1;
@@ -290,11 +312,19 @@ impl Scoreboard {
                     .find_map(|e| e.refusal.as_ref())
                     .map(|code| format!("gate: {code}")),
             };
-            match refused_by {
+            let failed = effects_of
+                .iter()
+                .any(|e| e.status == Some(Status::Failed))
+                .then(|| "target: failed".to_owned());
+            let ambiguous = effects_of
+                .iter()
+                .any(|e| e.status == Some(Status::Ambiguous));
+            match refused_by.or(failed) {
                 Some(by) => {
                     board.refused += 1;
                     *board.refused_by.entry(by).or_default() += 1;
                 }
+                None if ambiguous => board.needs_a_look += 1,
                 None => board.open += 1,
             }
         }
@@ -450,5 +480,34 @@ mod tests {
         );
         assert_eq!(board.confirmed_by_target, 3);
         assert_eq!(board.outcomes.get("COMMITTED"), Some(&3));
+        assert_eq!((board.sent_twice, board.needs_a_look), (0, 0));
+    }
+
+    #[test]
+    fn a_request_that_landed_twice_or_is_unknowable_is_called_out() {
+        let leases = HashMap::new();
+        let repair = step(
+            "a-repair1",
+            0,
+            RouteKind::Repair,
+            "stale_premise: still_fits",
+            5,
+        );
+        let routes: BTreeMap<String, Vec<Route>> = [("a-repair1".to_owned(), vec![repair])]
+            .into_iter()
+            .collect();
+        let effects = vec![
+            effect("a", "rules-a", Status::Committed),
+            effect("a-repair1", "x", Status::Committed),
+            effect("b", "rules-b", Status::AppliedTwice),
+            effect("c", "rules-c", Status::Ambiguous),
+            effect("d", "rules-d", Status::Failed),
+        ];
+        let board = Scoreboard::count(&effects, &routes, &leases);
+        assert_eq!(board.requests, 4, "{board:?}");
+        assert_eq!(board.sent_twice, 2, "a and its repair both landed; b twice");
+        assert_eq!(board.needs_a_look, 1, "c");
+        assert_eq!(board.refused_by.get("target: failed"), Some(&1), "d");
+        assert_eq!(board.open, 0);
     }
 }

@@ -28,6 +28,18 @@ pub struct ApprovalActivities {
     pub deps: Arc<Deps>,
 }
 
+/// The rules' lease for a request, or who holds the request instead.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Clearance {
+    /// Granted as this lease.
+    Granted(String),
+    /// A person holds the request (another run routed it): the rules do not clear it.
+    Held {
+        /// The workflow that routed it.
+        workflow_id: String,
+    },
+}
+
 /// A person's approval checked and granted, or why not.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Acceptance {
@@ -109,16 +121,26 @@ impl ApprovalActivities {
     }
 
     /// Grant the lease a request the policy cleared runs under: the rules' own, bound to this
-    /// request, scoped to the payment and capped at the amount.
+    /// request, scoped to the payment and capped at the amount — unless a person holds the
+    /// request (another run routed it; the gate would refuse the rules' lease on it anyway).
     #[activity(name = "clear")]
     pub async fn clear(
         self: Arc<Self>,
         _ctx: ActivityContext,
         decision: Decision,
-    ) -> Result<String, ActivityError> {
+    ) -> Result<Clearance, ActivityError> {
         let deps = self.deps.clone();
         blocking(move || {
             let r = &decision.request;
+            let routes = deps.journal().routes(&r.request_id).map_err(retry)?;
+            if let Some(first) = routes.first() {
+                return Ok(Clearance::Held {
+                    workflow_id: first.step.detail["workflow_id"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                });
+            }
             let id = format!("rules-{}", r.request_id);
             let refunded = r.refunded();
             let field = if r.payment.starts_with("ch_") {
@@ -133,7 +155,7 @@ impl ApprovalActivities {
                 .for_request(&r.request_id)
                 .expires(now + RULE_LEASE_MS);
             match deps.journal().grant_lease(&grant) {
-                Ok(()) => Ok(id),
+                Ok(()) => Ok(Clearance::Granted(id)),
                 // A retry after the grant committed.
                 Err(LeaseError::Invalid(_))
                     if deps
@@ -143,7 +165,7 @@ impl ApprovalActivities {
                         .iter()
                         .any(|g| g.id == id && g.approver == "rules") =>
                 {
-                    Ok(id)
+                    Ok(Clearance::Granted(id))
                 }
                 Err(e) => Err(retry(e)),
             }
@@ -170,9 +192,11 @@ impl ApprovalActivities {
         .await
     }
 
-    /// Route a request to its first level — unless the journal already has it, routed by
-    /// another workflow (a second delivery of the same request), which the journal decides: of
-    /// two deliveries routing at once, the one journaled first holds the request.
+    /// Open a request's route — routed to its first level, reopened as a repair, or closed by a
+    /// rule — unless the request is another workflow run's: routed by it (a second delivery, or
+    /// a later run under the same workflow id), or already decided with an effect in the
+    /// journal. The journal decides between two runs opening at once: the step journaled first
+    /// holds the request, and the other is answered with it.
     #[activity(name = "open")]
     pub async fn open(
         self: Arc<Self>,
@@ -181,11 +205,14 @@ impl ApprovalActivities {
     ) -> Result<Opened, ActivityError> {
         let deps = self.deps.clone();
         blocking(move || {
-            let ours = args.step.detail.get("workflow_id").cloned();
+            let run =
+                |v: &serde_json::Value| (v.get("workflow_id").cloned(), v.get("run_id").cloned());
+            let ours = run(&args.step.detail);
             let holder = |r: &Route| {
-                let theirs = r.step.detail.get("workflow_id").cloned();
+                let theirs = run(&r.step.detail);
                 (theirs != ours).then(|| Opened::Duplicate {
                     workflow_id: theirs
+                        .0
                         .as_ref()
                         .and_then(serde_json::Value::as_str)
                         .unwrap_or("")
@@ -197,13 +224,23 @@ impl ApprovalActivities {
             if let Some(dup) = routes.first().and_then(holder) {
                 return Ok(dup);
             }
-            let route = journal
-                .route(&args.request_id, &args.step)
-                .map_err(|e| match e {
-                    LeaseError::Invalid(m) => fatal(m),
-                    other => retry(other),
-                })?;
-            Ok(holder(&route).unwrap_or(Opened::Routed(route)))
+            let key =
+                EffectKey::fixed(args.request_id.clone()).map_err(|e| fatal(e.to_string()))?;
+            if routes.is_empty() && journal.state(&key).map_err(retry)?.status().is_some() {
+                // Sent or refused already, by a run the rules cleared it for.
+                return Ok(Opened::Duplicate {
+                    workflow_id: String::new(),
+                });
+            }
+            match journal.route(&args.request_id, &args.step) {
+                Ok(route) => Ok(holder(&route).unwrap_or(Opened::Routed(route))),
+                // Another run's step won the journal first: re-read and name it.
+                Err(LeaseError::Invalid(m)) => {
+                    let now = journal.routes(&args.request_id).map_err(retry)?;
+                    now.first().and_then(holder).ok_or_else(|| fatal(m))
+                }
+                Err(other) => Err(retry(other)),
+            }
         })
         .await
     }

@@ -17,7 +17,7 @@ use temporalio_sdk::{
     ActivityOptions, SyncWorkflowContext, WorkflowContext, WorkflowContextView, WorkflowResult,
 };
 
-use super::activities::{AcceptArgs, Acceptance, ApprovalActivities};
+use super::activities::{AcceptArgs, Acceptance, ApprovalActivities, Clearance};
 use super::{
     AskInput, AskReport, AskStatus, Denial, Ending, Escalation, Offer, Opened, Returned, RouteArgs,
     Way,
@@ -67,11 +67,12 @@ fn now_ms(ctx: &WorkflowContext<ApprovalWorkflow>) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// What the inbox shows a person for `decision`.
-fn detail(workflow_id: &str, decision: &Decision, extra: Value) -> Value {
+/// What the inbox shows a person for `decision`, and which workflow run holds it.
+fn detail(ctx: &WorkflowContext<ApprovalWorkflow>, decision: &Decision, extra: Value) -> Value {
     let r = &decision.request;
     let mut v = json!({
-        "workflow_id": workflow_id,
+        "workflow_id": ctx.workflow_id(),
+        "run_id": ctx.run_id(),
         "payment": r.payment,
         "amount": r.amount,
         "currency": r.currency,
@@ -225,7 +226,7 @@ impl ApprovalWorkflow {
                     group: group.clone(),
                     reason: reason::SLA_BREACH.into(),
                     repair_of: None,
-                    detail: detail(ctx.workflow_id(), w.decision, json!({})),
+                    detail: detail(ctx, w.decision, json!({})),
                 };
                 Self::journal_route(ctx, &request, step).await?;
                 report.escalations.push(Escalation {
@@ -302,8 +303,12 @@ impl ApprovalWorkflow {
             .await?;
         *decision = re.decision;
         if let Assessment::Refused { rule } = re.assessment {
-            Self::refuse_by_rule(ctx, decision, &rule, Some(old)).await?;
-            return Ok(Back::RefusedByRule(rule));
+            return Ok(
+                match Self::refuse_by_rule(ctx, decision, &rule, Some(old)).await? {
+                    Some(holder) => Back::Duplicate(holder),
+                    None => Back::RefusedByRule(rule),
+                },
+            );
         }
         let step = RouteStep {
             kind: RouteKind::Repair,
@@ -312,45 +317,61 @@ impl ApprovalWorkflow {
             reason: format!("{}: {}", reason::STALE_PREMISE, repair.kind),
             repair_of: Some(old),
             detail: detail(
-                ctx.workflow_id(),
+                ctx,
                 decision,
                 json!({"changes": d.changes, "repair": repair}),
             ),
         };
-        let args = RouteArgs {
-            request_id: decision.request.request_id.clone(),
-            step,
-        };
-        let id = format!("open-repair{}", again.n);
-        Ok(
-            match ctx
-                .execute_activity(ApprovalActivities::open, args, short(id))
-                .await?
-            {
-                Opened::Duplicate { workflow_id } => Back::Duplicate(workflow_id),
-                Opened::Routed(_) => Back::Waiting,
-            },
-        )
+        let id = decision.request.request_id.clone();
+        Ok(match Self::open(ctx, &id, step).await? {
+            Some(holder) => Back::Duplicate(holder),
+            None => Back::Waiting,
+        })
     }
 
     /// Journal that a rule refused `decision`'s request (a repair of `repair_of`, if given)
-    /// before any person saw it: its route opens closed, so nothing can approve or send it.
+    /// before any person saw it: its route opens closed, so nothing can approve or send it —
+    /// unless the request is already another run's (`Some(holder)`), which this one leaves alone.
     async fn refuse_by_rule(
         ctx: &mut WorkflowContext<Self>,
         decision: &Decision,
         rule: &str,
         repair_of: Option<String>,
-    ) -> WorkflowResult<()> {
+    ) -> WorkflowResult<Option<String>> {
         let step = RouteStep {
             kind: RouteKind::Closed,
             level: 0,
             group: "policy".into(),
             reason: format!("{}: {rule}", reason::REFUSED_BY_RULE),
             repair_of,
-            detail: detail(ctx.workflow_id(), decision, json!({ "rule": rule })),
+            detail: detail(ctx, decision, json!({ "rule": rule })),
         };
         let id = decision.request.request_id.clone();
-        Self::journal_route(ctx, &id, step).await
+        Self::open(ctx, &id, step).await
+    }
+
+    /// Open `request`'s route with `step` (`ROUTED`, `REPAIR`, or a rule's `CLOSED`), unless
+    /// the journal shows the request is another run's — routed by it, or already decided and
+    /// sent or refused — in which case `Some(holder)` and nothing is journaled.
+    async fn open(
+        ctx: &mut WorkflowContext<Self>,
+        request: &str,
+        step: RouteStep,
+    ) -> WorkflowResult<Option<String>> {
+        let id = format!("open-{request}-{}", step.kind.label().to_lowercase());
+        let args = RouteArgs {
+            request_id: request.to_owned(),
+            step,
+        };
+        Ok(
+            match ctx
+                .execute_activity(ApprovalActivities::open, args, short(id))
+                .await?
+            {
+                Opened::Duplicate { workflow_id } => Some(workflow_id),
+                Opened::Routed(_) => None,
+            },
+        )
     }
 
     /// Journal that `decision`'s request closed with no approval, so nothing signed for it
@@ -368,7 +389,7 @@ impl ApprovalWorkflow {
             group: chain[level as usize].0.clone(),
             reason,
             repair_of: None,
-            detail: detail(ctx.workflow_id(), decision, json!({})),
+            detail: detail(ctx, decision, json!({})),
         };
         let id = decision.request.request_id.clone();
         Self::journal_route(ctx, &id, step).await
@@ -388,9 +409,9 @@ impl ApprovalWorkflow {
         let way = input.way;
         let mut request = input.request.clone();
         if way != Way::RulesAndGate {
-            // Without the gate nothing knows a request by its own id: each delivery is its own
-            // request, to a person and to the payments API.
-            request.request_id = ctx.workflow_id().to_owned();
+            // Without the gate nothing knows a request by its own id beyond Temporal's workflow
+            // id: each run is its own request, to a person and to the payments API.
+            request.request_id = format!("{}-run-{}", ctx.workflow_id(), ctx.run_id());
             request.system = System::Keyed;
         }
         let mut report = AskReport {
@@ -416,8 +437,10 @@ impl ApprovalWorkflow {
         let divisor = i64::from(input.sla_divisor.max(1));
         let chain = assessed.chain;
         let comes_back = |d: &FailureDetails, repairs: u32| {
-            d.refusal == Some(RefusalCode::StalePremise)
-                && !d.repairs.is_empty()
+            matches!(
+                d.refusal,
+                Some(RefusalCode::StalePremise | RefusalCode::StalePremiseAtRecovery)
+            ) && !d.repairs.is_empty()
                 && repairs < input.max_repairs
                 && !chain.is_empty()
         };
@@ -426,14 +449,22 @@ impl ApprovalWorkflow {
         match assessment {
             Assessment::Cleared => {
                 if way == Way::RulesAndGate {
-                    let lease = ctx
+                    match ctx
                         .execute_activity(
                             ApprovalActivities::clear,
                             decision.clone(),
                             short("clear".into()),
                         )
-                        .await?;
-                    decision.request.lease = lease;
+                        .await?
+                    {
+                        Clearance::Granted(lease) => decision.request.lease = lease,
+                        // A person holds it (another delivery routed it): theirs to decide.
+                        Clearance::Held { workflow_id } => {
+                            report.ending = Ending::Duplicate;
+                            report.duplicate_of = Some(workflow_id);
+                            return Ok(report);
+                        }
+                    }
                 }
                 let (refund, details) = Self::send(ctx, way, &decision, "refund").await;
                 report.sent_as = Some(decision.request.request_id.clone());
@@ -458,7 +489,11 @@ impl ApprovalWorkflow {
                 }
             }
             Assessment::Refused { rule } => {
-                Self::refuse_by_rule(ctx, &decision, &rule, None).await?;
+                if let Some(holder) = Self::refuse_by_rule(ctx, &decision, &rule, None).await? {
+                    report.ending = Ending::Duplicate;
+                    report.duplicate_of = Some(holder);
+                    return Ok(report);
+                }
                 report.ending = Ending::RefusedByRule;
                 report.rule = Some(rule);
                 return Ok(report);
@@ -471,22 +506,11 @@ impl ApprovalWorkflow {
                     group: chain[0].0.clone(),
                     reason: format!("{}: {rule}", reason::NEEDS_JUDGMENT),
                     repair_of: None,
-                    detail: detail(
-                        ctx.workflow_id(),
-                        &decision,
-                        json!({"rule": rule, "fired": fired}),
-                    ),
+                    detail: detail(ctx, &decision, json!({"rule": rule, "fired": fired})),
                 };
-                let args = RouteArgs {
-                    request_id: request.request_id.clone(),
-                    step,
-                };
-                let opened = ctx
-                    .execute_activity(ApprovalActivities::open, args, short("open".into()))
-                    .await?;
-                if let Opened::Duplicate { workflow_id } = opened {
+                if let Some(holder) = Self::open(ctx, &request.request_id, step).await? {
                     report.ending = Ending::Duplicate;
-                    report.duplicate_of = Some(workflow_id);
+                    report.duplicate_of = Some(holder);
                     return Ok(report);
                 }
             }
