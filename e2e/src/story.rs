@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use temporalio_client::errors::WorkflowStartError;
 use temporalio_client::{
-    Client, WorkflowGetResultOptions, WorkflowSignalOptions, WorkflowStartOptions,
+    Client, WorkflowGetResultOptions, WorkflowQueryOptions, WorkflowSignalOptions,
+    WorkflowStartOptions, WorkflowTerminateOptions,
 };
 use worker_examples::RefundRequest;
 use worker_examples::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial, Way};
@@ -240,6 +241,38 @@ impl Desk {
             )
             .await?;
         Ok(())
+    }
+
+    /// Terminate `workflow_id`'s open run, as an operator would.
+    pub async fn terminate(&self, workflow_id: &str, reason: &str) -> anyhow::Result<()> {
+        self.client
+            .get_workflow_handle::<ApprovalWorkflow>(workflow_id)
+            .terminate(WorkflowTerminateOptions::builder().reason(reason).build())
+            .await
+            .with_context(|| format!("terminating {workflow_id}"))
+    }
+
+    /// Wait until `workflow_id`'s open run waits for a person.
+    pub async fn waiting(&self, workflow_id: &str, timeout: Duration) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let status = self
+                .client
+                .get_workflow_handle::<ApprovalWorkflow>(workflow_id)
+                .query(
+                    ApprovalWorkflow::status,
+                    (),
+                    WorkflowQueryOptions::default(),
+                )
+                .await;
+            if status.as_ref().is_ok_and(|s| s.waiting) {
+                return Ok(());
+            }
+            if t0.elapsed() > timeout {
+                bail!("{workflow_id} did not wait for a person within {timeout:?}: {status:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The workflow's report, once it closes.

@@ -4,8 +4,9 @@
 //! fits; support accepts the repair. A second request sits past support's SLA while its worker is
 //! SIGKILLed and replaced, escalates to the managers, support's late approval is refused, and a
 //! manager approves; the worker is SIGKILLed again as her approval arrives, and the approval is
-//! delivered twice. A routine refund clears with no person and an ineligible one is refused by
-//! rule. The target confirms by webhook; `verify` shows who approved, that each approval is
+//! delivered twice. A third waits while an operator terminates its workflow and starts it again
+//! under the same id: the new run takes over, and one approval refunds once. A routine refund
+//! clears with no person and an ineligible one is refused by rule. The target confirms by webhook; `verify` shows who approved, that each approval is
 //! genuine, and every escalation. Writes `results/escalation.{md,json}` (`--check`: writes
 //! nothing, fails if the story does not hold).
 
@@ -103,6 +104,7 @@ fn main() -> anyhow::Result<()> {
         ("pi_story_b", 9_000),
         ("pi_story_c", 3_000),
         ("pi_story_d", 4_000),
+        ("pi_story_e", 10_000),
     ] {
         env.sim.add_payment(pi, amount);
     }
@@ -227,6 +229,35 @@ fn main() -> anyhow::Result<()> {
     let report_b = rt.block_on(desk.report("story-b"))?;
     log.step("workflow", format!("story-b closes: {}", ending(&report_b)));
 
+    // E: an operator terminates the workflow while the request waits, then starts it again
+    // under the same id; the new run takes over the route, and one approval refunds once.
+    let e = || story::refund("req-e", "pi_story_e", 8_000);
+    rt.block_on(desk.ask("story-e", e(), divisor))?;
+    let routed_e =
+        rt.block_on(desk.route_where("req-e", |r| r.step.kind == RouteKind::Routed, WAIT))?;
+    log.step(
+        "policy",
+        format!(
+            "routes req-e ($80.00) to {}: {}",
+            routed_e.step.group, routed_e.step.reason
+        ),
+    );
+    rt.block_on(desk.terminate("story-e", "the operator restarts a stuck workflow"))?;
+    log.step(
+        "operator",
+        "terminates story-e's run while req-e waits in support's inbox",
+    );
+    rt.block_on(desk.ask("story-e", e(), divisor))?;
+    rt.block_on(desk.waiting("story-e", WAIT))?;
+    log.step(
+        "operator",
+        "starts story-e again under the same id: the new run takes over req-e's route",
+    );
+    rt.block_on(desk.send(&routed_e, ana.approve(&routed_e, now_ms())?))?;
+    log.step("ana", "approves req-e as its route shows it");
+    let report_e = rt.block_on(desk.report("story-e"))?;
+    log.step("workflow", format!("story-e closes: {}", ending(&report_e)));
+
     // C and D: no person needed.
     rt.block_on(desk.ask(
         "story-c",
@@ -250,27 +281,35 @@ fn main() -> anyhow::Result<()> {
     );
     drop(worker);
 
-    let reports = [&report_a, &report_b, &report_c, &report_d];
+    let reports = [&report_a, &report_b, &report_c, &report_d, &report_e];
     let table = story::verify_keys(
         &env,
         &directory,
-        &["req-a", "req-a-repair1", "req-b", "req-c"],
+        &["req-a", "req-a-repair1", "req-b", "req-c", "req-e"],
     )?;
     // Counted from the journal alone, as `interlock scoreboard --prefix req-` counts it.
     let board = serde_json::to_value(Scoreboard::read(env.journal.as_ref(), "req-")?)?;
-    let refunds: Value = ["pi_story_a", "pi_story_b", "pi_story_c", "pi_story_d"]
-        .iter()
-        .map(|pi| {
-            let r: Vec<Value> = env
-                .sim
-                .refunds(pi)
-                .iter()
-                .map(|r| json!({ "id": r.id, "amount": r.amount, "keyed": r.idempotency_key.is_some() }))
-                .collect();
-            ((*pi).to_owned(), Value::Array(r))
-        })
-        .collect::<serde_json::Map<_, _>>()
-        .into();
+    let refunds: Value = [
+        "pi_story_a",
+        "pi_story_b",
+        "pi_story_c",
+        "pi_story_d",
+        "pi_story_e",
+    ]
+    .iter()
+    .map(|pi| {
+        let r: Vec<Value> = env
+            .sim
+            .refunds(pi)
+            .iter()
+            .map(
+                |r| json!({ "id": r.id, "amount": r.amount, "keyed": r.idempotency_key.is_some() }),
+            )
+            .collect();
+        ((*pi).to_owned(), Value::Array(r))
+    })
+    .collect::<serde_json::Map<_, _>>()
+    .into();
     let problems = expectations(&reports, &table, &refunds, &board);
     let record = json!({
         "sla_divisor": divisor,
@@ -342,9 +381,9 @@ fn expectations(
     let mut p = Vec::new();
     // The journal's count agrees with the story: one request each way, one SLA breach.
     for (field, want) in [
-        ("requests", 4),
+        ("requests", 5),
         ("cleared_no_person", 1),
-        ("sent_after_person", 1),
+        ("sent_after_person", 2),
         ("closed_by_repair", 1),
         ("refused", 1),
         ("open", 0),
@@ -352,7 +391,7 @@ fn expectations(
         ("needs_a_look", 0),
         ("sla_breaches", 1),
         ("stale_approvals_caught", 1),
-        ("confirmed_by_target", 3),
+        ("confirmed_by_target", 4),
     ] {
         if board[field] != want {
             p.push(format!(
@@ -372,6 +411,7 @@ fn expectations(
         Ending::SentAfterPerson,
         Ending::ClearedNoPerson,
         Ending::RefusedByRule,
+        Ending::SentAfterPerson,
     ];
     for (r, w) in reports.iter().zip(want) {
         if r.ending != w {
@@ -392,6 +432,7 @@ fn expectations(
         ("pi_story_b", vec![7_000]),
         ("pi_story_c", vec![2_000]),
         ("pi_story_d", vec![]),
+        ("pi_story_e", vec![8_000]),
     ] {
         let mut got = amounts(pi);
         got.sort_unstable();
@@ -407,7 +448,7 @@ fn expectations(
             p.push(format!("verify fails for {}", row["key"]));
         }
     }
-    for k in [1, 2] {
+    for k in [1, 2, 4] {
         if column(&table[k], "approval verified").is_none_or(|c| c["holds"] != true) {
             p.push(format!("{}'s approval did not verify", table[k]["key"]));
         }

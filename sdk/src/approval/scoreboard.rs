@@ -192,6 +192,16 @@ impl Scoreboard {
             }
             at
         };
+        // How many repairs deep a request is (0: the request itself).
+        let depth = |req: &str| {
+            let mut at = req.to_owned();
+            let mut n = 0;
+            while let Some(p) = parent(&at).filter(|p| *p != at && n < MAX_REPAIRS) {
+                at = p;
+                n += 1;
+            }
+            n
+        };
         let mut chains: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         for req in effects
             .iter()
@@ -292,39 +302,38 @@ impl Scoreboard {
                 }
                 continue;
             }
-            let last = chain
+            // Nothing landed: the request stands where its newest member (its latest repair, or
+            // the request itself) stands.
+            let newest = chain
                 .iter()
-                .filter_map(|r| routes.get(*r).and_then(|r| r.last()))
-                .max_by_key(|r| (r.at_ms, r.n));
-            let refused_by = match last {
-                Some(r) if r.step.kind == RouteKind::Closed => {
-                    Some(match reason::class(&r.step.reason) {
-                        reason::REFUSED_BY_RULE => "rule".to_owned(),
-                        reason::DENIED => "person".to_owned(),
-                        reason::SLA_EXPIRED => reason::SLA_EXPIRED.to_owned(),
-                        other => other.to_owned(),
-                    })
-                }
-                _ => chain
-                    .iter()
-                    .rev()
-                    .filter_map(|k| by_key.get(k))
-                    .find_map(|e| e.refusal.as_ref())
+                .copied()
+                .max_by_key(|r| (depth(r), *r))
+                .unwrap_or(root.as_str());
+            let closed = routes
+                .get(newest)
+                .and_then(|r| r.last())
+                .filter(|r| r.step.kind == RouteKind::Closed);
+            let effect = by_key.get(newest);
+            let refused_by = match (closed, effect.and_then(|e| e.status)) {
+                (Some(r), _) => Some(match reason::class(&r.step.reason) {
+                    reason::REFUSED_BY_RULE => "rule".to_owned(),
+                    reason::DENIED => "person".to_owned(),
+                    other => other.to_owned(),
+                }),
+                (None, Some(Status::Refused)) => effect
+                    .and_then(|e| e.refusal.as_ref())
                     .map(|code| format!("gate: {code}")),
+                (None, Some(Status::Failed)) => Some("target: failed".to_owned()),
+                _ => None,
             };
-            let failed = effects_of
-                .iter()
-                .any(|e| e.status == Some(Status::Failed))
-                .then(|| "target: failed".to_owned());
-            let ambiguous = effects_of
-                .iter()
-                .any(|e| e.status == Some(Status::Ambiguous));
-            match refused_by.or(failed) {
+            match refused_by {
                 Some(by) => {
                     board.refused += 1;
                     *board.refused_by.entry(by).or_default() += 1;
                 }
-                None if ambiguous => board.needs_a_look += 1,
+                None if effect.and_then(|e| e.status) == Some(Status::Ambiguous) => {
+                    board.needs_a_look += 1;
+                }
                 None => board.open += 1,
             }
         }
@@ -481,6 +490,38 @@ mod tests {
         assert_eq!(board.confirmed_by_target, 3);
         assert_eq!(board.outcomes.get("COMMITTED"), Some(&3));
         assert_eq!((board.sent_twice, board.needs_a_look), (0, 0));
+    }
+
+    #[test]
+    fn a_request_stands_where_its_latest_repair_stands() {
+        let leases = HashMap::new();
+        let repair = step(
+            "a-repair1",
+            0,
+            RouteKind::Repair,
+            "stale_premise: still_fits",
+            5,
+        );
+        let routes: BTreeMap<String, Vec<Route>> = [("a-repair1".to_owned(), vec![repair])]
+            .into_iter()
+            .collect();
+        let refused = effect("a", "rules-a", Status::Refused);
+        let waiting = Scoreboard::count(std::slice::from_ref(&refused), &routes, &leases);
+        assert_eq!((waiting.open, waiting.refused), (1, 0), "the repair waits");
+        for (status, open, refused_by, look) in [
+            (Status::InFlight, 1, None, 0),
+            (Status::Ambiguous, 0, None, 1),
+            (Status::Failed, 0, Some("target: failed"), 0),
+        ] {
+            let effects = vec![refused.clone(), effect("a-repair1", "x", status)];
+            let b = Scoreboard::count(&effects, &routes, &leases);
+            assert_eq!((b.open, b.needs_a_look), (open, look), "{status:?}");
+            assert_eq!(
+                b.refused_by.keys().next().map(String::as_str),
+                refused_by,
+                "{status:?}"
+            );
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use interlock::approval::{Against, Assessment, Route, verdict};
-use interlock::core::LeaseVerdict;
+use interlock::approval::{Against, Assessment, Route, RouteKind, verdict};
+use interlock::core::{LeaseVerdict, Status};
 use interlock::lease::LeaseError;
 use interlock::premise::PremiseReader;
 use interlock::{EffectKey, Grant};
@@ -126,10 +126,12 @@ impl ApprovalActivities {
     #[activity(name = "clear")]
     pub async fn clear(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         decision: Decision,
     ) -> Result<Clearance, ActivityError> {
         let deps = self.deps.clone();
+        // One lease per run: a later run never inherits one that lapsed meanwhile.
+        let run = ctx.info().workflow_run_id.clone().unwrap_or_default();
         blocking(move || {
             let r = &decision.request;
             let routes = deps.journal().routes(&r.request_id).map_err(retry)?;
@@ -141,7 +143,7 @@ impl ApprovalActivities {
                         .to_owned(),
                 });
             }
-            let id = format!("rules-{}", r.request_id);
+            let id = format!("rules-{}-{run}", r.request_id);
             let refunded = r.refunded();
             let field = if r.payment.starts_with("ch_") {
                 "charge"
@@ -221,15 +223,28 @@ impl ApprovalActivities {
             };
             let journal = deps.journal();
             let routes = journal.routes(&args.request_id).map_err(retry)?;
-            if let Some(dup) = routes.first().and_then(holder) {
-                return Ok(dup);
-            }
             let key =
                 EffectKey::fixed(args.request_id.clone()).map_err(|e| fatal(e.to_string()))?;
-            if routes.is_empty() && journal.state(&key).map_err(retry)?.status().is_some() {
-                // Sent or refused already, by a run the rules cleared it for.
-                return Ok(Opened::Duplicate {
-                    workflow_id: String::new(),
+            let status = journal.state(&key).map_err(retry)?.status();
+            if let (Some(first), Some(head)) = (routes.first(), routes.last()) {
+                if let Some(dup) = holder(first) {
+                    // Only one run of a workflow id is open at a time: a route of an earlier
+                    // run of this workflow that nobody decided is this run's to carry on.
+                    let earlier_run = run(&first.step.detail).0 == ours.0;
+                    let undecided = head.step.kind != RouteKind::Closed && status.is_none();
+                    if earlier_run && undecided && args.step.kind == RouteKind::Routed {
+                        return Ok(Opened::Adopted(head.clone()));
+                    }
+                    return Ok(dup);
+                }
+            } else if let Some(s) = status {
+                // No route, but an effect: the rules cleared it in an earlier run.
+                return Ok(if matches!(s, Status::Proposed | Status::InFlight) {
+                    Opened::Unfinished
+                } else {
+                    Opened::Duplicate {
+                        workflow_id: String::new(),
+                    }
                 });
             }
             match journal.route(&args.request_id, &args.step) {

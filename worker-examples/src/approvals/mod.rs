@@ -64,17 +64,23 @@ impl Way {
     }
 }
 
-/// How the first routing of a request went.
+/// How opening a request's route went.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum Opened {
     /// Routed to the first level, for this workflow to wait on.
     Routed(interlock::approval::Route),
-    /// The journal already has the request, routed by another workflow: this delivery is a
-    /// duplicate.
+    /// The journal already has the request, routed by another workflow or decided: this
+    /// delivery is a duplicate.
     Duplicate {
         /// The workflow that holds the request.
         workflow_id: String,
     },
+    /// An earlier run of this same workflow routed the request and closed before anyone
+    /// decided it (terminated, reset, failed): this run takes over its latest step.
+    Adopted(interlock::approval::Route),
+    /// The request's effect is in the journal and unresolved (an earlier run's send that did
+    /// not finish): this run finishes it.
+    Unfinished,
 }
 
 /// What `assess` found: the decision and the policy's verdict on it.

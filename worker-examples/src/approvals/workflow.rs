@@ -85,6 +85,19 @@ fn detail(ctx: &WorkflowContext<ApprovalWorkflow>, decision: &Decision, extra: V
     v
 }
 
+/// Take over `head`, the step an earlier run of this workflow waited at: the request, amount
+/// and facts it showed the person.
+fn adopt(decision: &mut Decision, head: &interlock::approval::Route) {
+    let d = &head.step.detail;
+    decision.request.request_id = head.request.clone();
+    if let Some(amount) = d.get("amount").and_then(Value::as_i64) {
+        decision.request.amount = amount;
+    }
+    if let Ok(premises) = serde_json::from_value(d.get("premises").cloned().unwrap_or_default()) {
+        decision.premises = premises;
+    }
+}
+
 /// Everything one wait for a person needs, kept across levels.
 struct Waiting<'a> {
     decision: &'a Decision,
@@ -305,8 +318,11 @@ impl ApprovalWorkflow {
         if let Assessment::Refused { rule } = re.assessment {
             return Ok(
                 match Self::refuse_by_rule(ctx, decision, &rule, Some(old)).await? {
-                    Some(holder) => Back::Duplicate(holder),
-                    None => Back::RefusedByRule(rule),
+                    Opened::Routed(_) => Back::RefusedByRule(rule),
+                    Opened::Duplicate { workflow_id } => Back::Duplicate(workflow_id),
+                    // A repair's key has no effect before its route, and only a ROUTED step
+                    // is adopted: neither can answer here.
+                    _ => Back::Duplicate(String::new()),
                 },
             );
         }
@@ -324,20 +340,22 @@ impl ApprovalWorkflow {
         };
         let id = decision.request.request_id.clone();
         Ok(match Self::open(ctx, &id, step).await? {
-            Some(holder) => Back::Duplicate(holder),
-            None => Back::Waiting,
+            Opened::Routed(_) => Back::Waiting,
+            Opened::Duplicate { workflow_id } => Back::Duplicate(workflow_id),
+            _ => Back::Duplicate(String::new()),
         })
     }
 
     /// Journal that a rule refused `decision`'s request (a repair of `repair_of`, if given)
     /// before any person saw it: its route opens closed, so nothing can approve or send it —
-    /// unless the request is already another run's (`Some(holder)`), which this one leaves alone.
+    /// unless the request is already another run's, which this one leaves alone (see
+    /// [`Opened`]).
     async fn refuse_by_rule(
         ctx: &mut WorkflowContext<Self>,
         decision: &Decision,
         rule: &str,
         repair_of: Option<String>,
-    ) -> WorkflowResult<Option<String>> {
+    ) -> WorkflowResult<Opened> {
         let step = RouteStep {
             kind: RouteKind::Closed,
             level: 0,
@@ -352,26 +370,21 @@ impl ApprovalWorkflow {
 
     /// Open `request`'s route with `step` (`ROUTED`, `REPAIR`, or a rule's `CLOSED`), unless
     /// the journal shows the request is another run's — routed by it, or already decided and
-    /// sent or refused — in which case `Some(holder)` and nothing is journaled.
+    /// sent or refused — or left unfinished by an earlier run of this workflow (see
+    /// [`Opened`]).
     async fn open(
         ctx: &mut WorkflowContext<Self>,
         request: &str,
         step: RouteStep,
-    ) -> WorkflowResult<Option<String>> {
+    ) -> WorkflowResult<Opened> {
         let id = format!("open-{request}-{}", step.kind.label().to_lowercase());
         let args = RouteArgs {
             request_id: request.to_owned(),
             step,
         };
-        Ok(
-            match ctx
-                .execute_activity(ApprovalActivities::open, args, short(id))
-                .await?
-            {
-                Opened::Duplicate { workflow_id } => Some(workflow_id),
-                Opened::Routed(_) => None,
-            },
-        )
+        ctx.execute_activity(ApprovalActivities::open, args, short(id))
+            .await
+            .map_err(Into::into)
     }
 
     /// Journal that `decision`'s request closed with no approval, so nothing signed for it
@@ -446,7 +459,8 @@ impl ApprovalWorkflow {
         };
         // A stale-premise refusal to bring back to a person, with the refused send's report.
         let mut back: Option<(FailureDetails, RefundReport)> = None;
-        match assessment {
+        let mut level = 0;
+        let send_now = match assessment {
             Assessment::Cleared => {
                 if way == Way::RulesAndGate {
                     match ctx
@@ -466,37 +480,26 @@ impl ApprovalWorkflow {
                         }
                     }
                 }
-                let (refund, details) = Self::send(ctx, way, &decision, "refund").await;
-                report.sent_as = Some(decision.request.request_id.clone());
-                match (refund.outcome, details) {
-                    (Reported::Committed | Reported::Refunded, _) => {
-                        report.ending = Ending::ClearedNoPerson;
-                        report.refund = Some(refund);
-                        return Ok(report);
-                    }
-                    // The rules cleared it on facts that moved since: a person judges the
-                    // repair (whether the other refund was this one is not a rule's call).
-                    (Reported::Refused, Some(d)) if comes_back(&d, 0) => back = Some((d, refund)),
-                    (outcome, _) => {
-                        report.ending = if outcome == Reported::Refused {
-                            Ending::RefusedAtSend
-                        } else {
-                            Ending::Other
-                        };
-                        report.refund = Some(refund);
-                        return Ok(report);
-                    }
-                }
+                true
             }
             Assessment::Refused { rule } => {
-                if let Some(holder) = Self::refuse_by_rule(ctx, &decision, &rule, None).await? {
-                    report.ending = Ending::Duplicate;
-                    report.duplicate_of = Some(holder);
-                    return Ok(report);
+                match Self::refuse_by_rule(ctx, &decision, &rule, None).await? {
+                    Opened::Routed(_) => {
+                        report.ending = Ending::RefusedByRule;
+                        report.rule = Some(rule);
+                        return Ok(report);
+                    }
+                    Opened::Unfinished => true,
+                    Opened::Duplicate { workflow_id } => {
+                        report.ending = Ending::Duplicate;
+                        report.duplicate_of = Some(workflow_id);
+                        return Ok(report);
+                    }
+                    Opened::Adopted(_) => {
+                        report.ending = Ending::Other;
+                        return Ok(report);
+                    }
                 }
-                report.ending = Ending::RefusedByRule;
-                report.rule = Some(rule);
-                return Ok(report);
             }
             Assessment::NeedsJudgment { rule, fired } => {
                 report.rule = Some(rule.clone());
@@ -508,18 +511,54 @@ impl ApprovalWorkflow {
                     repair_of: None,
                     detail: detail(ctx, &decision, json!({"rule": rule, "fired": fired})),
                 };
-                if let Some(holder) = Self::open(ctx, &request.request_id, step).await? {
-                    report.ending = Ending::Duplicate;
-                    report.duplicate_of = Some(holder);
-                    return Ok(report);
+                match Self::open(ctx, &request.request_id, step).await? {
+                    Opened::Routed(_) => false,
+                    Opened::Unfinished => true,
+                    Opened::Adopted(head) => {
+                        // Carry on where the earlier run left off: the step it waited at, and
+                        // what that step showed the person (their approvals are signed over it).
+                        adopt(&mut decision, &head);
+                        level = head.step.level;
+                        false
+                    }
+                    Opened::Duplicate { workflow_id } => {
+                        report.ending = Ending::Duplicate;
+                        report.duplicate_of = Some(workflow_id);
+                        return Ok(report);
+                    }
                 }
             }
             _ => {
                 report.ending = Ending::Other;
                 return Ok(report);
             }
+        };
+        if send_now {
+            // Cleared by the rules (now, or in an earlier run whose send this one finishes:
+            // the gate carries on under that first proposal's lease and facts).
+            let (refund, details) = Self::send(ctx, way, &decision, "refund").await;
+            report.sent_as = Some(decision.request.request_id.clone());
+            match (refund.outcome, details) {
+                (Reported::Committed | Reported::Refunded, _) => {
+                    report.ending = Ending::ClearedNoPerson;
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+                // The rules cleared it on facts that moved since: a person judges the repair
+                // (whether the other refund was this one is not a rule's call).
+                (Reported::Refused, Some(d)) if comes_back(&d, 0) => back = Some((d, refund)),
+                (outcome, _) => {
+                    report.ending = if outcome == Reported::Refused {
+                        Ending::RefusedAtSend
+                    } else {
+                        Ending::Other
+                    };
+                    report.refund = Some(refund);
+                    return Ok(report);
+                }
+            }
         }
-        let (mut level, mut repairs) = (0, 0);
+        let mut repairs = 0;
         loop {
             if let Some((d, refund)) = back.take() {
                 repairs += 1;
