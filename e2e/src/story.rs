@@ -334,3 +334,31 @@ pub fn verify_keys(
     }
     Ok(rows)
 }
+
+/// Print a story's record, and unless `check`, write it to `out` as `<stem>.json` and
+/// `<stem>.md`; then fail with `problems`, if any.
+pub fn publish(
+    out: &Path,
+    stem: &str,
+    record: &Value,
+    md: &str,
+    check: bool,
+    problems: &[String],
+) -> anyhow::Result<()> {
+    #[allow(clippy::print_stdout)] // the record is the harness's output
+    {
+        println!("{md}");
+    }
+    if !check {
+        std::fs::create_dir_all(out)?;
+        std::fs::write(
+            out.join(format!("{stem}.json")),
+            serde_json::to_string_pretty(record)? + "\n",
+        )?;
+        std::fs::write(out.join(format!("{stem}.md")), md)?;
+    }
+    if !problems.is_empty() {
+        bail!("{stem} did not hold: {}", problems.join("; "));
+    }
+    Ok(())
+}

@@ -274,19 +274,14 @@ fn main() -> anyhow::Result<()> {
         "problems": problems,
     });
     let md = render(&record);
-    println!("{md}");
-    if !args.check {
-        std::fs::create_dir_all(&args.out)?;
-        std::fs::write(
-            args.out.join("approval_day.json"),
-            serde_json::to_string_pretty(&record)? + "\n",
-        )?;
-        std::fs::write(args.out.join("approval_day.md"), md)?;
-    }
-    if !problems.is_empty() {
-        bail!("the approval day missed its goal: {}", problems.join("; "));
-    }
-    Ok(())
+    story::publish(
+        &args.out,
+        "approval_day",
+        &record,
+        &md,
+        args.check,
+        &problems,
+    )
 }
 
 /// Play the day `way`: start every delivery, review what reaches the inbox, kill the worker

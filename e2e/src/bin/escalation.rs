@@ -322,19 +322,7 @@ fn main() -> anyhow::Result<()> {
         "problems": problems,
     });
     let md = render(&record);
-    println!("{md}");
-    if !args.check {
-        std::fs::create_dir_all(&args.out)?;
-        std::fs::write(
-            args.out.join("escalation.json"),
-            serde_json::to_string_pretty(&record)? + "\n",
-        )?;
-        std::fs::write(args.out.join("escalation.md"), md)?;
-    }
-    if !problems.is_empty() {
-        bail!("the story did not hold: {}", problems.join("; "));
-    }
-    Ok(())
+    story::publish(&args.out, "escalation", &record, &md, args.check, &problems)
 }
 
 fn ending(r: &AskReport) -> String {

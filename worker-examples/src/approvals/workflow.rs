@@ -98,6 +98,17 @@ fn adopt(decision: &mut Decision, head: &interlock::approval::Route) {
     }
 }
 
+/// How the request ended when its send neither landed nor came back to a person.
+fn unsent(mut report: AskReport, refund: RefundReport) -> AskReport {
+    report.ending = if refund.outcome == Reported::Refused {
+        Ending::RefusedAtSend
+    } else {
+        Ending::Other
+    };
+    report.refund = Some(refund);
+    report
+}
+
 /// Everything one wait for a person needs, kept across levels.
 struct Waiting<'a> {
     decision: &'a Decision,
@@ -547,15 +558,7 @@ impl ApprovalWorkflow {
                 // The rules cleared it on facts that moved since: a person judges the repair
                 // (whether the other refund was this one is not a rule's call).
                 (Reported::Refused, Some(d)) if comes_back(&d, 0) => back = Some((d, refund)),
-                (outcome, _) => {
-                    report.ending = if outcome == Reported::Refused {
-                        Ending::RefusedAtSend
-                    } else {
-                        Ending::Other
-                    };
-                    report.refund = Some(refund);
-                    return Ok(report);
-                }
+                _ => return Ok(unsent(report, refund)),
             }
         }
         let mut repairs = 0;
@@ -631,15 +634,7 @@ impl ApprovalWorkflow {
                 (Reported::Refused, Some(d)) if comes_back(&d, repairs) => {
                     back = Some((d, refund));
                 }
-                (outcome, _) => {
-                    report.ending = if outcome == Reported::Refused {
-                        Ending::RefusedAtSend
-                    } else {
-                        Ending::Other
-                    };
-                    report.refund = Some(refund);
-                    return Ok(report);
-                }
+                _ => return Ok(unsent(report, refund)),
             }
         }
     }
