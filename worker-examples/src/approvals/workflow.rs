@@ -85,6 +85,24 @@ fn detail(ctx: &WorkflowContext<ApprovalWorkflow>, decision: &Decision, extra: V
     v
 }
 
+/// The first step of a request routed to a person because of `rule`.
+fn routed(
+    ctx: &WorkflowContext<ApprovalWorkflow>,
+    chain: &[(String, i64)],
+    decision: &Decision,
+    rule: &str,
+    extra: Value,
+) -> RouteStep {
+    RouteStep {
+        kind: RouteKind::Routed,
+        level: 0,
+        group: chain.first().map(|c| c.0.clone()).unwrap_or_default(),
+        reason: format!("{}: {rule}", reason::NEEDS_JUDGMENT),
+        repair_of: None,
+        detail: detail(ctx, decision, extra),
+    }
+}
+
 /// Take over `head`, the step an earlier run of this workflow waited at: the request, amount
 /// and facts it showed the person.
 fn adopt(decision: &mut Decision, head: &interlock::approval::Route) {
@@ -471,28 +489,36 @@ impl ApprovalWorkflow {
         // A stale-premise refusal to bring back to a person, with the refused send's report.
         let mut back: Option<(FailureDetails, RefundReport)> = None;
         let mut level = 0;
-        let send_now = match assessment {
-            Assessment::Cleared => {
-                if way == Way::RulesAndGate {
-                    match ctx
-                        .execute_activity(
-                            ApprovalActivities::clear,
-                            decision.clone(),
-                            short("clear".into()),
-                        )
-                        .await?
-                    {
-                        Clearance::Granted(lease) => decision.request.lease = lease,
-                        // A person holds it (another delivery routed it): theirs to decide.
-                        Clearance::Held { workflow_id } => {
-                            report.ending = Ending::Duplicate;
-                            report.duplicate_of = Some(workflow_id);
-                            return Ok(report);
-                        }
+        // The route to open — a person's, or a rule's refusal — if the rules did not clear it.
+        let opened = match assessment {
+            Assessment::Cleared if way == Way::RulesAndGate => {
+                match ctx
+                    .execute_activity(
+                        ApprovalActivities::clear,
+                        decision.clone(),
+                        short("clear".into()),
+                    )
+                    .await?
+                {
+                    Clearance::Granted(lease) => {
+                        decision.request.lease = lease;
+                        None
+                    }
+                    // An earlier run of this workflow routed it to a person: a person decides,
+                    // as that run asked.
+                    Clearance::Held { workflow_id } if workflow_id == ctx.workflow_id() => {
+                        let step = routed(ctx, &chain, &decision, "an earlier run", json!({}));
+                        Some(Self::open(ctx, &request.request_id, step).await?)
+                    }
+                    // Another workflow's person holds it.
+                    Clearance::Held { workflow_id } => {
+                        report.ending = Ending::Duplicate;
+                        report.duplicate_of = Some(workflow_id);
+                        return Ok(report);
                     }
                 }
-                true
             }
+            Assessment::Cleared => None,
             Assessment::Refused { rule } => {
                 match Self::refuse_by_rule(ctx, &decision, &rule, None).await? {
                     Opened::Routed(_) => {
@@ -500,47 +526,33 @@ impl ApprovalWorkflow {
                         report.rule = Some(rule);
                         return Ok(report);
                     }
-                    Opened::Unfinished => true,
-                    Opened::Duplicate { workflow_id } => {
-                        report.ending = Ending::Duplicate;
-                        report.duplicate_of = Some(workflow_id);
-                        return Ok(report);
-                    }
-                    Opened::Adopted(_) => {
-                        report.ending = Ending::Other;
-                        return Ok(report);
-                    }
+                    other => Some(other),
                 }
             }
             Assessment::NeedsJudgment { rule, fired } => {
                 report.rule = Some(rule.clone());
-                let step = RouteStep {
-                    kind: RouteKind::Routed,
-                    level: 0,
-                    group: chain[0].0.clone(),
-                    reason: format!("{}: {rule}", reason::NEEDS_JUDGMENT),
-                    repair_of: None,
-                    detail: detail(ctx, &decision, json!({"rule": rule, "fired": fired})),
-                };
-                match Self::open(ctx, &request.request_id, step).await? {
-                    Opened::Routed(_) => false,
-                    Opened::Unfinished => true,
-                    Opened::Adopted(head) => {
-                        // Carry on where the earlier run left off: the step it waited at, and
-                        // what that step showed the person (their approvals are signed over it).
-                        adopt(&mut decision, &head);
-                        level = head.step.level;
-                        false
-                    }
-                    Opened::Duplicate { workflow_id } => {
-                        report.ending = Ending::Duplicate;
-                        report.duplicate_of = Some(workflow_id);
-                        return Ok(report);
-                    }
-                }
+                let extra = json!({"rule": rule, "fired": fired});
+                let step = routed(ctx, &chain, &decision, &rule, extra);
+                Some(Self::open(ctx, &request.request_id, step).await?)
             }
             _ => {
                 report.ending = Ending::Other;
+                return Ok(report);
+            }
+        };
+        let send_now = match opened {
+            None | Some(Opened::Unfinished) => true,
+            Some(Opened::Routed(_)) => false,
+            Some(Opened::Adopted(head)) => {
+                // Carry on where the earlier run left off: the step it waited at, and what
+                // that step showed the person (their approvals are signed over it).
+                adopt(&mut decision, &head);
+                level = head.step.level;
+                false
+            }
+            Some(Opened::Duplicate { workflow_id }) => {
+                report.ending = Ending::Duplicate;
+                report.duplicate_of = Some(workflow_id);
                 return Ok(report);
             }
         };
