@@ -51,7 +51,8 @@ struct Args {
     /// Deliveries arrive this many ms apart.
     #[arg(long, default_value_t = 40)]
     arrival_ms: u64,
-    /// The ways to play (comma-separated names; all three by default).
+    /// The ways to play (comma-separated names; all three by default). A day played only some
+    /// ways is printed and not written.
     #[arg(long, value_delimiter = ',', default_values_t = Way::ALL.map(|w| w.name().to_owned()))]
     ways: Vec<String>,
     /// Give up on a way after this many seconds.
@@ -170,6 +171,23 @@ fn payment(way: Way, n: usize) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let chosen: Vec<Way> = args
+        .ways
+        .iter()
+        .map(|name| {
+            Way::ALL
+                .into_iter()
+                .find(|w| w.name() == name)
+                .with_context(|| {
+                    format!(
+                        "unknown way {name:?}; the ways are {}",
+                        Way::ALL.map(Way::name).join(", ")
+                    )
+                })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    // A day played only some ways is printed, never written over the whole day's record.
+    let partial = chosen.len() < Way::ALL.len();
     let plan = day::plan(&args.mix, args.seed);
     let work = tempfile::tempdir()?;
     let (env, _services) = stack::start(&stack::Options {
@@ -227,21 +245,6 @@ fn main() -> anyhow::Result<()> {
         args: &args,
     };
     let mut ways = serde_json::Map::new();
-    let chosen: Vec<Way> = args
-        .ways
-        .iter()
-        .map(|name| {
-            Way::ALL
-                .into_iter()
-                .find(|w| w.name() == name)
-                .with_context(|| {
-                    format!(
-                        "unknown way {name:?}; the ways are {}",
-                        Way::ALL.map(Way::name).join(", ")
-                    )
-                })
-        })
-        .collect::<anyhow::Result<_>>()?;
     for way in chosen {
         eprintln!(
             "[approval-day] {}: {} deliveries",
@@ -279,7 +282,7 @@ fn main() -> anyhow::Result<()> {
         "approval_day",
         &record,
         &md,
-        args.check,
+        args.check || partial,
         &problems,
     )
 }
@@ -584,7 +587,6 @@ fn goal(ways: &serde_json::Map<String, Value>) -> Vec<String> {
         }
     }
     let Some(g) = ways.get(Way::RulesAndGate.name()) else {
-        p.push("rules_and_gate did not play".into());
         return p;
     };
     let n = |k: &str| g[k].as_u64().unwrap_or(u64::MAX);
