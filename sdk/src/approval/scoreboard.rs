@@ -8,10 +8,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::route::{Route, RouteKind, reason};
-use crate::core::Status;
 use crate::core::record::Event;
 use crate::core::state::Resolution;
+use crate::core::{RefusalCode, Status};
 use crate::effect::EffectKey;
+use crate::journal::store::state_of;
 use crate::journal::{JournalError, JournalStore};
 use crate::lease::{Grant, LeaseError};
 
@@ -25,7 +26,7 @@ pub struct EffectSummary {
     /// Where it stands.
     pub status: Option<Status>,
     /// Why the gate refused it, if it did.
-    pub refusal: Option<String>,
+    pub refusal: Option<RefusalCode>,
     /// The target confirmed it (a webhook or a lookup journaled `CONFIRMED`).
     pub confirmed: bool,
 }
@@ -132,7 +133,7 @@ impl Scoreboard {
                 why: e.to_string(),
             })?;
             let records = journal.history(&k)?;
-            let state = journal.state(&k)?;
+            let state = state_of(journal.location(), &key, &records)?;
             effects.push(EffectSummary {
                 lease: records.iter().find_map(|r| match &r.event {
                     Event::Proposed(p) => Some(p.lease.clone()),
@@ -143,7 +144,7 @@ impl Scoreboard {
                     crate::core::state::EffectState::Resolved {
                         resolution: Resolution::Refused(r),
                         ..
-                    } => Some(r.code.as_str().to_owned()),
+                    } => Some(r.code),
                     _ => None,
                 },
                 confirmed: records
@@ -221,10 +222,10 @@ impl Scoreboard {
             if let Some(s) = e.status {
                 *board.outcomes.entry(s.label().to_owned()).or_default() += 1;
             }
-            let stale = e
-                .refusal
-                .as_deref()
-                .is_some_and(|c| c.starts_with("stale_premise"));
+            let stale = matches!(
+                e.refusal,
+                Some(RefusalCode::StalePremise | RefusalCode::StalePremiseAtRecovery)
+            );
             if stale && person(e) {
                 board.stale_approvals_caught += 1;
             }
@@ -370,7 +371,7 @@ mod tests {
             key: key.into(),
             lease: Some(lease.into()),
             status: Some(status),
-            refusal: (status == Status::Refused).then(|| "stale_premise".into()),
+            refusal: (status == Status::Refused).then_some(RefusalCode::StalePremise),
             confirmed: status == Status::Committed,
         }
     }
