@@ -93,17 +93,18 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
     out
 }
 
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+/// Append `value`'s canonical form to `out`.
+pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend(Value::String(k.clone()).to_string().as_bytes());
+                write_compact(k, out);
                 out.push(b':');
                 write_canonical(v, out);
             }
@@ -119,8 +120,15 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        other => out.extend(other.to_string().as_bytes()),
+        other => write_compact(other, out),
     }
+}
+
+/// A string or scalar in serde_json's compact form, written in place.
+fn write_compact(v: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
+    // Writing a string or a JSON scalar into memory cannot fail: a `Value` holds no non-finite
+    // number, and a `Vec` takes every byte.
+    let _ = serde_json::to_writer(out, v);
 }
 
 /// `s` with every byte outside `[A-Za-z0-9_~-]` written as `%XX`: injective, and safe as one

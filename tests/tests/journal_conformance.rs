@@ -294,6 +294,61 @@ fn a_held_claim_is_not_taken_before_its_deadline(kind: Kind) {
     assert_eq!(target.sends.load(Ordering::SeqCst), 1);
 }
 
+fn a_read_after_verifies_what_came_since_and_sees_every_handles_appends(kind: Kind) {
+    let s = setup(kind, "read-after");
+    let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
+    let e = effect("continued");
+    assert!(matches!(
+        bound.submit(&e).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let mine = s.store.journal();
+    let seen = mine.read(&e.key).unwrap();
+    assert_eq!(seen.records().len(), 4);
+    // Another handle (another worker) appends: a read that continues `seen` finds it, verified,
+    // and folds to what a full read folds to.
+    let note = interlock::core::transition::conflict_note("other", "payload");
+    s.store
+        .reopen()
+        .unwrap()
+        .append_with(&e.key, &mut |_| vec![Event::Refused(note.clone())])
+        .unwrap();
+    let after = mine.read_after(&e.key, &seen).unwrap();
+    assert_eq!(after.records(), mine.history(&e.key).unwrap().as_slice());
+    assert_eq!(after.state(), mine.read(&e.key).unwrap().state());
+    assert_eq!(
+        mine.read_after(&e.key, &after).unwrap().records(),
+        after.records()
+    );
+    // A record appended since is verified before anything is decided on it.
+    s.store
+        .tamper("UPDATE {records} SET at_ms = at_ms + 1 WHERE n = 4")
+        .unwrap();
+    let err = mine.read_after(&e.key, &seen).unwrap_err();
+    assert!(err.to_string().contains("record 4"), "{err}");
+    // The last record the attempt saw, no longer in place as seen: the whole key is read and
+    // verified again.
+    let s = setup(kind, "read-after-changed");
+    let gate = self::bound(&s, Counting::new(Tier::One, Duration::ZERO));
+    assert!(matches!(
+        gate.submit(&e).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let seen = s.store.journal().read(&e.key).unwrap();
+    s.store
+        .tamper("UPDATE {records} SET hash = 'f' || hash WHERE n = 3")
+        .unwrap();
+    let err = s.store.journal().read_after(&e.key, &seen).unwrap_err();
+    assert!(matches!(err, JournalError::Corrupt { .. }), "{err}");
+    // So is an append that continues what the attempt saw.
+    let err = s
+        .store
+        .journal()
+        .append_after(&e.key, &seen, &mut |_| vec![Event::Refused(note.clone())])
+        .unwrap_err();
+    assert!(matches!(err, JournalError::Corrupt { .. }), "{err}");
+}
+
 interlock_tests::every_store!(
     a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike,
     concurrent_submitters_through_separate_handles_make_one_send,
@@ -301,4 +356,5 @@ interlock_tests::every_store!(
     an_edited_deleted_or_reordered_record_is_named_on_read,
     a_crashed_holders_claim_is_taken_over_on_its_lock_not_its_deadline,
     a_held_claim_is_not_taken_before_its_deadline,
+    a_read_after_verifies_what_came_since_and_sees_every_handles_appends,
 );

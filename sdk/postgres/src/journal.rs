@@ -13,7 +13,7 @@ use crate::pool::{Manager, Pool, Query};
 use crate::schema;
 use interlock::approval::{Route, RouteStep, admits};
 use interlock::journal::store::{self, Import, NewRecord, StoredRecord};
-use interlock::journal::{AppendOutcome, Decide, Record, TxLeases};
+use interlock::journal::{AppendOutcome, Decide, Record, TxLeases, Verified};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
 use interlock::liveness::Liveness;
 use interlock::{Clock, EffectKey, Journal, JournalError};
@@ -158,16 +158,42 @@ impl PgJournal {
 
     fn select_records(&self) -> String {
         format!(
-            "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM {}.records WHERE key = $1 ORDER BY n",
+            "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM {}.records WHERE key = $1 AND n >= $2 ORDER BY n",
             self.schema
         )
     }
 
     fn rows(&self, q: &mut dyn Query, key: &str) -> Result<Vec<Record>, JournalError> {
+        store::decode(&self.location, self.rows_from(q, key, 0)?)
+    }
+
+    /// The key's records continuing `seen`, verified once: only what was appended after it is
+    /// checked, unless its last record is no longer as seen.
+    fn read_on(
+        &self,
+        q: &mut dyn Query,
+        key: &str,
+        seen: &Verified,
+    ) -> Result<Verified, JournalError> {
+        let rows = self.rows_from(q, key, seen.resume_at())?;
+        match store::extend(&self.location, key, seen, rows)? {
+            Some(v) => Ok(v),
+            None => store::verified(&self.location, key, self.rows_from(q, key, 0)?),
+        }
+    }
+
+    /// The key's stored rows from position `from` on, in chain order.
+    fn rows_from(
+        &self,
+        q: &mut dyn Query,
+        key: &str,
+        from: i64,
+    ) -> Result<Vec<StoredRecord>, JournalError> {
+        let from = i32::try_from(from).unwrap_or(i32::MAX);
         let rows = q
-            .query(&self.select_records(), &[&key])
+            .query(&self.select_records(), &[&key, &from])
             .map_err(|e| self.err(&e))?;
-        let stored = rows
+        Ok(rows
             .iter()
             .map(|r| StoredRecord {
                 seq: r.get(0),
@@ -179,8 +205,7 @@ impl PgJournal {
                 hash: r.get(6),
                 body: r.get(7),
             })
-            .collect();
-        store::decode(&self.location, stored)
+            .collect())
     }
 
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
@@ -378,13 +403,26 @@ impl Journal for PgJournal {
         self.conn()?.run(|c| self.rows(c, key.as_str()))
     }
 
+    fn read_after(&self, key: &EffectKey, seen: &Verified) -> Result<Verified, JournalError> {
+        self.conn()?.run(|c| self.read_on(c, key.as_str(), seen))
+    }
+
     fn append_with(
         &self,
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
+        self.append_after(key, &Verified::default(), decide)
+    }
+
+    fn append_after(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
         self.conn()?
-            .run_tx(|e| self.err(e), |q| self.append_on(q, key, decide))
+            .run_tx(|e| self.err(e), |q| self.append_on(q, key, seen, decide))
     }
 
     fn import_history(&self, records: &[Record]) -> Result<Import, JournalError> {
@@ -497,10 +535,11 @@ impl PgJournal {
         &self,
         q: &mut dyn Query,
         key: &EffectKey,
+        seen: &Verified,
         decide: &mut Decide<'_>,
     ) -> Result<(AppendOutcome, bool), JournalError> {
         self.lock_key(q, key.as_str())?;
-        let records = self.rows(q, key.as_str())?;
+        let records = self.read_on(q, key.as_str(), seen)?;
         let q = RefCell::new(q);
         let leases = TxLeaseReader {
             journal: self,

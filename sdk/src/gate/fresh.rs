@@ -8,6 +8,7 @@ use crate::core::transition;
 use crate::core::{Event, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
+use crate::journal::Verified;
 use crate::liveness::HeldLock;
 
 use super::send::Sending;
@@ -16,20 +17,30 @@ use super::{Bound, GateError, Outcome, Step};
 impl Bound {
     /// A new key: under the liveness lock, the premises, then `PROPOSED`, the lease and
     /// `DISPATCHED` in one transaction, then the send.
-    pub(super) fn propose(&self, key: &EffectKey, proposal: &Proposed) -> Result<Step, GateError> {
-        self.first_dispatch(key, proposal, true)
+    pub(super) fn propose(
+        &self,
+        key: &EffectKey,
+        proposal: &Proposed,
+        seen: &Verified,
+    ) -> Result<Step, GateError> {
+        self.first_dispatch(key, proposal, true, seen)
     }
 
     /// R4 for a proposal an earlier attempt journaled but could not authorize (the lease store
     /// was unreachable): `AUTHORIZED`, a final `lease` refusal, or another retry note — then the
     /// dispatch.
-    pub(super) fn authorize(&self, key: &EffectKey, first: &Proposed) -> Result<Step, GateError> {
-        let out = self.gate.journal.append_with(key, &mut |tx| {
+    pub(super) fn authorize(
+        &self,
+        key: &EffectKey,
+        first: &Proposed,
+        seen: &Verified,
+    ) -> Result<Step, GateError> {
+        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
             let (lease, grant) = self.authorization_in(tx, key, first);
             transition::authorize(tx.state, first, &lease, grant)
         })?;
         match out.appended.last().map(|r| &r.event) {
-            Some(Event::Authorized(_)) => self.first_dispatch(key, first, false),
+            Some(Event::Authorized(_)) => self.first_dispatch(key, first, false, &out.history),
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
             _ => Ok(Step::Again),
         }
@@ -42,6 +53,7 @@ impl Bound {
         key: &EffectKey,
         first: &Proposed,
         fresh: bool,
+        seen: &Verified,
     ) -> Result<Step, GateError> {
         let lock = match self.dispatch_lock(key)? {
             Ok(lock) => lock,
@@ -55,7 +67,7 @@ impl Bound {
         }
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
-        let out = self.gate.journal.append_with(key, &mut |tx| {
+        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
             if fresh {
                 let (lease, grant) = self.authorization_in(tx, key, first);
                 transition::propose_and_dispatch(
@@ -86,6 +98,7 @@ impl Bound {
                     holding,
                     started,
                     via: Via::FirstSend,
+                    seen: out.history,
                 };
                 self.send_under_claim(key, first, sending, lock)
             }

@@ -22,7 +22,7 @@ use crate::effect::{Effect, EffectKey};
 use crate::faults::FaultPoint;
 #[cfg(feature = "test-hooks")]
 use crate::faults::{Crash, Faults, NoFaults};
-use crate::journal::{Journal, JournalError};
+use crate::journal::{Journal, JournalError, Verified};
 use crate::lease::LeaseStore;
 use crate::liveness::{HeldLock, Liveness, LockDir};
 use crate::premise::{PremiseError, PremiseReader};
@@ -394,13 +394,14 @@ impl Bound {
     pub fn recover(&self, key: &EffectKey) -> Result<Outcome, GateError> {
         self.fault(FaultPoint::Start, key)?;
         for _ in 0..MAX_ROUNDS {
-            let step = match self.gate.journal.state(key)? {
+            let seen = self.gate.journal.read(key)?;
+            let step = match seen.state() {
                 EffectState::Absent => return Err(GateError::UnknownKey(key.to_string())),
                 EffectState::Resolved { first, resolution } => {
-                    self.check_binding(key, &first)?;
-                    Step::Done(self.outcome_of(resolution, true))
+                    self.check_binding(key, first)?;
+                    Step::Done(self.outcome_of(resolution.clone(), true))
                 }
-                state => self.resume(key, &state)?,
+                _ => self.resume(key, &seen)?,
             };
             if let Step::Done(o) = step {
                 return Ok(o);
@@ -413,13 +414,15 @@ impl Bound {
     fn submit_once(&self, effect: &Effect) -> Result<Step, GateError> {
         let key = &effect.key;
         let hash = effect.payload_hash();
-        let state = self.gate.journal.state(key)?;
-        Ok(match plan_submit(&state, &hash) {
+        // The attempt's one full read: later reads verify only what was appended since.
+        let seen = self.gate.journal.read(key)?;
+        let state = seen.state();
+        Ok(match plan_submit(state, &hash) {
             SubmitPlan::Conflict { recorded } => {
                 let note = transition::conflict_note(&hash, &recorded);
                 self.gate
                     .journal
-                    .append_with(key, &mut |_| vec![Event::Refused(note.clone())])?;
+                    .append_after(key, &seen, &mut |_| vec![Event::Refused(note.clone())])?;
                 Step::Done(Outcome::Refused(note))
             }
             // A resolution is replayed only to the binding it was proposed through: another
@@ -430,7 +433,7 @@ impl Bound {
                 }
                 Step::Done(self.outcome_of(res, true))
             }
-            SubmitPlan::Recover(_) | SubmitPlan::Continue => self.resume(key, &state)?,
+            SubmitPlan::Recover(_) | SubmitPlan::Continue => self.resume(key, &seen)?,
             SubmitPlan::Fresh => {
                 let proposal = Proposed {
                     payload: effect.payload.clone(),
@@ -443,22 +446,22 @@ impl Bound {
                         .then(|| self.target.dedupe_window().map(ms))
                         .flatten(),
                 };
-                self.propose(key, &proposal)?
+                self.propose(key, &proposal, &seen)?
             }
         })
     }
 
     /// An effect the journal already holds: continue its proposal, or recover its send — only
     /// through the target it was proposed for.
-    fn resume(&self, key: &EffectKey, state: &EffectState) -> Result<Step, GateError> {
-        match state {
+    fn resume(&self, key: &EffectKey, seen: &Verified) -> Result<Step, GateError> {
+        match seen.state() {
             EffectState::Proposed { first } => {
                 self.check_binding(key, first)?;
-                self.authorize(key, first)
+                self.authorize(key, first, seen)
             }
             EffectState::InFlight { first, claim } => {
                 self.check_binding(key, first)?;
-                self.recover_claim(key, first, claim)
+                self.recover_claim(key, first, claim, seen)
             }
             EffectState::Absent | EffectState::Resolved { .. } => Ok(Step::Again),
         }

@@ -10,6 +10,7 @@ use crate::core::{
 };
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
+use crate::journal::Verified;
 use crate::liveness::HeldLock;
 
 use super::send::Sending;
@@ -22,6 +23,7 @@ impl Bound {
         key: &EffectKey,
         first: &Proposed,
         claim: &Claim,
+        seen: &Verified,
     ) -> Result<Step, GateError> {
         let lock_free = self
             .gate
@@ -56,7 +58,7 @@ impl Bound {
         };
         let (holding, _) = self.holding();
         let settle = ms(self.gate.cfg.settle);
-        let out = self.gate.journal.append_with(key, &mut |tx| {
+        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
             transition::takeover(tx.state, claim, reason, now, settle, &holding)
         })?;
         if out.appended.is_empty() {
@@ -64,7 +66,7 @@ impl Bound {
         }
         tracing::info!(key = %key, token, ?reason, "took over an in-flight effect");
         self.fault(FaultPoint::AfterTakeover, key)?;
-        self.resolve_as_recoverer(key, first, token, effective, lock)
+        self.resolve_as_recoverer(key, first, token, effective, lock, out.history)
     }
 
     /// What the tier recovery acts on depends on: journaled at the proposal, lowered by this
@@ -87,6 +89,7 @@ impl Bound {
         token: u64,
         effective_at_takeover: tier::Effective,
         lock: HeldLock,
+        mut seen: Verified,
     ) -> Result<Step, GateError> {
         let has_lookup = self.target.has_lookup();
         let tier = self.tier_facts();
@@ -100,7 +103,7 @@ impl Bound {
             let (holding, started) = self.holding();
             let now = self.now();
             let mut plan = None;
-            let out = self.gate.journal.append_with(key, &mut |tx| {
+            let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
                 let lease = self.lease_in(tx, key, first);
                 let transient =
                     matches!(lease, LeaseVerdict::Error { .. }) || premises.unavailable().is_some();
@@ -128,6 +131,7 @@ impl Bound {
                 Some(RecoveryPlan::Lookup) if lookup.is_none() => {
                     let asked_at = self.now();
                     lookup = Some((self.lookup(key, &first.payload), asked_at));
+                    seen = out.history;
                     continue;
                 }
                 Some(p) => p,
@@ -140,6 +144,7 @@ impl Bound {
                         holding,
                         started,
                         via,
+                        seen: out.history,
                     };
                     self.send_under_claim(key, first, sending, lock)
                 }

@@ -9,6 +9,7 @@ use crate::core::transition::{self, Holding};
 use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Tier, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
+use crate::journal::Verified;
 use crate::liveness::HeldLock;
 use crate::target::SendRequest;
 
@@ -25,6 +26,9 @@ pub(super) struct Sending {
     pub(super) started: Instant,
     /// How a success is recorded.
     pub(super) via: Via,
+    /// The key's records as the transaction that made the claim left them: the fencing re-read
+    /// and the answer's transaction verify only what came after.
+    pub(super) seen: Verified,
 }
 
 impl Bound {
@@ -42,8 +46,10 @@ impl Bound {
             holding,
             started,
             via,
+            seen,
         } = sending;
-        if !transition::may_send(&self.gate.journal.state(key)?, token, &holding.holder) {
+        let seen = self.gate.journal.read_after(key, &seen)?;
+        if !transition::may_send(seen.state(), token, &holding.holder) {
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!("claim {token} was taken over before this attempt sent"),
             }));
@@ -101,7 +107,7 @@ impl Bound {
             (self.lookup(key, &first.payload), asked_at)
         });
         let now = self.now();
-        let out = self.gate.journal.append_with(key, &mut |tx| {
+        let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
             transition::record_answer(
                 tx.state,
                 token,

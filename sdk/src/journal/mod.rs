@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use chain::{record_hash, verify_chain};
 pub use sqlite::{SCHEMA_VERSION, SqliteJournal};
+pub use store::Verified;
 
 use serde_json::Value;
 
@@ -50,6 +51,9 @@ pub struct AppendOutcome {
     pub appended: Vec<Record>,
     /// The key's state after.
     pub after: EffectState,
+    /// The key's records after, verified: where the same attempt's next read starts
+    /// ([`Journal::read_after`], [`Journal::append_after`]).
+    pub history: store::Verified,
 }
 
 /// Errors from a journal. Every one names where it happened.
@@ -212,6 +216,31 @@ pub trait Journal: Send + Sync {
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError>;
+
+    /// The key's records, chain verified, and the state they fold to: an attempt's first read.
+    fn read(&self, key: &EffectKey) -> Result<Verified, JournalError> {
+        Verified::new(self.location(), key.as_str(), self.history(key)?)
+    }
+
+    /// [`Journal::read`] again, verifying only the records appended after `seen` (which this
+    /// attempt read from this journal): the last of them must still be in place as seen, or the
+    /// whole key is read and verified again.
+    fn read_after(&self, key: &EffectKey, seen: &Verified) -> Result<Verified, JournalError> {
+        let _ = seen;
+        self.read(key)
+    }
+
+    /// [`Journal::append_with`], where the transaction's read of the key continues `seen` as
+    /// [`Journal::read_after`] does.
+    fn append_after(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        let _ = seen;
+        self.append_with(key, decide)
+    }
 
     /// Copy one key's records in as they were exported from another journal — same positions,
     /// times and hashes, so the chain still verifies — if the key is new here. A key that already

@@ -12,7 +12,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::sqlite_group::Group;
 use super::sqlite_leases::TxLeaseReader;
 use super::sqlite_readers::Readers;
-use super::store::{self, NewRecord, StoredRecord};
+use super::store::{self, NewRecord, StoredRecord, Verified};
 use super::{AppendOutcome, Decide, Journal, JournalError, Record};
 use crate::clock::Clock;
 use crate::effect::EffectKey;
@@ -21,6 +21,9 @@ use crate::effect::EffectKey;
 pub const SCHEMA_VERSION: u32 = 2;
 const FORMAT: &str = "interlock-journal";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prepared statements kept per connection: every statement the journal, its leases and its
+/// routes run, so none is parsed again on the hot path (SQLite's default keeps 16).
+pub(super) const STATEMENTS: usize = 64;
 
 /// An SQLite journal.
 pub struct SqliteJournal {
@@ -142,6 +145,7 @@ impl SqliteJournal {
     ) -> Result<Self, JournalError> {
         let err = |e| map_err(&path, e);
         conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENTS);
         // Reading the schema forces SQLite to read the header: a foreign file fails here.
         let _: i64 = conn
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
@@ -273,28 +277,51 @@ impl SqliteJournal {
         self.clock.now_ms()
     }
 
-    fn read(&self, tx: &Connection, key: &str) -> Result<Vec<Record>, JournalError> {
-        let mut st = tx
+    fn read_all(&self, tx: &Connection, key: &str) -> Result<Vec<Record>, JournalError> {
+        store::decode(&self.path, self.rows_from(tx, key, 0)?)
+    }
+
+    /// The key's records continuing `seen`, verified once: only what was appended after it is
+    /// checked, unless its last record is no longer as seen.
+    fn read_on(
+        &self,
+        conn: &Connection,
+        key: &str,
+        seen: &Verified,
+    ) -> Result<Verified, JournalError> {
+        let rows = self.rows_from(conn, key, seen.resume_at())?;
+        match store::extend(&self.path, key, seen, rows)? {
+            Some(v) => Ok(v),
+            None => Verified::new(&self.path, key, self.read_all(conn, key)?),
+        }
+    }
+
+    /// The key's stored rows from position `from` on, in chain order.
+    fn rows_from(
+        &self,
+        conn: &Connection,
+        key: &str,
+        from: i64,
+    ) -> Result<Vec<StoredRecord>, JournalError> {
+        let mut st = conn
             .prepare_cached(
-                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 ORDER BY seq",
+                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 AND n >= ?2 ORDER BY n",
             )
             .map_err(|e| self.err(e))?;
-        let rows = st
-            .query_map([key], |r| {
-                Ok(StoredRecord {
-                    seq: r.get(0)?,
-                    key: r.get(1)?,
-                    n: r.get(2)?,
-                    kind: r.get(3)?,
-                    at_ms: r.get(4)?,
-                    prev: r.get(5)?,
-                    hash: r.get(6)?,
-                    body: r.get(7)?,
-                })
+        st.query_map(params![key, from], |r| {
+            Ok(StoredRecord {
+                seq: r.get(0)?,
+                key: r.get(1)?,
+                n: r.get(2)?,
+                kind: r.get(3)?,
+                at_ms: r.get(4)?,
+                prev: r.get(5)?,
+                hash: r.get(6)?,
+                body: r.get(7)?,
             })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))?;
-        store::decode(&self.path, rows)
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| self.err(e))
     }
 
     /// One record's row; its `seq`.
@@ -318,7 +345,11 @@ impl Journal for SqliteJournal {
     }
 
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {
-        self.read_with(|conn| self.read(conn, key.as_str()))
+        self.read_with(|conn| self.read_all(conn, key.as_str()))
+    }
+
+    fn read_after(&self, key: &EffectKey, seen: &Verified) -> Result<Verified, JournalError> {
+        self.read_with(|conn| self.read_on(conn, key.as_str(), seen))
     }
 
     fn append_with(
@@ -326,8 +357,17 @@ impl Journal for SqliteJournal {
         key: &EffectKey,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
+        self.append_after(key, &Verified::default(), decide)
+    }
+
+    fn append_after(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
         self.write(|tx| {
-            let records = self.read(tx, key.as_str())?;
+            let seen = self.read_on(tx, key.as_str(), seen)?;
             let leases = TxLeaseReader {
                 journal: self,
                 conn: tx,
@@ -335,7 +375,7 @@ impl Journal for SqliteJournal {
             let out = store::decide_and_append(
                 &self.path,
                 key.as_str(),
-                records,
+                seen,
                 Some(&leases),
                 decide,
                 self.now_ms(),
@@ -351,7 +391,7 @@ impl Journal for SqliteJournal {
             return Ok(store::Import::AlreadyThere);
         };
         self.write(|tx| {
-            let existing = self.read(tx, &first.key)?;
+            let existing = self.read_all(tx, &first.key)?;
             let plan = store::check_import(&self.path, records, &existing)?;
             if plan == store::Import::Insert {
                 store::insert_imported(&self.path, records, |r| self.insert(tx, r))?;

@@ -122,7 +122,7 @@ impl Group {
             return Err(e.clone());
         }
         if w.open.is_none() {
-            w.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+            run(&w.conn, "BEGIN IMMEDIATE").map_err(err)?;
             w.open = Some(Open {
                 size: 0,
                 ending: Ending::default(),
@@ -147,7 +147,7 @@ impl Group {
         } else {
             let ended = match broken {
                 Some(e) => Err(e),
-                None => w.conn.execute_batch("COMMIT").map_err(err),
+                None => run(&w.conn, "COMMIT").map_err(err),
             };
             if ended.is_ok() {
                 self.commits.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +194,7 @@ fn run_part<T>(
     err: &dyn Fn(rusqlite::Error) -> JournalError,
     part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
 ) -> (Part<T>, Option<JournalError>) {
-    if let Err(e) = conn.execute_batch("SAVEPOINT part") {
+    if let Err(e) = run(conn, "SAVEPOINT part") {
         let e = err(e);
         return (Part::Failed(e.clone()), Some(e));
     }
@@ -204,11 +204,11 @@ fn run_part<T>(
         Err(p) => (Part::Panicked(p), false),
     };
     let end = if keep {
-        "RELEASE part"
+        run(conn, "RELEASE part")
     } else {
-        "ROLLBACK TO part; RELEASE part"
+        run(conn, "ROLLBACK TO part").and_then(|()| run(conn, "RELEASE part"))
     };
-    match conn.execute_batch(end) {
+    match end {
         Ok(()) => (outcome, None),
         Err(e) => {
             let e = err(e);
@@ -219,6 +219,11 @@ fn run_part<T>(
             (outcome, Some(e))
         }
     }
+}
+
+/// One statement without arguments, parsed once per connection.
+fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ impl Readers {
             None => {
                 let c = Connection::open(&self.path)?;
                 c.busy_timeout(self.busy_timeout)?;
+                c.set_prepared_statement_cache_capacity(super::sqlite::STATEMENTS);
                 c.pragma_update(None, "query_only", "ON")?;
                 // Pages of the database file are read in place instead of copied in.
                 c.pragma_update(None, "mmap_size", 1i64 << 28)?;

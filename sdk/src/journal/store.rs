@@ -5,7 +5,7 @@
 
 use crate::core::{EffectState, Event, state::fold};
 
-use super::chain::{record_hash, verify_chain};
+use super::chain::{record_hash, verify_chain, verify_links};
 use super::{AppendOutcome, Decide, JournalError, Record, TxLeases, TxView};
 
 /// A record as a store keeps it: one row, columns as written.
@@ -81,6 +81,13 @@ pub fn insert_imported(
 /// A key's stored rows, in chain order, as verified records. Anything unreadable, mislabelled or
 /// out of chain is named with its place; nothing is skipped.
 pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, JournalError> {
+    let out = parse(location, rows)?;
+    verify_chain(&out).map_err(|(i, what)| broken_link(location, &out[i], what))?;
+    Ok(out)
+}
+
+/// Rows as records, each body read and its kind checked; the chain is the caller's to verify.
+fn parse(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, JournalError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let place = format!("key {} record {} (seq {})", row.key, row.n, row.seq);
@@ -110,15 +117,97 @@ pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, Jo
             event,
         });
     }
-    verify_chain(&out).map_err(|(i, what)| {
-        let r = &out[i];
-        JournalError::Corrupt {
-            path: location.to_owned(),
-            place: format!("key {} record {} (seq {})", r.key, i, r.seq),
-            what,
-        }
-    })?;
     Ok(out)
+}
+
+fn broken_link(location: &str, r: &Record, what: String) -> JournalError {
+    JournalError::Corrupt {
+        path: location.to_owned(),
+        place: format!("key {} record {} (seq {})", r.key, r.n, r.seq),
+        what,
+    }
+}
+
+/// A key's records as one attempt read them, the chain verified and the state folded. Only a
+/// journal read makes one, so a later read that starts from it ([`Journal::read_after`],
+/// [`Journal::append_after`]) needs to verify only the records appended since: the chain is
+/// verified once per attempt, however often the attempt reads the key again.
+///
+/// [`Journal::read_after`]: super::Journal::read_after
+/// [`Journal::append_after`]: super::Journal::append_after
+#[derive(Clone, Debug, Default)]
+pub struct Verified {
+    records: Vec<Record>,
+    state: EffectState,
+}
+
+impl Verified {
+    /// Records that were verified (by [`decode`] or as they were appended) and the state they
+    /// fold to.
+    pub(crate) fn new(
+        location: &str,
+        key: &str,
+        records: Vec<Record>,
+    ) -> Result<Self, JournalError> {
+        let state = state_of(location, key, &records)?;
+        Ok(Self { records, state })
+    }
+
+    /// The key's records, oldest first.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// The state they fold to.
+    pub fn state(&self) -> &EffectState {
+        &self.state
+    }
+
+    /// The position a read that continues these records starts at: the last one seen, read again
+    /// to prove it is still in place, then whatever came after it.
+    pub fn resume_at(&self) -> i64 {
+        i64::try_from(self.records.len().saturating_sub(1)).unwrap_or(i64::MAX)
+    }
+}
+
+/// A key's rows decoded and verified from the first, its state folded.
+pub fn verified(
+    location: &str,
+    key: &str,
+    rows: Vec<StoredRecord>,
+) -> Result<Verified, JournalError> {
+    Verified::new(location, key, decode(location, rows)?)
+}
+
+/// `seen` continued by `rows`: the key's stored rows from [`Verified::resume_at`] on, in chain
+/// order. Only the rows after the last seen record are verified; that record must come back first
+/// with the same position, `seq` and hash. `None` when it does not (the caller reads the whole key
+/// again and verifies all of it, which names whatever changed).
+pub fn extend(
+    location: &str,
+    key: &str,
+    seen: &Verified,
+    rows: Vec<StoredRecord>,
+) -> Result<Option<Verified>, JournalError> {
+    let Some(last) = seen.records.last() else {
+        return verified(location, key, rows).map(Some);
+    };
+    let mut rows = rows.into_iter();
+    let still_there = rows.next().is_some_and(|r| {
+        r.key == last.key && r.n == i64::from(last.n) && r.seq == last.seq && r.hash == last.hash
+    });
+    if !still_there {
+        return Ok(None);
+    }
+    let new = parse(location, rows.collect())?;
+    if new.is_empty() {
+        return Ok(Some(seen.clone()));
+    }
+    verify_links(&new, seen.records.len(), Some(&last.hash))
+        .map_err(|(i, what)| broken_link(location, &new[i], what))?;
+    let mut records = seen.records.clone();
+    records.extend(new);
+    Verified::new(location, key, records).map(Some)
 }
 
 /// The state a key's records fold to, or the grammar error that stops them.
@@ -134,20 +223,23 @@ pub fn state_of(
     })
 }
 
-/// Inside a store's write transaction, with the key's verified `records` read in it: ask
+/// Inside a store's write transaction, with the key's records read and verified in it: ask
 /// `decide` what to append, chain and insert each event with `insert` (which returns the row's
 /// `seq`), and refuse a history the grammar would reject. The caller commits when records were
 /// appended and rolls back otherwise, or on any error.
 pub fn decide_and_append(
     location: &str,
     key: &str,
-    mut records: Vec<Record>,
+    seen: Verified,
     leases: Option<&dyn TxLeases>,
     decide: &mut Decide<'_>,
     now_ms: i64,
     mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
 ) -> Result<AppendOutcome, JournalError> {
-    let before = state_of(location, key, &records)?;
+    let Verified {
+        mut records,
+        state: before,
+    } = seen;
     let events = decide(&TxView {
         state: &before,
         records: &records,
@@ -184,11 +276,12 @@ pub fn decide_and_append(
         appended.push(record);
     }
     // Refuse to commit anything that would make the history unreadable.
-    let after = state_of(location, key, &records)?;
+    let history = Verified::new(location, key, records)?;
     Ok(AppendOutcome {
         before,
         appended,
-        after,
+        after: history.state.clone(),
+        history,
     })
 }
 
