@@ -45,8 +45,14 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
          `AUTHORIZED` and `DISPATCHED`) in one, the answer in the other. So one sender can reach at \
          most half the disk's fsync rate. Threads that share a journal handle group-commit: a \
          writer that arrives while another's transaction is open joins it, and one fsync makes \
-         both durable. Separate processes each hold SQLite's write lock in turn, so they do not \
-         share fsyncs.\n\n\
+         both durable. An attempt verifies the key's chain once, on its first read; its later \
+         reads and appends verify only the records appended since.\n\n\
+         Separate processes each hold SQLite's write lock in turn, so they do not share fsyncs. \
+         SQLite shows a commit to other connections only once its fsync is done; sharing one \
+         fsync between processes would show records before they are durable, and another worker \
+         could act on a record a power cut then erases. Processes that want to share fsyncs send \
+         through one gate server (`interlock serve`, below), whose callers group-commit as \
+         threads do.\n\n\
          The disk's rate is measured the cheapest way it allows: {}. Appending 512 bytes with \
          `fdatasync` instead (each sync also commits the file's new size) runs at {} /s. \
          The cheapest durable SQLite transaction on the same disk, with the journal's settings \
@@ -59,7 +65,9 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
          | serial ratio, effects ÷ fsyncs (ceiling 0.5) | {} |\n\
          | serial effects ÷ smallest SQLite commits (ceiling 0.5) | {} |\n\
          | journal commits per serial effect | {} |\n\
-         | latency per effect, p50 / p99 | {} ms / {} ms |\n\n",
+         | latency per effect, p50 / p99 | {} ms / {} ms |\n\n\
+         Two of SQLite's smallest commits, with no other work, would reach a serial ratio of {} \
+         on this disk: the ceiling for any gate on this SQLite and this disk.\n\n",
         journal["fsync_probe"].as_str().unwrap_or("?"),
         num(&journal["fsync_append_per_s"]),
         num(&journal["sqlite_commit_per_s"]),
@@ -72,25 +80,31 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
         num(&journal["serial_commits_per_effect"]),
         num(&journal["serial_latency_ms"]["p50"]),
         num(&journal["serial_latency_ms"]["p99"]),
+        num(&journal["serial_ratio_ceiling_by_sqlite"]),
     );
     let _ = write!(
         md,
         "### Concurrent senders ({} s each)\n\n\
+         When the disk is what limits concurrent senders, effects per fsync approach 1 ÷ \
+         commits per effect; when the CPUs are, they approach the CPU ceiling: the machine's {} CPUs divided by the CPU time one effect \
+         costs, in effects per fsync.\n\n\
          | senders | threads: effects/s | effects per fsync | commits per effect | CPU ms per \
-         effect | processes: effects/s | effects per fsync | commits per effect | CPU ms per \
-         effect |\n|---|---|---|---|---|---|---|---|---|\n",
+         effect | CPU ceiling (effects per fsync) | processes: effects/s | effects per fsync | \
+         commits per effect | CPU ms per effect |\n|---|---|---|---|---|---|---|---|---|---|\n",
         num(&journal["seconds_per_concurrent_run"]),
+        num(&journal["cpus"]),
     );
     for row in journal["concurrent"].as_array().into_iter().flatten() {
         let p = &row["processes"];
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             num(&row["workers"]),
             num(&row["effects_per_s"]),
             num(&row["effects_per_fsync"]),
             num(&row["commits_per_effect"]),
             num(&row["cpu_ms_per_effect"]),
+            num(&row["cpu_ceiling_effects_per_fsync"]),
             num(&p["effects_per_s"]),
             num(&p["effects_per_fsync"]),
             num(&p["commits_per_effect"]),

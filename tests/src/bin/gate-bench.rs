@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
     direct.sort();
     let added = |p| ms(bench::percentile(&gated, p).saturating_sub(bench::percentile(&direct, p)));
 
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let mut concurrent = Vec::new();
     let partial = !args.senders.is_empty();
     let senders_measured = if partial {
@@ -105,13 +106,19 @@ fn main() -> anyhow::Result<()> {
         let per_s = done as f64 / took.as_secs_f64();
         let (p_done, p_took, p_commits, p_cpu) = processes(&path, senders, each)?;
         let p_per_s = p_done as f64 / p_took.as_secs_f64();
+        let cpu_ms_per_effect = ms(cpu) / done.max(1) as f64;
         concurrent.push(json!({
             "workers": senders,
             "effects": done,
             "effects_per_s": round(per_s, 1),
             "effects_per_fsync": round(per_s / fsync_per_s, 3),
             "commits_per_effect": round(commits as f64 / done.max(1) as f64, 3),
-            "cpu_ms_per_effect": round(ms(cpu) / done.max(1) as f64, 3),
+            "cpu_ms_per_effect": round(cpu_ms_per_effect, 3),
+            // What the machine's CPUs allow at this CPU cost per effect, in effects per fsync.
+            "cpu_ceiling_effects_per_fsync": round(
+                cpus as f64 * 1000.0 / cpu_ms_per_effect.max(1e-6) / fsync_per_s,
+                3,
+            ),
             "processes": {
                 "effects": p_done,
                 "effects_per_s": round(p_per_s, 1),
@@ -124,12 +131,15 @@ fn main() -> anyhow::Result<()> {
 
     let report = json!({
         "generated_by": "cargo run --release -p interlock-tests --bin gate-bench",
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpus": cpus,
         "fsync_per_s": round(fsync_per_s, 0),
         "fsync_probe": format!("4 KiB rewritten in place + fdatasync, {fsyncs} syncs in the journal's directory"),
         "fsync_append_per_s": round(append_per_s, 0),
         "sqlite_commit_per_s": round(sqlite_commit_per_s, 0),
         "serial_effects_per_sqlite_commit": round(serial_effects_per_s / sqlite_commit_per_s, 3),
+        // Two of SQLite's smallest durable commits per effect, and nothing else, would reach
+        // this serial ratio on this disk.
+        "serial_ratio_ceiling_by_sqlite": round(sqlite_commit_per_s / 2.0 / fsync_per_s, 3),
         "serial_effects": serial_effects,
         "serial_effects_per_s": round(serial_effects_per_s, 1),
         "serial_ratio": round(serial_effects_per_s / fsync_per_s, 3),
