@@ -296,7 +296,8 @@ impl SqliteJournal {
         }
     }
 
-    /// The key's stored rows from position `from` on, in chain order.
+    /// The key's stored rows from position `from` on, in append order (`seq`): a row moved out of
+    /// its place in the chain is then named by the chain's check.
     fn rows_from(
         &self,
         conn: &Connection,
@@ -305,7 +306,7 @@ impl SqliteJournal {
     ) -> Result<Vec<StoredRecord>, JournalError> {
         let mut st = conn
             .prepare_cached(
-                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 AND n >= ?2 ORDER BY n",
+                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 AND n >= ?2 ORDER BY seq",
             )
             .map_err(|e| self.err(e))?;
         st.query_map(params![key, from], |r| {

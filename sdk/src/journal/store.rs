@@ -82,7 +82,7 @@ pub fn insert_imported(
 /// out of chain is named with its place; nothing is skipped.
 pub fn decode(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, JournalError> {
     let out = parse(location, rows)?;
-    verify_chain(&out).map_err(|(i, what)| broken_link(location, &out[i], what))?;
+    verify_chain(&out).map_err(|(i, what)| broken_link(location, &out[i], i, what))?;
     Ok(out)
 }
 
@@ -120,10 +120,11 @@ fn parse(location: &str, rows: Vec<StoredRecord>) -> Result<Vec<Record>, Journal
     Ok(out)
 }
 
-fn broken_link(location: &str, r: &Record, what: String) -> JournalError {
+/// The chain broken at position `at`, where `r` was found.
+fn broken_link(location: &str, r: &Record, at: usize, what: String) -> JournalError {
     JournalError::Corrupt {
         path: location.to_owned(),
-        place: format!("key {} record {} (seq {})", r.key, r.n, r.seq),
+        place: format!("key {} record {at} (seq {})", r.key, r.seq),
         what,
     }
 }
@@ -204,7 +205,7 @@ pub fn extend(
         return Ok(Some(seen.clone()));
     }
     verify_links(&new, seen.records.len(), Some(&last.hash))
-        .map_err(|(i, what)| broken_link(location, &new[i], what))?;
+        .map_err(|(i, what)| broken_link(location, &new[i], seen.records.len() + i, what))?;
     let mut records = seen.records.clone();
     records.extend(new);
     Verified::new(location, key, records).map(Some)
