@@ -407,14 +407,6 @@ impl Journal for PgJournal {
         self.conn()?.run(|c| self.read_on(c, key.as_str(), seen))
     }
 
-    fn append_with(
-        &self,
-        key: &EffectKey,
-        decide: &mut Decide<'_>,
-    ) -> Result<AppendOutcome, JournalError> {
-        self.append_after(key, &Verified::default(), decide)
-    }
-
     fn append_after(
         &self,
         key: &EffectKey,

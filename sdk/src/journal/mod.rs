@@ -215,7 +215,9 @@ pub trait Journal: Send + Sync {
         &self,
         key: &EffectKey,
         decide: &mut Decide<'_>,
-    ) -> Result<AppendOutcome, JournalError>;
+    ) -> Result<AppendOutcome, JournalError> {
+        self.append_after(key, &Verified::default(), decide)
+    }
 
     /// The key's records, chain verified, and the state they fold to: an attempt's first read.
     fn read(&self, key: &EffectKey) -> Result<Verified, JournalError> {
@@ -231,16 +233,13 @@ pub trait Journal: Send + Sync {
     }
 
     /// [`Journal::append_with`], where the transaction's read of the key continues `seen` as
-    /// [`Journal::read_after`] does.
+    /// [`Journal::read_after`] does (an empty `seen` reads and verifies the whole key).
     fn append_after(
         &self,
         key: &EffectKey,
         seen: &Verified,
         decide: &mut Decide<'_>,
-    ) -> Result<AppendOutcome, JournalError> {
-        let _ = seen;
-        self.append_with(key, decide)
-    }
+    ) -> Result<AppendOutcome, JournalError>;
 
     /// Copy one key's records in as they were exported from another journal — same positions,
     /// times and hashes, so the chain still verifies — if the key is new here. A key that already

@@ -353,14 +353,6 @@ impl Journal for SqliteJournal {
         self.read_with(|conn| self.read_on(conn, key.as_str(), seen))
     }
 
-    fn append_with(
-        &self,
-        key: &EffectKey,
-        decide: &mut Decide<'_>,
-    ) -> Result<AppendOutcome, JournalError> {
-        self.append_after(key, &Verified::default(), decide)
-    }
-
     fn append_after(
         &self,
         key: &EffectKey,

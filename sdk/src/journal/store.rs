@@ -129,10 +129,10 @@ fn broken_link(location: &str, r: &Record, at: usize, what: String) -> JournalEr
     }
 }
 
-/// A key's records as one attempt read them, the chain verified and the state folded. Only a
-/// journal read makes one, so a later read that starts from it ([`Journal::read_after`],
-/// [`Journal::append_after`]) needs to verify only the records appended since: the chain is
-/// verified once per attempt, however often the attempt reads the key again.
+/// A key's records as one attempt read them, the chain verified and the state folded. Every way
+/// to make one checks the chain (or starts empty), so a later read that starts from it
+/// ([`Journal::read_after`], [`Journal::append_after`]) needs to verify only the records appended
+/// since: the chain is verified once per attempt, however often the attempt reads the key again.
 ///
 /// [`Journal::read_after`]: super::Journal::read_after
 /// [`Journal::append_after`]: super::Journal::append_after
