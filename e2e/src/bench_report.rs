@@ -86,8 +86,8 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
         md,
         "### Concurrent senders ({} s each)\n\n\
          When the disk is what limits concurrent senders, effects per fsync approach 1 ÷ \
-         commits per effect; when the CPUs are, they approach the CPU ceiling: the machine's {} CPUs divided by the CPU time one effect \
-         costs, in effects per fsync.\n\n\
+         commits per effect; when the CPUs are, they approach the CPU ceiling: the machine's {} \
+         CPUs divided by the CPU time one effect costs, in effects per fsync.\n\n\
          | senders | threads: effects/s | effects per fsync | commits per effect | CPU ms per \
          effect | CPU ceiling (effects per fsync) | processes: effects/s | effects per fsync | \
          commits per effect | CPU ms per effect |\n|---|---|---|---|---|---|---|---|---|---|\n",
