@@ -125,7 +125,7 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 }
 
 /// A string or scalar in serde_json's compact form, written in place.
-fn write_compact(v: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
+pub(crate) fn write_compact(v: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
     // Writing a string or a JSON scalar into memory cannot fail: a `Value` holds no non-finite
     // number, and a `Vec` takes every byte.
     let _ = serde_json::to_writer(out, v);

@@ -366,6 +366,20 @@ mod tests {
         }
     }
 
+    /// Request `a`'s one repair, `a-repair1`, waiting for a person.
+    fn repair_of_a() -> BTreeMap<String, Vec<Route>> {
+        let repair = step(
+            "a-repair1",
+            0,
+            RouteKind::Repair,
+            "stale_premise: still_fits",
+            5,
+        );
+        [("a-repair1".to_owned(), vec![repair])]
+            .into_iter()
+            .collect()
+    }
+
     fn effect(key: &str, lease: &str, status: Status) -> EffectSummary {
         EffectSummary {
             key: key.into(),
@@ -496,16 +510,7 @@ mod tests {
     #[test]
     fn a_request_stands_where_its_latest_repair_stands() {
         let leases = HashMap::new();
-        let repair = step(
-            "a-repair1",
-            0,
-            RouteKind::Repair,
-            "stale_premise: still_fits",
-            5,
-        );
-        let routes: BTreeMap<String, Vec<Route>> = [("a-repair1".to_owned(), vec![repair])]
-            .into_iter()
-            .collect();
+        let routes = repair_of_a();
         let refused = effect("a", "rules-a", Status::Refused);
         let waiting = Scoreboard::count(std::slice::from_ref(&refused), &routes, &leases);
         assert_eq!((waiting.open, waiting.refused), (1, 0), "the repair waits");
@@ -528,16 +533,7 @@ mod tests {
     #[test]
     fn a_request_that_landed_twice_or_is_unknowable_is_called_out() {
         let leases = HashMap::new();
-        let repair = step(
-            "a-repair1",
-            0,
-            RouteKind::Repair,
-            "stale_premise: still_fits",
-            5,
-        );
-        let routes: BTreeMap<String, Vec<Route>> = [("a-repair1".to_owned(), vec![repair])]
-            .into_iter()
-            .collect();
+        let routes = repair_of_a();
         let effects = vec![
             effect("a", "rules-a", Status::Committed),
             effect("a-repair1", "x", Status::Committed),

@@ -165,7 +165,7 @@ impl Bound {
                 | RecoveryPlan::AppliedTwice(_) => {
                     self.fault(FaultPoint::AfterRecord, key)?;
                     drop(lock);
-                    Ok(match out.after {
+                    Ok(match out.history.into_state() {
                         EffectState::Resolved { resolution, .. } => {
                             self.gate.locks.forget(key.as_str(), token);
                             Step::Done(self.outcome_of(resolution, false))

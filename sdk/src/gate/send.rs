@@ -124,7 +124,7 @@ impl Bound {
             out.appended.first().map(|r| &r.event),
             Some(Event::LateResult(_))
         );
-        Ok(Step::Done(match out.after {
+        Ok(Step::Done(match out.history.into_state() {
             EffectState::Resolved { resolution, .. } => {
                 self.gate.locks.forget(key.as_str(), token);
                 self.outcome_of(resolution, was_late)

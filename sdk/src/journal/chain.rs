@@ -3,7 +3,7 @@
 
 use super::Record;
 use crate::core::Event;
-use crate::effect::{sha256_hex, write_canonical};
+use crate::effect::{sha256_hex, write_canonical, write_compact};
 
 /// The hash a record with these fields must carry: SHA-256 of the canonical JSON of
 /// `{"at_ms", "event", "key", "n", "prev"}`. The outer object is written field by field, already
@@ -14,9 +14,9 @@ pub fn record_hash(key: &str, n: u32, at_ms: i64, prev: Option<&str>, event: &Ev
     out.extend_from_slice(format!("{{\"at_ms\":{at_ms},\"event\":").as_bytes());
     write_canonical(&event, &mut out);
     out.extend_from_slice(b",\"key\":");
-    let _ = serde_json::to_writer(&mut out, key);
+    write_compact(key, &mut out);
     out.extend_from_slice(format!(",\"n\":{n},\"prev\":").as_bytes());
-    let _ = serde_json::to_writer(&mut out, &prev);
+    write_compact(&prev, &mut out);
     out.push(b'}');
     sha256_hex(&out)
 }

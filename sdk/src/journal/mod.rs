@@ -49,9 +49,7 @@ pub struct AppendOutcome {
     pub before: EffectState,
     /// The records appended (possibly none).
     pub appended: Vec<Record>,
-    /// The key's state after.
-    pub after: EffectState,
-    /// The key's records after, verified: where the same attempt's next read starts
+    /// The key's records and state after, verified: where the same attempt's next read starts
     /// ([`Journal::read_after`], [`Journal::append_after`]).
     pub history: store::Verified,
 }
@@ -267,14 +265,7 @@ pub trait Journal: Send + Sync {
 
     /// The key's folded state.
     fn state(&self, key: &EffectKey) -> Result<EffectState, JournalError> {
-        let records = self.history(key)?;
-        crate::core::state::fold(records.iter().map(|r| (r.at_ms, &r.event))).map_err(|source| {
-            JournalError::History {
-                path: self.location().to_owned(),
-                key: key.to_string(),
-                source,
-            }
-        })
+        self.read(key).map(Verified::into_state)
     }
 }
 

@@ -292,7 +292,7 @@ impl SqliteJournal {
         let rows = self.rows_from(conn, key, seen.resume_at())?;
         match store::extend(&self.path, key, seen, rows)? {
             Some(v) => Ok(v),
-            None => Verified::new(&self.path, key, self.read_all(conn, key)?),
+            None => store::verified(&self.path, key, self.rows_from(conn, key, 0)?),
         }
     }
 

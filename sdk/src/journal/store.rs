@@ -164,6 +164,11 @@ impl Verified {
         &self.state
     }
 
+    /// The state they fold to, the records dropped.
+    pub fn into_state(self) -> EffectState {
+        self.state
+    }
+
     /// The position a read that continues these records starts at: the last one seen, read again
     /// to prove it is still in place, then whatever came after it.
     pub fn resume_at(&self) -> i64 {
@@ -281,7 +286,6 @@ pub fn decide_and_append(
     Ok(AppendOutcome {
         before,
         appended,
-        after: history.state.clone(),
         history,
     })
 }
