@@ -53,7 +53,9 @@ pub enum InboxError {
     Serve(std::io::Error),
 }
 
-/// The inbox's routes.
+/// The inbox's routes. Serve them with
+/// `into_make_service_with_connect_info::<SocketAddr>()` (as [`serve`] does): sign-in challenges
+/// are bounded per client address, and without it every request counts as one client.
 pub fn router(inbox: Arc<Inbox>) -> axum::Router {
     pages::router(inbox)
 }
@@ -64,10 +66,13 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), InboxError> {
-    axum::serve(listener, router(inbox))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(InboxError::Serve)
+    axum::serve(
+        listener,
+        router(inbox).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(InboxError::Serve)
 }
 
 /// Bind `addr` for [`serve`].

@@ -2,18 +2,28 @@
 //! with the approver's key in the browser. Every POST needs the session's CSRF token, every
 //! decision is re-checked against the journal at the moment it is made (the request may have
 //! escalated since the page was loaded), and every refusal names the cause.
+//!
+//! Sign-in challenges are bounded per client (see [`crate::auth`]), and the client is the
+//! address the request came from. `interlock inbox serve` listens on loopback behind a TLS proxy,
+//! so there every request comes from the proxy: from a loopback peer the client is therefore the
+//! address the proxy appended to `X-Forwarded-For` (its last entry), and from any other peer that
+//! header is ignored, since the client could have written it. A proxy must append (nginx:
+//! `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`) or set the header; one that
+//! passes a client's own header on unchanged lets clients name themselves, and then only the
+//! bound on all challenges together (which evicts nobody) holds.
 
 // A handler's early return is the response itself; boxing it would only add noise.
 #![allow(clippy::result_large_err)]
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use interlock::EffectKey;
 use interlock::approval::{Route, RouteKind, SignedApproval, Statement};
@@ -186,10 +196,56 @@ struct ChallengeQuery {
     approver: String,
 }
 
-async fn challenge(State(inbox): Shared, Query(q): Query<ChallengeQuery>) -> Response {
-    match inbox.auth.challenge(&q.approver, now(&inbox)) {
+/// The address a request came from: the peer's, or, when the peer is a proxy on this host, the
+/// one it appended to `X-Forwarded-For`. Without the peer's address (the router served without
+/// [`ConnectInfo`]) every request counts as one unknown client.
+fn client(peer: Option<SocketAddr>, headers: &HeaderMap) -> IpAddr {
+    let Some(peer) = peer.map(|p| p.ip()) else {
+        return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    };
+    let loopback = match peer {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    };
+    if !loopback {
+        return peer;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim)
+        .and_then(|a| {
+            a.parse::<IpAddr>()
+                .ok()
+                .or_else(|| a.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        })
+        .unwrap_or(peer)
+}
+
+async fn challenge(
+    State(inbox): Shared,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    Query(q): Query<ChallengeQuery>,
+) -> Response {
+    let from = client(peer.map(|Extension(ConnectInfo(p))| p), &headers);
+    match inbox.auth.challenge(&q.approver, from, now(&inbox)) {
         Ok(nonce) => Json(json!({ "nonce": nonce })).into_response(),
-        Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => {
+            let busy = e == AuthError::Busy;
+            let mut r = json_error(StatusCode::SERVICE_UNAVAILABLE, e);
+            if busy {
+                tracing::warn!(%from, "sign-in challenges are full: refused one");
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("120"));
+            }
+            r
+        }
     }
 }
 
@@ -716,5 +772,47 @@ async fn receipt(State(inbox): Shared, headers: HeaderMap, Path(id): Path<String
         },
         Ok(Err(e)) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
         Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwarded(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_a_proxy_on_this_host_is_believed_about_who_the_client_is() {
+        let at = |a: &str| Some(a.parse::<SocketAddr>().unwrap());
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        let claims = forwarded(&["192.0.2.66, 198.51.100.20"]);
+        // From a proxy on this host: the address it appended, never the client's own claims.
+        assert_eq!(client(at("127.0.0.1:9000"), &claims), ip("198.51.100.20"));
+        assert_eq!(client(at("[::1]:9000"), &claims), ip("198.51.100.20"));
+        assert_eq!(
+            client(
+                at("127.0.0.1:9000"),
+                &forwarded(&["192.0.2.66", "[2001:db8::1]:443"])
+            ),
+            ip("2001:db8::1"),
+            "the last header's last entry"
+        );
+        assert_eq!(
+            client(at("127.0.0.1:9000"), &forwarded(&["unknown"])),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            client(at("127.0.0.1:9000"), &HeaderMap::new()),
+            ip("127.0.0.1")
+        );
+        // From anyone else, the header is theirs to write: their own address counts.
+        assert_eq!(client(at("203.0.113.7:5000"), &claims), ip("203.0.113.7"));
+        assert_eq!(client(None, &claims), ip("0.0.0.0"));
     }
 }
