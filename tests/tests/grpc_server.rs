@@ -1,8 +1,11 @@
 //! The gate server as its users meet it: stock health checks and reflection describe it without
 //! the `.proto`; TLS serves and plaintext is refused; a unix socket left by a killed server is
 //! replaced; a caller that goes away mid-`Submit` sends nothing (the next call commits once); a
-//! graceful shutdown fences what has not been sent.
+//! graceful shutdown fences what has not been sent; `ListEffects` pages list every effect once,
+//! effects submitted while a caller pages included, and a page token the server did not give is
+//! refused.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -317,4 +320,126 @@ async fn a_graceful_shutdown_fences_an_attempt_that_has_not_sent() -> anyhow::Re
     assert_eq!(sim.requests(), 0);
     tokio::time::timeout(Duration::from_secs(20), stopping).await???;
     Ok(())
+}
+
+/// Every effect's key through `ListEffects`, `size` a page, each call passing the previous
+/// page's token; `between(page)` runs after each page that has a next one.
+async fn list_all(
+    c: &mut Client,
+    size: u32,
+    mut between: impl FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<String>> {
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    for page in 0..10_000 {
+        let r = c
+            .list_effects(pb::ListEffectsRequest {
+                page_size: size,
+                page_token: token,
+            })
+            .await?
+            .into_inner();
+        let most = if size == 0 { 100 } else { size as usize };
+        anyhow::ensure!(
+            r.effects.len() <= most,
+            "a page of {size} held {}",
+            r.effects.len()
+        );
+        for e in &r.effects {
+            anyhow::ensure!(e.target == "counting", "{e:?}");
+            anyhow::ensure!(e.status == pb::EffectStatus::Committed as i32, "{e:?}");
+        }
+        listed.extend(r.effects.into_iter().map(|e| e.key));
+        if r.next_page_token.is_empty() {
+            return Ok(listed);
+        }
+        token = r.next_page_token;
+        between(page)?;
+    }
+    anyhow::bail!("paging by {size} did not end")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_effects_pages_list_every_effect_once_and_refuse_a_token_the_server_did_not_give()
+-> anyhow::Result<()> {
+    use interlock::{Clock, Effect, EffectKey, Gate, GateConfig, Grant, SystemClock, Tier};
+
+    let server = grpc::start(Options::default(), None).await?;
+    // Effects written beside the server, as another worker on the same journal would.
+    server
+        .journal
+        .grant_lease(&Grant::new("ops", "ops@example", SystemClock.now_ms()))?;
+    let gate = Gate::new(
+        server.journal.clone(),
+        server.journal.clone(),
+        Arc::new(SystemClock),
+        GateConfig::beside(server.journal.location()),
+    )?
+    .bind(
+        interlock_tests::targets::Counting::new(Tier::One, Duration::ZERO),
+        Arc::new(interlock::premise::NoPremises),
+    )?;
+    let add = |key: &str| -> anyhow::Result<String> {
+        let e = Effect::new(
+            EffectKey::fixed(key)?,
+            &serde_json::json!({"amount": 2000, "currency": "usd"}),
+            "ops",
+        )?;
+        let out = gate.submit(&e)?;
+        anyhow::ensure!(
+            matches!(out, interlock::Outcome::Committed { .. }),
+            "{out:?}"
+        );
+        Ok(key.to_owned())
+    };
+    let mut all = (0..12)
+        .map(|i| add(&format!("listed-{i:02}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    all.sort();
+    let mut c = grpc::client(&server.address, None).await?;
+    for size in [1, 2, 5, 11, 12, 13, 0] {
+        let listed = list_all(&mut c, size, |_| Ok(())).await?;
+        assert_eq!(listed, all, "pages of {size}");
+    }
+
+    // Effects submitted between pages: one sorting before the page just read (which this
+    // listing has passed), one after every key (which it reaches). Every effect there before the
+    // listing began is listed once, no effect twice.
+    let (mut behind, mut ahead) = (BTreeSet::new(), BTreeSet::new());
+    let listed = list_all(&mut c, 2, |page| {
+        if page < 4 {
+            behind.insert(add(&format!("a-added-{page}"))?);
+            ahead.insert(add(&format!("z-added-{page}"))?);
+        }
+        Ok(())
+    })
+    .await?;
+    let once: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(
+        once.len(),
+        listed.len(),
+        "an effect listed twice: {listed:?}"
+    );
+    assert!(all.iter().all(|k| once.contains(k)), "{listed:?}");
+    assert!(ahead.is_subset(&once), "{listed:?}");
+    assert!(behind.is_disjoint(&once), "{listed:?}");
+    assert_eq!(listed.len(), all.len() + ahead.len());
+
+    // A token the server did not give: garbage, an offset (what tokens once were), a key that
+    // is not hex-encoded.
+    for token in ["not-a-token", "2", "k1.zz", "k1.", "listed-03"] {
+        let refused = c
+            .list_effects(pb::ListEffectsRequest {
+                page_size: 2,
+                page_token: token.into(),
+            })
+            .await
+            .err()
+            .map(|s| (s.code(), s.message().to_owned()));
+        assert!(
+            matches!(&refused, Some((tonic::Code::InvalidArgument, m)) if m.contains("page_token")),
+            "{token:?}: {refused:?}"
+        );
+    }
+    server.stop().await
 }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -349,6 +350,92 @@ fn a_read_after_verifies_what_came_since_and_sees_every_handles_appends(kind: Ki
     assert!(matches!(err, JournalError::Corrupt { .. }), "{err}");
 }
 
+/// Every key, read a page of `size` at a time, each page resuming after the last key of the one
+/// before; `between(page)` runs after each page (another worker appending, say).
+fn page_through(
+    journal: &dyn interlock::Journal,
+    size: usize,
+    mut between: impl FnMut(usize),
+) -> Vec<String> {
+    let mut listed = Vec::new();
+    let mut after: Option<String> = None;
+    for page in 0..10_000 {
+        let keys = journal.keys_page(after.as_deref(), size).unwrap();
+        assert!(keys.len() <= size, "a page of {size} held {}", keys.len());
+        let Some(last) = keys.last() else {
+            return listed;
+        };
+        after = Some(last.clone());
+        listed.extend(keys);
+        between(page);
+    }
+    panic!("paging by {size} did not end");
+}
+
+fn paging_after_the_last_key_lists_every_key_once_even_as_keys_are_added(kind: Kind) {
+    let s = setup(kind, "keys-page");
+    let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
+    let journal = s.store.journal();
+    assert!(journal.keys_page(None, 10).unwrap().is_empty());
+    for i in 0..23 {
+        let e = effect(&format!("paged-{i}"));
+        assert!(matches!(
+            bound.submit(&e).unwrap(),
+            Outcome::Committed { .. }
+        ));
+    }
+    let all: BTreeSet<String> = journal.keys().unwrap().into_iter().collect();
+    assert_eq!(all.len(), 23);
+    assert!(journal.keys_page(None, 0).unwrap().is_empty());
+    let whole = journal.keys_page(None, usize::MAX).unwrap();
+    for size in [1, 2, 5, 22, 23, 24, 1000] {
+        let listed = page_through(&*journal, size, |_| ());
+        // Each key once, in one order that every page size agrees on.
+        assert_eq!(listed, whole, "pages of {size}");
+        assert_eq!(listed.iter().cloned().collect::<BTreeSet<_>>(), all);
+        assert!(listed.windows(2).all(|w| w[0] < w[1]), "pages of {size}");
+    }
+    let last = whole.last().unwrap();
+    assert!(journal.keys_page(Some(last), 5).unwrap().is_empty());
+
+    // Another handle (another worker) appends new keys between pages: every key there before
+    // the listing began is listed exactly once, and no key twice.
+    let other = interlock::Gate::new(
+        s.store.reopen().unwrap(),
+        s.store.leases(),
+        Arc::new(s.clock.clone()),
+        s.store.config(),
+    )
+    .unwrap()
+    .with_attempt("other")
+    .bind(
+        Counting::new(Tier::One, Duration::ZERO),
+        Arc::new(NoPremises),
+    )
+    .unwrap();
+    for size in [1, 3, 7] {
+        let before: BTreeSet<String> = journal.keys().unwrap().into_iter().collect();
+        let mut added = BTreeSet::new();
+        let listed = page_through(&*journal, size, |page| {
+            if page < 6 {
+                let e = effect(&format!("added-{size}-{page}"));
+                assert!(matches!(
+                    other.submit(&e).unwrap(),
+                    Outcome::Committed { .. }
+                ));
+                added.insert(e.key.to_string());
+            }
+        });
+        let once: BTreeSet<String> = listed.iter().cloned().collect();
+        assert_eq!(once.len(), listed.len(), "a key listed twice by {size}");
+        assert!(once.is_superset(&before), "a key missed by {size}");
+        assert!(once.is_subset(&before.union(&added).cloned().collect()));
+        assert!(listed.windows(2).all(|w| w[0] < w[1]), "pages of {size}");
+        let now: BTreeSet<String> = journal.keys().unwrap().into_iter().collect();
+        assert_eq!(now, before.union(&added).cloned().collect());
+    }
+}
+
 interlock_tests::every_store!(
     a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike,
     concurrent_submitters_through_separate_handles_make_one_send,
@@ -357,4 +444,5 @@ interlock_tests::every_store!(
     a_crashed_holders_claim_is_taken_over_on_its_lock_not_its_deadline,
     a_held_claim_is_not_taken_before_its_deadline,
     a_read_after_verifies_what_came_since_and_sees_every_handles_appends,
+    paging_after_the_last_key_lists_every_key_once_even_as_keys_are_added,
 );

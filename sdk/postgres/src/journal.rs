@@ -438,6 +438,33 @@ impl Journal for PgJournal {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// From `effects`, one row per key in its primary key's order, so a page is `limit` steps of
+    /// that index however many keys the journal holds. A key's row commits with its first record
+    /// (an append or import that inserts nothing rolls it back), so these are the keys with a
+    /// record, as [`Journal::keys`] lists them. (A probe of `records` for each row would let the
+    /// planner pick a join that reads every key after `after`.)
+    fn keys_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, JournalError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every key is non-empty, so "" starts before the first.
+        let after = after.unwrap_or("");
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .conn()?
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT key FROM {}.effects WHERE key > $1 ORDER BY key LIMIT $2",
+                        self.schema
+                    ),
+                    &[&after, &limit],
+                )
+            })
+            .map_err(|e| self.err(&e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
         let rows = self
             .conn()?

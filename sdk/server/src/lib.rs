@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod convert;
+mod page_token;
 pub mod serve;
 pub mod service;
 pub mod status;

@@ -262,21 +262,27 @@ impl GateService for GateApi {
             }
             n => n,
         };
-        let start: usize = if r.page_token.is_empty() {
-            0
+        // The last key of the previous page: the next starts strictly after it, so a key
+        // appended meanwhile shifts nothing (an offset would repeat or skip keys).
+        let after = if r.page_token.is_empty() {
+            None
         } else {
-            r.page_token.parse().map_err(|_| {
+            Some(crate::page_token::decode(&r.page_token).ok_or_else(|| {
                 Status::invalid_argument(
                     "page_token: not a token this server gave; pass next_page_token unchanged",
                 )
-            })?
+            })?)
         };
         let journal = self.journal.clone();
         blocking(move || {
-            let keys = journal.keys().map_err(|e| status::journal(&e))?;
-            let end = start.saturating_add(size).min(keys.len());
-            let mut effects = Vec::new();
-            for k in keys.get(start..end).unwrap_or_default() {
+            // One key past the page says whether another page follows.
+            let mut keys = journal
+                .keys_page(after.as_ref().map(|k| k.as_str()), size.saturating_add(1))
+                .map_err(|e| status::journal(&e))?;
+            let more = keys.len() > size;
+            keys.truncate(size);
+            let mut effects = Vec::with_capacity(keys.len());
+            for k in &keys {
                 let key = convert::key("key", k).map_err(|e| Status::internal(e.to_string()))?;
                 let state = journal.state(&key).map_err(|e| status::journal(&e))?;
                 effects.push(pb::EffectSummary {
@@ -287,10 +293,9 @@ impl GateService for GateApi {
             }
             Ok(Response::new(pb::ListEffectsResponse {
                 effects,
-                next_page_token: if end < keys.len() {
-                    end.to_string()
-                } else {
-                    String::new()
+                next_page_token: match keys.last() {
+                    Some(last) if more => crate::page_token::encode(last),
+                    _ => String::new(),
                 },
             }))
         })

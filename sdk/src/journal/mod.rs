@@ -247,6 +247,25 @@ pub trait Journal: Send + Sync {
     /// Every key with at least one record, in first-append order.
     fn keys(&self) -> Result<Vec<String>, JournalError>;
 
+    /// One page of the keys with at least one record: up to `limit` of them, in the store's key
+    /// order, each strictly after `after` (from the first key when `None`). Paging on with the
+    /// last key of each page lists every key once, and a key appended between pages shifts no
+    /// page: it is listed if it sorts after the page already read, and never twice.
+    ///
+    /// The order is the store's index on the key (byte order on SQLite, the key column's collation
+    /// on PostgreSQL), so a page costs `limit` index steps however many keys the journal holds.
+    /// This default reads every key and is only for stores too small to care (test doubles);
+    /// a store that holds a real journal answers with a bounded query of its own.
+    fn keys_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, JournalError> {
+        let mut keys = self.keys()?;
+        keys.sort_unstable();
+        Ok(keys
+            .into_iter()
+            .filter(|k| after.is_none_or(|a| k.as_str() > a))
+            .take(limit)
+            .collect())
+    }
+
     /// Every key with a record of `kind` (e.g. `APPLIED_TWICE`).
     fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
         let mut out = Vec::new();

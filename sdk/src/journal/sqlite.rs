@@ -404,6 +404,21 @@ impl Journal for SqliteJournal {
         })
     }
 
+    fn keys_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>, JournalError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every key is non-empty, so "" starts before the first.
+        let after = after.unwrap_or("");
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read_with(|conn| {
+            let mut st = conn.prepare_cached(KEYS_PAGE).map_err(|e| self.err(e))?;
+            st.query_map(params![after, limit], |r| r.get(0))
+                .and_then(|rows| rows.collect::<Result<_, _>>())
+                .map_err(|e| self.err(e))
+        })
+    }
+
     fn keys_with(&self, kind: &str) -> Result<Vec<String>, JournalError> {
         self.read_with(|conn| {
             let mut st = conn
@@ -415,6 +430,21 @@ impl Journal for SqliteJournal {
         })
     }
 }
+
+/// Up to `?2` keys after `?1`, in key order: one seek per key into the index that
+/// `UNIQUE (key, n)` keeps (every schema version has it), each to the smallest key after the
+/// last, so a page costs `?2` seeks however many keys or records per key the journal holds (a
+/// `DISTINCT` scan would walk every record of every key on the page).
+const KEYS_PAGE: &str = "
+WITH RECURSIVE page(key) AS (
+    SELECT (SELECT key FROM records WHERE key > ?1 ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.key FROM records r WHERE r.key > page.key ORDER BY r.key LIMIT 1)
+    FROM page WHERE page.key IS NOT NULL
+    LIMIT ?2
+)
+SELECT key FROM page WHERE key IS NOT NULL
+";
 
 // `seq` needs no AUTOINCREMENT: records are never deleted, so the next rowid is always one past
 // the last, and each commit is spared a write to `sqlite_sequence`. (Journals created with it
