@@ -9,6 +9,10 @@
 pub enum FaultPoint {
     /// An attempt has started; it has read and written nothing.
     Start,
+    /// The premises have just been read, and the transaction that dispatches (or resends) on
+    /// them has not begun: the gate holds no claim here, so a stall here is bounded only by the
+    /// premise read's age ([`crate::GateConfig::premise_max_age`]).
+    AfterPremiseRead,
     /// About to dispatch: nothing is journaled yet for a new key (it is proposed, authorized
     /// and dispatched in one transaction); `PROPOSED`/`AUTHORIZED` are durable for a proposal
     /// an earlier attempt left open.

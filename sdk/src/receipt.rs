@@ -99,6 +99,11 @@ pub struct Receipt {
     pub confirmations: Vec<Confirmed>,
     /// Answers that arrived after the effect was resolved or its claim taken.
     pub late_results: usize,
+    /// Effects the target holds under the key although the effect ended refused or failed: a
+    /// late success, or the target's own confirmation, came after the refusal. The refund was
+    /// paid after all; a person must reverse it or adopt it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub landed_late: Vec<String>,
     /// Hash of every record, in chain order.
     pub records: Vec<String>,
     /// Hash of the last record.
@@ -194,6 +199,18 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
             .iter()
             .filter(|r| matches!(r.event, Event::LateResult(_)))
             .count(),
+        landed_late: if matches!(outcome, Status::Refused | Status::Failed) {
+            crate::core::state::landed_evidence(records.iter().map(|r| &r.event))
+                .iter()
+                .map(|v| {
+                    v.get("id")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| v.to_string(), str::to_owned)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         records: records.iter().map(|r| r.hash.clone()).collect(),
         head: records.last().map(|r| r.hash.clone()).unwrap_or_default(),
         signature: None,

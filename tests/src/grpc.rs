@@ -51,6 +51,21 @@ pub struct Options {
     pub premises: Option<Arc<HeldPremises>>,
     /// Faults at the gate's points (a stall after the dispatch, say).
     pub faults: Option<Arc<interlock_testkit::faults::ScriptedFaults>>,
+    /// Every premise read of `refunds` takes this long (a slow order service).
+    pub premise_delay: Option<Duration>,
+}
+
+/// A premise reader that takes `delay` to answer.
+struct SlowPremises {
+    inner: Arc<dyn PremiseReader>,
+    delay: Duration,
+}
+
+impl PremiseReader for SlowPremises {
+    fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
+        std::thread::sleep(self.delay);
+        self.inner.read(key, payload)
+    }
 }
 
 /// A premise reader that holds one armed read until the test releases it.
@@ -102,10 +117,16 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
     let sim = sim.unwrap_or_else(|| {
         SimPayments::new(Tier::One, Duration::from_secs(24 * 3600), clock.clone())
     });
-    let premises: Arc<dyn PremiseReader> = match &opts.premises {
+    let mut premises: Arc<dyn PremiseReader> = match &opts.premises {
         Some(p) => p.clone(),
         None => Arc::new(SimRefundPremises(sim.clone())),
     };
+    if let Some(delay) = opts.premise_delay {
+        premises = Arc::new(SlowPremises {
+            inner: premises,
+            delay,
+        });
+    }
     let mut gate = Gate::new(
         journal.clone(),
         journal.clone(),

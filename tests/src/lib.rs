@@ -1,6 +1,7 @@
 //! Shared evidence machinery: the simulated refund world, the systems compared in the fault
 //! matrix, and the judge that scores each cell against the payments service's own records.
 
+pub mod actors;
 pub mod baselines;
 pub mod bench;
 pub mod cases;

@@ -443,3 +443,75 @@ async fn list_effects_pages_list_every_effect_once_and_refuse_a_token_the_server
     }
     server.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_whose_deadline_cannot_cover_an_attempt_is_told_the_minimum_and_then_commits()
+-> anyhow::Result<()> {
+    // Tier 2 (no dedupe: a fenced dispatch's window would have to be waited out) and an order
+    // service that takes 250 ms to read: no attempt reaches its send within 120 ms.
+    let sim = interlock_testkit::sim::SimPayments::new(
+        interlock::Tier::Two,
+        Duration::from_secs(24 * 3600),
+        Arc::new(interlock::SystemClock),
+    );
+    let options = Options {
+        premise_delay: Some(Duration::from_millis(250)),
+        ..Options::default()
+    };
+    let (server, mut c, e) = ready_server(options, Some(sim), "req-short").await?;
+    // A caller that always calls again with the deadline the server last asked for (starting
+    // with one too short): the server must tell it what it needs, and the effect must land.
+    let mut deadline = Duration::from_millis(120);
+    let mut told = Vec::new();
+    let mut committed = None;
+    for _ in 0..10 {
+        let mut request = tonic::Request::new(submit(&e));
+        request.set_timeout(deadline);
+        match c.submit(request).await {
+            Ok(answer) => match kind(answer.into_inner()) {
+                Some(pb::outcome::Kind::Committed(done)) => {
+                    committed = Some(done);
+                    break;
+                }
+                // The abandoned attempt before it is still winding down.
+                Some(pb::outcome::Kind::InFlight(_)) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => panic!("answered {other:?}"),
+            },
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                let min: u64 = s
+                    .metadata()
+                    .get("interlock-min-deadline-ms")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no minimum in {s:?}"));
+                assert!(s.message().contains("deadline"), "{s:?}");
+                told.push(min);
+                deadline = Duration::from_millis(min);
+            }
+            // Cut by its own deadline: the server learns from it.
+            Err(s) => assert!(
+                matches!(
+                    s.code(),
+                    tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                ),
+                "{s:?}"
+            ),
+        }
+    }
+    assert!(
+        !told.is_empty(),
+        "the server never told the caller its minimum"
+    );
+    let committed =
+        committed.unwrap_or_else(|| panic!("never committed; the server asked for {told:?} ms"));
+    assert_eq!(committed.via, pb::Via::FirstSend as i32);
+    assert_eq!(server.sim.requests(), 1);
+    assert_eq!(server.sim.refunded("pi_1"), 2000);
+    // Calls refused for their deadline touched nothing: the history is one attempt's.
+    let key = interlock::EffectKey::fixed("req-short")?;
+    let records = server.journal.history(&key)?;
+    assert!(records.len() <= 6, "{} records", records.len());
+    server.stop().await
+}

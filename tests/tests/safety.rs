@@ -13,84 +13,13 @@ use interlock::core::{LookupAnswer, RefusalCode, SendAnswer, Via};
 use interlock::faults::FaultPoint;
 use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::{SendRequest, Target};
-use interlock::{
-    Bound, Effect, EffectKey, Gate, GateError, JournalStore, ManualClock, Outcome, Tier,
-};
+use interlock::{EffectKey, Gate, JournalStore, Outcome, Tier};
 use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
-use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
-use interlock_tests::stores::{Kind, Store};
+use interlock_testkit::sim::{SimRefundPremises, SimTarget};
+use interlock_tests::actors::Bench;
+use interlock_tests::stores::Kind;
 use interlock_tests::world::{AMOUNT, LEASE, PAYMENT, WINDOW, World};
 use serde_json::Value;
-
-/// One journal, one payments service, one clock; gates are made per actor.
-struct Bench {
-    store: Store,
-    clock: ManualClock,
-    sim: Arc<SimPayments>,
-    journal: Arc<dyn JournalStore>,
-}
-
-impl Bench {
-    fn new(kind: Kind, tier: Tier) -> Self {
-        let world = World::new(tier);
-        let store = Store::open(kind, "safety", Arc::new(world.clock.clone())).unwrap();
-        let journal = store.store();
-        journal.grant_lease(&World::grant()).unwrap();
-        Self {
-            store,
-            clock: world.clock,
-            sim: world.sim,
-            journal,
-        }
-    }
-
-    fn gate(&self, attempt: &str, faults: Option<Arc<ScriptedFaults>>) -> Gate {
-        let gate = Gate::new(
-            self.journal.clone(),
-            self.journal.clone(),
-            Arc::new(self.clock.clone()),
-            self.store.config(),
-        )
-        .unwrap()
-        .with_attempt(attempt);
-        match faults {
-            Some(f) => gate.with_faults(f),
-            None => gate,
-        }
-    }
-
-    fn bind(&self, gate: &Gate, target: Arc<dyn Target>) -> Bound {
-        gate.bind(target, Arc::new(SimRefundPremises(self.sim.clone())))
-            .unwrap()
-    }
-
-    fn sim_target(&self) -> Arc<dyn Target> {
-        Arc::new(SimTarget(self.sim.clone()))
-    }
-
-    fn effect(&self) -> Effect {
-        World {
-            clock: self.clock.clone(),
-            sim: self.sim.clone(),
-        }
-        .decide(AMOUNT)
-        .unwrap()
-    }
-
-    fn refunded(&self) -> i64 {
-        self.sim.refunded(PAYMENT)
-    }
-
-    /// A first attempt that dies at `point` (its liveness lock goes with it).
-    fn first_attempt_dies_at(&self, point: FaultPoint) {
-        let faults = ScriptedFaults::new();
-        faults.arm(point, Action::Crash);
-        let gate = self.gate("first", Some(faults));
-        let bound = self.bind(&gate, self.sim_target());
-        let err = bound.submit(&self.effect()).unwrap_err();
-        assert!(matches!(err, GateError::Crashed(_)), "{err}");
-    }
-}
 
 /// A binding that claims another tier (or name) for the same service: a redeployed worker, or
 /// `interlock recover --tier 1` against a service without Stripe's guarantees.
@@ -434,42 +363,11 @@ fn a_cancelled_attempt_dispatches_takes_over_and_resends_nothing(kind: Kind) {
     assert_eq!(b.sim.requests(), 0);
 }
 
-/// An attempt stalled between its dispatch record and its send (stopped there by the test) under
-/// `stop` and `fence` checks that turn true while it stalls, as the lease is revoked; its outcome.
-fn stalled_after_dispatch(
-    b: &Bench,
-    target: Arc<dyn Target>,
-    fence: bool,
-    revoke: bool,
-) -> Outcome {
-    let stall = Stall::new();
-    let faults = ScriptedFaults::new();
-    faults.arm(FaultPoint::AfterDispatch, Action::Stall(stall.clone()));
-    let flag = Arc::new(AtomicBool::new(false));
-    let seen = flag.clone();
-    let check: interlock::gate::StopCheck = Arc::new(move || seen.load(Ordering::SeqCst));
-    let mut bound = b
-        .bind(&b.gate("stalled", Some(faults)), target)
-        .with_stop(check.clone());
-    if fence {
-        bound = bound.with_fence(check);
-    }
-    let effect = b.effect();
-    let attempt = std::thread::spawn(move || bound.submit(&effect));
-    stall.wait_reached();
-    flag.store(true, Ordering::SeqCst);
-    if revoke {
-        assert!(b.journal.revoke_lease(LEASE).unwrap());
-    }
-    stall.release();
-    attempt.join().unwrap().unwrap()
-}
-
 fn an_attempt_fenced_between_its_dispatch_and_its_send_sends_nothing(kind: Kind) {
     let b = Bench::new(kind, Tier::One);
     // Its caller goes away (a worker killed mid-call to a gate server) and the approval is
     // revoked while the attempt stalls between its dispatch record and its send.
-    let out = stalled_after_dispatch(&b, b.sim_target(), true, true);
+    let out = b.stalled_after_dispatch(b.sim_target(), true, true);
     assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
     assert_eq!(
         b.sim.requests(),
@@ -493,7 +391,7 @@ fn a_cancellation_after_the_dispatch_sends_it_and_the_effect_resolves(kind: Kind
     // A cancelled activity may never be retried (its workflow was cancelled): its own dispatch
     // is sent, not left in flight for a recovery that may never come.
     let b = Bench::new(kind, Tier::Two);
-    let out = stalled_after_dispatch(&b, b.sim_target(), false, false);
+    let out = b.stalled_after_dispatch(b.sim_target(), false, false);
     assert!(
         matches!(
             out,
@@ -549,7 +447,7 @@ fn a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous(kin
     // A binding of the same service with a lookup continues it, fenced after its dispatch: the
     // effect recovers at tier 3 (the worse of the journaled and the bound), where "not sent"
     // cannot be learnt, so the dispatched send goes out.
-    let out = stalled_after_dispatch(&b, b.sim_target(), true, false);
+    let out = b.stalled_after_dispatch(b.sim_target(), true, false);
     assert!(
         matches!(
             out,

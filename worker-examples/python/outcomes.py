@@ -46,6 +46,7 @@ VIA: dict[int, str] = {
     4: "reapplied_after_lookup",
     5: "failed_but_landed",
     6: "late_answer",
+    7: "confirmed_by_target",
 }
 
 # `RefusalCode::as_str` (sdk/core/src/record.rs) by the proto's `RefusalCode` number.

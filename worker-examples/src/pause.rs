@@ -73,6 +73,7 @@ pub fn point_name(p: FaultPoint) -> &'static str {
     match p {
         FaultPoint::Start => "before_journal",
         FaultPoint::BeforeDispatch => "before_dispatch",
+        FaultPoint::AfterPremiseRead => "after_premise_read",
         FaultPoint::AfterDispatch => "after_dispatch",
         FaultPoint::AfterSend => "after_response",
         FaultPoint::AfterRecord => "after_journal",

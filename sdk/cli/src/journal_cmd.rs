@@ -98,11 +98,15 @@ fn key(k: &str) -> anyhow::Result<EffectKey> {
     EffectKey::fixed(k).context("the key must be one `interlock journal list` prints")
 }
 
-fn summary(records: &[Record]) -> (Option<Status>, String) {
+fn summary(records: &[Record]) -> (Option<Status>, String, Vec<String>) {
     let r = build(records);
     let outcome = r.as_ref().map(|r| r.outcome);
+    let landed_late = r
+        .as_ref()
+        .map(|r| r.landed_late.clone())
+        .unwrap_or_default();
     let how = r.and_then(|r| r.how).unwrap_or_default();
-    (outcome, how)
+    (outcome, how, landed_late)
 }
 
 pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
@@ -114,8 +118,15 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
             let mut rows = Vec::new();
             for k in &keys {
                 let records = j.history(&key(k)?)?;
-                let (outcome, how) = summary(&records);
-                rows.push(json!({ "key": k, "outcome": outcome, "how": how, "records": records.len(),
+                let (outcome, how, landed_late) = summary(&records);
+                // A refused or failed effect the target holds after all is shown as such: a
+                // person must reverse or adopt it.
+                let how = if landed_late.is_empty() {
+                    how
+                } else {
+                    format!("{how}; LANDED LATE: {}", landed_late.join(","))
+                };
+                rows.push(json!({ "key": k, "outcome": outcome, "how": how, "landed_late": landed_late, "records": records.len(),
                                    "first_ms": records.first().map(|r| r.at_ms), "last_ms": records.last().map(|r| r.at_ms) }));
             }
             if json {
@@ -169,13 +180,21 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
                         fields.join(" ")
                     );
                 }
-                let (outcome, how) = summary(&records);
+                let (outcome, how, landed_late) = summary(&records);
                 println!(
                     "→ {} {how} (chain of {} records intact, head {})",
                     outcome.map_or("?", Status::label),
                     records.len(),
                     &records[records.len() - 1].hash[..16]
                 );
+                if !landed_late.is_empty() {
+                    println!(
+                        "  LANDED LATE: the target holds {} under this key although the effect \
+                         ended {}: reverse it or adopt it",
+                        landed_late.join(", "),
+                        outcome.map_or("?", Status::label)
+                    );
+                }
             }
         }
     }
@@ -267,6 +286,10 @@ pub(crate) fn scoreboard(j: &dyn JournalStore, prefix: &str, as_json: bool) -> a
             ),
         ),
         ("confirmed by the target", b.confirmed_by_target.to_string()),
+        (
+            "refused, yet landed (look!)",
+            b.landed_after_refusal.to_string(),
+        ),
         ("effects by outcome", listed(&b.outcomes)),
     ] {
         println!("{name:<30}{value}");

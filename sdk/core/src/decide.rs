@@ -196,6 +196,12 @@ pub enum RecoveryPlan {
     Ambiguous(Ambiguous),
     /// The target holds it more than once: close it, naming each.
     AppliedTwice(TwiceDraft),
+    /// The re-check would allow a resend, but its premises were read too long before the write:
+    /// read them again and decide again.
+    Reread {
+        /// Why.
+        reason: String,
+    },
     /// Cannot decide now: leave it in flight and try again (not before `until_ms`, if given).
     Wait {
         /// Why.
@@ -264,7 +270,8 @@ pub struct RecoveryInput {
     pub now_ms: i64,
     /// No earlier send can still land after this time ([`Claim::quiet_after`]).
     pub quiet_after_ms: i64,
-    /// The distinct effects superseded sends' answers proved landed.
+    /// The distinct effects superseded sends' answers, or the target's confirmations, proved
+    /// landed.
     pub late_done: Vec<Value>,
     /// The lease store or premise source failed in a way that may pass: such a failure never
     /// closes the effect; recovery waits for an answer instead.
@@ -282,6 +289,9 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
     let recheck = &input.recheck;
     match input.late_done.as_slice() {
         [] => {}
+        [v] if v.get("confirmed").is_some() => {
+            return RecoveryPlan::CommitFound(Via::ConfirmedByTarget, v.clone());
+        }
         [v] => return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone()),
         all => {
             return RecoveryPlan::AppliedTwice(several(all, "superseded sends' answers"));

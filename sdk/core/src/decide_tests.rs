@@ -11,6 +11,7 @@ pub(crate) fn live() -> Recheck {
         premises_now: Premises::new(),
         changes: vec![],
         premise_error: None,
+        read_at_ms: Some(0),
     }
 }
 

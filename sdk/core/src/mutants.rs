@@ -22,6 +22,16 @@ pub enum Mutant {
     /// A resend acts on the tier-1 window as judged before the takeover, though it may have
     /// closed since.
     WindowJudgedAtTakeover,
+    /// Premises have no age: a dispatch or a resend is written on a read however old.
+    PremisesHaveNoAge,
+    /// Every conflicting submission appends a note, and a takeover requires the whole claim,
+    /// `seen_ms` included, to be unchanged: a caller looping conflicts starves recovery.
+    NotesBlockTakeover,
+    /// The target's confirmation is evidence only: recovery resends past it or marks the effect
+    /// ambiguous at tier 3, and nothing counts it as proof the effect landed.
+    ConfirmationIgnored,
+    /// A fenced attempt leaves its unsent dispatch's window open until the claim's deadline.
+    FencedDispatchKeepsWindow,
 }
 
 impl Mutant {
@@ -44,19 +54,23 @@ impl Mutant {
             Self::DeadHolderSettles => "dead_holder_window_ends_a_settle_after_takeover",
             Self::SavedErrorUnknown => "saved_error_treated_as_unknown",
             Self::WindowJudgedAtTakeover => "resend_trusts_the_window_judged_at_takeover",
+            Self::PremisesHaveNoAge => "premises_have_no_age",
+            Self::NotesBlockTakeover => "conflict_notes_block_takeover",
+            Self::ConfirmationIgnored => "confirmation_ignored_in_flight",
+            Self::FencedDispatchKeepsWindow => "fenced_dispatch_keeps_its_window",
         }
     }
 }
 
 #[cfg(feature = "mutants")]
 mod switch {
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicU16, Ordering};
 
     use super::Mutant;
 
-    static ACTIVE: AtomicU8 = AtomicU8::new(0);
+    static ACTIVE: AtomicU16 = AtomicU16::new(0);
 
-    fn bit(m: Mutant) -> u8 {
+    fn bit(m: Mutant) -> u16 {
         match m {
             Mutant::BindingTier => 1,
             Mutant::TokenOnlyTakeover => 2,
@@ -64,6 +78,10 @@ mod switch {
             Mutant::DeadHolderSettles => 8,
             Mutant::SavedErrorUnknown => 16,
             Mutant::WindowJudgedAtTakeover => 32,
+            Mutant::PremisesHaveNoAge => 64,
+            Mutant::NotesBlockTakeover => 128,
+            Mutant::ConfirmationIgnored => 256,
+            Mutant::FencedDispatchKeepsWindow => 512,
         }
     }
 

@@ -49,6 +49,9 @@ pub enum Via {
     FailedButLanded,
     /// A superseded attempt's send answered with success after its claim was taken.
     LateAnswer,
+    /// The target itself confirmed the effect (a signed webhook, or a lookup recorded as
+    /// `CONFIRMED`) while it was still in flight.
+    ConfirmedByTarget,
 }
 
 impl Via {
@@ -61,6 +64,7 @@ impl Via {
             Self::ReappliedAfterLookup => "reapplied_after_lookup",
             Self::FailedButLanded => "failed_but_landed",
             Self::LateAnswer => "late_answer",
+            Self::ConfirmedByTarget => "confirmed_by_target",
         }
     }
 }
@@ -175,6 +179,11 @@ pub struct Recheck {
     /// The premise reader's error, if it failed (fail closed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub premise_error: Option<String>,
+    /// When the premises were read (milliseconds since the epoch, taken before the read
+    /// began): a dispatch or a resend is written only while this read is younger than the
+    /// gate's bound on a premise's age. Absent in records written before reads were timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_at_ms: Option<i64>,
 }
 
 impl Recheck {
@@ -312,7 +321,9 @@ pub struct AppliedTwice {
     pub reason: String,
 }
 
-/// `LATE_RESULT`: an answer that arrived after the effect was resolved or its claim taken.
+/// `LATE_RESULT`: an answer that arrived after the effect was resolved or its claim taken; or
+/// the word of a holder that withdrew its own dispatch unsent (`{"withdrawn": why}`: it was
+/// fenced between the dispatch and the send), which proves no request left under that token.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct LateResult {
     /// The token the late sender held.
@@ -321,8 +332,10 @@ pub struct LateResult {
     pub answer: Value,
 }
 
-/// `CONFIRMED`: the target itself confirmed the effect (a signed webhook, or a lookup). Evidence
-/// only: it never changes what the gate does.
+/// `CONFIRMED`: the target itself confirmed the effect (a signed webhook, or a lookup). It is the
+/// target's word that the effect landed: it counts wherever a late success counts (recovery
+/// commits on it instead of resending or marking the effect ambiguous, and `verify` counts it in
+/// "happened once"), and it never lets anything more be sent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Confirmed {
     /// `webhook` or `lookup`.

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::decide::absorb;
-use super::record::{Ambiguous, AppliedTwice, Committed, Event, Failed, Holder, Proposed, Refused};
+use super::record::{
+    Ambiguous, AppliedTwice, Committed, Confirmed, Event, Failed, Holder, Proposed, Refused,
+};
 
 /// The live claim on an in-flight effect.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +43,31 @@ impl Claim {
             .map(|(_, until)| *until)
             .max()
             .unwrap_or(i64::MIN)
+    }
+
+    /// Whether two reads of a claim carry the same decision: everything but `seen_ms`, which
+    /// only bounds how far back a clock is believed. A record that decides nothing (a note
+    /// refusing a conflicting payload) moves `seen_ms` and nothing else, so it must not
+    /// invalidate a takeover planned on the claim, or a caller looping such notes would keep
+    /// every recoverer from ever taking it.
+    pub fn same_decision(&self, other: &Self) -> bool {
+        let Self {
+            token,
+            holder,
+            deadline_ms,
+            first_dispatch_ms,
+            dispatched,
+            sends_until,
+            late_done,
+            seen_ms: _,
+        } = self;
+        *token == other.token
+            && *holder == other.holder
+            && *deadline_ms == other.deadline_ms
+            && *first_dispatch_ms == other.first_dispatch_ms
+            && *dispatched == other.dispatched
+            && *sends_until == other.sends_until
+            && *late_done == other.late_done
     }
 }
 
@@ -158,8 +185,16 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             }
             S::InFlight { first, claim }
         }
-        // Later proposals, authorizations, notes, late answers and confirmations (evidence only)
-        // leave the state as it is.
+        // The target's own word that the effect landed, while it is in flight: recovery commits
+        // on it, as on a superseded send's late success, and never resends or guesses past it.
+        (S::InFlight { first, mut claim }, Event::Confirmed(c))
+            if !super::mutants::on(super::mutants::Mutant::ConfirmationIgnored) =>
+        {
+            absorb(&mut claim.late_done, &confirmed_value(c));
+            S::InFlight { first, claim }
+        }
+        // Later proposals, authorizations, notes, late answers and confirmations of a proposal
+        // or a resolved effect (evidence, which `verify` weighs) leave the state as it is.
         (
             s,
             Event::Proposed(_) | Event::Authorized(_) | Event::LateResult(_) | Event::Confirmed(_),
@@ -270,6 +305,46 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
     })
 }
 
+/// A confirmation as the effect it names, in the shape a send's answer or a lookup gives
+/// (`id`, `status`, `amount`, the payment), marked with how the target confirmed it.
+pub fn confirmed_value(c: &Confirmed) -> Value {
+    let mut v = serde_json::Map::new();
+    let mut put = |k: &str, x: Option<Value>| {
+        if let Some(x) = x {
+            v.insert(k.to_owned(), x);
+        }
+    };
+    put("id", c.refund.clone().map(Value::from));
+    put("status", c.status.clone().map(Value::from));
+    put("amount", c.amount.map(Value::from));
+    put("payment_intent", c.payment_intent.clone().map(Value::from));
+    put("charge", c.charge.clone().map(Value::from));
+    put("confirmed", Some(Value::from(c.via.clone())));
+    Value::Object(v)
+}
+
+/// Every distinct effect a key's history shows landed at the target: the commit's result, late
+/// successes (and what their lookups found), the target's confirmations, and whatever an
+/// `APPLIED_TWICE` names. More than one is proof of a second application; any one under a
+/// refused or failed effect is proof it landed after all.
+pub fn landed_evidence<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<Value> {
+    let mut seen: Vec<Value> = Vec::new();
+    for e in events {
+        match e {
+            Event::Committed(c) => absorb(&mut seen, &c.result),
+            Event::LateResult(l) => landed_in(&l.answer).for_each(|v| absorb(&mut seen, v)),
+            Event::AppliedTwice(t) => t.found.iter().for_each(|v| absorb(&mut seen, v)),
+            Event::Confirmed(c)
+                if !super::mutants::on(super::mutants::Mutant::ConfirmationIgnored) =>
+            {
+                absorb(&mut seen, &confirmed_value(c))
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
 /// The effects a late answer proves landed: its success, and whatever its lookup found.
 pub fn landed_in(answer: &Value) -> impl Iterator<Item = &Value> {
     answer.get("done").into_iter().chain(
@@ -343,6 +418,7 @@ mod tests {
                 premises_now: Premises::new(),
                 changes: vec![],
                 premise_error: None,
+                read_at_ms: Some(0),
             },
             resend: token > 1,
         })

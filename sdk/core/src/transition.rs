@@ -13,19 +13,43 @@ use super::decide::{
 };
 use super::mutants::{self, Mutant};
 use super::record::{
-    AppliedTwice, Authorized, Claimed, Committed, Dispatched, Event, Failed, Holder, LateResult,
-    LeaseVerdict, Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
+    AppliedTwice, Authorized, Claimed, Committed, Confirmed, Dispatched, Event, Failed, Holder,
+    LateResult, LeaseVerdict, Proposed, Recheck, RefusalCode, Refused, Repair, TakeoverReason, Via,
 };
 use super::state::{Claim, EffectState, Resolution};
 use super::tier::{Effective, Tier};
 
-/// Who writes a claim or a dispatch, and until when its send may run.
+/// Who writes a claim or a dispatch, until when its send may run, and how old a premise read it
+/// may still send on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Holding {
     /// The writer.
     pub holder: Holder,
     /// Its send is cut off, and its claim may be taken, after this time.
     pub deadline_ms: i64,
+    /// When the record is written: the clock as read inside the write transaction.
+    pub now_ms: i64,
+    /// A dispatch or a resend stands only on premises read at most this long before `now_ms`.
+    pub max_read_age_ms: i64,
+}
+
+/// Most notes refusing a conflicting payload one key keeps: one per distinct refused payload,
+/// up to this many. A caller that keeps resubmitting other payloads is still answered with the
+/// refusal; the history stops growing.
+pub const MAX_CONFLICT_NOTES: usize = 16;
+
+/// Whether premises read as `recheck` says are young enough to dispatch or resend on when
+/// `holding` writes: read at most `max_read_age_ms` before the write. A read whose time is not
+/// known is not young enough. Between a premise read and the transaction that acts on it there is
+/// no claim and no deadline; a process stalled there (a pause, a page of slow reads) would
+/// otherwise send on facts minutes old, while a revocation in the same window is caught.
+pub fn read_is_fresh(recheck: &Recheck, holding: &Holding) -> bool {
+    if mutants::on(Mutant::PremisesHaveNoAge) {
+        return true;
+    }
+    recheck
+        .read_at_ms
+        .is_some_and(|at| holding.now_ms.saturating_sub(at) <= holding.max_read_age_ms)
 }
 
 /// `PROPOSED` (when the key is new) and R4 at submit: `AUTHORIZED`, a final `lease` refusal, or
@@ -59,6 +83,7 @@ pub fn authorize(
                 premises_now: Default::default(),
                 changes: Vec::new(),
                 premise_error: None,
+                read_at_ms: None,
             };
             match check_fresh(&recheck) {
                 Some(d) => Event::Refused(final_refusal(&d, Vec::new(), hash)),
@@ -83,6 +108,10 @@ pub fn dispatch_first(
     match state {
         EffectState::Proposed { first } if first.payload_hash == payload_hash => {}
         _ => return Vec::new(),
+    }
+    // Decided only on a read young enough to send on; the caller reads again.
+    if !read_is_fresh(recheck, holding) {
+        return Vec::new();
     }
     if let LeaseVerdict::Error { message } = &recheck.lease {
         return vec![Event::Refused(retry_note(
@@ -129,7 +158,7 @@ pub fn propose_and_dispatch(
     repairs: &[Repair],
     holding: &Holding,
 ) -> Vec<Event> {
-    if *state != EffectState::Absent {
+    if *state != EffectState::Absent || !read_is_fresh(recheck, holding) {
         return Vec::new();
     }
     let mut events = authorize(state, proposal, &recheck.lease, grant);
@@ -171,7 +200,11 @@ pub fn takeover(
     holding: &Holding,
 ) -> Vec<Event> {
     let holds = |claim: &Claim| {
-        claim == seen || (mutants::on(Mutant::TokenOnlyTakeover) && claim.token == seen.token)
+        if mutants::on(Mutant::NotesBlockTakeover) {
+            return claim == seen;
+        }
+        claim.same_decision(seen)
+            || (mutants::on(Mutant::TokenOnlyTakeover) && claim.token == seen.token)
     };
     match state {
         EffectState::InFlight { claim, .. } if holds(claim) => vec![Event::Claimed(Claimed {
@@ -286,7 +319,15 @@ pub fn recover(
         late_done: claim.late_done.clone(),
         transient: facts.transient,
     };
-    let plan = plan_recovery(&input, lookup.map(|(answer, _)| answer));
+    let mut plan = plan_recovery(&input, lookup.map(|(answer, _)| answer));
+    if matches!(plan, RecoveryPlan::Resend(_)) && !read_is_fresh(&facts.recheck, holding) {
+        plan = RecoveryPlan::Reread {
+            reason: format!(
+                "the premises were read more than {} ms before the resend would be written",
+                holding.max_read_age_ms
+            ),
+        };
+    }
     let hash = &first.payload_hash;
     let events = match &plan {
         RecoveryPlan::Resend(_) => vec![Event::Dispatched(Dispatched {
@@ -309,7 +350,9 @@ pub fn recover(
         ))],
         RecoveryPlan::Ambiguous(a) => vec![Event::Ambiguous(a.clone())],
         RecoveryPlan::AppliedTwice(d) => vec![applied_twice(token, d)],
-        RecoveryPlan::Lookup | RecoveryPlan::Wait { .. } => Vec::new(),
+        RecoveryPlan::Lookup | RecoveryPlan::Wait { .. } | RecoveryPlan::Reread { .. } => {
+            Vec::new()
+        }
     };
     (events, Some(plan))
 }
@@ -319,6 +362,73 @@ pub fn recover(
 pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
     matches!(state, EffectState::InFlight { claim, .. }
         if claim.token == token && claim.dispatched && claim.holder == *holder)
+}
+
+/// What the holder of claim `token` records when it was fenced between its dispatch and its send
+/// and withdraws the dispatch unsent: its own word that no request left under that token, which
+/// ends that send's window at once. Without it the next attempt must wait out the claim's whole
+/// deadline before a lookup's "not found" proves anything, and a caller whose every attempt is
+/// fenced would push that wait out again at each try. Nothing is written once the claim moved.
+pub fn withdraw(state: &EffectState, token: u64, holder: &Holder, why: &str) -> Vec<Event> {
+    if mutants::on(Mutant::FencedDispatchKeepsWindow) || !may_send(state, token, holder) {
+        return Vec::new();
+    }
+    vec![Event::LateResult(LateResult {
+        token,
+        answer: json!({ "withdrawn": why }),
+    })]
+}
+
+/// What a confirmation by the target records: `CONFIRMED`; and, when the effect was committed
+/// as another effect than the one confirmed, `APPLIED_TWICE` after it, as a late success would.
+/// The caller checks first that the confirmation is about this effect (its payment, its amount)
+/// and not already recorded.
+pub fn confirm(state: &EffectState, confirmed: &Confirmed) -> Vec<Event> {
+    let mut events = vec![Event::Confirmed(confirmed.clone())];
+    if let EffectState::Resolved {
+        resolution: Resolution::Committed(c),
+        ..
+    } = state
+    {
+        let all = distinct([&c.result, &super::state::confirmed_value(confirmed)]);
+        if all.len() > 1 {
+            events.push(applied_twice(
+                c.token,
+                &several(
+                    &all,
+                    "after the commit, the target confirmed another effect",
+                ),
+            ));
+        }
+    }
+    events
+}
+
+/// What a submission of payload `hash` under a key bound to `recorded` records (R3): a note, once
+/// per distinct refused payload and at most [`MAX_CONFLICT_NOTES`] per key (`history` is the
+/// key's records as read in the write transaction). The caller is refused either way; a note
+/// carries no decision, so a caller looping conflicting submissions grows nothing without bound.
+pub fn conflict<'a>(
+    history: impl IntoIterator<Item = &'a Event>,
+    hash: &str,
+    recorded: &str,
+) -> Vec<Event> {
+    let mut notes = 0;
+    for e in history {
+        if let Event::Refused(r) = e
+            && !r.is_final
+            && r.code == RefusalCode::ConflictingPayload
+        {
+            if r.payload_hash == hash && !mutants::on(Mutant::NotesBlockTakeover) {
+                return Vec::new();
+            }
+            notes += 1;
+        }
+    }
+    if notes >= MAX_CONFLICT_NOTES && !mutants::on(Mutant::NotesBlockTakeover) {
+        return Vec::new();
+    }
+    vec![Event::Refused(conflict_note(hash, recorded))]
 }
 
 /// Whether a send's answer, recorded with `via` on success, needs a lookup first.
@@ -505,7 +615,7 @@ pub fn answer_settles(answer: &Value) -> bool {
     if mutants::on(Mutant::UnknownLateCloses) {
         return true;
     }
-    ["done", "failed", "conflict", "saved_error"]
+    ["done", "failed", "conflict", "saved_error", "withdrawn"]
         .iter()
         .any(|k| answer.get(k).is_some())
 }

@@ -2,6 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::decide::tests::live;
+use crate::record::Confirmed;
 use crate::record::Premises;
 use crate::state::Resolution;
 use crate::state::fold;
@@ -25,6 +26,8 @@ fn holding(a: &str, deadline_ms: i64) -> Holding {
     Holding {
         holder: holder(a),
         deadline_ms,
+        now_ms: 0,
+        max_read_age_ms: i64::MAX,
     }
 }
 
@@ -710,4 +713,200 @@ fn a_fresh_key_is_proposed_authorized_and_dispatched_in_one_derivation_or_not_at
     for seen in [state_of(&one[..1]), state_of(&one[..2]), state_of(&one)] {
         assert!(propose_and_dispatch(&seen, &p, &live(), json!({}), None, &[], &hold).is_empty());
     }
+}
+
+fn confirmation(refund: &str) -> Confirmed {
+    Confirmed {
+        via: "webhook".into(),
+        event: Some(format!("evt_{refund}")),
+        refund: Some(refund.into()),
+        status: Some("succeeded".into()),
+        amount: Some(1),
+        payment_intent: Some("pi_1".into()),
+        charge: None,
+        created: Some(1),
+    }
+}
+
+#[test]
+fn a_confirmation_in_flight_commits_at_recovery_even_at_tier_3() {
+    let mut h = in_flight(3);
+    h.extend(confirm(&state_of(&h), &confirmation("re_1")));
+    let h = {
+        let seen = claim_of(&state_of(&h));
+        let mut h = h;
+        h.extend(takeover(
+            &state_of(&h),
+            &seen,
+            TakeoverReason::HolderDead,
+            0,
+            0,
+            &holding("b", 9_000),
+        ));
+        h
+    };
+    let facts = RecoveryFacts {
+        tier: TierFacts {
+            bound: Tier::Three,
+            window_ms: None,
+            margin_ms: 0,
+            has_lookup: false,
+        },
+        effective_at_takeover: Effective::Blind,
+        recheck: live(),
+        transient: false,
+        has_lookup: false,
+        now_ms: 10,
+    };
+    let (events, plan) = recover(&state_of(&h), 2, &facts, None, &[], &holding("b", 9_000));
+    assert_eq!(
+        plan.map(|p| matches!(p, RecoveryPlan::CommitFound(Via::ConfirmedByTarget, _))),
+        Some(true),
+        "{events:?}"
+    );
+    assert!(matches!(events.as_slice(), [Event::Committed(c)] if c.result["id"] == "re_1"));
+}
+
+#[test]
+fn a_confirmation_of_another_effect_after_the_commit_closes_it_as_applied_twice() {
+    let mut h = in_flight(2);
+    h.extend(record_answer(
+        &state_of(&h),
+        1,
+        &SendAnswer::Done(json!({"id": "re_1"})),
+        Via::FirstSend,
+        true,
+        0,
+        None,
+    ));
+    // The same effect confirmed: evidence only.
+    assert_eq!(confirm(&state_of(&h), &confirmation("re_1")).len(), 1);
+    let twice = confirm(&state_of(&h), &confirmation("re_2"));
+    assert!(
+        matches!(twice.as_slice(), [Event::Confirmed(_), Event::AppliedTwice(a)] if a.found.len() == 2)
+    );
+    h.extend(twice);
+    assert!(matches!(
+        state_of(&h),
+        EffectState::Resolved {
+            resolution: Resolution::AppliedTwice(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn conflicting_submissions_leave_one_note_per_payload_and_at_most_a_bounded_number() {
+    let mut h = in_flight(2);
+    let first = conflict(&h, "q1", "p");
+    assert_eq!(first.len(), 1);
+    h.extend(first);
+    assert!(conflict(&h, "q1", "p").is_empty(), "the same payload again");
+    for i in 2..100 {
+        let more = conflict(&h, &format!("q{i}"), "p");
+        h.extend(more);
+    }
+    let notes = h
+        .iter()
+        .filter(|e| matches!(e, Event::Refused(r) if !r.is_final))
+        .count();
+    assert_eq!(notes, MAX_CONFLICT_NOTES);
+}
+
+#[test]
+fn a_note_that_decides_nothing_does_not_invalidate_a_takeover() {
+    let mut h = in_flight(2);
+    let seen = claim_of(&state_of(&h));
+    // A conflicting submission's note lands between the recoverer's read and its write, later
+    // than every record before it.
+    let mut timed: Vec<(i64, Event)> = h.iter().cloned().zip(0..).map(|(e, i)| (i, e)).collect();
+    timed.push((4_000, Event::Refused(conflict_note("q", "p"))));
+    let state = fold(timed.iter().map(|(at, e)| (*at, e))).unwrap();
+    assert_ne!(claim_of(&state), seen, "the note moved seen_ms");
+    let out = takeover(
+        &state,
+        &seen,
+        TakeoverReason::HolderDead,
+        100,
+        50,
+        &holding("b", 900),
+    );
+    assert_eq!(out.len(), 1, "the takeover was blocked by a note");
+    h.extend(out);
+}
+
+#[test]
+fn a_read_older_than_the_bound_dispatches_nothing_and_recovery_reads_again() {
+    let s = state_of(&authorize(
+        &EffectState::Absent,
+        &proposal(2),
+        &LeaseVerdict::Live,
+        json!({}),
+    ));
+    let old = Recheck {
+        read_at_ms: Some(1_000),
+        ..live()
+    };
+    let at = |now_ms| Holding {
+        now_ms,
+        max_read_age_ms: 5_000,
+        ..holding("a", 99_000)
+    };
+    assert_eq!(
+        dispatch_first(&s, "p", &old, None, &[], &at(6_000)).len(),
+        1
+    );
+    assert!(dispatch_first(&s, "p", &old, None, &[], &at(6_001)).is_empty());
+    let unknown = Recheck {
+        read_at_ms: None,
+        ..live()
+    };
+    assert!(dispatch_first(&s, "p", &unknown, None, &[], &at(0)).is_empty());
+    assert!(
+        propose_and_dispatch(
+            &EffectState::Absent,
+            &proposal(2),
+            &old,
+            json!({}),
+            None,
+            &[],
+            &at(60_000)
+        )
+        .is_empty()
+    );
+    let h = taken_by_b(2, 9);
+    let facts = RecoveryFacts {
+        recheck: old,
+        ..tier2_facts(10_000)
+    };
+    let hold = Holding {
+        now_ms: 10_000,
+        max_read_age_ms: 5_000,
+        ..holding("b", 99_000)
+    };
+    let (events, plan) = recover(
+        &state_of(&h),
+        2,
+        &facts,
+        Some((&LookupAnswer::NotFound, 10_000)),
+        &[],
+        &hold,
+    );
+    assert!(events.is_empty());
+    assert!(
+        matches!(plan, Some(RecoveryPlan::Reread { .. })),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn a_withdrawn_dispatch_ends_its_window_at_once_and_only_its_holder_may_withdraw_it() {
+    let mut h = in_flight(2);
+    assert!(withdraw(&state_of(&h), 1, &holder("z"), "fenced").is_empty());
+    let w = withdraw(&state_of(&h), 1, &holder("a"), "fenced");
+    assert_eq!(w.len(), 1);
+    let mut timed: Vec<(i64, Event)> = h.drain(..).map(|e| (0, e)).collect();
+    timed.extend(w.into_iter().map(|e| (700, e)));
+    let state = fold(timed.iter().map(|(at, e)| (*at, e))).unwrap();
+    assert_eq!(claim_of(&state).quiet_after(None), 700);
 }

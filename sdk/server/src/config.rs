@@ -58,6 +58,13 @@ pub struct GateTimings {
     pub settle_ms: Option<u64>,
     /// Suggested wait when an effect is in flight elsewhere (default: the library's).
     pub retry_after_ms: Option<u64>,
+    /// How old a premise read may be when the dispatch standing on it is written (default: the
+    /// settle margin).
+    pub premise_max_age_ms: Option<u64>,
+    /// The least deadline a `Submit` or `Recover` call must carry before the server has learned
+    /// how long its target's attempts take (default 100 ms); shorter calls are answered
+    /// `FAILED_PRECONDITION` with the minimum.
+    pub min_call_deadline_ms: Option<u64>,
 }
 
 impl GateTimings {
@@ -74,6 +81,16 @@ impl GateTimings {
     /// The suggested retry wait, if set.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after_ms.map(Duration::from_millis)
+    }
+
+    /// The premise read's age bound, if set.
+    pub fn premise_max_age(&self) -> Option<Duration> {
+        self.premise_max_age_ms.map(Duration::from_millis)
+    }
+
+    /// The least call deadline, if set.
+    pub fn min_call_deadline(&self) -> Option<Duration> {
+        self.min_call_deadline_ms.map(Duration::from_millis)
     }
 }
 

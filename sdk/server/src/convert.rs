@@ -142,6 +142,7 @@ pub fn via(v: Via) -> pb::Via {
         Via::ReappliedAfterLookup => pb::Via::ReappliedAfterLookup,
         Via::FailedButLanded => pb::Via::FailedButLanded,
         Via::LateAnswer => pb::Via::LateAnswer,
+        Via::ConfirmedByTarget => pb::Via::ConfirmedByTarget,
         _ => pb::Via::Unspecified,
     }
 }

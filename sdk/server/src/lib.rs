@@ -20,6 +20,7 @@
 //! [`Bound::with_stop`]: interlock::Bound::with_stop
 //! [`Bound::with_fence`]: interlock::Bound::with_fence
 
+pub mod budget;
 pub mod config;
 pub mod convert;
 mod page_token;

@@ -302,6 +302,9 @@ impl Server {
         if let Some(d) = cfg.gate.retry_after() {
             gate_cfg = gate_cfg.retry_after(d);
         }
+        if let Some(d) = cfg.gate.premise_max_age() {
+            gate_cfg = gate_cfg.premise_max_age(d);
+        }
         let store = opened.store;
         let gate_cfg = gate_cfg.build()?;
         let send = gate_cfg.send_timeout + gate_cfg.settle;
@@ -322,7 +325,11 @@ impl Server {
             gate_cfg,
         )?);
         let targets = Targets::from_config(&gate, &cfg.targets);
-        let mut server = Self::new(GateApi::new(store, targets, clock))
+        let mut api = GateApi::new(store, targets, clock);
+        if let Some(floor) = cfg.gate.min_call_deadline() {
+            api = api.with_min_call_deadline(floor);
+        }
+        let mut server = Self::new(api)
             .max_message_bytes(cfg.max_message_bytes)
             .drain(drain);
         if let Some(auth) = &cfg.auth {

@@ -7,12 +7,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use interlock::core::EffectState;
 use interlock::verify::{self, Sources};
 use interlock::{Bound, Clock, JournalStore};
 use tonic::{Request, Response, Status};
 
+use crate::budget::{CallBudget, MIN_DEADLINE_KEY, call_deadline};
 use crate::convert::{self, Invalid};
 use crate::pb;
 use crate::pb::gate_service_server::GateService;
@@ -32,7 +34,12 @@ pub struct GateApi {
     clock: Arc<dyn Clock>,
     draining: Arc<AtomicBool>,
     admin_token: Option<Arc<str>>,
+    budget: Arc<CallBudget>,
 }
+
+/// The least deadline a `Submit` or `Recover` must carry before the server has learned more
+/// about a target ([`GateApi::with_min_call_deadline`]).
+pub const DEFAULT_MIN_CALL_DEADLINE: Duration = Duration::from_millis(100);
 
 /// Sets its flag when dropped: the request's task was dropped because its caller went away (or
 /// it finished, when the flag no longer matters).
@@ -53,7 +60,42 @@ impl GateApi {
             clock,
             draining: Arc::new(AtomicBool::new(false)),
             admin_token: None,
+            budget: Arc::new(CallBudget::new(DEFAULT_MIN_CALL_DEADLINE)),
         }
+    }
+
+    /// The least deadline a `Submit` or `Recover` call must carry, whatever the server learns
+    /// about its target's attempts (default [`DEFAULT_MIN_CALL_DEADLINE`]).
+    pub fn with_min_call_deadline(mut self, floor: Duration) -> Self {
+        self.budget = Arc::new(CallBudget::new(floor));
+        self
+    }
+
+    /// A call whose deadline cannot cover an attempt on `target` is answered
+    /// `FAILED_PRECONDITION` with the minimum it needs (in the message, and in milliseconds
+    /// under the `interlock-min-deadline-ms` metadata key), before it touches the journal: its
+    /// attempt would only be stopped before its send, again and again.
+    fn check_deadline(&self, target: &str, deadline: Option<Duration>) -> Result<(), Status> {
+        let Some(deadline) = deadline else {
+            return Ok(());
+        };
+        let needed = self.budget.needed(target);
+        if deadline >= needed {
+            return Ok(());
+        }
+        let mut status = Status::failed_precondition(format!(
+            "this call's deadline ({} ms) cannot cover an attempt on target {target}: attempts \
+             there need about {} ms to reach their send (premise read, lookup, journal \
+             commits), and an attempt whose caller leaves before then stops with nothing sent; \
+             call again with a deadline of at least {} ms",
+            deadline.as_millis(),
+            needed.as_millis(),
+            needed.as_millis()
+        ));
+        if let Ok(v) = needed.as_millis().to_string().parse() {
+            status.metadata_mut().insert(MIN_DEADLINE_KEY, v);
+        }
+        Err(status)
     }
 
     /// Lease administration (`GrantLease`, `RevokeLease`) for calls carrying this bearer token;
@@ -100,17 +142,46 @@ impl GateApi {
     }
 
     /// `bound`, stopped when the request is dropped or the server drains; the guard must live
-    /// as long as the request's task.
-    fn stoppable(&self, bound: &Bound) -> (Bound, CancelOnDrop) {
+    /// as long as the request's task. What the attempt shows about `target` is learned: how long
+    /// it took to reach its send, or that the call's `deadline` was too short to get there.
+    fn stoppable(
+        &self,
+        bound: &Bound,
+        target: &str,
+        deadline: Option<Duration>,
+    ) -> (Bound, CancelOnDrop) {
         let cancelled = Arc::new(AtomicBool::new(false));
         let draining = self.draining.clone();
         let flag = cancelled.clone();
-        let stop = Arc::new(move || flag.load(Ordering::SeqCst) || draining.load(Ordering::SeqCst));
+        let budget = self.budget.clone();
+        let name: Arc<str> = target.into();
+        let noted = AtomicBool::new(false);
+        let stop: interlock::gate::StopCheck = Arc::new(move || {
+            let gone = flag.load(Ordering::SeqCst);
+            if let Some(d) = deadline.filter(|_| gone && !noted.swap(true, Ordering::SeqCst)) {
+                budget.too_short(&name, d);
+            }
+            gone || draining.load(Ordering::SeqCst)
+        });
+        // Asked at the send itself: an attempt whose caller is still there reached it.
+        let started = Instant::now();
+        let (at_send, budget, name, caller) = (
+            stop.clone(),
+            self.budget.clone(),
+            Arc::<str>::from(target),
+            cancelled.clone(),
+        );
+        let fence: interlock::gate::StopCheck = Arc::new(move || {
+            if !caller.load(Ordering::SeqCst) {
+                budget.reached_send(&name, started.elapsed());
+            }
+            at_send()
+        });
         // A caller that went away will call again (a worker killed mid-call is retried by its
         // workflow engine), and a draining server's callers are told to: both also fence a
         // dispatch that has not been sent.
         (
-            bound.clone().with_stop(stop.clone()).with_fence(stop),
+            bound.clone().with_stop(stop).with_fence(fence),
             CancelOnDrop(cancelled),
         )
     }
@@ -195,12 +266,14 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let entry = self.target(&r.target)?;
         let effect = convert::effect_from(r.effect.as_ref()).map_err(invalid)?;
         Self::check_payload(entry, &effect.payload)?;
         Self::check_premises(entry, &effect)?;
-        let (mut bound, _guard) = self.stoppable(&entry.bound);
+        self.check_deadline(&r.target, deadline)?;
+        let (mut bound, _guard) = self.stoppable(&entry.bound, &r.target, deadline);
         if !r.attempt.is_empty() {
             let attempt = convert::name("attempt", &r.attempt).map_err(invalid)?;
             bound = bound.with_attempt(format!("grpc:{attempt}"));
@@ -215,10 +288,12 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::RecoverRequest>,
     ) -> Result<Response<pb::RecoverResponse>, Status> {
+        let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let entry = self.target(&r.target)?;
         let key = convert::key("key", &r.key).map_err(invalid)?;
-        let (bound, _guard) = self.stoppable(&entry.bound);
+        self.check_deadline(&r.target, deadline)?;
+        let (bound, _guard) = self.stoppable(&entry.bound, &r.target, deadline);
         let outcome = blocking(move || bound.recover(&key).map_err(|e| status::gate(&e))).await?;
         Ok(Response::new(pb::RecoverResponse {
             outcome: Some(convert::outcome(outcome)),

@@ -29,6 +29,9 @@ pub struct EffectSummary {
     pub refusal: Option<RefusalCode>,
     /// The target confirmed it (a webhook or a lookup journaled `CONFIRMED`).
     pub confirmed: bool,
+    /// Refused or failed, yet the target holds it: a late success or the target's own
+    /// confirmation came after the refusal.
+    pub landed_late: bool,
 }
 
 /// Decision times (ms): the median, the 90th percentile and the slowest, by nearest rank.
@@ -94,6 +97,10 @@ pub struct Scoreboard {
     pub time_to_decision_ms: Times,
     /// Sent requests the target confirmed.
     pub confirmed_by_target: usize,
+    /// Effects that ended refused or failed, yet landed at the target after all (a late success
+    /// or the target's confirmation came after): a person must reverse or adopt each.
+    #[serde(default)]
+    pub landed_after_refusal: usize,
     /// Every effect in the journal by where it stands (`COMMITTED`, `REFUSED`, …).
     pub outcomes: BTreeMap<String, usize>,
 }
@@ -150,6 +157,9 @@ impl Scoreboard {
                 confirmed: records
                     .iter()
                     .any(|r| matches!(r.event, Event::Confirmed(_))),
+                landed_late: matches!(state.status(), Some(Status::Refused | Status::Failed))
+                    && !crate::core::state::landed_evidence(records.iter().map(|r| &r.event))
+                        .is_empty(),
                 key,
             });
         }
@@ -229,6 +239,7 @@ impl Scoreboard {
             if stale && person(e) {
                 board.stale_approvals_caught += 1;
             }
+            board.landed_after_refusal += usize::from(e.landed_late);
         }
         for (root, chain) in &chains {
             board.requests += 1;
@@ -387,6 +398,7 @@ mod tests {
             status: Some(status),
             refusal: (status == Status::Refused).then_some(RefusalCode::StalePremise),
             confirmed: status == Status::Committed,
+            landed_late: false,
         }
     }
 

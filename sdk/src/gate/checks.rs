@@ -94,10 +94,15 @@ impl Bound {
         }
     }
 
-    /// R5 as of now: the premises read again and compared with the decision.
+    /// R5 as of now: the premises read again and compared with the decision, with the time the
+    /// read began (a dispatch is written only while that read is young enough) and how long it
+    /// took.
     pub(super) fn read_premises(&self, key: &EffectKey, first: &Proposed) -> PremiseCheck {
         let premises = &self.premises;
+        let read_at_ms = self.now();
+        let began = std::time::Instant::now();
         let read = catch_unwind(AssertUnwindSafe(|| premises.read(key, &first.payload)));
+        let took = began.elapsed();
         let (premises_now, error, unavailable) = match read {
             Ok(Ok(p)) => (p, None, false),
             Ok(Err(e)) => (
@@ -121,6 +126,8 @@ impl Bound {
             changes,
             error,
             unavailable,
+            read_at_ms,
+            took,
         }
     }
 
@@ -201,6 +208,10 @@ pub(super) struct PremiseCheck {
     changes: Vec<crate::core::Change>,
     error: Option<String>,
     unavailable: bool,
+    /// When the read began, by the gate's clock.
+    read_at_ms: i64,
+    /// How long the read took, by the monotonic clock.
+    took: std::time::Duration,
 }
 
 impl PremiseCheck {
@@ -211,7 +222,13 @@ impl PremiseCheck {
             premises_now: self.premises_now.clone(),
             changes: self.changes.clone(),
             premise_error: self.error.clone(),
+            read_at_ms: Some(self.read_at_ms),
         }
+    }
+
+    /// How long the read took.
+    pub(super) fn took(&self) -> std::time::Duration {
+        self.took
     }
 
     /// The premise source's error when it may pass (unreachable, not wrong).

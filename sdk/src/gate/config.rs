@@ -23,6 +23,10 @@ pub struct GateConfig {
     pub lock_dir: PathBuf,
     /// Suggested wait before retrying an effect in flight elsewhere.
     pub retry_after: Duration,
+    /// How old a premise read may be when the dispatch or resend standing on it is written
+    /// (`None`: the settle margin). Between the read and that write the gate holds no claim; a
+    /// process stalled there would otherwise send on facts that stopped holding long ago.
+    pub premise_max_age: Option<Duration>,
 }
 
 impl GateConfig {
@@ -45,7 +49,18 @@ impl GateConfig {
         if self.holder.host.trim().is_empty() {
             return Err(ConfigError::NoHost);
         }
+        if self.premise_max_age.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::ZeroPremiseAge);
+        }
         Ok(())
+    }
+
+    /// How old a premise read may be when a dispatch or a resend is written on it: the
+    /// configured bound, or the settle margin. A send goes out at most the send timeout after
+    /// that write, so the facts it stands on were read at most this plus the send timeout
+    /// before the request left.
+    pub fn max_premise_age(&self) -> Duration {
+        self.premise_max_age.unwrap_or(self.settle)
     }
 
     /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
@@ -96,6 +111,7 @@ impl GateConfig {
             dedupe_margin: Duration::from_secs(3600),
             lock_dir,
             retry_after: Duration::from_millis(500),
+            premise_max_age: None,
         }
     }
 }
@@ -123,6 +139,12 @@ pub enum ConfigError {
         "retry_after is zero: callers would retry an effect in flight in a tight loop; give it a pause (the default is 500 ms)"
     )]
     ZeroRetryAfter,
+    /// No premise read could ever be young enough to send on.
+    #[error(
+        "premise_max_age is zero: no premise read could be young enough to dispatch on; give it \
+         at least the premise reader's usual read time (the default is the settle margin, 5 s)"
+    )]
+    ZeroPremiseAge,
     /// Claims must name a host.
     #[error("the holder's host name is empty: claims must name the host that may be sending")]
     NoHost,
@@ -180,6 +202,13 @@ impl GateConfigBuilder {
         self
     }
 
+    /// How old a premise read may be when the dispatch or resend standing on it is written
+    /// (default: the settle margin).
+    pub fn premise_max_age(mut self, d: Duration) -> Self {
+        self.cfg.premise_max_age = Some(d);
+        self
+    }
+
     /// Suggested wait before retrying an effect in flight elsewhere (default 500 ms).
     pub fn retry_after(mut self, d: Duration) -> Self {
         self.cfg.retry_after = d;
@@ -219,6 +248,15 @@ mod tests {
             .retry_after(Duration::ZERO)
             .build();
         assert_eq!(spin.err(), Some(ConfigError::ZeroRetryAfter));
+        let ageless = GateConfig::builder("j.db")
+            .premise_max_age(Duration::ZERO)
+            .build();
+        assert_eq!(ageless.err(), Some(ConfigError::ZeroPremiseAge));
+        let follows = GateConfig::builder("j.db")
+            .settle(Duration::from_millis(700))
+            .build()
+            .map(|c| c.max_premise_age());
+        assert_eq!(follows.ok(), Some(Duration::from_millis(700)));
         let ok = GateConfig::builder("j.db")
             .send_timeout(Duration::from_secs(2))
             .settle(Duration::from_millis(100))

@@ -5,7 +5,7 @@
 //! stopped on an unreachable lease store or premise source) is authorized, then dispatched.
 
 use crate::core::transition;
-use crate::core::{Event, Proposed, Via};
+use crate::core::{Event, LeaseVerdict, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::journal::Verified;
@@ -60,6 +60,7 @@ impl Bound {
             Err(step) => return Ok(step),
         };
         let premises = self.read_premises(key, first);
+        self.fault(FaultPoint::AfterPremiseRead, key)?;
         // A cancellation that came while the premises were read stops here, before anything is
         // journaled: nothing to recover, at any tier.
         if let Some(stopped) = self.cancelled() {
@@ -67,7 +68,12 @@ impl Bound {
         }
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
+        let mut stale = false;
         let out = self.gate.journal.append_after(key, seen, &mut |tx| {
+            // The read's age is judged by the clock inside the transaction: a stall anywhere
+            // between the read and this write counts.
+            let holding = self.written_now(&holding);
+            stale = !transition::read_is_fresh(&premises.with_lease(LeaseVerdict::Live), &holding);
             if fresh {
                 let (lease, grant) = self.authorization_in(tx, key, first);
                 transition::propose_and_dispatch(
@@ -103,6 +109,12 @@ impl Bound {
                 self.send_under_claim(key, first, sending, lock)
             }
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
+            // Premises read too long before the write: read them again at once, unless the read
+            // itself outlasts the bound.
+            None if stale => {
+                tracing::warn!(key = %key, "premises read too long before the dispatch; reading again");
+                Ok(self.stale_read(&premises).map_or(Step::Again, Step::Done))
+            }
             _ => Ok(Step::Again),
         }
     }

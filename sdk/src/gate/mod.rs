@@ -15,8 +15,8 @@ use crate::clock::Clock;
 use crate::core::decide::plan_submit;
 use crate::core::transition::{self, Holding};
 use crate::core::{
-    Ambiguous, AppliedTwice, EffectState, Event, Failed, MarginError, Proposed, Refused,
-    Resolution, SubmitPlan, Tier, Via, tier,
+    Ambiguous, AppliedTwice, EffectState, Failed, MarginError, Proposed, Refused, Resolution,
+    SubmitPlan, Tier, Via, tier,
 };
 use crate::effect::{Effect, EffectKey};
 use crate::faults::FaultPoint;
@@ -418,12 +418,15 @@ impl Bound {
         let seen = self.gate.journal.read(key)?;
         let state = seen.state();
         Ok(match plan_submit(state, &hash) {
+            // Refused either way; the journal keeps one note per distinct refused payload, a
+            // bounded number per key, so a caller looping conflicts grows nothing.
             SubmitPlan::Conflict { recorded } => {
-                let note = transition::conflict_note(&hash, &recorded);
-                self.gate
-                    .journal
-                    .append_after(key, &seen, &mut |_| vec![Event::Refused(note.clone())])?;
-                Step::Done(Outcome::Refused(note))
+                self.gate.journal.append_after(key, &seen, &mut |tx| {
+                    transition::conflict(tx.records.iter().map(|r| &r.event), &hash, &recorded)
+                })?;
+                Step::Done(Outcome::Refused(transition::conflict_note(
+                    &hash, &recorded,
+                )))
             }
             // A resolution is replayed only to the binding it was proposed through: another
             // target's caller would take it for its own.
@@ -598,19 +601,46 @@ impl Bound {
     }
 
     /// A claim for this gate's holder, starting now: its send is cut off after the send timeout,
-    /// and its deadline adds the settle margin for bytes still in flight.
+    /// and its deadline adds the settle margin for bytes still in flight. Stamp it with
+    /// [`Bound::written_now`] inside the write transaction that carries it.
     pub(super) fn holding(&self) -> (Holding, Instant) {
-        let deadline_ms = self
-            .now()
+        let now = self.now();
+        let deadline_ms = now
             .saturating_add(ms(self.gate.cfg.send_timeout))
             .saturating_add(ms(self.gate.cfg.settle));
         (
             Holding {
                 holder: self.gate.cfg.holder.clone(),
                 deadline_ms,
+                now_ms: now,
+                max_read_age_ms: ms(self.gate.cfg.max_premise_age()),
             },
             Instant::now(),
         )
+    }
+
+    /// `holding` as of the clock read now, inside the write transaction that carries it: the
+    /// moment a premise read's age is judged at.
+    fn written_now(&self, holding: &Holding) -> Holding {
+        Holding {
+            now_ms: self.now(),
+            ..holding.clone()
+        }
+    }
+
+    /// Why a dispatch on `premises` was not written, when it was for their age: the read
+    /// itself took longer than the bound (no retry can help until the bound or the read
+    /// changes), or the attempt stalled after it (read again at once).
+    fn stale_read(&self, premises: &checks::PremiseCheck) -> Option<Outcome> {
+        let bound = self.gate.cfg.max_premise_age();
+        (premises.took() > bound).then(|| Outcome::Retry {
+            retry_after: self.gate.cfg.retry_after,
+            reason: format!(
+                "reading the premises took {} ms, longer than the {} ms a read may age before                  the dispatch standing on it is written: nothing was sent; make the premise read                  faster or raise GateConfig::premise_max_age",
+                premises.took().as_millis(),
+                bound.as_millis()
+            ),
+        })
     }
 
     pub(super) fn hold(&self, key: &EffectKey, token: u64) -> Result<Option<HeldLock>, GateError> {

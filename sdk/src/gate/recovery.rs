@@ -14,6 +14,10 @@ use crate::journal::Verified;
 use crate::liveness::HeldLock;
 
 use super::send::Sending;
+
+/// How many times one recovery step reads the premises again when they aged past the bound
+/// before its resend could be written.
+const MAX_REREADS: usize = 3;
 use super::{Bound, GateError, Outcome, Step, ms, wait_until};
 
 impl Bound {
@@ -94,16 +98,19 @@ impl Bound {
         let has_lookup = self.target.has_lookup();
         let tier = self.tier_facts();
         let mut lookup: Option<(LookupAnswer, i64)> = None;
+        let mut rereads = 0;
         loop {
             if let Some(stopped) = self.cancelled() {
                 return Ok(stopped);
             }
             let premises = self.read_premises(key, first);
+            self.fault(FaultPoint::AfterPremiseRead, key)?;
             let repairs = self.repair_candidates(first, &premises);
             let (holding, started) = self.holding();
             let now = self.now();
             let mut plan = None;
             let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
+                let holding = self.written_now(&holding);
                 let lease = self.lease_in(tx, key, first);
                 let transient =
                     matches!(lease, LeaseVerdict::Error { .. }) || premises.unavailable().is_some();
@@ -134,6 +141,20 @@ impl Bound {
                     seen = out.history;
                     continue;
                 }
+                // The premises aged past the bound before the resend could be written: read
+                // them again under the same claim, a few times at most.
+                Some(RecoveryPlan::Reread { reason }) => {
+                    tracing::warn!(key = %key, %reason, "reading the premises again before the resend");
+                    if let Some(slow) = self.stale_read(&premises) {
+                        return Ok(Step::Done(slow));
+                    }
+                    rereads += 1;
+                    if rereads >= MAX_REREADS {
+                        return Ok(Step::Done(self.busy(&reason)));
+                    }
+                    seen = out.history;
+                    continue;
+                }
                 Some(p) => p,
             };
             return match plan {
@@ -159,6 +180,7 @@ impl Bound {
                     }))
                 }
                 RecoveryPlan::Lookup => Ok(Step::Done(self.busy("lookup did not settle"))),
+                RecoveryPlan::Reread { reason } => Ok(Step::Done(self.busy(&reason))),
                 RecoveryPlan::CommitFound(..)
                 | RecoveryPlan::Refuse(_)
                 | RecoveryPlan::Ambiguous(_)

@@ -62,16 +62,32 @@ impl Bound {
         let recoverable = transition::recovery_tier(first.tier, self.tier()) != Tier::Three
             && self.target.has_lookup();
         if recoverable && self.fenced() {
+            // This holder's own word that nothing left under its claim ends that send's window
+            // at once: the next attempt's lookup is conclusive, not a wait for the deadline.
+            self.withdraw(
+                key,
+                &seen,
+                token,
+                &holding,
+                "fenced between its dispatch and its send",
+            )?;
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!(
                     "fenced after claim {token}'s dispatch was journaled, before its send; the \
-                     next attempt recovers the effect"
+                     dispatch was withdrawn unsent and the next attempt recovers the effect"
                 ),
             }));
         }
         // A lease kept outside the journal could have been revoked while the dispatch was being
         // written, unordered with it: read it once more now that the record is durable.
         if !self.gate.leases_in_journal && self.lease_verdict(first) != LeaseVerdict::Live {
+            self.withdraw(
+                key,
+                &seen,
+                token,
+                &holding,
+                "the lease died before the send",
+            )?;
             return Ok(Step::Done(self.busy(
                 "the lease is no longer live; nothing was sent, and recovery will close the effect",
             )));
@@ -86,6 +102,13 @@ impl Bound {
             .saturating_sub(started.elapsed())
             .min(by_wall);
         if timeout.is_zero() {
+            self.withdraw(
+                key,
+                &seen,
+                token,
+                &holding,
+                "the claim ran out before the send",
+            )?;
             return Ok(Step::Done(self.busy(
                 "this attempt's claim ran out before it could send; a recoverer will take it",
             )));
@@ -137,6 +160,25 @@ impl Bound {
                 reason: format!("claim {token} was taken over while this attempt was sending"),
             },
         }))
+    }
+}
+
+impl Bound {
+    /// Record that this holder's dispatch under `token` goes out unsent (`LATE_RESULT`
+    /// `withdrawn`), ending its send's window now instead of at the claim's deadline.
+    fn withdraw(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        token: u64,
+        holding: &Holding,
+        why: &str,
+    ) -> Result<(), GateError> {
+        let why = format!("{why}; nothing was sent under claim {token}");
+        self.gate.journal.append_after(key, seen, &mut |tx| {
+            transition::withdraw(tx.state, token, &holding.holder, &why)
+        })?;
+        Ok(())
     }
 }
 

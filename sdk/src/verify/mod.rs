@@ -14,8 +14,7 @@ use serde_json::Value;
 mod approval;
 
 use crate::approval::Approvers;
-use crate::core::decide::absorb;
-use crate::core::state::landed_in;
+use crate::core::state::landed_evidence;
 use crate::core::{Event, LeaseVerdict, Status};
 use crate::effect::EffectKey;
 use crate::journal::{Journal, Record};
@@ -267,6 +266,24 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
             Some(_) => {}
         }
     }
+    // Evidence journaled after the receipt was exported (a confirmation, a late answer) is read
+    // from the journal alone: the receipt's signature does not cover it.
+    let unanchored_tail = history
+        .get(anchor.records.len()..)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            format!(
+                "; records {}..{} ({}) came after the receipt and are read from the journal \
+                 alone, not anchored by it",
+                anchor.records.len(),
+                history.len() - 1,
+                t.iter()
+                    .map(|r| r.event.kind())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .unwrap_or_default();
     let mut fields = vec![
         ("payload_hash", anchor.payload_hash == derived.payload_hash),
         ("payload", anchor.payload == derived.payload),
@@ -337,7 +354,7 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
                 "valid",
                 Some(true),
                 format!(
-                    "chain matches the signed receipt ({} records); {}",
+                    "chain matches the signed receipt ({} records); {}{unanchored_tail}",
                     anchor.records.len(),
                     anchor.note
                 ),
@@ -347,8 +364,10 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
         (None, Some(_)) if src.accept_unchecked_signatures => col(
             "valid",
             None,
-            "chain matches the receipt; its signature was NOT checked (accepted unchecked on \
-             request)",
+            format!(
+                "chain matches the receipt; its signature was NOT checked (accepted unchecked on \
+                 request){unanchored_tail}"
+            ),
         ),
         (None, Some(_)) => col(
             "valid",
@@ -359,25 +378,15 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
         (None, None) => col(
             "valid",
             Some(true),
-            format!("chain matches the receipt; {UNSIGNED_NOTE}"),
+            format!("chain matches the receipt; {UNSIGNED_NOTE}{unanchored_tail}"),
         ),
     }
 }
 
 /// The distinct effects the journal heard of under the key: the commit's result, late
-/// successes, and whatever an `APPLIED_TWICE` names.
+/// successes, the target's own confirmations, and whatever an `APPLIED_TWICE` names.
 fn heard_of(history: &[Record]) -> Vec<Value> {
-    let mut seen: Vec<Value> = Vec::new();
-    let mut add = |v: &Value| absorb(&mut seen, v);
-    for r in history {
-        match &r.event {
-            Event::Committed(c) => add(&c.result),
-            Event::LateResult(l) => landed_in(&l.answer).for_each(&mut add),
-            Event::AppliedTwice(t) => t.found.iter().for_each(&mut add),
-            _ => {}
-        }
-    }
-    seen
+    landed_evidence(history.iter().map(|r| &r.event))
 }
 
 fn happened_once(

@@ -10,6 +10,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use interlock::core::transition;
 use interlock::core::{Confirmed, EffectState, Event};
 use interlock::effect::EffectKey;
 use interlock::journal::{Journal, JournalError};
@@ -218,7 +219,7 @@ pub fn handle(
             };
             return Vec::new();
         }
-        vec![Event::Confirmed(confirmed.clone())]
+        transition::confirm(state, &confirmed)
     })?;
     Ok(outcome)
 }
@@ -276,7 +277,7 @@ pub fn confirm_by_lookup(
             outcome = Delivery::AlreadyRecorded { key: key.to_string() };
             Vec::new()
         } else {
-            vec![Event::Confirmed(confirmed.clone())]
+            transition::confirm(tx.state, &confirmed)
         }
     })?;
     Ok(outcome)

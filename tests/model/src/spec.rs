@@ -417,6 +417,8 @@ fn holding(actor: u8, attempt: u8, now: i64) -> Holding {
     Holding {
         holder: holder(actor, attempt),
         deadline_ms: now + SEND_TIMEOUT + SETTLE,
+        now_ms: now,
+        max_read_age_ms: SETTLE,
     }
 }
 
@@ -430,13 +432,14 @@ fn lease_verdict(live: bool) -> LeaseVerdict {
     }
 }
 
-fn recheck(premise_ok: bool, lease_live: bool) -> Recheck {
+fn recheck(premise_ok: bool, lease_live: bool, read_at: i64) -> Recheck {
     let now = premises(premise_ok);
     Recheck {
         lease: lease_verdict(lease_live),
         changes: interlock_core::decide::diff(&premises(true), &now),
         premises_now: now,
         premise_error: None,
+        read_at_ms: Some(read_at),
     }
 }
 
@@ -787,7 +790,7 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             let state = n.journal.state();
             let lease = early_lease.unwrap_or(n.lease_live());
             let hold = holding(i, attempt, now);
-            let recheck = recheck(premise_ok, lease);
+            let recheck = recheck(premise_ok, lease, now);
             let events = if fresh {
                 transition::propose_and_dispatch(
                     &state,
@@ -903,7 +906,7 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             let facts = RecoveryFacts {
                 tier: tier_facts(cfg, &binding),
                 effective_at_takeover: effective,
-                recheck: recheck(premise_ok, lease),
+                recheck: recheck(premise_ok, lease, now),
                 transient: false,
                 has_lookup,
                 now_ms: now,
