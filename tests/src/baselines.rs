@@ -73,7 +73,9 @@ impl System for Baseline {
         for f in faults {
             match f {
                 Fault::CrashBeforeSend => return Ok(Attempt::Crashed),
-                Fault::StallBeforeSend(s) => s.hold(),
+                // The baselines read no premises: their point after the premise read is just
+                // before the send.
+                Fault::StallBeforeSend(s) | Fault::StallAfterPremiseRead(s) => s.hold(),
                 Fault::CrashAfterApply => {}
             }
         }

@@ -33,6 +33,9 @@ pub enum Case {
     ZombieAttempt,
     /// A live sender stalls past its send deadline before sending.
     SlowSenderPastDeadline,
+    /// The attempt stalls between its premise read and its dispatch, longer than a premise read
+    /// may age; support refunds the same $20 by hand meanwhile.
+    StallAfterPremiseReadHandRefund,
     /// Crash before send; the recovery that resends is killed after the service applied it.
     RecoveryKilledMidResend,
     /// The service applies the refund and answers 500.
@@ -43,7 +46,7 @@ pub enum Case {
 
 impl Case {
     /// Every row, in table order.
-    pub const ALL: [Case; 17] = [
+    pub const ALL: [Case; 18] = [
         Case::HappyPath,
         Case::CrashBeforeSend,
         Case::CrashBeforeAck,
@@ -58,6 +61,7 @@ impl Case {
         Case::RecoveryAfterWindow,
         Case::ZombieAttempt,
         Case::SlowSenderPastDeadline,
+        Case::StallAfterPremiseReadHandRefund,
         Case::RecoveryKilledMidResend,
         Case::ServerErrorAfterApply,
         Case::Definite4xx,
@@ -94,6 +98,7 @@ impl Case {
             Case::RecoveryAfterWindow => "recovery_after_dedupe_window",
             Case::ZombieAttempt => "zombie_attempt",
             Case::SlowSenderPastDeadline => "slow_sender_past_deadline",
+            Case::StallAfterPremiseReadHandRefund => "stall_after_premise_read_hand_refund",
             Case::RecoveryKilledMidResend => "recovery_killed_mid_resend",
             Case::ServerErrorAfterApply => "5xx_after_apply",
             Case::Definite4xx => "definite_4xx",
@@ -103,7 +108,7 @@ impl Case {
     /// Refunds made during the cell by others (support, another flow), in cents.
     pub fn others_cents(self) -> i64 {
         match self {
-            Case::HandRefundDuringOutage => AMOUNT,
+            Case::HandRefundDuringOutage | Case::StallAfterPremiseReadHandRefund => AMOUNT,
             Case::UnrelatedRefundDuringOutage => UNRELATED,
             _ => 0,
         }
@@ -117,6 +122,7 @@ impl Case {
             Case::LeaseRevokedBeforeSend
             | Case::OrderIneligible
             | Case::HandRefundDuringOutage
+            | Case::StallAfterPremiseReadHandRefund
             | Case::LeaseRevokedDuringOutage
             | Case::Definite4xx => 0,
             _ => AMOUNT,

@@ -90,6 +90,9 @@ impl System for Gated {
                 Fault::CrashBeforeSend => (FaultPoint::AfterDispatch, Action::Crash),
                 Fault::CrashAfterApply => (FaultPoint::AfterSend, Action::Crash),
                 Fault::StallBeforeSend(s) => (FaultPoint::AfterDispatch, Action::Stall(s.clone())),
+                Fault::StallAfterPremiseRead(s) => {
+                    (FaultPoint::AfterPremiseRead, Action::Stall(s.clone()))
+                }
             };
             scripted.arm(point, action);
         }

@@ -226,6 +226,22 @@ fn script(case: Case, sys: &dyn System, w: &World) -> anyhow::Result<(Vec<Answer
                 past,
             )?
         }
+        Case::StallAfterPremiseReadHandRefund => {
+            // Attempt 1 reads the premises (they hold) and stalls before the transaction that
+            // dispatches on them; support refunds the $20 by hand, and the clock moves past the
+            // age a premise read may have at the dispatch (GateConfig::premise_max_age, by
+            // default the settle margin); then attempt 1 goes on. No other attempt runs.
+            let stall = Stall::new();
+            let past = i64::try_from((SETTLE + Duration::from_secs(1)).as_millis())?;
+            stalled(
+                &d,
+                &e20,
+                vec![Fault::StallAfterPremiseRead(stall.clone())],
+                &stall,
+                past,
+                || w.sim.hand_refund(PAYMENT, AMOUNT),
+            )?
+        }
         Case::RecoveryKilledMidResend => {
             // Attempt 1 dies before sending; the first recovery attempt that sends dies after the
             // service applied its resend; then recovery runs again.
@@ -287,6 +303,37 @@ fn overlap(
             }
         }
     })
+}
+
+/// Attempt 1 runs in its own thread with `faults` and stalls at `stall`; meanwhile `during`
+/// changes the world and the clock moves by `advance_ms`; then attempt 1 goes on, and retries
+/// follow until a final answer.
+fn stalled(
+    d: &Driver<'_>,
+    effect: &interlock::Effect,
+    faults: Vec<Fault>,
+    stall: &std::sync::Arc<Stall>,
+    advance_ms: i64,
+    during: impl FnOnce(),
+) -> anyhow::Result<(Vec<Answer>, u32)> {
+    let a1 = std::thread::scope(|s| {
+        let first = s.spawn(|| d.sys.attempt(effect, 1, &faults));
+        stall.wait_reached();
+        during();
+        d.world.clock.advance(advance_ms);
+        stall.release();
+        first
+            .join()
+            .map_err(|_| anyhow::anyhow!("attempt 1 panicked"))?
+    })?;
+    match a1 {
+        Attempt::Answered(a) if a.is_final => Ok((vec![a], 1)),
+        _ => {
+            d.world.clock.advance(RETRY_MS);
+            let (a, n) = d.drive(effect, 2, &[], || {})?;
+            Ok((vec![a], n))
+        }
+    }
 }
 
 fn judge(case: Case, col: Column, w: &World, answers: &[Answer], attempts: u32) -> Cell {

@@ -15,6 +15,10 @@ pub enum Fault {
     CrashAfterApply,
     /// The process stalls before sending until released.
     StallBeforeSend(Arc<Stall>),
+    /// The process stalls right after reading the premises, until released: the gate between
+    /// its premise read and the transaction that dispatches on it; a baseline, which reads no
+    /// premises, just before its send.
+    StallAfterPremiseRead(Arc<Stall>),
 }
 
 /// What an answer claims about the money.

@@ -8,7 +8,7 @@ use interlock_tests::matrix::{Cell, Column, render_markdown, run_all};
 
 /// H held, S held but short (honestly ambiguous or refused with a repair), X violated.
 /// Columns: naive, key_only, replay, gate_t1, gate_t2, gate_t3.
-const EXPECTED: [(&str, &str); 17] = [
+const EXPECTED: [(&str, &str); 18] = [
     ("happy_path", "HHHHHH"),
     ("crash_before_send", "HHHHHS"),
     ("crash_before_ack", "XHHHHH"),
@@ -23,6 +23,7 @@ const EXPECTED: [(&str, &str); 17] = [
     ("recovery_after_dedupe_window", "XXXHHH"),
     ("zombie_attempt", "XHHHHH"),
     ("slow_sender_past_deadline", "XHHHHS"),
+    ("stall_after_premise_read_hand_refund", "XXXHHH"),
     ("recovery_killed_mid_resend", "XHHHHS"),
     ("5xx_after_apply", "XXXHHH"),
     ("definite_4xx", "HHHHHH"),
@@ -99,6 +100,22 @@ fn the_unrelated_refund_is_refused_with_a_still_fits_repair_and_moves_no_money()
         if c.system == "gate_t1" || c.system == "gate_t2" {
             assert_eq!(c.outcome, "REFUSED:stale_premise_at_recovery");
             assert_eq!(c.refunded_cents, 500);
+        }
+    }
+}
+
+#[test]
+fn a_stall_between_the_premise_read_and_the_dispatch_is_refused_and_the_baselines_pay_twice() {
+    for c in cells()
+        .iter()
+        .filter(|c| c.case == "stall_after_premise_read_hand_refund")
+    {
+        if c.system.starts_with("gate") {
+            // The read aged past the bound: read again, the hand refund seen, nothing of ours sent.
+            assert_eq!(c.outcome, "REFUSED:stale_premise", "{}", c.system);
+            assert_eq!((c.refunded_cents, c.attempts), (2000, 1), "{}", c.system);
+        } else {
+            assert_eq!(c.refunded_cents, 4000, "{}", c.system);
         }
     }
 }
