@@ -36,13 +36,17 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant of the core.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::BindingTier,
         Mutant::TokenOnlyTakeover,
         Mutant::UnknownLateCloses,
         Mutant::DeadHolderSettles,
         Mutant::SavedErrorUnknown,
         Mutant::WindowJudgedAtTakeover,
+        Mutant::PremisesHaveNoAge,
+        Mutant::NotesBlockTakeover,
+        Mutant::ConfirmationIgnored,
+        Mutant::FencedDispatchKeepsWindow,
     ];
 
     /// Stable name, for reports.

@@ -22,12 +22,16 @@ pub const CALM_ATTEMPTS: u32 = 4;
 pub const MAX_STATES: u64 = 20_000_000;
 
 /// The properties, in report order.
-pub const PROPERTIES: [&str; 6] = [
+pub const PROPERTIES: [&str; 10] = [
     "at_most_one_application",
-    "no_send_after_revocation",
+    "no_send_under_a_dead_lease",
     "premises_held_at_every_send",
     "committed_only_when_applied",
     "closed_as_not_applied_only_when_not_applied",
+    "never_ambiguous_over_a_confirmation",
+    "one_note_per_refused_payload",
+    "notes_never_block_a_takeover",
+    "a_fenced_dispatch_leaves_no_window_open",
     "resolves_once_calm",
 ];
 
@@ -108,8 +112,10 @@ pub fn explore(cfg: &Config, stop_early: bool, progress: &mut dyn FnMut(u64, u32
             }
             if let Some(b) = breach {
                 let name = match b {
-                    Breach::SendAfterRevocation => "no_send_after_revocation",
+                    Breach::SendAfterRevocation => "no_send_under_a_dead_lease",
                     Breach::SendOnFailedRecheck => "premises_held_at_every_send",
+                    Breach::TakeoverBlockedByNote => "notes_never_block_a_takeover",
+                    Breach::FencedWindowOpen => "a_fenced_dispatch_leaves_no_window_open",
                 };
                 ex.record(name, fp, Some(action), Vec::new());
             }
@@ -168,7 +174,13 @@ impl Explorer<'_> {
                     Vec::new(),
                 );
             }
+            Some("AMBIGUOUS") if confirmed_before_ambiguous(s) => {
+                self.record("never_ambiguous_over_a_confirmation", fp, None, Vec::new());
+            }
             _ => {}
+        }
+        if !notes_bounded(s) {
+            self.record("one_note_per_refused_payload", fp, None, Vec::new());
         }
         if !self.broken.contains_key("resolves_once_calm")
             && let Err(tail) = self.calm_from(s)
@@ -279,6 +291,40 @@ impl Explorer<'_> {
     }
 }
 
+/// Whether the journal holds the service's confirmation before its `AMBIGUOUS`: recovery wrote
+/// "cannot know" over the target's own word that the effect landed.
+fn confirmed_before_ambiguous(s: &State) -> bool {
+    use interlock_core::Event as E;
+    let mut confirmed = false;
+    for (_, e, _) in &s.journal.0 {
+        match e.as_ref() {
+            E::Confirmed(_) => confirmed = true,
+            E::Ambiguous(_) if confirmed => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// At most one note per refused payload, and at most the core's bound in all: a caller looping
+/// conflicting submissions does not grow the key's history.
+fn notes_bounded(s: &State) -> bool {
+    use interlock_core::Event as E;
+    let mut seen: Vec<&str> = Vec::new();
+    for (_, e, _) in &s.journal.0 {
+        if let E::Refused(r) = e.as_ref()
+            && !r.is_final
+            && r.code == interlock_core::RefusalCode::ConflictingPayload
+        {
+            if seen.contains(&r.payload_hash.as_str()) {
+                return false;
+            }
+            seen.push(&r.payload_hash);
+        }
+    }
+    seen.len() <= interlock_core::transition::MAX_CONFLICT_NOTES
+}
+
 /// One line of a trace: the time, who did what, and what it wrote or changed.
 pub fn describe(before: &State, action: Action, after: &State) -> String {
     let who = |i: u8| {
@@ -301,6 +347,19 @@ pub fn describe(before: &State, action: Action, after: &State) -> String {
         Action::Jump => "the clock jumps forward".into(),
         Action::Revoke => "the lease is revoked".into(),
         Action::MovePremise => "a premise moves (refunded by others)".into(),
+        Action::StoreFlip => match after.store {
+            super::spec::Store::Down => "the lease store goes down".into(),
+            _ => "the lease store comes back".into(),
+        },
+        Action::Conflict(p) => format!(
+            "a caller submits payload {} under the key",
+            super::spec::OTHER_PAYLOADS[usize::from(p) % super::spec::OTHER_PAYLOADS.len()]
+        ),
+        Action::Confirm => "the service confirms the refund (signed webhook)".into(),
+        Action::Fence(i) => format!(
+            "{}'s caller goes away before its send (fenced)",
+            who(i)
+        ),
     };
     let mut notes = Vec::new();
     for (_, e, _) in after.journal.0.iter().skip(before.journal.0.len()) {

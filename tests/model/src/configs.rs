@@ -27,6 +27,11 @@ struct Faults {
     move_premise: bool,
     server_errors: bool,
     lossy: bool,
+    conflicts: u8,
+    confirmations: bool,
+    store_outage: bool,
+    lease_expires: Option<i64>,
+    fences: u8,
 }
 
 /// The bounds: attempts per actor, crashes in all, the clock's horizon and jumps.
@@ -52,6 +57,11 @@ fn model(name: &str, tier: Tier, bindings: Vec<Binding>, f: Faults, b: Bounds) -
         jumps: b.jumps,
         horizon: b.horizon,
         stale_lease_read: false,
+        conflicts: f.conflicts,
+        confirmations: f.confirmations,
+        store_outage: f.store_outage,
+        lease_expires: f.lease_expires,
+        fences: f.fences,
     }
 }
 
@@ -159,6 +169,50 @@ pub fn models(quick: bool) -> Vec<Config> {
             b(1, 1, 6),
         ),
     ];
+    out.extend([
+        model(
+            "tier 2, 2 workers, conflicting callers",
+            Tier::Two,
+            w(Tier::Two, 2),
+            Faults {
+                conflicts: 3,
+                ..Faults::default()
+            },
+            b(1, 1, 5),
+        ),
+        model(
+            "tier 3, 2 workers, confirmations",
+            Tier::Three,
+            w(Tier::Three, 2),
+            Faults {
+                confirmations: true,
+                ..revoke
+            },
+            b(1, 1, 6),
+        ),
+        model(
+            "tier 1, 2 workers, confirmations",
+            Tier::One,
+            w(Tier::One, 2),
+            Faults {
+                confirmations: true,
+                ..Faults::default()
+            },
+            b(1, 1, 5),
+        ),
+        model(
+            "tier 2, 2 workers, fenced callers, store outage, expiry",
+            Tier::Two,
+            w(Tier::Two, 2),
+            Faults {
+                fences: 1,
+                store_outage: true,
+                lease_expires: Some(4),
+                ..Faults::default()
+            },
+            b(1, 1, 6),
+        ),
+    ]);
     if !quick {
         out.push(model(
             "tier 2, 3 workers",

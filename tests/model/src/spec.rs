@@ -2,8 +2,10 @@
 //! premise read, transaction, send, lookup, record — one atomic step at a time, and every
 //! decision inside a step is made by the real core (`plan_submit`, `plan_takeover`,
 //! `core::transition::*`, `fold`). Between any two steps anything else may happen: another actor
-//! steps, an actor crashes (its liveness locks go with it), the lease is revoked, a premise moves,
-//! the service processes, loses or fails a request, the clock ticks or jumps.
+//! steps, an actor crashes (its liveness locks go with it), the lease is revoked or expires, a
+//! premise moves, the lease store goes down and comes back, a caller submits another payload under
+//! the key, a caller goes away between an attempt's dispatch and its send (a fence), the service
+//! processes, loses or fails a request or confirms a refund it holds, the clock ticks or jumps.
 //!
 //! Time is in ticks. A claim's deadline is its start + send timeout + settle; a send goes out only
 //! while its budget lasts (before deadline − settle) and the service processes it, if at all,
@@ -20,7 +22,7 @@ use interlock_core::state::fold;
 use interlock_core::tier::Effective;
 use interlock_core::transition::{self, Holding, RecoveryFacts, TierFacts};
 use interlock_core::{
-    EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
+    Confirmed, EffectState, Event, Holder, LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck,
     RecoveryPlan, SendAnswer, SubmitPlan, TakeoverPlan, TakeoverReason, Tier, Via,
 };
 use serde_json::json;
@@ -37,6 +39,14 @@ pub const WINDOW: i64 = 5;
 pub const MARGIN: i64 = 4;
 /// Size of one forward clock jump.
 pub const JUMP: i64 = 3;
+/// How old a premise read may be when the dispatch standing on it is written (the gate's default:
+/// the settle margin).
+pub const MAX_READ_AGE: i64 = SETTLE;
+/// A send leaves at most this long after the premise read it stands on (the read's age bound plus
+/// the send's budget): a premise that moved longer ago than this before a send breaks the promise.
+pub const FACTS_BOUND: i64 = MAX_READ_AGE + SEND_TIMEOUT;
+/// The payloads an outside caller may submit under the key instead of the approved one.
+pub const OTHER_PAYLOADS: [&str; 2] = ["q1", "q2"];
 
 /// What an actor's binding claims, and how it is started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +84,16 @@ pub struct Config {
     pub horizon: i64,
     /// Shell mutant: the lease is read with the premises, outside the dispatch transaction.
     pub stale_lease_read: bool,
+    /// Submissions of another payload under the key by an outside caller, in all.
+    pub conflicts: u8,
+    /// The service may confirm (a signed webhook) a refund it holds under the key, once.
+    pub confirmations: bool,
+    /// The lease store may go down once (and come back): its reads answer with an error.
+    pub store_outage: bool,
+    /// The lease expires at this tick.
+    pub lease_expires: Option<i64>,
+    /// Callers that go away between their attempt's dispatch and its send, in all.
+    pub fences: u8,
 }
 
 impl Config {
@@ -177,6 +197,8 @@ pub enum Pc {
         fresh: bool,
         /// What the premise read found.
         premise_ok: bool,
+        /// When the premises were read.
+        read_at: i64,
         /// Shell mutant: the lease as read with the premises.
         early_lease: Option<bool>,
     },
@@ -226,6 +248,8 @@ pub enum Pc {
         lookup: Option<(Look, i64)>,
         /// What the premise read found.
         premise_ok: bool,
+        /// When the premises were read.
+        read_at: i64,
         /// Shell mutant: the lease as read with the premises.
         early_lease: Option<bool>,
     },
@@ -319,6 +343,17 @@ pub enum Lease {
     },
 }
 
+/// The lease store's health over the run: one outage at most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Store {
+    /// Never down yet.
+    Up,
+    /// Down: every lease read fails.
+    Down,
+    /// Back after its outage.
+    Restored,
+}
+
 /// The whole world.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
@@ -334,8 +369,16 @@ pub struct State {
     pub service: Service,
     /// The lease.
     pub lease: Lease,
-    /// Whether the premise has moved.
-    pub premise_moved: bool,
+    /// When the premise moved, if it has.
+    pub premise_moved_at: Option<i64>,
+    /// The lease store's health.
+    pub store: Store,
+    /// Conflicting submissions left.
+    pub conflicts_left: u8,
+    /// Whether the service has confirmed the refund.
+    pub confirmed: bool,
+    /// Fences left.
+    pub fences_left: u8,
     /// Crashes left.
     pub crashes_left: u8,
     /// Clock jumps left.
@@ -371,6 +414,14 @@ pub enum Action {
     Revoke,
     /// A premise moves.
     MovePremise,
+    /// The lease store goes down, or comes back.
+    StoreFlip,
+    /// An outside caller submits payload `OTHER_PAYLOADS[i]` under the key.
+    Conflict(u8),
+    /// The service confirms the refund it holds (a signed webhook).
+    Confirm,
+    /// Actor `i`'s caller goes away between its dispatch and its send.
+    Fence(u8),
 }
 
 /// A safety property broken by a transition itself (checked at the instant of a send).
@@ -378,8 +429,14 @@ pub enum Action {
 pub enum Breach {
     /// A send whose lease was revoked before its `DISPATCHED` record.
     SendAfterRevocation,
-    /// A send standing on a re-check that did not hold.
+    /// A send standing on a re-check that did not hold, or on a fact that had stopped holding
+    /// more than [`FACTS_BOUND`] before it.
     SendOnFailedRecheck,
+    /// A takeover not written though the claim in the transaction carried the same decision as
+    /// the one it was planned on (only a record that decides nothing came between).
+    TakeoverBlockedByNote,
+    /// A fenced attempt left its unsent dispatch's window open.
+    FencedWindowOpen,
 }
 
 const KEY_PAYLOAD_HASH: &str = "p0";
@@ -432,10 +489,10 @@ fn lease_verdict(live: bool) -> LeaseVerdict {
     }
 }
 
-fn recheck(premise_ok: bool, lease_live: bool, read_at: i64) -> Recheck {
+fn recheck(premise_ok: bool, lease: LeaseVerdict, read_at: i64) -> Recheck {
     let now = premises(premise_ok);
     Recheck {
-        lease: lease_verdict(lease_live),
+        lease,
         changes: interlock_core::decide::diff(&premises(true), &now),
         premises_now: now,
         premise_error: None,
@@ -484,7 +541,11 @@ impl State {
             locks: Vec::new(),
             service: Service::default(),
             lease: Lease::Live,
-            premise_moved: false,
+            premise_moved_at: None,
+            store: Store::Up,
+            conflicts_left: cfg.conflicts,
+            confirmed: false,
+            fences_left: cfg.fences,
             crashes_left: cfg.crashes,
             jumps_left: cfg.jumps,
         }
@@ -497,8 +558,20 @@ impl State {
         h.finish()
     }
 
-    fn lease_live(&self) -> bool {
-        self.lease == Lease::Live
+    /// Neither revoked nor expired.
+    fn lease_live(&self, cfg: &Config) -> bool {
+        self.lease == Lease::Live && cfg.lease_expires.is_none_or(|at| self.now < at)
+    }
+
+    /// What a lease read answers now: an error while the store is down.
+    fn lease_read(&self, live: bool) -> LeaseVerdict {
+        if self.store == Store::Down {
+            LeaseVerdict::Error {
+                message: "the lease store is unreachable".into(),
+            }
+        } else {
+            lease_verdict(live)
+        }
     }
 
     fn release(&mut self, actor: u8) {
@@ -604,18 +677,40 @@ pub fn actions(cfg: &Config, s: &State) -> Vec<Action> {
     if s.jumps_left > 0 && clock_ok(s.now + JUMP) {
         out.push(Action::Jump);
     }
-    if cfg.revoke && s.lease_live() {
+    if cfg.revoke && s.lease == Lease::Live {
         out.push(Action::Revoke);
     }
-    if cfg.move_premise && !s.premise_moved {
+    if cfg.move_premise && s.premise_moved_at.is_none() {
         out.push(Action::MovePremise);
+    }
+    if cfg.store_outage && s.store != Store::Restored {
+        out.push(Action::StoreFlip);
+    }
+    if s.conflicts_left > 0 && s.journal.0.first().is_some() {
+        for p in 0..OTHER_PAYLOADS.len() {
+            out.push(Action::Conflict(u8::try_from(p).unwrap_or(0)));
+        }
+    }
+    if cfg.confirmations && !s.confirmed && s.service.applied > 0 {
+        out.push(Action::Confirm);
+    }
+    if s.fences_left > 0 && cfg.has_lookup() {
+        for (i, a) in s.actors.iter().enumerate() {
+            if matches!(a.pc, Pc::Send { .. }) && cfg.bindings[i].tier != Tier::Three {
+                out.push(Action::Fence(u8::try_from(i).unwrap_or(u8::MAX)));
+            }
+        }
     }
     out
 }
 
-/// The step a calm world takes: the service processes every request, answers arrive, actors
-/// step. `None` when every actor is idle: the caller lets time pass and starts a retry.
+/// The step a calm world takes: the lease store comes back, the service processes every
+/// request, answers arrive, actors step. `None` when every actor is idle: the caller lets time pass and starts a retry.
 pub fn calm_action(s: &State) -> Option<Action> {
+    // A calm world's lease store answers.
+    if s.store == Store::Down {
+        return Some(Action::StoreFlip);
+    }
     if let Some(n) = s.service.requests.iter().position(|r| r.answer.is_none()) {
         return u8::try_from(n).ok().map(Action::Process);
     }
@@ -690,7 +785,31 @@ pub fn apply(cfg: &Config, s: &State, action: Action) -> (State, Option<Breach>)
                 at_len: n.journal.0.len(),
             };
         }
-        Action::MovePremise => n.premise_moved = true,
+        Action::MovePremise => n.premise_moved_at = Some(n.now),
+        Action::StoreFlip => {
+            n.store = match n.store {
+                Store::Up => Store::Down,
+                Store::Down | Store::Restored => Store::Restored,
+            };
+        }
+        Action::Conflict(p) => {
+            n.conflicts_left -= 1;
+            let other = OTHER_PAYLOADS[usize::from(p) % OTHER_PAYLOADS.len()];
+            let events = transition::conflict(
+                n.journal.0.iter().map(|(_, e, _)| e.as_ref()),
+                other,
+                KEY_PAYLOAD_HASH,
+            );
+            let now = n.now;
+            n.journal.append(now, events);
+        }
+        Action::Confirm => {
+            n.confirmed = true;
+            let events = transition::confirm(&n.journal.state(), &confirmation());
+            let now = n.now;
+            n.journal.append(now, events);
+        }
+        Action::Fence(i) => breach = fence(&mut n, i),
     }
     // Answers nobody will read are dropped, so they do not split states.
     let actors = n.actors.clone();
@@ -761,8 +880,8 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
         Pc::Authorize => {
             let state = n.journal.state();
             let first = state.first().cloned().unwrap_or_else(|| proposal(cfg));
-            let events =
-                transition::authorize(&state, &first, &lease_verdict(n.lease_live()), json!({}));
+            let lease = n.lease_read(n.lease_live(cfg));
+            let events = transition::authorize(&state, &first, &lease, json!({}));
             next = match events.last() {
                 Some(Event::Authorized(_)) => Pc::Lock1 { fresh: false },
                 Some(_) => Pc::Idle,
@@ -778,19 +897,21 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
         Pc::Premises1 { fresh } => {
             next = Pc::Dispatch1 {
                 fresh,
-                premise_ok: !n.premise_moved,
-                early_lease: cfg.stale_lease_read.then(|| n.lease_live()),
+                premise_ok: n.premise_moved_at.is_none(),
+                read_at: now,
+                early_lease: cfg.stale_lease_read.then(|| n.lease_live(cfg)),
             };
         }
         Pc::Dispatch1 {
             fresh,
             premise_ok,
+            read_at,
             early_lease,
         } => {
             let state = n.journal.state();
-            let lease = early_lease.unwrap_or(n.lease_live());
+            let lease = n.lease_read(early_lease.unwrap_or(n.lease_live(cfg)));
             let hold = holding(i, attempt, now);
-            let recheck = recheck(premise_ok, lease, now);
+            let recheck = recheck(premise_ok, lease, read_at);
             let events = if fresh {
                 transition::propose_and_dispatch(
                     &state,
@@ -870,6 +991,12 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                 SETTLE,
                 &holding(i, attempt, now),
             );
+            let blocked = events.is_empty()
+                && matches!(&state, EffectState::InFlight { claim, .. } if claim.same_decision(&seen_claim));
+            if blocked {
+                end(n, i, Pc::Start);
+                return Some(Breach::TakeoverBlockedByNote);
+            }
             next = if events.is_empty() {
                 Pc::Start
             } else {
@@ -890,8 +1017,9 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                 token,
                 effective,
                 lookup,
-                premise_ok: !n.premise_moved,
-                early_lease: cfg.stale_lease_read.then(|| n.lease_live()),
+                premise_ok: n.premise_moved_at.is_none(),
+                read_at: now,
+                early_lease: cfg.stale_lease_read.then(|| n.lease_live(cfg)),
             };
         }
         Pc::RecTx {
@@ -899,15 +1027,17 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
             effective,
             lookup,
             premise_ok,
+            read_at,
             early_lease,
         } => {
             let state = n.journal.state();
-            let lease = early_lease.unwrap_or(n.lease_live());
+            let lease = n.lease_read(early_lease.unwrap_or(n.lease_live(cfg)));
+            let transient = matches!(lease, LeaseVerdict::Error { .. });
             let facts = RecoveryFacts {
                 tier: tier_facts(cfg, &binding),
                 effective_at_takeover: effective,
-                recheck: recheck(premise_ok, lease, now),
-                transient: false,
+                recheck: recheck(premise_ok, lease, read_at),
+                transient,
                 has_lookup,
                 now_ms: now,
             };
@@ -931,6 +1061,12 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                     deadline: hold.deadline_ms,
                     via,
                 },
+                // Read too long before the write: the shell reads again under the same claim.
+                Some(RecoveryPlan::Reread { .. }) => Pc::RecPremises {
+                    token,
+                    effective,
+                    lookup,
+                },
                 Some(_) => Pc::Idle,
             };
             n.journal.append(now, events);
@@ -949,7 +1085,7 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
         } => {
             let state = n.journal.state();
             if transition::may_send(&state, token, &me) && now < deadline - SETTLE {
-                let breach = send_breach(n, token);
+                let breach = send_breach(cfg, n, token);
                 n.service.requests.push(Request {
                     actor: i,
                     attempt,
@@ -1016,25 +1152,70 @@ fn tier_facts(cfg: &Config, binding: &Binding) -> TierFacts {
     }
 }
 
-/// At the instant of a send under `token`: was the lease revoked before its `DISPATCHED`, and
-/// did that record's re-check hold?
-fn send_breach(n: &State, token: u64) -> Option<Breach> {
-    let (pos, recheck) = n
-        .journal
-        .0
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(p, (_, e, _))| match e.as_ref() {
-            Event::Dispatched(d) if d.token == token => Some((p, d.recheck.clone())),
-            _ => None,
-        })?;
+/// At the instant of a send under `token`: was the lease revoked before its `DISPATCHED` (or
+/// expired when it was written), did that record's re-check hold, and did the facts, as the
+/// world's history has them, still hold within [`FACTS_BOUND`] of now?
+fn send_breach(cfg: &Config, n: &State, token: u64) -> Option<Breach> {
+    let (pos, written, recheck) =
+        n.journal
+            .0
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(p, (at, e, _))| match e.as_ref() {
+                Event::Dispatched(d) if d.token == token => Some((p, *at, d.recheck.clone())),
+                _ => None,
+            })?;
     if let Lease::Revoked { at_len } = n.lease
         && pos >= at_len
     {
         return Some(Breach::SendAfterRevocation);
     }
-    (!recheck.holds()).then_some(Breach::SendOnFailedRecheck)
+    if cfg.lease_expires.is_some_and(|at| written >= at) {
+        return Some(Breach::SendAfterRevocation);
+    }
+    let stale_fact = n.premise_moved_at.is_some_and(|m| n.now - m >= FACTS_BOUND);
+    (!recheck.holds() || stale_fact).then_some(Breach::SendOnFailedRecheck)
+}
+
+/// Actor `i`'s caller goes away while its attempt is between its dispatch and its send: the
+/// shell's fence, where recovery can ask the target (the action is offered only there). The
+/// attempt withdraws its dispatch and ends; its send's window must be closed at once.
+fn fence(n: &mut State, i: u8) -> Option<Breach> {
+    n.fences_left -= 1;
+    let idx = usize::from(i);
+    let Pc::Send { token, .. } = n.actors[idx].pc else {
+        return None;
+    };
+    let me = holder(i, n.actors[idx].attempt);
+    let state = n.journal.state();
+    let now = n.now;
+    let fenced = transition::may_send(&state, token, &me);
+    n.journal
+        .append(now, transition::withdraw(&state, token, &me, "fenced"));
+    n.end_attempt(i);
+    match n.journal.state() {
+        EffectState::InFlight { claim, .. }
+            if fenced && claim.sends_until.get(&token).is_some_and(|u| *u > now) =>
+        {
+            Some(Breach::FencedWindowOpen)
+        }
+        _ => None,
+    }
+}
+
+/// The service's signed confirmation of the refund it holds under the key.
+fn confirmation() -> Confirmed {
+    Confirmed {
+        via: "webhook".into(),
+        event: Some("evt_1".into()),
+        refund: Some("re_1".into()),
+        status: Some("succeeded".into()),
+        amount: Some(2000),
+        payment_intent: None,
+        charge: None,
+        created: None,
+    }
 }
 
 /// How the effect stands, for the state properties.
