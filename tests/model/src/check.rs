@@ -356,10 +356,7 @@ pub fn describe(before: &State, action: Action, after: &State) -> String {
             super::spec::OTHER_PAYLOADS[usize::from(p) % super::spec::OTHER_PAYLOADS.len()]
         ),
         Action::Confirm => "the service confirms the refund (signed webhook)".into(),
-        Action::Fence(i) => format!(
-            "{}'s caller goes away before its send (fenced)",
-            who(i)
-        ),
+        Action::Fence(i) => format!("{}'s caller goes away before its send (fenced)", who(i)),
     };
     let mut notes = Vec::new();
     for (_, e, _) in after.journal.0.iter().skip(before.journal.0.len()) {
