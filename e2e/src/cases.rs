@@ -16,6 +16,10 @@ pub enum Kill {
     /// Freeze the worker (SIGSTOP) before its send until the heartbeat times out and another
     /// attempt runs, then thaw it: two attempts overlap.
     Zombie,
+    /// Pause at a point and freeze the process holding the attempt (SIGSTOP) while the world
+    /// changes, for longer than a premise read may age before its dispatch; thaw it (SIGCONT)
+    /// and let the attempt go on. No other worker runs meanwhile.
+    FreezeAfter(&'static str),
     /// SIGKILL the gate server (not the worker) at a named point; restart it. Only for systems
     /// that reach the gate through the server.
     ServerAt(&'static str),
@@ -115,7 +119,7 @@ const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E
 }
 
 /// Every row.
-pub const ALL: [E2eCase; 20] = [
+pub const ALL: [E2eCase; 21] = [
     case("happy_path", Kill::None, Outage::None, Setup::Plain),
     case(
         "crash_before_journal",
@@ -203,6 +207,12 @@ pub const ALL: [E2eCase; 20] = [
     ),
     case("zombie_attempt", Kill::Zombie, Outage::None, Setup::Plain),
     case(
+        "stall_after_premise_read",
+        Kill::FreezeAfter("after_premise_read"),
+        Outage::HandRefund(2000),
+        Setup::Plain,
+    ),
+    case(
         "5xx_after_apply",
         Kill::None,
         Outage::None,
@@ -224,13 +234,14 @@ pub const ALL: [E2eCase; 20] = [
 ];
 
 /// The CI subset.
-pub const QUICK: [&str; 8] = [
+pub const QUICK: [&str; 9] = [
     "crash_before_send",
     "crash_in_flight",
     "hand_refund_during_outage",
     "lease_revoked_during_outage",
     "expired_key",
     "zombie_attempt",
+    "stall_after_premise_read",
     "server_killed_before_send",
     "server_killed_in_flight",
 ];

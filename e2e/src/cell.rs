@@ -369,6 +369,10 @@ fn outage(env: &Env, o: Outage, pi: &str, lease: &str) -> anyhow::Result<()> {
 }
 
 const PAUSE_WAIT: Duration = Duration::from_secs(60);
+/// How long `Kill::FreezeAfter` freezes: three times the workers' 500 ms settle margin, which is
+/// the gate's bound on a premise read's age at its dispatch (`GateConfig::premise_max_age`
+/// unset).
+const FREEZE: Duration = Duration::from_millis(1_500);
 
 /// Wait until a refund request reached the payments API and is being held there.
 fn wait_held(env: &Env) -> anyhow::Result<()> {
@@ -443,7 +447,7 @@ pub fn run_cell(
         servers: 0,
     };
     let first_pause = match case.kill {
-        Kill::At(p) | Kill::PauseThenGo(p) | Kill::ServerAt(p) => Some(p),
+        Kill::At(p) | Kill::PauseThenGo(p) | Kill::FreezeAfter(p) | Kill::ServerAt(p) => Some(p),
         Kill::DuringRecovery | Kill::Zombie => Some("after_dispatch"),
         Kill::None | Kill::AtService | Kill::ServerAtService => None,
     };
@@ -487,6 +491,15 @@ pub fn run_cell(
         Kill::PauseThenGo(p) => {
             cell.pauser(a)?.wait_paused(p, PAUSE_WAIT)?;
             outage(env, case.outage, &pi, &lease)?;
+            cell.pauser(a)?.release()?;
+        }
+        Kill::FreezeAfter(p) => {
+            cell.pauser(a)?.wait_paused(p, PAUSE_WAIT)?;
+            crashed_at = Some(now_ms());
+            cell.pauser(a)?.signal("STOP")?;
+            outage(env, case.outage, &pi, &lease)?;
+            std::thread::sleep(FREEZE);
+            cell.pauser(a)?.signal("CONT")?;
             cell.pauser(a)?.release()?;
         }
         Kill::DuringRecovery => {

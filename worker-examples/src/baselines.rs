@@ -113,6 +113,7 @@ fn posted(p: Posted, pause: Option<&Pause>) -> Attempt {
 pub fn naive(base: &str, secret: &str, d: &Decision, pause: Option<&Pause>) -> Attempt {
     if let Some(p) = pause {
         p.at("before_journal");
+        p.at("after_premise_read");
         p.at("after_dispatch");
     }
     posted(post_refund(base, secret, d, None, None), pause)
@@ -122,6 +123,7 @@ pub fn naive(base: &str, secret: &str, d: &Decision, pause: Option<&Pause>) -> A
 pub fn keyed(base: &str, secret: &str, d: &Decision, key: &str, pause: Option<&Pause>) -> Attempt {
     if let Some(p) = pause {
         p.at("before_journal");
+        p.at("after_premise_read");
         p.at("after_dispatch");
     }
     posted(post_refund(base, secret, d, Some(key), None), pause)
@@ -209,6 +211,9 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         Ok(p) => p,
         Err(e) => return Attempt::Retry(e.to_string()),
     };
+    if let Some(p) = pause {
+        p.at("after_premise_read");
+    }
     if now != d.premises {
         return Attempt::Report(RefundReport {
             outcome: Reported::Refused,
