@@ -197,7 +197,9 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
             .collect(),
         late_results: records
             .iter()
-            .filter(|r| matches!(r.event, Event::LateResult(_)))
+            .filter(
+                |r| matches!(&r.event, Event::LateResult(l) if l.answer.get("withdrawn").is_none()),
+            )
             .count(),
         landed_late: if matches!(outcome, Status::Refused | Status::Failed) {
             crate::core::state::landed_evidence(records.iter().map(|r| &r.event))

@@ -290,7 +290,8 @@ async fn a_caller_that_goes_away_mid_submit_sends_nothing_and_the_next_call_comm
             other => panic!("the next call answered {other:?}"),
         }
     };
-    assert_eq!(committed.via, pb::Via::IdempotentResend as i32);
+    // The abandoned attempt withdrew its dispatch unsent, so the recovery's send is the first.
+    assert_eq!(committed.via, pb::Via::FirstSend as i32);
     // One request reached the payments service: the recovery's, not the abandoned attempt's.
     assert_eq!(server.sim.requests(), 1);
     assert_eq!(server.sim.refunded("pi_1"), 2000);

@@ -305,7 +305,9 @@ fn a_fenced_dispatch_is_withdrawn_so_the_next_attempt_need_not_wait_out_its_clai
         .bind(&b.gate("next", None), b.sim_target())
         .submit(&b.effect())
         .unwrap();
-    assert_eq!(out.label(), "COMMITTED/reapplied_after_lookup", "{out:?}");
+    // Nothing left under the withdrawn dispatch: the next send is the first.
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(b.sim.requests(), 1);
     assert_eq!(b.refunded(), AMOUNT);
     let key: EffectKey = World::key();
     assert!(verify(b.journal.as_ref(), &key, &Sources::default()).holds());

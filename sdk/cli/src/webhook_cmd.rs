@@ -37,6 +37,7 @@ pub(crate) fn run(
     let secret = std::env::var("STRIPE_WEBHOOK_SECRET").context(
         "STRIPE_WEBHOOK_SECRET is not set: export the endpoint's signing secret (whsec_…)",
     )?;
+    interlock_stripe::webhook::check_secret(&secret)?;
     let server = Server::http((bind.as_str(), port))
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e}"))?;
     eprintln!("listening on http://{bind}:{port} for Stripe webhooks; journal {shown}");

@@ -276,6 +276,9 @@ pub struct RecoveryInput {
     /// The lease store or premise source failed in a way that may pass: such a failure never
     /// closes the effect; recovery waits for an answer instead.
     pub transient: bool,
+    /// Every dispatch under the key was withdrawn unsent by its own holder: no request ever
+    /// left, at any tier.
+    pub nothing_sent: bool,
 }
 
 /// The recovery table (`docs/contract.md`, "Recovery table"). Call with `lookup: None` first; if the answer is
@@ -289,7 +292,7 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
     let recheck = &input.recheck;
     match input.late_done.as_slice() {
         [] => {}
-        [v] if v.get("confirmed").is_some() => {
+        [v] if v.get(super::state::CONFIRMED_VIA).is_some() => {
             return RecoveryPlan::CommitFound(Via::ConfirmedByTarget, v.clone());
         }
         [v] => return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone()),
@@ -304,6 +307,19 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
             changes: recheck.changes.clone(),
         })
     };
+    // Nothing ever left: no tier's doubt applies. Send if the checks hold, refuse if they do not,
+    // wait while a source cannot answer.
+    if input.nothing_sent && !super::mutants::on(super::mutants::Mutant::FencedDispatchKeepsWindow)
+    {
+        return match refusal_for(recheck, true) {
+            None => RecoveryPlan::Resend(Via::FirstSend),
+            Some(draft) if input.transient => RecoveryPlan::Wait {
+                reason: format!("nothing was sent, and {}; trying again", draft.reason),
+                until_ms: None,
+            },
+            Some(draft) => RecoveryPlan::Refuse(draft),
+        };
+    }
     match input.effective {
         Effective::Blind => blind(),
         Effective::DedupeInWindow if holds => RecoveryPlan::Resend(Via::IdempotentResend),

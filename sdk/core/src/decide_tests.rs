@@ -186,6 +186,7 @@ fn input(effective: Effective, recheck: Recheck, has_lookup: bool) -> RecoveryIn
         quiet_after_ms: 50,
         late_done: Vec::new(),
         transient: false,
+        nothing_sent: false,
     }
 }
 

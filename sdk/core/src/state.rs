@@ -24,7 +24,8 @@ pub struct Claim {
     pub first_dispatch_ms: i64,
     /// Whether a `DISPATCHED` exists under this token (a send may have gone out under it).
     pub dispatched: bool,
-    /// For every claim that dispatched, until when its send may still land at the target.
+    /// For every claim that dispatched, until when its send may still land at the target (a
+    /// dispatch its holder withdrew unsent has no entry: nothing of it can land).
     pub sends_until: BTreeMap<u64, i64>,
     /// Every distinct effect a superseded send's success (or its lookup) proved landed under
     /// the key: one is proof the effect landed, two are proof it landed twice.
@@ -173,6 +174,12 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
         // A late answer that proves its request was processed ends that send's window (an
         // unknown one proves nothing), and a late success proves the effect landed.
         (S::InFlight { first, mut claim }, Event::LateResult(l)) => {
+            // A dispatch its own holder withdrew unsent can land nothing: it has no window.
+            if l.answer.get("withdrawn").is_some()
+                && !super::mutants::on(super::mutants::Mutant::FencedDispatchKeepsWindow)
+            {
+                claim.sends_until.remove(&l.token);
+            }
             if let Some(until) = claim
                 .sends_until
                 .get_mut(&l.token)
@@ -305,6 +312,9 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
     })
 }
 
+/// The field that marks an effect as known from the target's confirmation, naming how it came.
+pub const CONFIRMED_VIA: &str = "interlock_confirmed_via";
+
 /// A confirmation as the effect it names, in the shape a send's answer or a lookup gives
 /// (`id`, `status`, `amount`, the payment), marked with how the target confirmed it.
 pub fn confirmed_value(c: &Confirmed) -> Value {
@@ -319,7 +329,7 @@ pub fn confirmed_value(c: &Confirmed) -> Value {
     put("amount", c.amount.map(Value::from));
     put("payment_intent", c.payment_intent.clone().map(Value::from));
     put("charge", c.charge.clone().map(Value::from));
-    put("confirmed", Some(Value::from(c.via.clone())));
+    put(CONFIRMED_VIA, Some(Value::from(c.via.clone())));
     Value::Object(v)
 }
 

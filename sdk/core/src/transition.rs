@@ -318,6 +318,7 @@ pub fn recover(
         quiet_after_ms: claim.quiet_after(None),
         late_done: claim.late_done.clone(),
         transient: facts.transient,
+        nothing_sent: claim.sends_until.is_empty(),
     };
     let mut plan = plan_recovery(&input, lookup.map(|(answer, _)| answer));
     if matches!(plan, RecoveryPlan::Resend(_)) && !read_is_fresh(&facts.recheck, holding) {
@@ -357,11 +358,20 @@ pub fn recover(
     (events, Some(plan))
 }
 
-/// Whether the holder of claim `token` may still send: the fencing re-read just before the send.
-/// A zombie whose claim was taken while it stalled finds out here and sends nothing.
-pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
+/// Whether `holder` holds claim `token`, dispatched under it.
+pub fn holds_claim(state: &EffectState, token: u64, holder: &Holder) -> bool {
     matches!(state, EffectState::InFlight { claim, .. }
         if claim.token == token && claim.dispatched && claim.holder == *holder)
+}
+
+/// Whether the holder of claim `token` may still send: the fencing re-read just before the send.
+/// A zombie whose claim was taken while it stalled finds out here and sends nothing; so does a
+/// holder whose effect the target confirmed (or a superseded send proved landed) meanwhile: it
+/// withdraws, and the effect is committed on that evidence.
+pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
+    holds_claim(state, token, holder)
+        && (mutants::on(Mutant::ConfirmationIgnored)
+            || matches!(state, EffectState::InFlight { claim, .. } if claim.late_done.is_empty()))
 }
 
 /// What the holder of claim `token` records when it was fenced between its dispatch and its send
@@ -370,7 +380,7 @@ pub fn may_send(state: &EffectState, token: u64, holder: &Holder) -> bool {
 /// deadline before a lookup's "not found" proves anything, and a caller whose every attempt is
 /// fenced would push that wait out again at each try. Nothing is written once the claim moved.
 pub fn withdraw(state: &EffectState, token: u64, holder: &Holder, why: &str) -> Vec<Event> {
-    if mutants::on(Mutant::FencedDispatchKeepsWindow) || !may_send(state, token, holder) {
+    if mutants::on(Mutant::FencedDispatchKeepsWindow) || !holds_claim(state, token, holder) {
         return Vec::new();
     }
     vec![Event::LateResult(LateResult {
@@ -472,6 +482,33 @@ pub fn record_answer(
                     "an earlier send's late success and this send's success",
                 ),
             )];
+        }
+    } else if !mutants::on(Mutant::ConfirmationIgnored) {
+        // Whatever this send heard, the target's confirmation (or a superseded send's success)
+        // already proves the effect landed: it is not failed, refused or unknowable.
+        match claim.late_done.as_slice() {
+            [] => {}
+            [v] => {
+                let via = if v.get(super::state::CONFIRMED_VIA).is_some() {
+                    Via::ConfirmedByTarget
+                } else {
+                    Via::LateAnswer
+                };
+                return vec![Event::Committed(Committed {
+                    token,
+                    via,
+                    result: v.clone(),
+                })];
+            }
+            all => {
+                return vec![applied_twice(
+                    token,
+                    &several(
+                        all,
+                        "superseded sends' answers or the target's confirmations",
+                    ),
+                )];
+            }
         }
     }
     let as_of = lookup.map_or(now_ms, |(_, asked_at)| asked_at);

@@ -908,5 +908,95 @@ fn a_withdrawn_dispatch_ends_its_window_at_once_and_only_its_holder_may_withdraw
     let mut timed: Vec<(i64, Event)> = h.drain(..).map(|e| (0, e)).collect();
     timed.extend(w.into_iter().map(|e| (700, e)));
     let state = fold(timed.iter().map(|(at, e)| (*at, e))).unwrap();
-    assert_eq!(claim_of(&state).quiet_after(None), 700);
+    assert!(
+        claim_of(&state).sends_until.is_empty(),
+        "nothing of it can land"
+    );
+    assert_eq!(claim_of(&state).quiet_after(None), i64::MIN);
+}
+
+#[test]
+fn an_effect_whose_every_dispatch_was_withdrawn_is_sent_or_refused_at_tier_3_never_ambiguous() {
+    let mut h = in_flight(3);
+    h.extend(withdraw(
+        &state_of(&h),
+        1,
+        &holder("a"),
+        "the claim ran out",
+    ));
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", 9_000),
+    ));
+    let facts = |recheck| RecoveryFacts {
+        tier: TierFacts {
+            bound: Tier::Three,
+            window_ms: None,
+            margin_ms: 0,
+            has_lookup: false,
+        },
+        effective_at_takeover: Effective::Blind,
+        recheck,
+        transient: false,
+        has_lookup: false,
+        now_ms: 10,
+    };
+    let (_, plan) = recover(
+        &state_of(&h),
+        2,
+        &facts(live()),
+        None,
+        &[],
+        &holding("b", 9_000),
+    );
+    assert_eq!(plan, Some(RecoveryPlan::Resend(Via::FirstSend)));
+    let revoked = Recheck {
+        lease: LeaseVerdict::Dead {
+            reason: "revoked".into(),
+        },
+        ..live()
+    };
+    let (events, _) = recover(
+        &state_of(&h),
+        2,
+        &facts(revoked),
+        None,
+        &[],
+        &holding("b", 9_000),
+    );
+    assert!(
+        matches!(events.as_slice(), [Event::Refused(r)] if r.code == RefusalCode::LeaseAtRecovery),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_confirmation_before_the_send_stops_it_and_any_answer_after_it_commits_on_it() {
+    let mut h = in_flight(3);
+    h.extend(confirm(&state_of(&h), &confirmation("re_1")));
+    assert!(
+        !may_send(&state_of(&h), 1, &holder("a")),
+        "sent past the target's word"
+    );
+    assert!(holds_claim(&state_of(&h), 1, &holder("a")));
+    for answer in [
+        SendAnswer::Definite {
+            code: "charge_disputed".into(),
+            message: "no".into(),
+        },
+        SendAnswer::Unknown("timed out".into()),
+        SendAnswer::Conflict("other parameters".into()),
+        SendAnswer::SavedError("HTTP 500".into()),
+    ] {
+        let out = record_answer(&state_of(&h), 1, &answer, Via::FirstSend, false, 0, None);
+        assert!(
+            matches!(out.as_slice(), [Event::Committed(c)] if c.via == Via::ConfirmedByTarget),
+            "{answer:?}: {out:?}"
+        );
+    }
 }

@@ -7,16 +7,19 @@
 //! send and answers a call whose deadline cannot cover that with the minimum it needs, before the
 //! call touches the journal.
 //!
-//! What is learned: the time each attempt took to reach its send (the last few, the slowest
-//! counts), and each deadline that proved too short (an attempt whose caller left before its
-//! send, twice that deadline is a first guess of what would do). The minimum is the largest of
-//! the configured floor, one and a half times the slowest recent way to a send, and twice the
-//! longest deadline recently proved too short; it is bounded above, so one stall cannot make the
-//! server refuse every caller.
+//! What is learned: the time each attempt took to reach its send (the slowest of the last few
+//! counts), and each deadline that proved too short (the call's deadline passed before its
+//! attempt reached its send; twice that deadline is a first guess of what would do). A caller
+//! that goes away before its deadline (a worker killed mid-call, a client that hangs up) proves
+//! nothing about the deadline and teaches nothing. The minimum is the largest of the configured
+//! floor, one and a half times the slowest recent way to a send, and twice the longest deadline
+//! recently proved too short. Observations expire after [`REMEMBERED`], and the learned part is
+//! capped at [`CEILING`]: a deadline of ten seconds or more is never refused, so one slow attempt
+//! cannot lock out callers whose deadlines are set for the slow case.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The metadata key carrying the minimum deadline, in milliseconds, on a refused call.
 pub const MIN_DEADLINE_KEY: &str = "interlock-min-deadline-ms";
@@ -24,21 +27,36 @@ pub const MIN_DEADLINE_KEY: &str = "interlock-min-deadline-ms";
 /// How many recent observations per target count.
 const KEPT: usize = 16;
 
-/// The minimum never asks for more than this: a target whose attempts took longer is slow,
-/// and callers must still be able to reach it.
-const CEILING: Duration = Duration::from_secs(60);
+/// The learned minimum never asks for more than this (the configured floor may): a target whose
+/// attempts took longer is slow, and callers whose deadlines allow for that must still reach it.
+pub const CEILING: Duration = Duration::from_secs(10);
+
+/// Observations older than this no longer count.
+pub const REMEMBERED: Duration = Duration::from_secs(600);
+
+/// A call whose caller left within this of its deadline is taken to have been cut by it.
+pub const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Seen {
-    to_send: VecDeque<Duration>,
-    too_short: VecDeque<Duration>,
+    to_send: VecDeque<(Instant, Duration)>,
+    too_short: VecDeque<(Instant, Duration)>,
 }
 
-fn keep(q: &mut VecDeque<Duration>, d: Duration) {
+fn keep(q: &mut VecDeque<(Instant, Duration)>, d: Duration) {
     if q.len() == KEPT {
         q.pop_front();
     }
-    q.push_back(d);
+    q.push_back((Instant::now(), d));
+}
+
+/// The largest observation still remembered.
+fn largest(q: &VecDeque<(Instant, Duration)>) -> Duration {
+    q.iter()
+        .filter(|(at, _)| at.elapsed() < REMEMBERED)
+        .map(|(_, d)| *d)
+        .max()
+        .unwrap_or_default()
 }
 
 /// What the server has learned about each target's attempts.
@@ -66,20 +84,22 @@ impl CallBudget {
         self.with(target, |s| keep(&mut s.to_send, elapsed));
     }
 
-    /// A call on `target` with `deadline` went away before its attempt reached its send.
-    pub fn too_short(&self, target: &str, deadline: Duration) {
-        self.with(target, |s| keep(&mut s.too_short, deadline));
+    /// A call on `target` with `deadline` went away `elapsed` after it began, before its attempt
+    /// reached its send. Only a call its deadline cut (it left no earlier than the deadline, less
+    /// a little slack) proves the deadline too short; a caller that hung up earlier proves nothing.
+    pub fn went_away(&self, target: &str, deadline: Duration, elapsed: Duration) {
+        if elapsed + DEADLINE_SLACK >= deadline {
+            self.with(target, |s| keep(&mut s.too_short, deadline));
+        }
     }
 
     /// The least deadline a call on `target` must carry.
     pub fn needed(&self, target: &str) -> Duration {
         self.with(target, |s| {
-            let slowest = s.to_send.iter().max().copied().unwrap_or_default();
-            let short = s.too_short.iter().max().copied().unwrap_or_default();
-            self.floor
-                .max(slowest.saturating_mul(3) / 2)
-                .max(short.saturating_mul(2))
-                .min(CEILING.max(self.floor))
+            let learned = (largest(&s.to_send).saturating_mul(3) / 2)
+                .max(largest(&s.too_short).saturating_mul(2))
+                .min(CEILING);
+            self.floor.max(learned)
         })
     }
 }
@@ -136,21 +156,35 @@ mod tests {
     }
 
     #[test]
-    fn the_minimum_learns_from_slow_attempts_and_short_deadlines_and_stays_bounded() {
-        let b = CallBudget::new(Duration::from_millis(100));
-        assert_eq!(b.needed("t"), Duration::from_millis(100));
-        b.reached_send("t", Duration::from_millis(400));
-        assert_eq!(b.needed("t"), Duration::from_millis(600));
-        b.too_short("t", Duration::from_millis(500));
-        assert_eq!(b.needed("t"), Duration::from_millis(1000));
-        assert_eq!(b.needed("other"), Duration::from_millis(100));
+    fn the_minimum_learns_from_slow_attempts_and_cut_deadlines_and_stays_bounded() {
+        let ms = Duration::from_millis;
+        let b = CallBudget::new(ms(100));
+        assert_eq!(b.needed("t"), ms(100));
+        b.reached_send("t", ms(400));
+        assert_eq!(b.needed("t"), ms(600));
+        b.went_away("t", ms(500), ms(500));
+        assert_eq!(b.needed("t"), ms(1000));
+        assert_eq!(b.needed("other"), ms(100));
         b.reached_send("t", Duration::from_secs(3600));
         assert_eq!(b.needed("t"), CEILING);
-        // Old observations age out.
+        // Newer observations push old ones out.
         for _ in 0..KEPT {
-            b.reached_send("t", Duration::from_millis(10));
-            b.too_short("t", Duration::from_millis(10));
+            b.reached_send("t", ms(10));
+            b.went_away("t", ms(10), ms(10));
         }
+        assert_eq!(b.needed("t"), ms(100));
+    }
+
+    #[test]
+    fn a_caller_that_hangs_up_before_its_deadline_teaches_nothing() {
+        let b = CallBudget::new(Duration::from_millis(100));
+        // A worker killed a moment into a call with a one-hour deadline, or a client that sends
+        // a long deadline and resets the stream at once.
+        b.went_away("t", Duration::from_secs(3600), Duration::from_millis(3));
+        b.went_away("t", Duration::from_secs(50), Duration::from_secs(2));
         assert_eq!(b.needed("t"), Duration::from_millis(100));
+        // Whatever it learns, a deadline of the ceiling or more is never refused.
+        b.went_away("t", Duration::from_secs(50), Duration::from_secs(50));
+        assert_eq!(b.needed("t"), CEILING);
     }
 }

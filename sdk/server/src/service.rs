@@ -156,15 +156,15 @@ impl GateApi {
         let budget = self.budget.clone();
         let name: Arc<str> = target.into();
         let noted = AtomicBool::new(false);
+        let started = Instant::now();
         let stop: interlock::gate::StopCheck = Arc::new(move || {
             let gone = flag.load(Ordering::SeqCst);
             if let Some(d) = deadline.filter(|_| gone && !noted.swap(true, Ordering::SeqCst)) {
-                budget.too_short(&name, d);
+                budget.went_away(&name, d, started.elapsed());
             }
             gone || draining.load(Ordering::SeqCst)
         });
         // Asked at the send itself: an attempt whose caller is still there reached it.
-        let started = Instant::now();
         let (at_send, budget, name, caller) = (
             stop.clone(),
             self.budget.clone(),

@@ -127,6 +127,7 @@ impl Bound {
             error,
             unavailable,
             read_at_ms,
+            began,
             took,
         }
     }
@@ -210,19 +211,25 @@ pub(super) struct PremiseCheck {
     unavailable: bool,
     /// When the read began, by the gate's clock.
     read_at_ms: i64,
+    /// When the read began, by the monotonic clock.
+    began: std::time::Instant,
     /// How long the read took, by the monotonic clock.
     took: std::time::Duration,
 }
 
 impl PremiseCheck {
-    /// R4 and R5 together, once the lease is known.
-    pub(super) fn with_lease(&self, lease: LeaseVerdict) -> Recheck {
+    /// R4 and R5 together, once the lease is known, as written at `now_ms` (the wall clock read
+    /// inside the write transaction). The read's time is journaled as the earlier of the wall
+    /// clock's reading before it and `now_ms` less the time since by the monotonic clock, so a
+    /// wall clock stepped back during a stall does not make an old read look young.
+    pub(super) fn with_lease(&self, lease: LeaseVerdict, now_ms: i64) -> Recheck {
+        let since = i64::try_from(self.began.elapsed().as_millis()).unwrap_or(i64::MAX);
         Recheck {
             lease,
             premises_now: self.premises_now.clone(),
             changes: self.changes.clone(),
             premise_error: self.error.clone(),
-            read_at_ms: Some(self.read_at_ms),
+            read_at_ms: Some(self.read_at_ms.min(now_ms.saturating_sub(since))),
         }
     }
 

@@ -24,7 +24,7 @@ pub struct GateConfig {
     /// Suggested wait before retrying an effect in flight elsewhere.
     pub retry_after: Duration,
     /// How old a premise read may be when the dispatch or resend standing on it is written
-    /// (`None`: the settle margin). Between the read and that write the gate holds no claim; a
+    /// (`None`: the settle margin, at least one second). Between the read and that write the gate holds no claim; a
     /// process stalled there would otherwise send on facts that stopped holding long ago.
     pub premise_max_age: Option<Duration>,
 }
@@ -52,15 +52,24 @@ impl GateConfig {
         if self.premise_max_age.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroPremiseAge);
         }
+        let claim = self.send_timeout.saturating_add(self.settle);
+        if let Some(age) = self.premise_max_age.filter(|d| *d > claim) {
+            return Err(ConfigError::PremiseAgeOutlivesClaim {
+                age_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                claim_ms: u64::try_from(claim.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         Ok(())
     }
 
     /// How old a premise read may be when a dispatch or a resend is written on it: the
-    /// configured bound, or the settle margin. A send goes out at most the send timeout after
-    /// that write, so the facts it stands on were read at most this plus the send timeout
-    /// before the request left.
+    /// configured bound, or the settle margin (at least one second, so a configuration with no
+    /// settle margin still leaves a read the time to reach its transaction). A send goes out at
+    /// most the send timeout after that write, so the facts it stands on were read at most this
+    /// plus the send timeout before the request left.
     pub fn max_premise_age(&self) -> Duration {
-        self.premise_max_age.unwrap_or(self.settle)
+        self.premise_max_age
+            .unwrap_or_else(|| self.settle.max(Duration::from_secs(1)))
     }
 
     /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
@@ -145,6 +154,18 @@ pub enum ConfigError {
          at least the premise reader's usual read time (the default is the settle margin, 5 s)"
     )]
     ZeroPremiseAge,
+    /// A premise read may age longer than a whole claim lives.
+    #[error(
+        "premise_max_age is {age_ms} ms, longer than a claim lives (send timeout + settle, \
+         {claim_ms} ms): the gate would send on facts older than anything else it bounds; \
+         lower it (the default is the settle margin)"
+    )]
+    PremiseAgeOutlivesClaim {
+        /// The configured bound, in ms.
+        age_ms: u64,
+        /// Send timeout plus settle, in ms.
+        claim_ms: u64,
+    },
     /// Claims must name a host.
     #[error("the holder's host name is empty: claims must name the host that may be sending")]
     NoHost,
@@ -203,7 +224,7 @@ impl GateConfigBuilder {
     }
 
     /// How old a premise read may be when the dispatch or resend standing on it is written
-    /// (default: the settle margin).
+    /// (default: the settle margin, at least one second).
     pub fn premise_max_age(mut self, d: Duration) -> Self {
         self.cfg.premise_max_age = Some(d);
         self
@@ -252,6 +273,13 @@ mod tests {
             .premise_max_age(Duration::ZERO)
             .build();
         assert_eq!(ageless.err(), Some(ConfigError::ZeroPremiseAge));
+        let ancient = GateConfig::builder("j.db")
+            .premise_max_age(Duration::from_secs(3600))
+            .build();
+        assert!(matches!(
+            ancient.err(),
+            Some(ConfigError::PremiseAgeOutlivesClaim { .. })
+        ));
         let follows = GateConfig::builder("j.db")
             .settle(Duration::from_millis(700))
             .build()

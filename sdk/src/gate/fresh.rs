@@ -73,13 +73,16 @@ impl Bound {
             // The read's age is judged by the clock inside the transaction: a stall anywhere
             // between the read and this write counts.
             let holding = self.written_now(&holding);
-            stale = !transition::read_is_fresh(&premises.with_lease(LeaseVerdict::Live), &holding);
+            stale = !transition::read_is_fresh(
+                &premises.with_lease(LeaseVerdict::Live, holding.now_ms),
+                &holding,
+            );
             if fresh {
                 let (lease, grant) = self.authorization_in(tx, key, first);
                 transition::propose_and_dispatch(
                     tx.state,
                     first,
-                    &premises.with_lease(lease),
+                    &premises.with_lease(lease, holding.now_ms),
                     grant,
                     premises.unavailable(),
                     &repairs,
@@ -89,7 +92,7 @@ impl Bound {
                 transition::dispatch_first(
                     tx.state,
                     &first.payload_hash,
-                    &premises.with_lease(self.lease_in(tx, key, first)),
+                    &premises.with_lease(self.lease_in(tx, key, first), holding.now_ms),
                     premises.unavailable(),
                     &repairs,
                     &holding,

@@ -636,7 +636,9 @@ impl Bound {
         (premises.took() > bound).then(|| Outcome::Retry {
             retry_after: self.gate.cfg.retry_after,
             reason: format!(
-                "reading the premises took {} ms, longer than the {} ms a read may age before                  the dispatch standing on it is written: nothing was sent; make the premise read                  faster or raise GateConfig::premise_max_age",
+                "reading the premises took {} ms, longer than the {} ms a read may age before \
+                 the dispatch standing on it is written: nothing was sent; make the premise read \
+                 faster or raise GateConfig::premise_max_age",
                 premises.took().as_millis(),
                 bound.as_millis()
             ),

@@ -117,7 +117,7 @@ impl Bound {
                 let facts = RecoveryFacts {
                     tier,
                     effective_at_takeover,
-                    recheck: premises.with_lease(lease),
+                    recheck: premises.with_lease(lease, holding.now_ms),
                     transient,
                     has_lookup,
                     now_ms: now,

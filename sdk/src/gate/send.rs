@@ -50,6 +50,18 @@ impl Bound {
         } = sending;
         let seen = self.gate.journal.read_after(key, &seen)?;
         if !transition::may_send(seen.state(), token, &holding.holder) {
+            if transition::holds_claim(seen.state(), token, &holding.holder) {
+                // The target confirmed the effect (or a superseded send proved it landed) since
+                // this dispatch: nothing is sent, and the next round commits on that evidence.
+                self.withdraw(
+                    key,
+                    &seen,
+                    token,
+                    &holding,
+                    "the effect landed before the send",
+                )?;
+                return Ok(Step::Again);
+            }
             return Ok(Step::Done(Outcome::Superseded {
                 reason: format!("claim {token} was taken over before this attempt sent"),
             }));

@@ -43,6 +43,26 @@ pub enum SignatureError {
     /// No `v1` signature matches.
     #[error("no v1 signature matches the body under the endpoint secret")]
     Mismatch,
+    /// The endpoint secret is empty or too short to keep anyone from signing a body with it.
+    #[error(
+        "the webhook endpoint secret is empty or shorter than {MIN_SECRET_BYTES} bytes: anyone \
+         could sign a delivery with it, and a confirmation decides how an effect ends; set \
+         STRIPE_WEBHOOK_SECRET to the endpoint's signing secret (whsec_…)"
+    )]
+    WeakSecret,
+}
+
+/// The shortest endpoint secret accepted (Stripe's are `whsec_` and 32 more characters).
+pub const MIN_SECRET_BYTES: usize = 8;
+
+/// Refuse an endpoint secret nobody should sign with: empty, blank or too short. A confirmation
+/// commits an effect still in flight, so a forgeable one would commit a refund that never
+/// happened.
+pub fn check_secret(secret: &str) -> Result<(), SignatureError> {
+    if secret.trim().len() < MIN_SECRET_BYTES {
+        return Err(SignatureError::WeakSecret);
+    }
+    Ok(())
 }
 
 /// Check a delivery's signature; returns its timestamp.
@@ -53,6 +73,7 @@ pub fn verify_signature(
     now_s: i64,
     tolerance_s: i64,
 ) -> Result<i64, SignatureError> {
+    check_secret(secret)?;
     let header = header.ok_or(SignatureError::Missing)?;
     let mut t = None;
     let mut v1 = Vec::new();
@@ -262,6 +283,14 @@ pub fn confirm_by_lookup(
         }
     };
     let confirmed = confirmed_from("lookup", None, &found);
+    // As for a webhook: only a succeeded refund is the target's word that the effect landed.
+    if confirmed.status.as_deref() != Some("succeeded") {
+        return Ok(Delivery::Ignored(format!(
+            "the target holds the refund with status {}: only a succeeded refund confirms an \
+             effect",
+            confirmed.status.as_deref().unwrap_or("(none)")
+        )));
+    }
     if let Err(why) = same_refund(&first.payload, &confirmed) {
         return Ok(Delivery::Ignored(why));
     }

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
-use interlock_core::Tier;
 use serde::Serialize;
 
 use super::spec::{Action, Breach, Config, Pc, State, actions, apply, calm_action, resolution};
@@ -156,7 +155,7 @@ pub fn explore(cfg: &Config, stop_early: bool, progress: &mut dyn FnMut(u64, u32
 impl Explorer<'_> {
     fn check_state(&mut self, s: &State, fp: u64) {
         let applied = s.service.applied;
-        if applied > 1 && self.cfg.service_tier != Tier::Three {
+        if applied > 1 {
             self.record("at_most_one_application", fp, None, Vec::new());
         }
         match resolution(s) {

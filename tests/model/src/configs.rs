@@ -44,6 +44,7 @@ struct Bounds {
 }
 
 fn model(name: &str, tier: Tier, bindings: Vec<Binding>, f: Faults, b: Bounds) -> Config {
+    let bindings_len = bindings.len();
     Config {
         name: name.into(),
         service_tier: tier,
@@ -62,6 +63,7 @@ fn model(name: &str, tier: Tier, bindings: Vec<Binding>, f: Faults, b: Bounds) -
         store_outage: f.store_outage,
         lease_expires: f.lease_expires,
         fences: f.fences,
+        symmetric: bindings_len > 2,
     }
 }
 

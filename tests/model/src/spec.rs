@@ -94,6 +94,10 @@ pub struct Config {
     pub lease_expires: Option<i64>,
     /// Callers that go away between their attempt's dispatch and its send, in all.
     pub fences: u8,
+    /// Fold states that differ only by a renaming of interchangeable actors into one (safety
+    /// properties are checked exactly; "resolves once calm" on one state of each class, since a
+    /// calm run's retries always start at the first worker).
+    pub symmetric: bool,
 }
 
 impl Config {
@@ -103,19 +107,21 @@ impl Config {
     }
 }
 
-/// The journal: real records, each with a hash of its canonical JSON for state fingerprints.
-/// Records are shared between the states that hold them, so a state costs a few words a record.
+/// The journal: real records, each with a hash of its canonical JSON (its holder's process id
+/// left out) for state fingerprints, and beside them the actor each record names as holder
+/// ([`NO_HOLDER`] for none), so that a fingerprint can rename the actors. Records are shared
+/// between the states that hold them, so a state costs a few words a record.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Journal(pub Vec<(i64, Arc<Event>, u64)>);
+pub struct Journal(pub Vec<(i64, Arc<Event>, u64)>, pub Vec<u8>);
+
+/// A record that names no holder.
+pub const NO_HOLDER: u8 = u8::MAX;
 
 impl Eq for Journal {}
 
 impl Hash for Journal {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        for (at, _, h) in &self.0 {
-            at.hash(state);
-            h.hash(state);
-        }
+        self.hash_renamed(state, &[]);
     }
 }
 
@@ -135,9 +141,33 @@ impl Journal {
 
     fn append(&mut self, at: i64, events: Vec<Event>) {
         for e in events {
+            let mut anonymous = e.clone();
+            let holder = match &mut anonymous {
+                Event::Dispatched(d) => Some(&mut d.holder),
+                Event::Claimed(c) => Some(&mut c.holder),
+                _ => None,
+            };
+            let actor = holder.map_or(NO_HOLDER, |h| {
+                let pid = u8::try_from(h.pid).unwrap_or(NO_HOLDER);
+                h.pid = 0;
+                pid
+            });
             let mut h = DefaultHasher::new();
-            serde_json::to_string(&e).unwrap_or_default().hash(&mut h);
+            serde_json::to_string(&anonymous)
+                .unwrap_or_default()
+                .hash(&mut h);
             self.0.push((at, Arc::new(e), h.finish()));
+            self.1.push(actor);
+        }
+    }
+
+    /// Hash the records with each holder renamed by `rename` (actor `i` becomes `rename[i]`;
+    /// empty: as they are).
+    fn hash_renamed<H: Hasher>(&self, state: &mut H, rename: &[u8]) {
+        for ((at, _, h), actor) in self.0.iter().zip(&self.1) {
+            at.hash(state);
+            h.hash(state);
+            rename.get(usize::from(*actor)).unwrap_or(actor).hash(state);
         }
     }
 }
@@ -383,6 +413,30 @@ pub struct State {
     pub crashes_left: u8,
     /// Clock jumps left.
     pub jumps_left: u8,
+    /// Every actor runs the same binding: fingerprints rename actors to one canonical order.
+    pub symmetric: bool,
+}
+
+/// Every renaming of `n` actors (the permutations of `0..n`).
+fn renamings(n: usize) -> Vec<Vec<u8>> {
+    let ids: Vec<u8> = (0..n).filter_map(|i| u8::try_from(i).ok()).collect();
+    let mut out = Vec::new();
+    permute(&ids, &mut Vec::new(), &mut out);
+    out
+}
+
+fn permute(left: &[u8], taken: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) {
+    if left.is_empty() {
+        out.push(taken.clone());
+        return;
+    }
+    for (k, x) in left.iter().enumerate() {
+        let mut rest = left.to_vec();
+        rest.remove(k);
+        taken.push(*x);
+        permute(&rest, taken, out);
+        taken.pop();
+    }
 }
 
 /// One step of the system.
@@ -548,13 +602,61 @@ impl State {
             fences_left: cfg.fences,
             crashes_left: cfg.crashes,
             jumps_left: cfg.jumps,
+            symmetric: cfg.symmetric && cfg.bindings.windows(2).all(|w| w[0] == w[1]),
         }
     }
 
-    /// The fingerprint the explorer keeps instead of the state.
+    /// The fingerprint the explorer keeps instead of the state. Where every actor runs the same
+    /// binding, states that differ only by which actor did what behave alike up to renaming
+    /// the actors, so the fingerprint is the least over every renaming: one state to explore
+    /// instead of up to six.
     pub fn fingerprint(&self) -> u64 {
+        if !self.symmetric {
+            return self.fingerprint_renamed(&[]);
+        }
+        let n = self.actors.len();
+        let mut best = u64::MAX;
+        for rename in renamings(n) {
+            best = best.min(self.fingerprint_renamed(&rename));
+        }
+        best
+    }
+
+    /// The fingerprint with actor `i` renamed `rename[i]` everywhere it is named (empty: as is).
+    fn fingerprint_renamed(&self, rename: &[u8]) -> u64 {
+        let to = |a: u8| rename.get(usize::from(a)).copied().unwrap_or(a);
         let mut h = DefaultHasher::new();
-        self.hash(&mut h);
+        self.now.hash(&mut h);
+        self.journal.hash_renamed(&mut h, rename);
+        let mut actors: Vec<(u8, &Actor)> = self
+            .actors
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (to(u8::try_from(i).unwrap_or(u8::MAX)), a))
+            .collect();
+        actors.sort_by_key(|(i, _)| *i);
+        for (_, a) in actors {
+            a.hash(&mut h);
+        }
+        let mut locks: Vec<(u64, u8)> = self.locks.iter().map(|(t, a)| (*t, to(*a))).collect();
+        locks.sort_unstable();
+        locks.hash(&mut h);
+        self.service.applied.hash(&mut h);
+        self.service.saved.hash(&mut h);
+        for r in &self.service.requests {
+            (to(r.actor), r.attempt, r.land_by, r.answer).hash(&mut h);
+        }
+        (
+            self.lease,
+            self.premise_moved_at,
+            self.store,
+            self.conflicts_left,
+            self.confirmed,
+            self.fences_left,
+            self.crashes_left,
+            self.jumps_left,
+        )
+            .hash(&mut h);
         h.finish()
     }
 
@@ -686,7 +788,7 @@ pub fn actions(cfg: &Config, s: &State) -> Vec<Action> {
     if cfg.store_outage && s.store != Store::Restored {
         out.push(Action::StoreFlip);
     }
-    if s.conflicts_left > 0 && s.journal.0.first().is_some() {
+    if s.conflicts_left > 0 && !s.journal.0.is_empty() {
         for p in 0..OTHER_PAYLOADS.len() {
             out.push(Action::Conflict(u8::try_from(p).unwrap_or(0)));
         }
@@ -775,10 +877,14 @@ pub fn apply(cfg: &Config, s: &State, action: Action) -> (State, Option<Breach>)
         Action::ServerError(r, applied) => process(cfg, &mut n, usize::from(r), Some(applied)),
         Action::Reject(r) => answer_request(&mut n, usize::from(r), Ans::Definite),
         Action::Lose(r) => answer_request(&mut n, usize::from(r), Ans::Unknown),
-        Action::Tick => n.now += 1,
+        Action::Tick => {
+            n.now += 1;
+            age_out(&mut n);
+        }
         Action::Jump => {
             n.now += JUMP;
             n.jumps_left -= 1;
+            age_out(&mut n);
         }
         Action::Revoke => {
             n.lease = Lease::Revoked {
@@ -818,6 +924,23 @@ pub fn apply(cfg: &Config, s: &State, action: Action) -> (State, Option<Breach>)
             || matches!(actors.get(usize::from(r.actor)), Some(a) if a.attempt == r.attempt && matches!(a.pc, Pc::Await { .. }))
     });
     (n, breach)
+}
+
+/// Times older than anything decided on them still tells apart are moved up to the oldest that
+/// does: a premise read past the age bound is stale however old, and a premise that moved more
+/// than [`FACTS_BOUND`] ago is too old to send on however long ago. States that differ only there
+/// behave alike, and are one state to the explorer.
+fn age_out(n: &mut State) {
+    let now = n.now;
+    let oldest_read = now - MAX_READ_AGE - 1;
+    for a in &mut n.actors {
+        if let Pc::Dispatch1 { read_at, .. } | Pc::RecTx { read_at, .. } = &mut a.pc {
+            *read_at = (*read_at).max(oldest_read);
+        }
+    }
+    if let Some(m) = &mut n.premise_moved_at {
+        *m = (*m).max(now - FACTS_BOUND);
+    }
 }
 
 fn answer_request(n: &mut State, r: usize, ans: Ans) {
@@ -1094,6 +1217,15 @@ fn step(cfg: &Config, n: &mut State, i: u8) -> Option<Breach> {
                 });
                 n.actors[idx].pc = Pc::Await { token, via };
                 return breach;
+            }
+            // Not sent: a holder that still holds the claim withdraws its dispatch (its budget
+            // ran out, or the service's confirmation came first, and then it plans again).
+            let landed = transition::holds_claim(&state, token, &me)
+                && !transition::may_send(&state, token, &me);
+            n.journal
+                .append(now, transition::withdraw(&state, token, &me, "not sent"));
+            if landed {
+                next = Pc::Start;
             }
         }
         Pc::AfterSend { token, via, answer } => {
