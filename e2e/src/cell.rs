@@ -369,9 +369,9 @@ fn outage(env: &Env, o: Outage, pi: &str, lease: &str) -> anyhow::Result<()> {
 }
 
 const PAUSE_WAIT: Duration = Duration::from_secs(60);
-/// How long `Kill::FreezeAfter` freezes: three times the workers' 500 ms settle margin, which is
-/// the gate's bound on a premise read's age at its dispatch (`GateConfig::premise_max_age`
-/// unset).
+/// How long `Kill::FreezeAfter` freezes: past the gate's bound on a premise read's age at its
+/// dispatch, which for the workers (500 ms settle margin, `GateConfig::premise_max_age` unset) is
+/// the default's floor of one second.
 const FREEZE: Duration = Duration::from_millis(1_500);
 
 /// Wait until a refund request reached the payments API and is being held there.
