@@ -24,8 +24,9 @@ pub struct GateConfig {
     /// Suggested wait before retrying an effect in flight elsewhere.
     pub retry_after: Duration,
     /// How old a premise read may be when the dispatch or resend standing on it is written
-    /// (`None`: the settle margin, at least one second). Between the read and that write the gate holds no claim; a
-    /// process stalled there would otherwise send on facts that stopped holding long ago.
+    /// (`None`: the settle margin, at least one second). Between the read and that write the
+    /// gate holds no claim; a process stalled there would otherwise send on facts that stopped
+    /// holding long ago.
     pub premise_max_age: Option<Duration>,
 }
 

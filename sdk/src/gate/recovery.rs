@@ -14,11 +14,11 @@ use crate::journal::Verified;
 use crate::liveness::HeldLock;
 
 use super::send::Sending;
+use super::{Bound, GateError, Outcome, Step, ms, wait_until};
 
 /// How many times one recovery step reads the premises again when they aged past the bound
 /// before its resend could be written.
 const MAX_REREADS: usize = 3;
-use super::{Bound, GateError, Outcome, Step, ms, wait_until};
 
 impl Bound {
     /// An in-flight effect: take the claim if the evidence allows, then act by the recovery table.
