@@ -239,25 +239,27 @@ fn conflicting_submissions_neither_starve_a_takeover_nor_grow_the_history(kind: 
     assert_eq!(b.sim.requests(), 0, "a conflicting payload was sent");
 }
 
+/// A gate for `actor` that stalls once right after its premise read (a pause, SIGSTOP) for
+/// six seconds, past the premise bound, while support refunds the whole amount by hand.
+fn stalls_after_the_premise_read(b: &Arc<Bench>, actor: &str) -> interlock::Bound {
+    let world = b.clone();
+    let stall = OnceAt {
+        point: FaultPoint::AfterPremiseRead,
+        fired: AtomicBool::new(false),
+        act: move || {
+            world.sim.hand_refund(PAYMENT, AMOUNT);
+            world.clock.advance(6_000);
+        },
+    };
+    b.bind(
+        &b.gate(actor, None).with_faults(Arc::new(stall)),
+        b.sim_target(),
+    )
+}
+
 fn a_stall_between_the_premise_read_and_the_dispatch_reads_the_premises_again(kind: Kind) {
     let b = Arc::new(Bench::new(kind, Tier::One));
-    // The worker stalls right after reading the premises (a pause, SIGSTOP); meanwhile support
-    // refunds the whole amount by hand.
-    let stall = {
-        let b = b.clone();
-        OnceAt {
-            point: FaultPoint::AfterPremiseRead,
-            fired: AtomicBool::new(false),
-            act: move || {
-                b.sim.hand_refund(PAYMENT, AMOUNT);
-                b.clock.advance(6_000);
-            },
-        }
-    };
-    let bound = b.bind(
-        &b.gate("stalled", None).with_faults(Arc::new(stall)),
-        b.sim_target(),
-    );
+    let bound = stalls_after_the_premise_read(&b, "stalled");
     let out = bound.submit(&b.effect()).unwrap();
     assert_eq!(b.refunded(), AMOUNT, "sent on minutes-old facts: {out:?}");
     assert!(
@@ -269,21 +271,7 @@ fn a_stall_between_the_premise_read_and_the_dispatch_reads_the_premises_again(ki
 fn a_stall_between_recovery_s_premise_read_and_its_resend_reads_the_premises_again(kind: Kind) {
     let b = Arc::new(Bench::new(kind, Tier::One));
     b.first_attempt_dies_at(FaultPoint::AfterDispatch);
-    let stall = {
-        let b = b.clone();
-        OnceAt {
-            point: FaultPoint::AfterPremiseRead,
-            fired: AtomicBool::new(false),
-            act: move || {
-                b.sim.hand_refund(PAYMENT, AMOUNT);
-                b.clock.advance(6_000);
-            },
-        }
-    };
-    let bound = b.bind(
-        &b.gate("recoverer", None).with_faults(Arc::new(stall)),
-        b.sim_target(),
-    );
+    let bound = stalls_after_the_premise_read(&b, "recoverer");
     let out = bound.recover(&World::key()).unwrap();
     assert_eq!(b.refunded(), AMOUNT, "resent on stale facts: {out:?}");
     assert!(!out.label().starts_with("COMMITTED"), "{out:?}");

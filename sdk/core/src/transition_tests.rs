@@ -728,24 +728,23 @@ fn confirmation(refund: &str) -> Confirmed {
     }
 }
 
-#[test]
-fn a_confirmation_in_flight_commits_at_recovery_even_at_tier_3() {
-    let mut h = in_flight(3);
-    h.extend(confirm(&state_of(&h), &confirmation("re_1")));
-    let h = {
-        let seen = claim_of(&state_of(&h));
-        let mut h = h;
-        h.extend(takeover(
-            &state_of(&h),
-            &seen,
-            TakeoverReason::HolderDead,
-            0,
-            0,
-            &holding("b", 9_000),
-        ));
-        h
-    };
-    let facts = RecoveryFacts {
+/// `h` taken over by "b", its holder seen dead.
+fn taken_over(mut h: Vec<Event>) -> Vec<Event> {
+    let seen = claim_of(&state_of(&h));
+    h.extend(takeover(
+        &state_of(&h),
+        &seen,
+        TakeoverReason::HolderDead,
+        0,
+        0,
+        &holding("b", 9_000),
+    ));
+    h
+}
+
+/// A tier-3 recoverer's facts with `recheck`.
+fn tier3_facts(recheck: Recheck) -> RecoveryFacts {
+    RecoveryFacts {
         tier: TierFacts {
             bound: Tier::Three,
             window_ms: None,
@@ -753,11 +752,19 @@ fn a_confirmation_in_flight_commits_at_recovery_even_at_tier_3() {
             has_lookup: false,
         },
         effective_at_takeover: Effective::Blind,
-        recheck: live(),
+        recheck,
         transient: false,
         has_lookup: false,
         now_ms: 10,
-    };
+    }
+}
+
+#[test]
+fn a_confirmation_in_flight_commits_at_recovery_even_at_tier_3() {
+    let mut h = in_flight(3);
+    h.extend(confirm(&state_of(&h), &confirmation("re_1")));
+    let h = taken_over(h);
+    let facts = tier3_facts(live());
     let (events, plan) = recover(&state_of(&h), 2, &facts, None, &[], &holding("b", 9_000));
     assert_eq!(
         plan.map(|p| matches!(p, RecoveryPlan::CommitFound(Via::ConfirmedByTarget, _))),
@@ -924,28 +931,8 @@ fn an_effect_whose_every_dispatch_was_withdrawn_is_sent_or_refused_at_tier_3_nev
         &holder("a"),
         "the claim ran out",
     ));
-    let seen = claim_of(&state_of(&h));
-    h.extend(takeover(
-        &state_of(&h),
-        &seen,
-        TakeoverReason::HolderDead,
-        0,
-        0,
-        &holding("b", 9_000),
-    ));
-    let facts = |recheck| RecoveryFacts {
-        tier: TierFacts {
-            bound: Tier::Three,
-            window_ms: None,
-            margin_ms: 0,
-            has_lookup: false,
-        },
-        effective_at_takeover: Effective::Blind,
-        recheck,
-        transient: false,
-        has_lookup: false,
-        now_ms: 10,
-    };
+    let h = taken_over(h);
+    let facts = tier3_facts;
     let (_, plan) = recover(
         &state_of(&h),
         2,
