@@ -251,13 +251,13 @@ fn markdown(models: &[ModelReport], mutant_reports: &[MutantReport]) -> String {
         md.push_str(
             "\nA model marked \"bounded by MAX_STATES\" was explored up to the cap and no further: \
              every state reached holds every property, but not every state was reached. The \
-             three-worker tier-1 model is one: its workers are interchangeable, but each writes \
-             its own name (host, process, attempt) into the claims and dispatches it journals, \
-             so two states that differ only by which worker did what hold different records, \
-             and folding them into one would mean renaming the holders inside the journal's \
-             records (and the liveness locks and requests that point at them) to a canonical \
-             order before fingerprinting. That reduction is not built yet; the two-worker models, \
-             each explored in full, cover the same races between two of the three.\n",
+             three-worker tier-1 model is one. Its workers are interchangeable, and the explorer \
+             folds states that differ only by which worker did what into one (the holders named \
+             in the journal's records, the liveness locks and the requests are renamed to a \
+             canonical order before each fingerprint); even so, three workers that can each take \
+             over, resend and be superseded inside a tier-1 window reach more states than the \
+             cap. The two-worker tier-1 models, each explored in full, cover the races between \
+             any two of the three.\n",
         );
     }
     md.push_str("\n## Mutants\n\nEach known bug switched back in, one at a time; the checker must find a counterexample.\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
