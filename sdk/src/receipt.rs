@@ -95,9 +95,12 @@ pub struct Receipt {
     /// The request's escalations up the approver chain before it was authorized (level, group,
     /// reason, when), from the route the `AUTHORIZED` record journaled.
     pub escalations: Vec<Value>,
-    /// Confirmations by the target.
+    /// Confirmations by the target journaled when the receipt was built. One journaled after the
+    /// receipt was exported is not in it, and its signature does not vouch for it: `verify`
+    /// reads it from the journal alone and says so.
     pub confirmations: Vec<Confirmed>,
-    /// Answers that arrived after the effect was resolved or its claim taken.
+    /// Answers that arrived after the effect was resolved or its claim taken (a holder's
+    /// withdrawal of a dispatch it never sent is not one).
     pub late_results: usize,
     /// Effects the target holds under the key although the effect ended refused or failed: a
     /// late success, or the target's own confirmation, came after the refusal. The refund was
