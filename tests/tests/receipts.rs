@@ -471,7 +471,7 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
 }
 
 #[test]
-fn a_receipt_exported_before_the_effect_resolved_does_not_anchor_how_it_ended() {
+fn a_receipt_anchors_neither_how_an_effect_ended_after_it_nor_evidence_journaled_after_it() {
     let f = fixture();
     let (s, k) = hmac();
     let history = open(&f.path).history(&f.key).unwrap();
@@ -502,4 +502,10 @@ fn a_receipt_exported_before_the_effect_resolved_does_not_anchor_how_it_ended() 
     .unwrap();
     let (holds, detail) = valid_detail(&check(&f, &r, &k));
     assert_eq!(holds, Some(true), "{detail}");
+    // ... but verify says the confirmation is read from the journal alone, not vouched for by
+    // the receipt's signature.
+    assert!(
+        detail.contains("(CONFIRMED) came after the receipt") && detail.contains("not anchored"),
+        "{detail}"
+    );
 }
