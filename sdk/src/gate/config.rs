@@ -281,11 +281,23 @@ mod tests {
             ancient.err(),
             Some(ConfigError::PremiseAgeOutlivesClaim { .. })
         ));
-        let follows = GateConfig::builder("j.db")
-            .settle(Duration::from_millis(700))
-            .build()
-            .map(|c| c.max_premise_age());
-        assert_eq!(follows.ok(), Some(Duration::from_millis(700)));
+        let age = |settle_ms| {
+            GateConfig::builder("j.db")
+                .settle(Duration::from_millis(settle_ms))
+                .build()
+                .map(|c| c.max_premise_age())
+                .ok()
+        };
+        assert_eq!(
+            age(1_500),
+            Some(Duration::from_millis(1_500)),
+            "the settle margin"
+        );
+        assert_eq!(
+            age(700),
+            Some(Duration::from_secs(1)),
+            "never under one second"
+        );
         let ok = GateConfig::builder("j.db")
             .send_timeout(Duration::from_secs(2))
             .settle(Duration::from_millis(100))
