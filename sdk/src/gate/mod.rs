@@ -490,9 +490,10 @@ impl Bound {
     }
 
     /// The same binding, also asking `fence` between a dispatch this attempt journaled and its
-    /// send: `true` stops the attempt there and leaves the dispatch in flight, for the next
-    /// attempt to recover as after a crash at that point (with the lease and the premises read
-    /// again). Only where another attempt is sure to follow — a gate server whose caller's
+    /// send: `true` stops the attempt there, withdraws the dispatch unsent (its window closes at
+    /// once) and leaves the effect in flight, for the next attempt to recover as after a crash at
+    /// that point (with the lease and the premises read again), without waiting out the claim.
+    /// Only where another attempt is sure to follow — a gate server whose caller's
     /// connection broke, or that is draining — and only where recovery can ask the target (not
     /// at tier 3, where the effect could only be marked ambiguous); a cancellation that ends the
     /// effect's attempts for good (a workflow cancelled) must not fence, or the effect stays in
