@@ -147,8 +147,21 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
             .stderr(std::fs::File::create(o.work.join("webhooks.log"))?)
             .spawn()
             .context("starting `interlock webhook serve`")?;
+        let mut child = ChildGuard(child);
+        // A receiver that cannot listen (the port held by a process an interrupted run left
+        // behind) exits at once; the API's webhooks would then go to that process's journal and
+        // every confirmation would be lost without a word.
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(status) = child.0.try_wait()? {
+            bail!(
+                "`interlock webhook serve` exited ({status}) instead of listening on port \
+                 {hook_port}: is a receiver left over from an interrupted run still holding it? \
+                 ({})",
+                o.work.join("webhooks.log").display()
+            );
+        }
         api.send_webhooks(&format!("http://127.0.0.1:{hook_port}/"), webhook_secret);
-        Some(ChildGuard(child))
+        Some(child)
     } else {
         None
     };
