@@ -200,22 +200,18 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
             .collect(),
         late_results: records
             .iter()
-            .filter(
-                |r| matches!(&r.event, Event::LateResult(l) if l.answer.get("withdrawn").is_none()),
-            )
+            .filter(|r| {
+                matches!(&r.event, Event::LateResult(l) if !crate::core::state::is_withdrawal(&l.answer))
+            })
             .count(),
-        landed_late: if matches!(outcome, Status::Refused | Status::Failed) {
-            crate::core::state::landed_evidence(records.iter().map(|r| &r.event))
-                .iter()
-                .map(|v| {
-                    v.get("id")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| v.to_string(), str::to_owned)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        },
+        landed_late: crate::core::state::landed_late(&state, records.iter().map(|r| &r.event))
+            .iter()
+            .map(|v| {
+                v.get("id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| v.to_string(), str::to_owned)
+            })
+            .collect(),
         records: records.iter().map(|r| r.hash.clone()).collect(),
         head: records.last().map(|r| r.hash.clone()).unwrap_or_default(),
         signature: None,

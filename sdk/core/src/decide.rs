@@ -292,10 +292,7 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
     let recheck = &input.recheck;
     match input.late_done.as_slice() {
         [] => {}
-        [v] if v.get(super::state::CONFIRMED_VIA).is_some() => {
-            return RecoveryPlan::CommitFound(Via::ConfirmedByTarget, v.clone());
-        }
-        [v] => return RecoveryPlan::CommitFound(Via::LateAnswer, v.clone()),
+        [v] => return RecoveryPlan::CommitFound(landed_via(v), v.clone()),
         all => {
             return RecoveryPlan::AppliedTwice(several(all, "superseded sends' answers"));
         }
@@ -353,6 +350,16 @@ pub fn plan_recovery(input: &RecoveryInput, lookup: Option<&LookupAnswer>) -> Re
                 Some(draft) => RecoveryPlan::Refuse(draft),
             },
         },
+    }
+}
+
+/// How an effect proven landed by `v` (one of [`super::state::Claim::late_done`]) came to be
+/// known: the target's confirmation, or a superseded send's late success.
+pub fn landed_via(v: &Value) -> Via {
+    if v.get(super::state::CONFIRMED_VIA).is_some() {
+        Via::ConfirmedByTarget
+    } else {
+        Via::LateAnswer
     }
 }
 

@@ -175,7 +175,7 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
         // unknown one proves nothing), and a late success proves the effect landed.
         (S::InFlight { first, mut claim }, Event::LateResult(l)) => {
             // A dispatch its own holder withdrew unsent can land nothing: it has no window.
-            if l.answer.get("withdrawn").is_some()
+            if is_withdrawal(&l.answer)
                 && !super::mutants::on(super::mutants::Mutant::FencedDispatchKeepsWindow)
             {
                 claim.sends_until.remove(&l.token);
@@ -310,6 +310,30 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
         (S::Resolved { .. }, _) => return Err("the effect was already resolved".into()),
         (S::Proposed { .. }, _) => return Err("nothing was dispatched yet".into()),
     })
+}
+
+/// The field of a `LATE_RESULT` answer by which a holder withdraws its own dispatch unsent.
+pub const WITHDRAWN: &str = "withdrawn";
+
+/// Whether a `LATE_RESULT` answer is a holder's withdrawal of its own unsent dispatch, not an
+/// answer from the target.
+pub fn is_withdrawal(answer: &Value) -> bool {
+    answer.get(WITHDRAWN).is_some()
+}
+
+/// The effects the target holds although the effect ended refused or failed (a late success
+/// or the target's confirmation came after the refusal); none for any other state.
+pub fn landed_late<'a>(
+    state: &EffectState,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> Vec<Value> {
+    match state {
+        EffectState::Resolved {
+            resolution: Resolution::Refused(_) | Resolution::Failed(_),
+            ..
+        } => landed_evidence(events),
+        _ => Vec::new(),
+    }
 }
 
 /// The field that marks an effect as known from the target's confirmation, naming how it came.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::decide::{
     AfterSend, LookupAnswer, RecoveryInput, RecoveryPlan, RefusalDraft, SendAnswer, TwiceDraft,
-    absorb, after_send, check_fresh, plan_recovery, several,
+    absorb, after_send, check_fresh, landed_via, plan_recovery, several,
 };
 use super::mutants::{self, Mutant};
 use super::record::{
@@ -385,7 +385,7 @@ pub fn withdraw(state: &EffectState, token: u64, holder: &Holder, why: &str) -> 
     }
     vec![Event::LateResult(LateResult {
         token,
-        answer: json!({ "withdrawn": why }),
+        answer: json!({ super::state::WITHDRAWN: why }),
     })]
 }
 
@@ -489,14 +489,9 @@ pub fn record_answer(
         match claim.late_done.as_slice() {
             [] => {}
             [v] => {
-                let via = if v.get(super::state::CONFIRMED_VIA).is_some() {
-                    Via::ConfirmedByTarget
-                } else {
-                    Via::LateAnswer
-                };
                 return vec![Event::Committed(Committed {
                     token,
-                    via,
+                    via: landed_via(v),
                     result: v.clone(),
                 })];
             }
@@ -652,9 +647,15 @@ pub fn answer_settles(answer: &Value) -> bool {
     if mutants::on(Mutant::UnknownLateCloses) {
         return true;
     }
-    ["done", "failed", "conflict", "saved_error", "withdrawn"]
-        .iter()
-        .any(|k| answer.get(k).is_some())
+    [
+        "done",
+        "failed",
+        "conflict",
+        "saved_error",
+        super::state::WITHDRAWN,
+    ]
+    .iter()
+    .any(|k| answer.get(k).is_some())
 }
 
 #[cfg(test)]

@@ -68,7 +68,11 @@ fn in_flight(tier: u8) -> Vec<Event> {
 
 /// In flight at `tier`, then taken over by "b" (holder seen dead) with claim deadline `deadline`.
 fn taken_by_b(tier: u8, deadline: i64) -> Vec<Event> {
-    let mut h = in_flight(tier);
+    taken_over(in_flight(tier), deadline)
+}
+
+/// `h` taken over by "b", its holder seen dead, with claim deadline `deadline`.
+fn taken_over(mut h: Vec<Event>, deadline: i64) -> Vec<Event> {
     let seen = claim_of(&state_of(&h));
     h.extend(takeover(
         &state_of(&h),
@@ -728,20 +732,6 @@ fn confirmation(refund: &str) -> Confirmed {
     }
 }
 
-/// `h` taken over by "b", its holder seen dead.
-fn taken_over(mut h: Vec<Event>) -> Vec<Event> {
-    let seen = claim_of(&state_of(&h));
-    h.extend(takeover(
-        &state_of(&h),
-        &seen,
-        TakeoverReason::HolderDead,
-        0,
-        0,
-        &holding("b", 9_000),
-    ));
-    h
-}
-
 /// A tier-3 recoverer's facts with `recheck`.
 fn tier3_facts(recheck: Recheck) -> RecoveryFacts {
     RecoveryFacts {
@@ -763,7 +753,7 @@ fn tier3_facts(recheck: Recheck) -> RecoveryFacts {
 fn a_confirmation_in_flight_commits_at_recovery_even_at_tier_3() {
     let mut h = in_flight(3);
     h.extend(confirm(&state_of(&h), &confirmation("re_1")));
-    let h = taken_over(h);
+    let h = taken_over(h, 9_000);
     let facts = tier3_facts(live());
     let (events, plan) = recover(&state_of(&h), 2, &facts, None, &[], &holding("b", 9_000));
     assert_eq!(
@@ -931,7 +921,7 @@ fn an_effect_whose_every_dispatch_was_withdrawn_is_sent_or_refused_at_tier_3_nev
         &holder("a"),
         "the claim ran out",
     ));
-    let h = taken_over(h);
+    let h = taken_over(h, 9_000);
     let facts = tier3_facts;
     let (_, plan) = recover(
         &state_of(&h),

@@ -155,6 +155,8 @@ impl GateApi {
         let flag = cancelled.clone();
         let budget = self.budget.clone();
         let name: Arc<str> = target.into();
+        let (budget_at_send, name_at_send, caller) =
+            (self.budget.clone(), name.clone(), cancelled.clone());
         let noted = AtomicBool::new(false);
         let started = Instant::now();
         let stop: interlock::gate::StopCheck = Arc::new(move || {
@@ -165,15 +167,10 @@ impl GateApi {
             gone || draining.load(Ordering::SeqCst)
         });
         // Asked at the send itself: an attempt whose caller is still there reached it.
-        let (at_send, budget, name, caller) = (
-            stop.clone(),
-            self.budget.clone(),
-            Arc::<str>::from(target),
-            cancelled.clone(),
-        );
+        let at_send = stop.clone();
         let fence: interlock::gate::StopCheck = Arc::new(move || {
             if !caller.load(Ordering::SeqCst) {
-                budget.reached_send(&name, started.elapsed());
+                budget_at_send.reached_send(&name_at_send, started.elapsed());
             }
             at_send()
         });

@@ -157,9 +157,11 @@ impl Scoreboard {
                 confirmed: records
                     .iter()
                     .any(|r| matches!(r.event, Event::Confirmed(_))),
-                landed_late: matches!(state.status(), Some(Status::Refused | Status::Failed))
-                    && !crate::core::state::landed_evidence(records.iter().map(|r| &r.event))
-                        .is_empty(),
+                landed_late: !crate::core::state::landed_late(
+                    &state,
+                    records.iter().map(|r| &r.event),
+                )
+                .is_empty(),
                 key,
             });
         }

@@ -5,7 +5,7 @@
 //! stopped on an unreachable lease store or premise source) is authorized, then dispatched.
 
 use crate::core::transition;
-use crate::core::{Event, LeaseVerdict, Proposed, Via};
+use crate::core::{Event, Proposed, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::journal::Verified;
@@ -73,16 +73,18 @@ impl Bound {
             // The read's age is judged by the clock inside the transaction: a stall anywhere
             // between the read and this write counts.
             let holding = self.written_now(&holding);
-            stale = !transition::read_is_fresh(
-                &premises.with_lease(LeaseVerdict::Live, holding.now_ms),
-                &holding,
-            );
+            let (lease, grant) = if fresh {
+                self.authorization_in(tx, key, first)
+            } else {
+                (self.lease_in(tx, key, first), serde_json::Value::Null)
+            };
+            let recheck = premises.with_lease(lease, holding.now_ms);
+            stale = !transition::read_is_fresh(&recheck, &holding);
             if fresh {
-                let (lease, grant) = self.authorization_in(tx, key, first);
                 transition::propose_and_dispatch(
                     tx.state,
                     first,
-                    &premises.with_lease(lease, holding.now_ms),
+                    &recheck,
                     grant,
                     premises.unavailable(),
                     &repairs,
@@ -92,7 +94,7 @@ impl Bound {
                 transition::dispatch_first(
                     tx.state,
                     &first.payload_hash,
-                    &premises.with_lease(self.lease_in(tx, key, first), holding.now_ms),
+                    &recheck,
                     premises.unavailable(),
                     &repairs,
                     &holding,

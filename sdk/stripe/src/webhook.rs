@@ -210,12 +210,9 @@ pub fn handle(
         ));
     };
     let confirmed = confirmed_from("webhook", Some(id), object);
-    if confirmed.status.as_deref() != Some("succeeded") {
+    if let Some(why) = confirms_nothing(&confirmed) {
         tracing::warn!(key = %key, event = id, kind, status = ?confirmed.status, "refund event that confirms nothing");
-        return Ok(Delivery::Ignored(format!(
-            "{kind} reports status {}: only a succeeded refund confirms an effect",
-            confirmed.status.as_deref().unwrap_or("(none)")
-        )));
+        return Ok(Delivery::Ignored(format!("{kind} reports {why}")));
     }
     let mut outcome = Delivery::Recorded {
         key: key.to_string(),
@@ -283,12 +280,9 @@ pub fn confirm_by_lookup(
         }
     };
     let confirmed = confirmed_from("lookup", None, &found);
-    // As for a webhook: only a succeeded refund is the target's word that the effect landed.
-    if confirmed.status.as_deref() != Some("succeeded") {
+    if let Some(why) = confirms_nothing(&confirmed) {
         return Ok(Delivery::Ignored(format!(
-            "the target holds the refund with status {}: only a succeeded refund confirms an \
-             effect",
-            confirmed.status.as_deref().unwrap_or("(none)")
+            "the target holds the refund with {why}"
         )));
     }
     if let Err(why) = same_refund(&first.payload, &confirmed) {
@@ -314,6 +308,17 @@ pub fn confirm_by_lookup(
 
 /// A confirmation from the target's own description of the effect (a webhook's `data.object`, or
 /// what a lookup found).
+/// Why a refund the target describes is not its word that the effect landed (by webhook or by
+/// lookup alike): only a succeeded refund is.
+fn confirms_nothing(c: &Confirmed) -> Option<String> {
+    (c.status.as_deref() != Some("succeeded")).then(|| {
+        format!(
+            "status {}: only a succeeded refund confirms an effect",
+            c.status.as_deref().unwrap_or("(none)")
+        )
+    })
+}
+
 /// A confirmation must be about the refund the effect asked for: its payment and its amount.
 fn same_refund(payload: &Value, c: &Confirmed) -> Result<(), String> {
     // The effect names a payment intent or a charge; the refund must be on that one.
