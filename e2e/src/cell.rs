@@ -86,9 +86,9 @@ pub struct Env {
     pub journal_schema: String,
     /// Shared time.
     pub skew: Arc<SharedSkew>,
-    /// `refund-worker`.
+    /// `harness-worker`.
     pub worker_bin: PathBuf,
-    /// `refund-starter`.
+    /// `harness-starter`.
     pub starter_bin: PathBuf,
     /// `gate-server`: `interlock serve` with the harness's pause points and clock.
     pub gate_server_bin: PathBuf,
@@ -159,7 +159,7 @@ impl Env {
         ]
     }
 
-    /// A gate server's configuration listening on `socket`, with targets `refunds_t1` and
+    /// A gate server's configuration listening on `socket`, with targets `refunds` (tier 1) and
     /// `refunds_t2` (the Python worker's defaults) and the Rust worker's timings.
     pub fn server_config(&self, socket: &Path) -> anyhow::Result<String> {
         let q = |s: &str| serde_json::to_string(s);
@@ -174,9 +174,9 @@ impl Env {
             q(&self.journal_name)?,
             q(&self.journal_schema)?,
         );
-        for tier in [1, 2] {
+        for (name, tier) in [("refunds", 1), ("refunds_t2", 2)] {
             cfg.push_str(&format!(
-                "\n[targets.refunds_t{tier}]\nkind = \"stripe_refunds\"\ntier = {tier}\napi_base = {}\n{shop}",
+                "\n[targets.{name}]\nkind = \"stripe_refunds\"\ntier = {tier}\napi_base = {}\n{shop}",
                 q(&self.base_url)?
             ));
         }

@@ -5,7 +5,6 @@ pub mod bench_report;
 pub mod cases;
 pub mod cell;
 pub mod day;
-pub mod payments_api;
 pub mod procs;
 pub mod report;
 pub mod stack;

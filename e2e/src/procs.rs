@@ -49,9 +49,15 @@ impl DevServer {
     /// Start `temporal server start-dev` on `port` with its database in `dir`, and wait until it
     /// answers.
     pub fn start(dir: &Path, port: u16) -> anyhow::Result<Self> {
+        Self::start_with(dir, port, &[])
+    }
+
+    /// [`DevServer::start`], with `namespaces` created beside `default`.
+    pub fn start_with(dir: &Path, port: u16, namespaces: &[&str]) -> anyhow::Result<Self> {
         let cli = temporal_cli()?;
         let child = Command::new(&cli)
             .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
+            .args(namespaces.iter().flat_map(|n| ["--namespace", n]))
             .args(["--port", &port.to_string()])
             .args(["--http-port", &(port + 1).to_string()])
             .args(["--metrics-port", &(port + 2).to_string()])
@@ -69,7 +75,7 @@ impl DevServer {
             cli,
         };
         let t0 = Instant::now();
-        while !server.ready() {
+        while !server.ready() || !namespaces.iter().all(|n| server.has_namespace(n)) {
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!(
                     "the Temporal dev server did not answer on {} within 60 s",
@@ -88,6 +94,27 @@ impl DevServer {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
+    }
+
+    fn has_namespace(&self, namespace: &str) -> bool {
+        Command::new(&self.cli)
+            .args([
+                "operator",
+                "namespace",
+                "describe",
+                "--address",
+                &self.address,
+            ])
+            .args(["--namespace", namespace])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The CLI this server was started with, for a test's own queries.
+    pub fn cli(&self) -> &Path {
+        &self.cli
     }
 
     /// The attempt number of the last started `refund` activity, from the workflow's history.

@@ -13,8 +13,8 @@ use interlock_postgres::PgOptions;
 use interlock_testkit::sim::SimPayments;
 
 use crate::cell::{Env, SharedSkew};
-use crate::payments_api::{PaymentsApi, Routes};
 use crate::procs::DevServer;
+use interlock_testkit::payments_api::{PaymentsApi, Routes};
 
 /// A child process killed when dropped.
 struct ChildGuard(Child);
@@ -97,7 +97,7 @@ pub fn check_python() -> anyhow::Result<()> {
 
 /// Start everything and return the environment cells and benchmarks run in.
 pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
-    let (worker_bin, starter_bin) = (sibling("refund-worker")?, sibling("refund-starter")?);
+    let (worker_bin, starter_bin) = (sibling("harness-worker")?, sibling("harness-starter")?);
     let gate_server_bin = sibling("gate-server")?;
     let python_worker = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../worker-examples/python/refund_worker.py");

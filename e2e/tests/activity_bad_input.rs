@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use interlock::{Effect, EffectKey, Gate, GateConfig, Grant, SqliteJournal, SystemClock, Tier};
-use interlock_e2e::payments_api::PaymentsApi;
 use interlock_stripe::RefundPremises;
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_temporal::{Failure, IN_FLIGHT, JOURNAL, REFUSED, verdict};
+use interlock_testkit::payments_api::PaymentsApi;
 use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};
 

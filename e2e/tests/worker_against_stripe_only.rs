@@ -17,7 +17,7 @@ use serde_json::Value;
 fn the_worker_refunds_once_through_a_sigkill_against_a_server_with_only_stripe_s_endpoints() {
     let harness = Path::new(env!("CARGO_BIN_EXE_kill-matrix"));
     let bins = harness.parent().unwrap();
-    for b in ["refund-worker", "refund-starter", "interlock"] {
+    for b in ["harness-worker", "harness-starter", "interlock"] {
         assert!(
             bins.join(b).exists(),
             "{} is missing: run `cargo build -p interlock-cli -p worker-examples -p interlock-e2e` first",

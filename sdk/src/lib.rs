@@ -71,6 +71,17 @@ pub mod receipt;
 pub mod target;
 pub mod verify;
 
+/// What this build of the library carries that a user's must not: the gate's fault points (the
+/// `test-hooks` feature) and the core's known-bad variants (`mutants`). Both empty in any build a
+/// user makes; a binary that serves users prints this (`interlock --version`), and CI fails when
+/// a user-facing binary is built with either.
+pub const TEST_ONLY_FEATURES: &[&str] = &[
+    #[cfg(feature = "test-hooks")]
+    "test-hooks",
+    #[cfg(feature = "mutants")]
+    "mutants",
+];
+
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};
 pub use crate::effect::{Effect, EffectError, EffectKey};

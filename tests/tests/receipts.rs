@@ -435,8 +435,8 @@ fn a_refund_at_the_target_carrying_a_key_the_journal_does_not_know_is_reported()
         .into_iter()
         .collect();
     // Asked in process, and over HTTP as Stripe's API lists an account's refunds.
-    let api =
-        interlock_e2e::payments_api::PaymentsApi::start(f.world.sim.clone(), "sk_test_x").unwrap();
+    let api = interlock_testkit::payments_api::PaymentsApi::start(f.world.sim.clone(), "sk_test_x")
+        .unwrap();
     let stripe = interlock_stripe::StripeRefunds::new(
         interlock_stripe::StripeConfig::new(&api.base_url, "sk_test_x").unwrap(),
     );

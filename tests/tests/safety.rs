@@ -526,10 +526,15 @@ fn an_attempt_cancelled_while_its_premises_are_read_journals_nothing_at_any_tier
 
 /// The Stripe target, tier 1 as Stripe promises, against a Stripe-compatible server that ignores
 /// `Idempotency-Key` (the payments API acting as tier 2).
-fn key_ignoring_stripe(b: &Bench) -> (interlock_e2e::payments_api::PaymentsApi, Arc<dyn Target>) {
+fn key_ignoring_stripe(
+    b: &Bench,
+) -> (
+    interlock_testkit::payments_api::PaymentsApi,
+    Arc<dyn Target>,
+) {
     use interlock_stripe::{StripeConfig, StripeRefunds};
     const SECRET: &str = "sk_test_interlock";
-    let api = interlock_e2e::payments_api::PaymentsApi::start(b.sim.clone(), SECRET).unwrap();
+    let api = interlock_testkit::payments_api::PaymentsApi::start(b.sim.clone(), SECRET).unwrap();
     let target = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).unwrap());
     assert_eq!(target.tier(), Tier::One);
     (api, Arc::new(target))

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use interlock::core::{LookupAnswer, SendAnswer};
-use interlock::premise::PremiseReader;
+use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::{SendRequest, Target};
 use interlock::{EffectKey, ManualClock, Tier};
-use interlock_e2e::payments_api::PaymentsApi;
 use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
 use interlock_testkit::faults::Stall;
+use interlock_testkit::payments_api::PaymentsApi;
 use interlock_testkit::sim::SimPayments;
 use serde_json::json;
 
@@ -173,6 +173,55 @@ fn a_server_answering_garbage_is_unknown_never_done_or_failed() {
         LookupAnswer::Unknown(_)
     ));
     let _ = server.join();
+}
+
+#[test]
+fn every_request_names_the_pinned_stripe_version() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        for _ in 0..2 {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).unwrap_or(0);
+                heads.push(String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase());
+                let _ = s.write_all(b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\n{}");
+            }
+        }
+        heads
+    });
+    let t = StripeRefunds::new(
+        StripeConfig::new(format!("http://127.0.0.1:{port}"), SECRET).expect("config"),
+    );
+    let _ = send(&t, &EffectKey::derive(&["v"]), 100);
+    let payload = json!({"payment_intent": "pi_1", "amount": 100, "currency": "usd"});
+    let _ = t.lookup(&EffectKey::derive(&["v"]), &payload);
+    let heads = server.join().expect("server");
+    assert_eq!(heads.len(), 2);
+    let pinned = format!(
+        "stripe-version: {}",
+        interlock_stripe::refunds::STRIPE_VERSION
+    );
+    for h in heads {
+        assert!(h.contains(&pinned), "{h}");
+    }
+}
+
+#[test]
+fn a_refund_in_another_currency_than_the_payment_is_refused_at_decision() {
+    let (_sim, _api, t) = setup(Tier::One);
+    let premises = StripeRefundPremises(t);
+    let eur = json!({"payment_intent": "pi_1", "amount": 2000, "currency": "eur"});
+    let err = premises
+        .read(&EffectKey::derive(&["eur"]), &eur)
+        .unwrap_err();
+    assert!(matches!(err, PremiseError::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("paid in usd"), "{err}");
+    let usd = json!({"payment_intent": "pi_1", "amount": 2000, "currency": "USD"});
+    let read = premises.read(&EffectKey::derive(&["usd"]), &usd).unwrap();
+    assert_eq!(read["currency"], json!("usd"));
 }
 
 #[test]

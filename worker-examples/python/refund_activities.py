@@ -44,7 +44,7 @@ class GateSettings:
 
     address: str = "127.0.0.1:50051"
     token: Optional[str] = None
-    target_t1: str = "refunds_t1"
+    target_t1: str = "refunds"
     target_t2: str = "refunds_t2"
 
     def target(self, system: str) -> str:

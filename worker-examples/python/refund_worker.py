@@ -6,14 +6,17 @@ gate's guarantees without linking it.
 
 Configured by the environment:
 
-* ``TEMPORAL_ADDRESS``: the Temporal frontend, ``host:port`` (a scheme such as ``http://`` is
-  stripped); default ``127.0.0.1:7233``.
+* Temporal's own settings, as its CLI and SDKs read them: ``TEMPORAL_ADDRESS`` (``host:port``; a
+  scheme such as ``http://`` is stripped; default ``localhost:7233``), ``TEMPORAL_NAMESPACE``
+  (default ``default``), ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*`` and a profile file
+  (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``).
 * ``TASK_QUEUE``: default ``refunds``.
 * ``INTERLOCK_GATE_ADDRESS``: the gate server's gRPC target (``127.0.0.1:50051``,
   ``unix:///path/gate.sock``); default ``127.0.0.1:50051``.
 * ``INTERLOCK_GATE_TOKEN``: sent as ``authorization: Bearer <token>`` when set.
 * ``INTERLOCK_GATE_TARGET_T1`` / ``INTERLOCK_GATE_TARGET_T2``: the server's target names for
-  ``gated_py_t1`` / ``gated_py_t2``; defaults ``refunds_t1`` / ``refunds_t2``.
+  ``gated_py_t1`` / ``gated_py_t2``; defaults ``refunds`` (the example configuration's tier-1
+  target) / ``refunds_t2``.
 
 Logs go to stderr. Runs until SIGTERM or SIGINT.
 """
@@ -30,6 +33,7 @@ from typing import Mapping
 
 import grpc
 from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
 from temporalio.worker import Worker
 
 import gen_stubs
@@ -54,11 +58,19 @@ CHANNEL_OPTIONS = (
 
 
 def temporal_address(env: Mapping[str, str]) -> str:
-    """``TEMPORAL_ADDRESS`` as ``host:port`` (the Rust worker takes ``http://host:port``)."""
+    """``TEMPORAL_ADDRESS`` as ``host:port``, a scheme stripped."""
     addr = env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233"
     if "://" in addr:
         addr = addr.split("://", 1)[1]
     return addr.rstrip("/")
+
+
+def temporal_settings(env: Mapping[str, str]) -> dict:
+    """``Client.connect``'s arguments from Temporal's environment configuration (address,
+    namespace, API key, TLS, profile file), the address as ``host:port``."""
+    config = dict(ClientConfig.load_client_connect_config(override_env_vars=dict(env)))
+    config["target_host"] = temporal_address({"TEMPORAL_ADDRESS": config.get("target_host") or ""})
+    return config
 
 
 def gate_settings(env: Mapping[str, str]) -> GateSettings:
@@ -66,7 +78,7 @@ def gate_settings(env: Mapping[str, str]) -> GateSettings:
     return GateSettings(
         address=env.get("INTERLOCK_GATE_ADDRESS") or "127.0.0.1:50051",
         token=env.get("INTERLOCK_GATE_TOKEN") or None,
-        target_t1=env.get("INTERLOCK_GATE_TARGET_T1") or "refunds_t1",
+        target_t1=env.get("INTERLOCK_GATE_TARGET_T1") or "refunds",
         target_t2=env.get("INTERLOCK_GATE_TARGET_T2") or "refunds_t2",
     )
 
@@ -83,12 +95,13 @@ def channel(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=options)
 
 
-async def connect(address: str, identity: str) -> Client:
-    """A client of the ``default`` namespace, retrying for ``CONNECT_FOR`` seconds."""
+async def connect(settings: dict, identity: str) -> Client:
+    """A client as ``settings`` say, retrying for ``CONNECT_FOR`` seconds."""
+    address = settings["target_host"]
     deadline = time.monotonic() + CONNECT_FOR
     while True:
         try:
-            return await Client.connect(address, namespace="default", identity=identity)
+            return await Client.connect(**settings, identity=identity)
         except Exception as e:  # the SDK raises RuntimeError; anything else is also worth a retry
             if time.monotonic() >= deadline:
                 raise RuntimeError(
@@ -101,7 +114,8 @@ async def connect(address: str, identity: str) -> Client:
 
 async def run(env: Mapping[str, str]) -> None:
     """Connect, register, and poll until SIGTERM or SIGINT."""
-    addr = temporal_address(env)
+    temporal = temporal_settings(env)
+    addr = f"{temporal['target_host']} namespace={temporal.get('namespace', 'default')}"
     queue = env.get("TASK_QUEUE") or "refunds"
     settings = gate_settings(env)
     identity = f"refund-worker-py@pid{os.getpid()}"
@@ -110,7 +124,7 @@ async def run(env: Mapping[str, str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # A stop while Temporal is still out of reach ends the wait at once.
-    connecting = asyncio.ensure_future(connect(addr, identity))
+    connecting = asyncio.ensure_future(connect(temporal, identity))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()

@@ -327,6 +327,26 @@ class Settings(unittest.TestCase):
         )
         self.assertEqual(refund_worker.temporal_address({}), "127.0.0.1:7233")
 
+    def test_temporal_settings_are_temporal_s_own_variables(self) -> None:
+        import refund_worker
+
+        s = refund_worker.temporal_settings(
+            {
+                "TEMPORAL_ADDRESS": "ns.acct.tmprl.cloud:7233",
+                "TEMPORAL_NAMESPACE": "ns.acct",
+                "TEMPORAL_API_KEY": "key",
+                "TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml",
+            }
+        )
+        self.assertEqual(s["target_host"], "ns.acct.tmprl.cloud:7233")
+        self.assertEqual(s["namespace"], "ns.acct")
+        self.assertEqual(s["api_key"], "key")
+        self.assertTrue(s["tls"], "an API key turns TLS on")
+        plain = refund_worker.temporal_settings(
+            {"TEMPORAL_ADDRESS": "http://127.0.0.1:7244", "TEMPORAL_CONFIG_FILE": "/nonexistent/t.toml"}
+        )
+        self.assertEqual(plain["target_host"], "127.0.0.1:7244")
+
     def test_the_gate_token_is_sent_as_a_bearer_and_systems_pick_their_targets(self) -> None:
         import refund_worker
 
@@ -336,7 +356,7 @@ class Settings(unittest.TestCase):
         self.assertEqual(tuple(s.metadata()), (("authorization", "Bearer tok"),))
         self.assertEqual(
             (s.target("gated_py_t1"), s.target("gated_py_t2"), s.address),
-            ("refunds_t1", "refunds_b", "127.0.0.1:50051"),
+            ("refunds", "refunds_b", "127.0.0.1:50051"),
         )
         self.assertEqual(tuple(refund_worker.gate_settings({}).metadata()), ())
 

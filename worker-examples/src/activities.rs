@@ -37,7 +37,7 @@ pub struct Deps {
     policy: Policy,
 }
 
-/// How the worker's activities reach Stripe, the shop and the journal (`refund-worker` fills it
+/// How the worker's activities reach Stripe, the shop and the journal (`harness-worker` fills it
 /// from its flags, each with an environment fallback).
 #[derive(Clone, Debug)]
 pub struct Settings {

@@ -1,16 +1,14 @@
-//! One way to reach Temporal for the worker, the starter and the load generator, so each says the
-//! same thing when the server is not there.
+//! How the harness's programs reach the dev server they started: its address, plain text, the
+//! `default` namespace. A team's worker reads Temporal's own settings instead
+//! (`interlock_temporal::connect::client`, as `worker-examples/refund` does).
 
-use anyhow::Context;
-use temporalio_client::{Client, ClientOptions, Connection, ConnectionOptions, Url};
+use interlock_temporal::connect::TemporalSettings;
+use temporalio_client::Client;
 
-/// A client of the `default` namespace at `addr` (`http://host:port`), naming itself `identity`.
+/// A client of the `default` namespace at `addr` (`host:port` or `http://host:port`), naming
+/// itself `identity`.
 pub async fn client(addr: &str, identity: String) -> anyhow::Result<Client> {
-    let url = Url::parse(addr).with_context(|| format!("the Temporal address {addr:?}"))?;
-    let conn = Connection::connect(ConnectionOptions::new(url).identity(identity).build())
-        .await
-        .with_context(|| {
-            format!("connecting to Temporal at {addr}: is `temporal server start-dev` running?")
-        })?;
-    Ok(Client::new(conn, ClientOptions::new("default").build())?)
+    Ok(TemporalSettings::plain(addr, "default")?
+        .connect(identity)
+        .await?)
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use interlock::approval::Approvers;
 use interlock::{JournalStore, SystemClock};
 use interlock_inbox::{Inbox, Temporal, auth::Auth};
-use interlock_stripe::{RefundPremises, StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock_stripe::{StripeConfig, StripeRefundsSetup};
 
 /// The inbox's commands.
 #[derive(clap::Subcommand)]
@@ -27,13 +27,6 @@ pub(crate) struct ServeArgs {
     /// The approver directory (JSON): approvers' public keys, groups, the escalation chain.
     #[arg(long, env = "INTERLOCK_APPROVERS")]
     approvers: PathBuf,
-    /// The Temporal frontend the approval workflows run on.
-    #[arg(
-        long,
-        env = "TEMPORAL_ADDRESS",
-        default_value = "http://127.0.0.1:7233"
-    )]
-    temporal_address: String,
     /// The shop's order service, if the workers read it.
     #[arg(long, env = "INTERLOCK_SHOP_URL")]
     shop_url: Option<String>,
@@ -49,31 +42,15 @@ pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Resu
         )
     })?;
     let approvers = Approvers::from_json(&args.approvers.display().to_string(), &text)?;
-    let stripe = StripeRefunds::new(
+    let premises = StripeRefundsSetup::new(
         StripeConfig::from_env().context("the inbox reads the facts now from the Stripe API")?,
-    );
-    let premises = RefundPremises {
-        stripe: StripeRefundPremises(stripe),
-        shop: args
-            .shop_url
-            .filter(|u| !u.is_empty())
-            .map(|u| u.trim_end_matches('/').to_owned()),
-    };
+    )
+    .shop(args.shop_url)?
+    .premises();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        let url = temporalio_client::Url::parse(&args.temporal_address)
-            .with_context(|| format!("the Temporal address {:?}", args.temporal_address))?;
-        let conn = temporalio_client::Connection::connect(
-            temporalio_client::ConnectionOptions::new(url)
-                .identity("interlock-inbox".to_owned())
-                .build(),
-        )
-        .await
-        .with_context(|| format!("connecting to Temporal at {}", args.temporal_address))?;
-        let client = temporalio_client::Client::new(
-            conn,
-            temporalio_client::ClientOptions::new("default").build(),
-        )?;
+        // Temporal's own settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS.
+        let client = interlock_temporal::connect::client("interlock-inbox").await?;
         let inbox = Arc::new(Inbox {
             journal,
             approvers: Arc::new(approvers),

@@ -57,7 +57,7 @@ pub(crate) struct RecoverArgs {
     #[arg(long, env = "INTERLOCK_SHOP_URL")]
     shop: Option<String>,
     /// The target's name as the journal records it: `stripe-refunds` for the Rust worker, the
-    /// configured name (e.g. `refunds_t1`) for effects submitted through `interlock serve`.
+    /// configured name (e.g. `refunds`) for effects submitted through `interlock serve`.
     #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
     target_name: String,
     /// The approver directory (JSON), for effects that run under a person's signed approval:

@@ -21,10 +21,24 @@ use clap::{Parser, Subcommand};
 use interlock::SystemClock;
 use interlock_postgres::{Opened, PgOptions};
 
+/// The version, and whether this build carries test-only code (it must not, where users run it).
+fn long_version() -> &'static str {
+    if interlock::TEST_ONLY_FEATURES.is_empty() && !interlock::core::mutants::COMPILED_IN {
+        concat!(env!("CARGO_PKG_VERSION"), "\ntest-only code: none")
+    } else {
+        concat!(
+            env!("CARGO_PKG_VERSION"),
+            "\ntest-only code: COMPILED IN (fault points or mutants: a test build, never for real \
+             effects; build it alone with `cargo build -p interlock-cli`)"
+        )
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "interlock",
     version,
+    long_version = long_version(),
     about = "Side effects that happen once, under live authority, on facts that still hold."
 )]
 struct Cli {

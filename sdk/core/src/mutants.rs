@@ -2,6 +2,9 @@
 //! finds each bug it is meant to find. Compiled only with the `mutants` feature; without it every
 //! switch is a constant `false` and the optimizer removes the bad branches.
 
+/// Whether this build carries the known-bad variants (the `mutants` feature).
+pub const COMPILED_IN: bool = cfg!(feature = "mutants");
+
 /// A finding the core once had, reintroduced on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

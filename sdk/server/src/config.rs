@@ -129,7 +129,7 @@ pub enum TargetConfig {
         /// only) or 3 (neither). Default 1.
         #[serde(default = "default_tier")]
         tier: u8,
-        /// The API's base URL (default `https://api.stripe.com`).
+        /// The API's base URL (default `STRIPE_API_BASE`, else `https://api.stripe.com`).
         #[serde(default = "default_stripe_base")]
         api_base: String,
         /// The environment variable holding the secret key (default `STRIPE_SECRET_KEY`).
@@ -305,8 +305,10 @@ fn default_tier() -> u8 {
     1
 }
 
+/// Left out of the file: `STRIPE_API_BASE`, as the worker and the command line read it, else
+/// Stripe's own.
 fn default_stripe_base() -> String {
-    "https://api.stripe.com".into()
+    std::env::var("STRIPE_API_BASE").unwrap_or_else(|_| "https://api.stripe.com".into())
 }
 
 fn default_stripe_key_env() -> String {

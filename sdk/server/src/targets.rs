@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use interlock::target::TargetRecords;
 use interlock::{Bound, Gate, Tier};
-use interlock_stripe::{
-    RefundPayload, RefundPremises, StripeConfig, StripeRefundPremises, StripeRefunds,
-};
+use interlock_stripe::{RefundPayload, StripeConfig, StripeRefundsSetup};
 use serde_json::Value;
 
 use crate::config::TargetConfig;
@@ -149,21 +147,14 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
             let stripe_cfg =
                 StripeConfig::new(api_base.clone(), secret).map_err(|e| e.to_string())?;
             let tier = Tier::try_from(*tier).map_err(|e| e.to_string())?;
-            let target = StripeRefunds::new(stripe_cfg).assume_tier(tier).named(name);
-            let premises = RefundPremises {
-                stripe: StripeRefundPremises(target.clone()),
-                shop: shop_url
-                    .as_ref()
-                    .map(|s| s.trim_end_matches('/').to_owned()),
-            };
-            let bound = gate
-                .bind(Arc::new(target.clone()), Arc::new(premises))
+            let mut setup = StripeRefundsSetup::new(stripe_cfg)
+                .shop(shop_url.clone())
                 .map_err(|e| e.to_string())?;
-            let mut required_premises =
-                vec!["amount_paid".to_owned(), "refunded_by_others".to_owned()];
-            if shop_url.is_some() {
-                required_premises.push("order_eligible".to_owned());
-            }
+            setup.tier = tier;
+            setup.name = name.to_owned();
+            let bound = setup.bind(gate).map_err(|e| e.to_string())?;
+            let target = setup.target();
+            let required_premises = setup.required_premises();
             Ok(TargetEntry {
                 bound,
                 records: Some(Arc::new(target)),

@@ -7,13 +7,18 @@
 //! * [`refunds`]: [`StripeRefunds`], the target over Stripe's HTTP API (tier 1 by its idempotency
 //!   keys, tier 2 by listing refunds with their metadata).
 //! * [`premises`]: [`RefundPremises`], Stripe's facts plus the shop's order eligibility.
+//! * [`setup`]: [`StripeRefundsSetup`], the one way the worker and the gate server bind both.
 //! * [`webhook`]: signed `refund.*` events recorded as confirmations, and confirmation by lookup.
 
 pub mod premises;
 pub mod refund;
 pub mod refunds;
+pub mod setup;
 pub mod webhook;
 
 pub use premises::RefundPremises;
 pub use refund::{KEY_FIELD, RefundPayload, Refunded};
-pub use refunds::{StripeConfig, StripeConfigError, StripeRefundPremises, StripeRefunds};
+pub use refunds::{
+    STRIPE_VERSION, StripeConfig, StripeConfigError, StripeRefundPremises, StripeRefunds,
+};
+pub use setup::{BadShopUrl, StripeRefundsSetup};

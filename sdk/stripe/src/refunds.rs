@@ -20,6 +20,11 @@ use interlock::effect::EffectKey;
 use interlock::premise::{PremiseError, PremiseReader};
 use interlock::target::{SendRequest, Target, TargetRecords};
 
+/// The API version every request names (`Stripe-Version`), so a refund's behaviour follows this
+/// crate rather than whatever default the account was last upgraded to.
+pub const STRIPE_VERSION: &str = "2025-03-31.basil";
+/// The variable that lets [`StripeConfig::from_env`] take a live-mode key.
+pub const ALLOW_LIVE_ENV: &str = "INTERLOCK_STRIPE_ALLOW_LIVE";
 /// Stripe remembers idempotency keys for 24 hours.
 pub const STRIPE_KEY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// The target's name unless [`StripeRefunds::named`] gives another.
@@ -38,6 +43,8 @@ pub struct StripeConfig {
     pub secret_key: String,
     /// Timeout for lookups and premise reads.
     pub read_timeout: Duration,
+    /// The `Stripe-Version` sent on every request ([`STRIPE_VERSION`] unless changed).
+    pub api_version: String,
 }
 
 impl std::fmt::Debug for StripeConfig {
@@ -45,6 +52,7 @@ impl std::fmt::Debug for StripeConfig {
         f.debug_struct("StripeConfig")
             .field("base_url", &self.base_url)
             .field("secret_key", &"<redacted>")
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -61,20 +69,48 @@ pub enum StripeConfigError {
     /// The base URL is not http(s).
     #[error("STRIPE_API_BASE must start with http:// or https://, got {0:?}")]
     BadBase(String),
+    /// A live-mode key where none was allowed: real money would move.
+    #[error(
+        "STRIPE_SECRET_KEY is a live-mode key ({0}_live_…): refunds would move real money. Use a \
+         test-mode key (sk_test_…), or allow live mode explicitly ({ALLOW_LIVE_ENV}=yes, or \
+         StripeConfig::live in code)"
+    )]
+    LiveKey(&'static str),
 }
 
 impl StripeConfig {
-    /// From `STRIPE_API_BASE` (default `https://api.stripe.com`) and `STRIPE_SECRET_KEY`.
+    /// From `STRIPE_API_BASE` (default `https://api.stripe.com`) and `STRIPE_SECRET_KEY`; a
+    /// live-mode key only with `INTERLOCK_STRIPE_ALLOW_LIVE=yes`.
     pub fn from_env() -> Result<Self, StripeConfigError> {
         let base =
             std::env::var("STRIPE_API_BASE").unwrap_or_else(|_| "https://api.stripe.com".into());
         let secret = std::env::var("STRIPE_SECRET_KEY")
             .map_err(|_| StripeConfigError::Missing("STRIPE_SECRET_KEY"))?;
-        Self::new(base, secret)
+        let live = std::env::var(ALLOW_LIVE_ENV).is_ok_and(|v| v == "yes");
+        if live {
+            Self::live(base, secret)
+        } else {
+            Self::new(base, secret)
+        }
     }
 
-    /// From explicit values.
+    /// From explicit values, test mode only: a live-mode key (`sk_live_…`, `rk_live_…`) is
+    /// refused.
     pub fn new(
+        base_url: impl Into<String>,
+        secret_key: impl Into<String>,
+    ) -> Result<Self, StripeConfigError> {
+        let cfg = Self::live(base_url, secret_key)?;
+        for kind in ["sk", "rk"] {
+            if cfg.secret_key.starts_with(&format!("{kind}_live_")) {
+                return Err(StripeConfigError::LiveKey(kind));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// From explicit values, a live-mode key allowed.
+    pub fn live(
         base_url: impl Into<String>,
         secret_key: impl Into<String>,
     ) -> Result<Self, StripeConfigError> {
@@ -90,6 +126,7 @@ impl StripeConfig {
             base_url,
             secret_key,
             read_timeout: Duration::from_secs(10),
+            api_version: STRIPE_VERSION.to_owned(),
         })
     }
 }
@@ -153,7 +190,8 @@ impl StripeRefunds {
         let mut req = self
             .agent
             .get(format!("{}{path}", self.cfg.base_url))
-            .header("Authorization", self.auth());
+            .header("Authorization", self.auth())
+            .header("Stripe-Version", &self.cfg.api_version);
         for (k, v) in query {
             req = req.query(k, v);
         }
@@ -220,9 +258,10 @@ impl StripeRefunds {
         ))
     }
 
-    /// The amount paid on a payment intent (received) or a charge (captured).
-    /// A 4xx (no such payment, no access) is a definite answer; anything else may pass.
-    pub fn payment_amount(&self, of: &Refunded) -> Result<i64, PremiseError> {
+    /// The amount paid on a payment intent (received) or a charge (captured), and its currency
+    /// (lower case, as Stripe writes it). A 4xx (no such payment, no access) is a definite answer;
+    /// anything else may pass.
+    pub fn payment_amount(&self, of: &Refunded) -> Result<(i64, String), PremiseError> {
         let (path, paid) = match of {
             Refunded::PaymentIntent(id) => (
                 format!("/v1/payment_intents/{}", path_segment(id)),
@@ -236,11 +275,22 @@ impl StripeRefunds {
         match self.get(&path, &[]) {
             Http::Answer {
                 status: 200, body, ..
-            } => body
-                .get(paid)
-                .or_else(|| body.get("amount"))
-                .and_then(Value::as_i64)
-                .ok_or_else(|| PremiseError::Invalid(format!("{of} answered without an amount"))),
+            } => {
+                let amount = body
+                    .get(paid)
+                    .or_else(|| body.get("amount"))
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| {
+                        PremiseError::Invalid(format!("{of} answered without an amount"))
+                    })?;
+                let currency = body
+                    .get("currency")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        PremiseError::Invalid(format!("{of} answered without a currency"))
+                    })?;
+                Ok((amount, currency.to_ascii_lowercase()))
+            }
             Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
                 Err(PremiseError::Invalid(format!(
                     "{of}: {status} {}",
@@ -343,6 +393,7 @@ impl Target for StripeRefunds {
             .agent
             .post(format!("{}/v1/refunds", self.cfg.base_url))
             .header("Authorization", self.auth())
+            .header("Stripe-Version", &self.cfg.api_version)
             .header("Idempotency-Key", req.key.as_str())
             .config()
             .timeout_global(Some(req.timeout))
@@ -439,7 +490,14 @@ pub struct StripeRefundPremises(pub StripeRefunds);
 impl PremiseReader for StripeRefundPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
         let p = RefundPayload::from_value(payload).map_err(PremiseError::Invalid)?;
-        let paid = self.0.payment_amount(&p.refunded)?;
+        let (paid, currency) = self.0.payment_amount(&p.refunded)?;
+        if !currency.eq_ignore_ascii_case(&p.currency) {
+            return Err(PremiseError::Invalid(format!(
+                "the refund is in {} but {} was paid in {currency}: an amount in one currency \
+                 is not an amount in another",
+                p.currency, p.refunded
+            )));
+        }
         let refunds = self
             .0
             .list_refunds(&p.refunded)
@@ -459,6 +517,7 @@ impl PremiseReader for StripeRefundPremises {
         Ok([
             ("refunded_by_others".to_owned(), json!(others)),
             ("amount_paid".to_owned(), json!(paid)),
+            ("currency".to_owned(), json!(currency)),
         ]
         .into_iter()
         .collect())
@@ -568,5 +627,21 @@ mod tests {
         assert!(!format!("{:?}", StripeRefunds::new(cfg)).contains("very_secret"));
         assert!(StripeConfig::new("ftp://x", "k").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn a_live_key_is_refused_unless_live_mode_is_asked_for() {
+        for key in ["sk_live_abc", "rk_live_abc"] {
+            let err = StripeConfig::new("https://api.stripe.com", key).unwrap_err();
+            assert!(matches!(err, StripeConfigError::LiveKey(_)), "{err}");
+            assert!(err.to_string().contains(ALLOW_LIVE_ENV), "{err}");
+            assert!(
+                !err.to_string().contains("abc"),
+                "the key is never shown: {err}"
+            );
+            assert!(StripeConfig::live("https://api.stripe.com", key).is_ok());
+        }
+        let test = StripeConfig::new("https://api.stripe.com", "sk_test_abc").unwrap();
+        assert_eq!(test.api_version, STRIPE_VERSION);
     }
 }

@@ -4,6 +4,7 @@
 //! network to them.
 
 pub mod faults;
+pub mod payments_api;
 pub mod pg;
 pub mod proxy;
 pub mod sim;

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::faults::Stall;
+use crate::sim::{SimPayments, SimRefund, SimResponse};
 use interlock::Tier;
 use interlock_stripe::refund::Refunded;
-use interlock_testkit::faults::Stall;
-use interlock_testkit::sim::{SimPayments, SimRefund, SimResponse};
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -86,7 +86,7 @@ impl PaymentsApi {
     }
 
     /// Serve `sim` on a free loopback port, accepting `secret` as the Bearer key.
-    pub fn start(sim: Arc<SimPayments>, secret: &str) -> anyhow::Result<Self> {
+    pub fn start(sim: Arc<SimPayments>, secret: &str) -> std::io::Result<Self> {
         Self::start_on(sim, secret, 0, Routes::All)
     }
 
@@ -96,9 +96,10 @@ impl PaymentsApi {
         secret: &str,
         port: u16,
         routes: Routes,
-    ) -> anyhow::Result<Self> {
+    ) -> std::io::Result<Self> {
         let server = Arc::new(
-            Server::http(("127.0.0.1", port)).map_err(|e| anyhow::anyhow!("port {port}: {e}"))?,
+            Server::http(("127.0.0.1", port))
+                .map_err(|e| std::io::Error::other(format!("port {port}: {e}")))?,
         );
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
         Self::serve(server, sim, format!("Bearer {secret}"), port, routes)
@@ -110,7 +111,7 @@ impl PaymentsApi {
         secret: String,
         port: u16,
         routes: Routes,
-    ) -> anyhow::Result<Self> {
+    ) -> std::io::Result<Self> {
         let s = server.clone();
         let held: Arc<Held> = Arc::default();
         let service = sim.clone();
@@ -158,6 +159,20 @@ fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
+/// Stripe's API versions are dates, since 2024 with a release name: `2024-06-20`,
+/// `2025-03-31.basil`. Anything else is refused as Stripe refuses it.
+fn api_version(v: &str) -> bool {
+    let (date, name) = v.split_once('.').unwrap_or((v, "a"));
+    let parts: Vec<&str> = date.split('-').collect();
+    parts.len() == 3
+        && [4, 2, 2]
+            .iter()
+            .zip(&parts)
+            .all(|(n, p)| p.len() == *n && p.bytes().all(|b| b.is_ascii_digit()))
+        && !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase())
+}
+
 type Held = std::sync::Mutex<Vec<Arc<Stall>>>;
 
 fn handle(sim: &SimPayments, secret: &str, held: &Held, routes: Routes, mut req: Request) {
@@ -183,6 +198,13 @@ fn handle(sim: &SimPayments, secret: &str, held: &Held, routes: Routes, mut req:
             "invalid_request_error",
             None,
             "Invalid API Key provided",
+        )
+    } else if let Some(v) = header(&req, "Stripe-Version").filter(|v| !api_version(v)) {
+        error(
+            400,
+            "invalid_request_error",
+            None,
+            &format!("Invalid Stripe API version: {v}"),
         )
     } else {
         route(sim, &mut req)

@@ -102,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
     // the gate run on a blocking thread, as every gated activity does.
     let deps = Arc::new(tokio::task::spawn_blocking(move || Deps::new(settings)).await??);
     let runtime = Runtime::from_current_tokio(Default::default())?;
-    let identity = format!("refund-worker@pid{}", std::process::id());
+    let identity = format!("harness-worker@pid{}", std::process::id());
     let client = worker_examples::connect::client(&addr, identity).await?;
     let options = WorkerOptions::new(queue.as_str())
         .register_workflow::<RefundWorkflow>()?

@@ -1,4 +1,4 @@
-//! The payments API for the harness and for trying the worker examples by hand (`--help` for
+//! The payments API for the harness and for trying the refund worker by hand (`--help` for
 //! options); prints its base URL. With a webhook URL it sends a signed `refund.created` event
 //! there for every refund, as Stripe does; `--no-shop` leaves only Stripe's endpoints, the server
 //! a Stripe user's worker actually talks to.
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use interlock::{SystemClock, Tier};
-use interlock_e2e::payments_api::{PaymentsApi, Routes};
+use interlock_testkit::payments_api::{PaymentsApi, Routes};
 use interlock_testkit::sim::SimPayments;
 
 /// The simulated payments service over Stripe's HTTP API.

@@ -1,0 +1,68 @@
+//! The refund worker. Configured by the environment:
+//!
+//! * Temporal: `TEMPORAL_ADDRESS` (`host:port`), `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`,
+//!   `TEMPORAL_TLS_*` or a profile file, as Temporal's CLI reads them; `TASK_QUEUE`.
+//! * Stripe: `STRIPE_SECRET_KEY` (test mode unless `INTERLOCK_STRIPE_ALLOW_LIVE=yes`),
+//!   `STRIPE_API_BASE` (default Stripe's).
+//! * The journal: `INTERLOCK_JOURNAL`, a file shared by the workers of this host (default
+//!   `interlock-journal.db`) or a `postgres://` URL shared by workers on every host. The leases
+//!   (`interlock lease grant`) must be granted in the same journal.
+//! * `INTERLOCK_SHOP_URL`: the shop's order service, if eligibility is the shop's to say.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use interlock::{Clock, Gate, SystemClock};
+use interlock_postgres::PgOptions;
+use interlock_stripe::{StripeConfig, StripeRefundsSetup};
+use refund_template::{RefundActivities, RefundWorkflow, task_queue};
+use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+
+fn activities() -> anyhow::Result<RefundActivities> {
+    let journal =
+        std::env::var("INTERLOCK_JOURNAL").unwrap_or_else(|_| "interlock-journal.db".into());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let opened = interlock_postgres::open_named(&journal, clock.clone(), &PgOptions::default())
+        .with_context(|| {
+            format!(
+                "opening the journal {} (INTERLOCK_JOURNAL)",
+                interlock_postgres::shown(&journal)
+            )
+        })?;
+    let gate = Gate::new(
+        opened.store.clone(),
+        opened.store,
+        clock,
+        opened.config.build()?,
+    )?;
+    let stripe = StripeRefundsSetup::new(StripeConfig::from_env()?)
+        .shop(std::env::var("INTERLOCK_SHOP_URL").ok())?;
+    Ok(RefundActivities {
+        refunds: stripe.bind(&gate)?,
+        premises: stripe.premises(),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // Opening a journal blocks (SQLite, or PostgreSQL's blocking driver).
+    let activities = tokio::task::spawn_blocking(activities).await??;
+    let client =
+        interlock_temporal::connect::client(format!("refund-worker@pid{}", std::process::id()))
+            .await?;
+    let queue = task_queue();
+    let options = WorkerOptions::new(queue.as_str())
+        .register_workflow::<RefundWorkflow>()?
+        .register_activities(activities)
+        .build();
+    let runtime = Runtime::from_current_tokio(Default::default())?;
+    tracing::info!(%queue, "polling");
+    Worker::new(&runtime, client, options)?.run().await?;
+    Ok(())
+}
