@@ -70,6 +70,7 @@ fn the_template_worker_refunds_once_through_a_sigkill_in_its_own_namespace() {
         ("INTERLOCK_JOURNAL", journal.display().to_string()),
         ("STRIPE_API_BASE", api.base_url.clone()),
         ("STRIPE_SECRET_KEY", "sk_test_local".to_owned()),
+        ("INTERLOCK_STRIPE_TIER", "1".to_owned()),
     ];
     let run = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin(name));

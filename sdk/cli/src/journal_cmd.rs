@@ -9,8 +9,7 @@ use interlock::journal::Record;
 use interlock::receipt::build;
 use interlock::{EffectKey, Gate, JournalStore, SystemClock, Tier};
 use interlock_postgres::Opened;
-use interlock_stripe::RefundPremises;
-use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock_stripe::{StripeConfig, StripeRefunds, StripeRefundsSetup};
 use serde_json::json;
 
 #[derive(Subcommand)]
@@ -89,7 +88,7 @@ pub(crate) fn confirm(j: &dyn JournalStore, args: ConfirmArgs) -> anyhow::Result
             continue;
         }
         let d = interlock_stripe::webhook::confirm_by_lookup(j, &target, &key(&k)?)?;
-        println!("{k}: {d:?}");
+        println!("{k}: {d}");
     }
     Ok(())
 }
@@ -201,18 +200,16 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
+/// Recover one effect; `true` when it is settled (committed, refused or failed: nothing more
+/// will happen to it), `false` when it is still in flight or needs a person (ambiguous, applied
+/// twice).
+pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<bool> {
     let clock = Arc::new(SystemClock);
     let journal = opened.store;
     let cfg = StripeConfig::from_env().context("recover sends through the Stripe target")?;
-    let tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
-    let target = StripeRefunds::new(cfg)
-        .assume_tier(tier)
-        .named(args.target_name);
-    let premises = RefundPremises {
-        stripe: StripeRefundPremises(target.clone()),
-        shop: args.shop,
-    };
+    let mut stripe = StripeRefundsSetup::new(cfg).shop(args.shop)?;
+    stripe.tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
+    stripe.name = args.target_name;
     let mut gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
         .with_attempt("cli-recover");
     if let Some(path) = &args.approvers {
@@ -221,7 +218,7 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
         let dir = interlock::approval::Approvers::from_json(&path.display().to_string(), &text)?;
         gate = gate.with_approvers(Arc::new(dir))?;
     }
-    let bound = gate.bind(Arc::new(target), Arc::new(premises))?;
+    let bound = stripe.bind(&gate)?;
     let outcome = bound.recover(&key(&args.key)?)?;
     println!("{}", outcome.label());
     if let interlock::Outcome::InFlight {
@@ -238,7 +235,12 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<()> {
             retry_after.as_secs_f64()
         );
     }
-    Ok(())
+    Ok(matches!(
+        outcome,
+        interlock::Outcome::Committed { .. }
+            | interlock::Outcome::Refused(_)
+            | interlock::Outcome::Failed(_)
+    ))
 }
 
 pub(crate) fn scoreboard(j: &dyn JournalStore, prefix: &str, as_json: bool) -> anyhow::Result<()> {

@@ -153,43 +153,67 @@ impl Named {
     }
 }
 
+/// The exit codes, for scripts: 0 only when what was asked holds.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Exit {
+    /// It holds: verify passed, recover settled the effect, the command did its work.
+    Holds = 0,
+    /// `verify`: a column failed.
+    DoesNotHold = 1,
+    // 2 is a usage error (a flag or an argument the command does not take), as clap exits.
+    /// A runtime error: the journal, the target or a file could not be used (the message says
+    /// which, and the fix).
+    Error = 3,
+    /// `recover`: the effect is still in flight, or needs a person (ambiguous, applied twice).
+    Unsettled = 4,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let named = Named {
         name: cli.journal,
         schema: cli.journal_schema,
     };
-    let run = || -> anyhow::Result<bool> {
+    let run = || -> anyhow::Result<Exit> {
         let read = || named.open(false).map(|o| o.store);
         let write = || named.open(true).map(|o| o.store);
         match cli.command {
             // Import is the one journal command that writes.
             Command::Journal {
                 what: what @ journal_cmd::JournalCmd::Import { .. },
-            } => journal_cmd::run(&*write()?, what).map(|()| true),
-            Command::Journal { what } => journal_cmd::run(&*read()?, what).map(|()| true),
-            Command::Recover(args) => journal_cmd::recover(named.open(true)?, args).map(|()| true),
-            Command::Verify(args) => receipt_cmd::verify(&*read()?, args),
-            Command::Receipt { what } => receipt_cmd::run(&*read()?, what).map(|()| true),
-            Command::Lease { what } => lease_cmd::run(&*write()?, what).map(|()| true),
-            Command::Webhook { what } => {
-                webhook_cmd::run(write()?, &named.shown(), what).map(|()| true)
+            } => journal_cmd::run(&*write()?, what).map(|()| Exit::Holds),
+            Command::Journal { what } => journal_cmd::run(&*read()?, what).map(|()| Exit::Holds),
+            Command::Recover(args) => {
+                journal_cmd::recover(named.open(true)?, args).map(|settled| {
+                    if settled {
+                        Exit::Holds
+                    } else {
+                        Exit::Unsettled
+                    }
+                })
             }
-            Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| true),
-            Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| true),
+            Command::Verify(args) => receipt_cmd::verify(&*read()?, args)
+                .map(|held| if held { Exit::Holds } else { Exit::DoesNotHold }),
+            Command::Receipt { what } => receipt_cmd::run(&*read()?, what).map(|()| Exit::Holds),
+            Command::Lease { what } => lease_cmd::run(&*write()?, what).map(|()| Exit::Holds),
+            Command::Webhook { what } => {
+                webhook_cmd::run(write()?, &named.shown(), what).map(|()| Exit::Holds)
+            }
+            Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| Exit::Holds),
+            Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| Exit::Holds),
             // The inbox only reads the journal: the workflows write.
-            Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| true),
+            Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| Exit::Holds),
             Command::Scoreboard { prefix, json } => {
-                journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| true)
+                journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| Exit::Holds)
             }
         }
     };
     match run() {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(Exit::Error as u8)
         }
     }
 }

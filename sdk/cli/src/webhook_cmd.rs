@@ -77,8 +77,8 @@ pub(crate) fn run(
         } else {
             status
         };
-        eprintln!("{status} {delivery:?}");
-        let text = serde_json::json!({ "result": format!("{delivery:?}") }).to_string();
+        eprintln!("{status} {delivery}");
+        let text = serde_json::json!({ "result": delivery.to_string() }).to_string();
         let mut resp = Response::from_string(text).with_status_code(status);
         if let Ok(h) = Header::from_bytes("Content-Type", "application/json") {
             resp = resp.with_header(h);

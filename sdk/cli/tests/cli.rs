@@ -105,7 +105,7 @@ fn a_new_user_can_list_show_score_and_manage_leases() {
     assert_eq!(leases.as_array().unwrap().len(), 2);
     assert!(cli(&j, &["lease", "revoke", "case-9"]).status.success());
     let again = cli(&j, &["lease", "revoke", "case-9"]);
-    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(again.status.code(), Some(3));
     assert!(
         text(&again).contains("no live lease case-9"),
         "{}",
@@ -117,7 +117,7 @@ fn a_new_user_can_list_show_score_and_manage_leases() {
 fn errors_name_the_cause_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let missing = cli(&dir.path().join("nope.db"), &["journal", "list"]);
-    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(missing.status.code(), Some(3));
     assert!(
         text(&missing).contains("pass --journal PATH or set INTERLOCK_JOURNAL"),
         "{}",
@@ -125,7 +125,7 @@ fn errors_name_the_cause_and_the_fix() {
     );
     let (j, _) = journal_with_a_refund(dir.path());
     let unknown = cli(&j, &["journal", "show", "no-such-key"]);
-    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(unknown.status.code(), Some(3));
     assert!(
         text(&unknown).contains("interlock journal list"),
         "{}",
@@ -366,7 +366,7 @@ fn a_journal_moves_between_sqlite_and_postgres_with_every_chain_intact() {
 
     // Inspection never creates a journal that is not there.
     let missing = on_pg(&["journal", "list"]);
-    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert_eq!(missing.status.code(), Some(3), "{}", text(&missing));
     assert!(
         text(&missing).contains("no Interlock journal here"),
         "{}",
@@ -434,7 +434,7 @@ fn a_journal_moves_between_sqlite_and_postgres_with_every_chain_intact() {
         &fresh,
         &["journal", "import", "--from", bad.to_str().unwrap()],
     );
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
     assert!(
         text(&refused).contains(&key) && text(&refused).contains("record"),
         "{}",
@@ -445,5 +445,65 @@ fn a_journal_moves_between_sqlite_and_postgres_with_every_chain_intact() {
         text(&empty).contains("holds no effects"),
         "{}",
         text(&empty)
+    );
+}
+
+#[test]
+fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
+    use interlock::faults::FaultPoint;
+    use interlock_stripe::{StripeConfig, StripeRefunds};
+    use interlock_testkit::faults::{Action, ScriptedFaults};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
+    journal
+        .grant_lease(
+            &Grant::new("case-1", "ana@support", 0)
+                .scope("payment_intent", "pi_1")
+                .cap("amount", 2000),
+        )
+        .unwrap();
+    // A tier-3 refund whose worker died after DISPATCHED: nothing can say whether it landed.
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterDispatch, Action::Crash);
+    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path))
+        .unwrap()
+        .with_faults(faults);
+    let dead = StripeConfig::new("http://127.0.0.1:9", "sk_test_x").unwrap();
+    let bound = gate
+        .bind(
+            Arc::new(StripeRefunds::new(dead).assume_tier(Tier::Three)),
+            Arc::new(interlock::premise::NoPremises),
+        )
+        .unwrap();
+    let payload = RefundPayload::of_payment_intent("pi_1", 2000, "usd");
+    let effect = bound
+        .decide(
+            EffectKey::fixed("case-1-refund").unwrap(),
+            &payload,
+            "case-1",
+        )
+        .unwrap();
+    assert!(bound.submit(&effect).is_err(), "the scripted crash");
+
+    let recover = Command::new(env!("CARGO_BIN_EXE_interlock"))
+        .arg("--journal")
+        .arg(&path)
+        .args(["recover", "case-1-refund", "--tier", "3"])
+        .env("STRIPE_API_BASE", "http://127.0.0.1:9")
+        .env("STRIPE_SECRET_KEY", "sk_test_x")
+        .output()
+        .unwrap();
+    assert_eq!(recover.status.code(), Some(4), "{}", text(&recover));
+    let usage = cli(&path, &["journal", "list", "--no-such-flag"]);
+    assert_eq!(usage.status.code(), Some(2), "{}", text(&usage));
+    let runtime = cli(&path, &["journal", "show", "no-such-key"]);
+    assert_eq!(runtime.status.code(), Some(3), "{}", text(&runtime));
+    assert!(
+        !text(&runtime).contains("Error {"),
+        "no Debug output: {}",
+        text(&runtime)
     );
 }

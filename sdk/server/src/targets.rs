@@ -145,7 +145,7 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
                 format!("{secret_key_env} is not set: export the Stripe secret key the server should use")
             })?;
             let stripe_cfg =
-                StripeConfig::new(api_base.clone(), secret).map_err(|e| e.to_string())?;
+                StripeConfig::as_allowed(api_base.clone(), secret).map_err(|e| e.to_string())?;
             let tier = Tier::try_from(*tier).map_err(|e| e.to_string())?;
             let mut setup = StripeRefundsSetup::new(stripe_cfg)
                 .shop(shop_url.clone())
@@ -153,6 +153,7 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
             setup.tier = tier;
             setup.name = name.to_owned();
             let bound = setup.bind(gate).map_err(|e| e.to_string())?;
+            tracing::info!(name, api_base = %api_base, tier = ?tier, "stripe refunds target");
             let target = setup.target();
             let required_premises = setup.required_premises();
             Ok(TargetEntry {

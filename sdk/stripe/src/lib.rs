@@ -21,4 +21,4 @@ pub use refund::{KEY_FIELD, RefundPayload, Refunded};
 pub use refunds::{
     STRIPE_VERSION, StripeConfig, StripeConfigError, StripeRefundPremises, StripeRefunds,
 };
-pub use setup::{BadShopUrl, StripeRefundsSetup};
+pub use setup::{BadShopUrl, SetupError, StripeRefundsSetup};

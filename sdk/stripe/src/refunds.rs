@@ -86,11 +86,19 @@ impl StripeConfig {
             std::env::var("STRIPE_API_BASE").unwrap_or_else(|_| "https://api.stripe.com".into());
         let secret = std::env::var("STRIPE_SECRET_KEY")
             .map_err(|_| StripeConfigError::Missing("STRIPE_SECRET_KEY"))?;
-        let live = std::env::var(ALLOW_LIVE_ENV).is_ok_and(|v| v == "yes");
-        if live {
-            Self::live(base, secret)
+        Self::as_allowed(base, secret)
+    }
+
+    /// From explicit values, a live-mode key only if `INTERLOCK_STRIPE_ALLOW_LIVE=yes`: for
+    /// programs that take the key from elsewhere (the gate server's configuration).
+    pub fn as_allowed(
+        base_url: impl Into<String>,
+        secret_key: impl Into<String>,
+    ) -> Result<Self, StripeConfigError> {
+        if std::env::var(ALLOW_LIVE_ENV).is_ok_and(|v| v == "yes") {
+            Self::live(base_url, secret_key)
         } else {
-            Self::new(base, secret)
+            Self::new(base_url, secret_key)
         }
     }
 

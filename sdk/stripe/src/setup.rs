@@ -25,6 +25,47 @@ pub struct StripeRefundsSetup {
     pub shop_url: Option<String>,
 }
 
+/// The variable that says what a service other than Stripe promises (1, 2 or 3).
+pub const TIER_ENV: &str = "INTERLOCK_STRIPE_TIER";
+/// Stripe's own API: the one base whose tier is known without being told.
+pub const STRIPE_API: &str = "https://api.stripe.com";
+
+/// Why the environment does not make a setup.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The key or the base.
+    #[error(transparent)]
+    Config(#[from] crate::refunds::StripeConfigError),
+    /// The shop's URL.
+    #[error(transparent)]
+    Shop(#[from] BadShopUrl),
+    /// A base other than Stripe's without its tier: tier 1 trusts the service to dedupe keys,
+    /// and a service that does not would be sent a refund twice.
+    #[error(
+        "STRIPE_API_BASE is {0}, not Stripe's: say what it promises with {TIER_ENV}=1 (it dedupes \
+         Idempotency-Key for 24 h, as Stripe does), 2 (refunds can be listed, no dedupe) or 3 \
+         (neither)"
+    )]
+    TierUnstated(String),
+    /// Not 1, 2 or 3.
+    #[error("{TIER_ENV} must be 1, 2 or 3, got {0:?}")]
+    BadTier(String),
+}
+
+/// The tier stated for `base`, or Stripe's own when `base` is Stripe's and none is stated.
+fn tier_for(base: &str, stated: Option<&str>) -> Result<Tier, SetupError> {
+    match stated.filter(|t| !t.is_empty()) {
+        Some(t) => t
+            .parse::<u8>()
+            .ok()
+            .and_then(|n| Tier::try_from(n).ok())
+            .ok_or_else(|| SetupError::BadTier(t.to_owned())),
+        None if base == STRIPE_API => Ok(Tier::One),
+        None => Err(SetupError::TierUnstated(base.to_owned())),
+    }
+}
+
 /// A shop URL that cannot be one.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
@@ -34,7 +75,19 @@ pub struct StripeRefundsSetup {
 pub struct BadShopUrl(pub String);
 
 impl StripeRefundsSetup {
-    /// Tier 1 under the default name, no shop.
+    /// From the environment, as the worker and the command line read it: `STRIPE_API_BASE` and
+    /// `STRIPE_SECRET_KEY` ([`StripeConfig::from_env`]), `INTERLOCK_STRIPE_TIER` (required for a
+    /// base other than Stripe's; Stripe's is tier 1) and `INTERLOCK_SHOP_URL`.
+    pub fn from_env() -> Result<Self, SetupError> {
+        let stripe = StripeConfig::from_env()?;
+        let stated = std::env::var(TIER_ENV).ok();
+        let tier = tier_for(&stripe.base_url, stated.as_deref())?;
+        let mut setup = Self::new(stripe).shop(std::env::var("INTERLOCK_SHOP_URL").ok())?;
+        setup.tier = tier;
+        Ok(setup)
+    }
+
+    /// Tier 1 under the default name, no shop: for Stripe itself.
     pub fn new(stripe: StripeConfig) -> Self {
         Self {
             stripe,
@@ -71,13 +124,12 @@ impl StripeRefundsSetup {
         }
     }
 
-    /// The names of the premises a decision must carry, for callers that bring their own.
+    /// The names of the premises a decision must carry, for callers that bring their own. The
+    /// currency is not among them: every read refuses a refund in another currency than the
+    /// payment's whatever the decision carries, and an effect decided before the currency was
+    /// read must still be recoverable.
     pub fn required_premises(&self) -> Vec<String> {
-        let mut names = vec![
-            "amount_paid".to_owned(),
-            "currency".to_owned(),
-            "refunded_by_others".to_owned(),
-        ];
+        let mut names = vec!["amount_paid".to_owned(), "refunded_by_others".to_owned()];
         if self.shop_url.is_some() {
             names.push("order_eligible".to_owned());
         }
@@ -93,6 +145,19 @@ impl StripeRefundsSetup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_stripe_itself_is_trusted_at_tier_1_without_being_told() {
+        assert_eq!(tier_for(STRIPE_API, None), Ok(Tier::One));
+        assert_eq!(tier_for(STRIPE_API, Some("2")), Ok(Tier::Two));
+        let err = tier_for("http://127.0.0.1:8787", None).unwrap_err();
+        assert!(err.to_string().contains(TIER_ENV), "{err}");
+        assert_eq!(tier_for("http://127.0.0.1:8787", Some("1")), Ok(Tier::One));
+        assert!(matches!(
+            tier_for("http://x", Some("4")),
+            Err(SetupError::BadTier(_))
+        ));
+    }
 
     #[test]
     fn a_shop_url_must_be_http_and_an_empty_one_means_none() {

@@ -152,6 +152,18 @@ pub enum Delivery {
     Rejected(String),
 }
 
+/// What a person or a log reads: what happened to the event, and why.
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::Recorded { key } => write!(f, "recorded CONFIRMED for {key}"),
+            Delivery::AlreadyRecorded { key } => write!(f, "already recorded for {key}"),
+            Delivery::Ignored(why) => write!(f, "ignored: {why}"),
+            Delivery::Rejected(why) => write!(f, "rejected: {why}"),
+        }
+    }
+}
+
 impl Delivery {
     /// The HTTP status to answer with.
     pub fn status(&self) -> u16 {

@@ -37,10 +37,9 @@ pub enum ConnectError {
         /// What the connection said.
         cause: String,
     },
-    /// The server answered, but does not know the namespace (or will not show it to us).
+    /// The server answered that it does not know the namespace.
     #[error(
-        "Temporal at {endpoint} has no namespace {namespace:?} that these credentials can use: \
-         {cause}. Set TEMPORAL_NAMESPACE to an existing one, or create it (`temporal operator \
+        "Temporal at {endpoint} has no namespace {namespace:?}: {cause}. Set TEMPORAL_NAMESPACE to an existing one, or create it (`temporal operator \
          namespace create --namespace {namespace}`; a dev server takes `--namespace {namespace}`)"
     )]
     Namespace {
@@ -134,10 +133,20 @@ impl TemporalSettings {
         conn.workflow_service()
             .describe_namespace(temporalio_client::tonic::Request::new(ask))
             .await
-            .map_err(|status| ConnectError::Namespace {
-                endpoint,
-                namespace: self.namespace.clone(),
-                cause: status.message().to_owned(),
+            .map_err(|status| match status.code() {
+                temporalio_client::tonic::Code::NotFound => ConnectError::Namespace {
+                    endpoint: endpoint.clone(),
+                    namespace: self.namespace.clone(),
+                    cause: status.message().to_owned(),
+                },
+                _ => ConnectError::Unreachable {
+                    endpoint: endpoint.clone(),
+                    cause: format!(
+                        "asking for the namespace {:?}: {}",
+                        self.namespace,
+                        status.message()
+                    ),
+                },
             })?;
         let client = Client::new(conn, ClientOptions::new(self.namespace).build())
             .map_err(|e| ConnectError::Settings(e.to_string()))?;

@@ -1,5 +1,6 @@
 //! The simulated payments service over HTTP, speaking the subset of Stripe's API the refunds
-//! target uses, with Stripe's documented shapes: form-encoded creates, `Idempotency-Key` replay
+//! target uses (and a confirmed `POST /v1/payment_intents`, for the README's test-mode steps),
+//! with Stripe's documented shapes: form-encoded creates, `Idempotency-Key` replay
 //! with `Idempotent-Replayed`, `idempotency_error` for reused keys, 409 for a key in progress,
 //! refunds listed newest first with `has_more` and `starting_after`, Bearer authentication.
 //!
@@ -327,6 +328,71 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
     (200, json!({ "ok": true }), false)
 }
 
+/// A payment intent created and confirmed in one call, as Stripe's test mode does with
+/// `payment_method=pm_card_visa&confirm=true`. This service keeps paid intents in dollars only,
+/// and says so rather than pretend.
+fn pay(sim: &SimPayments, form: &BTreeMap<String, String>) -> (u16, Value, bool) {
+    let amount = match form.get("amount").map(|a| a.parse::<i64>()) {
+        Some(Ok(a)) if a > 0 => a,
+        Some(_) => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_invalid_integer"),
+                "Invalid integer: amount",
+            );
+        }
+        None => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_missing"),
+                "Missing required param: amount.",
+            );
+        }
+    };
+    match form.get("currency").map(String::as_str) {
+        Some("usd") => {}
+        Some(other) => {
+            return error(
+                400,
+                "invalid_request_error",
+                None,
+                &format!("this payments API takes payments in usd only, not {other}"),
+            );
+        }
+        None => {
+            return error(
+                400,
+                "invalid_request_error",
+                Some("parameter_missing"),
+                "Missing required param: currency.",
+            );
+        }
+    }
+    if form.get("confirm").map(String::as_str) != Some("true")
+        || !form.contains_key("payment_method")
+    {
+        return error(
+            400,
+            "invalid_request_error",
+            None,
+            "this payments API creates paid payment intents only: pass a payment_method and \
+             confirm=true",
+        );
+    }
+    let id = sim.create_payment(amount);
+    (
+        200,
+        json!({
+            "id": id, "object": "payment_intent", "amount": amount,
+            "amount_received": amount, "currency": "usd", "status": "succeeded",
+            "latest_charge": sim.charge_of(&id),
+        }),
+        false,
+    )
+}
+
 fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
     let url = req.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
@@ -346,6 +412,16 @@ fn route(sim: &SimPayments, req: &mut Request) -> (u16, Value, bool) {
             create(sim, &form, key.as_deref())
         }
         (Method::Get, "/v1/refunds") => list(sim, &query),
+        (Method::Post, "/v1/payment_intents") => {
+            let mut raw = String::new();
+            if std::io::Read::read_to_string(req.as_reader(), &mut raw).is_err() {
+                return error(400, "invalid_request_error", None, "unreadable body");
+            }
+            let form: BTreeMap<String, String> = form_urlencoded::parse(raw.as_bytes())
+                .into_owned()
+                .collect();
+            pay(sim, &form)
+        }
         (Method::Get, p) if p.starts_with("/v1/charges/") => {
             let id = &p["/v1/charges/".len()..];
             let pi = sim.intent_of(&Refunded::Charge(id.to_owned()));

@@ -194,6 +194,18 @@ impl SimPayments {
         );
     }
 
+    /// A new paid payment intent of `amount` under a fresh id (`pi_sim000001`, …), as a
+    /// confirmed `POST /v1/payment_intents` makes one.
+    pub fn create_payment(&self, amount: i64) -> String {
+        let n = self.world().intents.len() + 1;
+        let id = (n..)
+            .map(|i| format!("pi_sim{i:06}"))
+            .find(|id| !self.world().intents.contains_key(id))
+            .unwrap_or_default();
+        self.add_payment(&id, amount);
+        id
+    }
+
     /// The charge of a payment intent (`pi_X` is charged as `ch_X`).
     pub fn charge_of(&self, payment_intent: &str) -> Option<String> {
         self.world()

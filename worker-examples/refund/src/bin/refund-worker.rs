@@ -3,7 +3,8 @@
 //! * Temporal: `TEMPORAL_ADDRESS` (`host:port`), `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`,
 //!   `TEMPORAL_TLS_*` or a profile file, as Temporal's CLI reads them; `TASK_QUEUE`.
 //! * Stripe: `STRIPE_SECRET_KEY` (test mode unless `INTERLOCK_STRIPE_ALLOW_LIVE=yes`),
-//!   `STRIPE_API_BASE` (default Stripe's).
+//!   `STRIPE_API_BASE` (default Stripe's), and for any other service that speaks its API
+//!   `INTERLOCK_STRIPE_TIER` (what it promises: 1, 2 or 3).
 //! * The journal: `INTERLOCK_JOURNAL`, a file shared by the workers of this host (default
 //!   `interlock-journal.db`) or a `postgres://` URL shared by workers on every host. The leases
 //!   (`interlock lease grant`) must be granted in the same journal.
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use interlock::{Clock, Gate, SystemClock};
 use interlock_postgres::PgOptions;
-use interlock_stripe::{StripeConfig, StripeRefundsSetup};
+use interlock_stripe::StripeRefundsSetup;
 use refund_template::{RefundActivities, RefundWorkflow, task_queue};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 
@@ -35,8 +36,7 @@ fn activities() -> anyhow::Result<RefundActivities> {
         clock,
         opened.config.build()?,
     )?;
-    let stripe = StripeRefundsSetup::new(StripeConfig::from_env()?)
-        .shop(std::env::var("INTERLOCK_SHOP_URL").ok())?;
+    let stripe = StripeRefundsSetup::from_env()?;
     Ok(RefundActivities {
         refunds: stripe.bind(&gate)?,
         premises: stripe.premises(),
