@@ -1,7 +1,6 @@
 //! The end-to-end kill matrix: a real Temporal dev server, real worker processes killed with
 //! SIGKILL, and a payments API spoken over HTTP, judged by the payments API's own records.
 
-pub mod bench_report;
 pub mod cases;
 pub mod cell;
 pub mod day;

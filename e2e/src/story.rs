@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use e2e_worker::RefundRequest;
+use e2e_worker::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial, Way};
 use interlock::approval::{ApproverKey, Approvers, Policy, Route, SignedApproval, Statement};
 use interlock::core::Premises;
 use interlock::verify::{Sources, verify};
@@ -20,8 +22,6 @@ use temporalio_client::{
     Client, WorkflowGetResultOptions, WorkflowQueryOptions, WorkflowSignalOptions,
     WorkflowStartOptions, WorkflowTerminateOptions,
 };
-use worker_examples::RefundRequest;
-use worker_examples::approvals::{ApprovalWorkflow, AskInput, AskReport, Denial, Way};
 
 /// An hour, in ms.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -85,7 +85,7 @@ pub fn refund(id: &str, payment: &str, amount: i64) -> RefundRequest {
         amount,
         currency: "usd".into(),
         lease: String::new(),
-        system: worker_examples::System::GatedT1,
+        system: e2e_worker::System::GatedT1,
     }
 }
 

@@ -10,13 +10,13 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e_worker::approvals::Ending;
 use fantoccini::{Client, ClientBuilder, Locator};
 use interlock::approval::RouteKind;
 use interlock_e2e::procs::WorkerProc;
 use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
 use serde_json::json;
-use worker_examples::approvals::Ending;
 
 /// A child process, in a process group of its own, stopped with everything it started when
 /// dropped (chromedriver's browsers too, even when the test fails before closing them).
@@ -233,7 +233,7 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let client = worker_examples::connect::client(
+        let client = e2e_worker::connect::client(
             &format!("http://{}", env.server.address),
             "inbox-test".into(),
         )

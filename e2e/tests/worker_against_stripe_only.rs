@@ -3,7 +3,7 @@
 //! SIGKILLed while the server holds its applied request's answer, a fresh worker recovers it,
 //! and the server's own records show one refund.
 //!
-//! Needs the worker binaries beside the harness (`cargo build -p interlock-cli -p worker-examples
+//! Needs the worker binaries beside the harness (`cargo build -p interlock-cli -p e2e-worker
 //! -p interlock-e2e`, which `scripts/test` runs first) and the `temporal` CLI (`scripts/setup`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
@@ -20,7 +20,7 @@ fn the_worker_refunds_once_through_a_sigkill_against_a_server_with_only_stripe_s
     for b in ["harness-worker", "harness-starter", "interlock"] {
         assert!(
             bins.join(b).exists(),
-            "{} is missing: run `cargo build -p interlock-cli -p worker-examples -p interlock-e2e` first",
+            "{} is missing: run `cargo build -p interlock-cli -p e2e-worker -p interlock-e2e` first",
             bins.join(b).display()
         );
     }

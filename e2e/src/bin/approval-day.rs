@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use e2e_worker::approvals::{AskInput, AskReport, Way};
 use interlock::approval::{Approvers, Route, RouteKind, Scoreboard};
 use interlock_e2e::cell::Env;
 use interlock_e2e::day::{self, Kind, Mix, Plan};
@@ -27,7 +28,6 @@ use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::SimRefund;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
-use worker_examples::approvals::{AskInput, AskReport, Way};
 
 /// Play the approval day three ways and write its record.
 #[derive(Parser)]
@@ -228,7 +228,7 @@ fn main() -> anyhow::Result<()> {
     };
     workers.start()?;
     let rt = tokio::runtime::Runtime::new()?;
-    let client = rt.block_on(worker_examples::connect::client(
+    let client = rt.block_on(e2e_worker::connect::client(
         &format!("http://{}", env.server.address),
         "approval-day".into(),
     ))?;

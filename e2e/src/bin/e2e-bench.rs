@@ -16,10 +16,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use interlock::Grant;
-use interlock_e2e::bench_report::{read_result, round};
 use interlock_e2e::cell::Env;
 use interlock_e2e::procs::{StarterProc, WorkerProc, now_ms};
 use interlock_e2e::stack;
+use interlock_testkit::bench_report::{read_result, round};
 use serde_json::{Value, json};
 
 /// The end-to-end overhead benchmark on a real Temporal dev server.
@@ -134,7 +134,7 @@ fn main() -> anyhow::Result<()> {
     let grpc = read_result(&root, "bench_grpc.json");
     std::fs::write(
         root.join("docs/benchmarks.md"),
-        interlock_e2e::bench_report::render(&journal, Some(&report), grpc.as_ref()),
+        interlock_testkit::bench_report::render(&journal, Some(&report), grpc.as_ref()),
     )?;
     eprintln!("wrote results/bench_e2e.json and docs/benchmarks.md");
     Ok(())

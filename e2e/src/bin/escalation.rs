@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Parser;
+use e2e_worker::approvals::{AskReport, Ending};
 use interlock::Grant;
 use interlock::approval::{RouteKind, Scoreboard};
 use interlock_e2e::procs::{WorkerProc, now_ms};
 use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
 use serde_json::{Value, json};
-use worker_examples::approvals::{AskReport, Ending};
 
 /// Replay the escalation story and write its record.
 #[derive(Parser)]
@@ -90,7 +90,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut worker = spawn(1)?;
     let rt = tokio::runtime::Runtime::new()?;
-    let client = rt.block_on(worker_examples::connect::client(
+    let client = rt.block_on(e2e_worker::connect::client(
         &format!("http://{}", env.server.address),
         "escalation-story".into(),
     ))?;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use interlock::target::{SendRequest, Target};
 use interlock::{Effect, EffectKey};
-use interlock_e2e::bench_report::round;
+use interlock_testkit::bench_report::round;
 use interlock_tests::bench::{self, NoOp};
 use serde_json::{Value, json};
 
@@ -155,9 +155,9 @@ fn main() -> anyhow::Result<()> {
         "postgres": postgres(quick, probe, each)?,
     });
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let e2e = interlock_e2e::bench_report::read_result(&root, "bench_e2e.json");
-    let grpc = interlock_e2e::bench_report::read_result(&root, "bench_grpc.json");
-    let md = interlock_e2e::bench_report::render(&report, e2e.as_ref(), grpc.as_ref());
+    let e2e = interlock_testkit::bench_report::read_result(&root, "bench_e2e.json");
+    let grpc = interlock_testkit::bench_report::read_result(&root, "bench_grpc.json");
+    let md = interlock_testkit::bench_report::render(&report, e2e.as_ref(), grpc.as_ref());
     print!("{md}");
     if !quick && !partial {
         std::fs::write(

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use interlock::{Bound, Clock, Effect, EffectKey, SystemClock};
-use interlock_e2e::bench_report::{read_result, render, round};
 use interlock_server::pb;
 use interlock_server::{GateApi, Listen, Listener, Server, TargetEntry, Targets};
+use interlock_testkit::bench_report::{read_result, render, round};
 use interlock_tests::bench::{self, LEASE};
 use interlock_tests::grpc::Client;
 use serde_json::{Value, json};

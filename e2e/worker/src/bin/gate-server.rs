@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use e2e_worker::clock::SkewClock;
+use e2e_worker::pause::Pause;
 use interlock::{Clock, SystemClock};
 use interlock_server::{Listen, Server, ServerConfig};
-use worker_examples::clock::SkewClock;
-use worker_examples::pause::Pause;
 
 /// The gate server, with the kill matrix's pause points and clock.
 #[derive(clap::Parser)]
@@ -29,7 +29,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    worker_examples::init_logs();
+    e2e_worker::init_logs();
     let cfg = ServerConfig::load(&args.config)?;
     let listen = Listen::parse(&cfg.listen).map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = match SkewClock::from_env() {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use e2e_worker::approvals::{ApprovalActivities, ApprovalWorkflow};
+use e2e_worker::{Deps, RefundActivities, RefundWorkflow, Settings};
 use interlock::approval::{Approvers, Policy};
 use interlock_stripe::StripeConfig;
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
-use worker_examples::approvals::{ApprovalActivities, ApprovalWorkflow};
-use worker_examples::{Deps, RefundActivities, RefundWorkflow, Settings};
 
 /// The refund worker: polls a task queue and runs the refund workflow and its activities. Every
 /// setting can come from a flag or from the environment variable named beside it.
@@ -75,7 +75,7 @@ fn read(path: &Path, what: &str) -> anyhow::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    worker_examples::init_logs();
+    e2e_worker::init_logs();
     let addr = args.temporal_address;
     let queue = args.task_queue;
     let settings = Settings {
@@ -103,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
     let deps = Arc::new(tokio::task::spawn_blocking(move || Deps::new(settings)).await??);
     let runtime = Runtime::from_current_tokio(Default::default())?;
     let identity = format!("harness-worker@pid{}", std::process::id());
-    let client = worker_examples::connect::client(&addr, identity).await?;
+    let client = e2e_worker::connect::client(&addr, identity).await?;
     let options = WorkerOptions::new(queue.as_str())
         .register_workflow::<RefundWorkflow>()?
         .register_workflow::<ApprovalWorkflow>()?

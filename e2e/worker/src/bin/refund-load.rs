@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::anyhow;
+use e2e_worker::{RefundRequest, RefundWorkflow, System};
 use serde_json::json;
 use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
 use tokio::sync::Semaphore;
-use worker_examples::{RefundRequest, RefundWorkflow, System};
 
 /// Run refund workflows with bounded concurrency and report their latencies.
 #[derive(clap::Parser)]
@@ -45,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
     let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());
-    let client = Arc::new(worker_examples::connect::client(&addr, "refund-load".into()).await?);
+    let client = Arc::new(e2e_worker::connect::client(&addr, "refund-load".into()).await?);
     let gate = Arc::new(Semaphore::new(args.concurrency));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(args.workflows);

@@ -7,9 +7,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::anyhow;
+use e2e_worker::{RefundRequest, RefundWorkflow, System};
 use serde_json::json;
 use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
-use worker_examples::{RefundRequest, RefundWorkflow, System};
 
 fn now_ms() -> u128 {
     SystemTime::now()
@@ -56,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
     let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());
-    let client = worker_examples::connect::client(&addr, "harness-starter".into()).await?;
+    let client = e2e_worker::connect::client(&addr, "harness-starter".into()).await?;
     let handle = client
         .start_workflow(
             RefundWorkflow::run,
