@@ -55,6 +55,50 @@ fn a_resend_under_the_same_key_replays_and_another_amount_is_a_conflict() {
 }
 
 #[test]
+fn the_reason_and_the_caller_s_metadata_reach_stripe_beside_the_key() {
+    let (sim, _api, t) = setup(Tier::One);
+    let key = EffectKey::derive(&["meta"]);
+    let payload = serde_json::to_value(
+        interlock_stripe::RefundPayload::of_payment_intent("pi_1", 500, "usd")
+            .reason("requested_by_customer")
+            .metadata("order", "o-17"),
+    )
+    .unwrap();
+    let answer = t.send(&SendRequest {
+        key: &key,
+        payload: &payload,
+        timeout: Duration::from_secs(5),
+    });
+    assert!(matches!(answer, SendAnswer::Done(_)), "{answer:?}");
+    let refunds = sim.refunds("pi_1");
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(
+        refunds[0].metadata.get("order").map(String::as_str),
+        Some("o-17")
+    );
+    assert_eq!(
+        refunds[0].metadata.get("interlock_key").map(String::as_str),
+        Some(key.as_str())
+    );
+    let wrong =
+        json!({"payment_intent": "pi_1", "amount": 500, "currency": "usd", "reason": "because"});
+    let refused = t.send(&SendRequest {
+        key: &EffectKey::derive(&["meta-2"]),
+        payload: &wrong,
+        timeout: Duration::from_secs(5),
+    });
+    assert!(
+        matches!(refused, SendAnswer::Definite { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        sim.refunds("pi_1").len(),
+        1,
+        "nothing sent for a payload Stripe would refuse"
+    );
+}
+
+#[test]
 fn a_server_that_ignores_the_key_answers_a_resend_as_new_and_a_lookup_names_both() {
     let (sim, _api, t) = setup(Tier::Two);
     let key = EffectKey::derive(&["twice"]);

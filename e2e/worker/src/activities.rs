@@ -11,7 +11,7 @@ use interlock::approval::{Approvers, Policy};
 use interlock::premise::PremiseReader;
 use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, SystemClock, Tier};
 use interlock_postgres::PgOptions;
-use interlock_stripe::{StripeConfig, StripeRefundPremises, StripeRefunds};
+use interlock_stripe::{StripeConfig, StripeRefunds, StripeRefundsSetup};
 use interlock_temporal::{GatedEffect, gated};
 use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
@@ -101,28 +101,13 @@ impl Deps {
         if let Some(dir) = &approvers {
             gate = gate.with_approvers(dir.clone())?;
         }
-        let stripe = StripeRefunds::new(cfg.clone());
         // The shop's order service is its own service, never looked for at Stripe's address;
         // without one, the premises are Stripe's own.
-        let shop = match shop_url {
-            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                Some(url.trim_end_matches('/').to_owned())
-            }
-            Some(url) => anyhow::bail!(
-                "the shop's URL (INTERLOCK_SHOP_URL) must start with http:// or https://, got \
-                 {url:?}; leave it out to decide on Stripe's facts alone"
-            ),
-            None => None,
-        };
-        let premises = RefundPremises {
-            stripe: StripeRefundPremises(stripe.clone()),
-            shop,
-        };
+        let setup = StripeRefundsSetup::new(cfg.clone()).shop(shop_url)?;
         let bind = |tier| {
-            gate.bind(
-                Arc::new(stripe.clone().assume_tier(tier)),
-                Arc::new(premises.clone()),
-            )
+            let mut at = setup.clone();
+            at.tier = tier;
+            at.bind(&gate)
         };
         let gates = [bind(Tier::One)?, bind(Tier::Two)?, bind(Tier::Three)?];
         Ok(Self {
@@ -131,8 +116,8 @@ impl Deps {
             secret: cfg.secret_key.clone(),
             journal,
             gates,
-            stripe,
-            premises,
+            stripe: setup.target(),
+            premises: setup.premises(),
             pause,
             approvers,
             policy,

@@ -94,12 +94,13 @@ impl RefundRequest {
 
     /// The refund effect's payload, as Stripe's create-refund call names its fields.
     pub fn payload(&self) -> Value {
-        serde_json::to_value(RefundPayload {
-            refunded: self.refunded(),
-            amount: self.amount,
-            currency: self.currency.clone(),
-        })
-        .unwrap_or(Value::Null)
+        let payload = match self.refunded() {
+            Refunded::PaymentIntent(pi) => {
+                RefundPayload::of_payment_intent(pi, self.amount, &self.currency)
+            }
+            Refunded::Charge(ch) => RefundPayload::of_charge(ch, self.amount, &self.currency),
+        };
+        serde_json::to_value(payload).unwrap_or(Value::Null)
     }
 }
 

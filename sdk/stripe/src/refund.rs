@@ -2,12 +2,18 @@
 //! effect's key on the service's side, and the repair a refund refused on moved facts can be
 //! offered. The Stripe target, the premise readers and the simulated service all speak this.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use interlock::core::{Premises, Repair};
 
 /// Metadata field that carries the effect key on every refund the gate creates.
 pub const KEY_FIELD: &str = "interlock_key";
+/// The reasons Stripe takes for a refund.
+pub const REASONS: [&str; 3] = ["duplicate", "fraudulent", "requested_by_customer"];
+/// Stripe's limits on metadata: keys, key length, value length.
+const METADATA_LIMITS: (usize, usize, usize) = (50, 40, 500);
 
 /// What a refund takes money back from: Stripe refunds a payment intent or a charge.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -52,6 +58,13 @@ pub struct RefundPayload {
     pub amount: i64,
     /// ISO currency.
     pub currency: String,
+    /// Why, in Stripe's words (one of [`REASONS`]), if the caller says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The caller's own metadata, sent beside the effect key (`metadata[…]`). Left out of the
+    /// payload when empty, so a payload without it hashes as it always did.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl RefundPayload {
@@ -65,6 +78,8 @@ impl RefundPayload {
             refunded: Refunded::PaymentIntent(id.into()),
             amount,
             currency: currency.into(),
+            reason: None,
+            metadata: BTreeMap::new(),
         }
     }
 
@@ -74,7 +89,41 @@ impl RefundPayload {
             refunded: Refunded::Charge(id.into()),
             amount,
             currency: currency.into(),
+            reason: None,
+            metadata: BTreeMap::new(),
         }
+    }
+
+    /// With Stripe's `reason` (one of [`REASONS`]).
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// With one more metadata entry of the caller's, sent beside the effect key.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The form fields Stripe's create-refund call takes for this payload, the effect key
+    /// included.
+    pub fn form(&self, key: &str) -> Vec<(String, String)> {
+        let mut form = vec![
+            (
+                self.refunded.field().to_owned(),
+                self.refunded.id().to_owned(),
+            ),
+            ("amount".to_owned(), self.amount.to_string()),
+        ];
+        if let Some(r) = &self.reason {
+            form.push(("reason".to_owned(), r.clone()));
+        }
+        for (k, v) in &self.metadata {
+            form.push((format!("metadata[{k}]"), v.clone()));
+        }
+        form.push((format!("metadata[{KEY_FIELD}]"), key.to_owned()));
+        form
     }
 
     /// The payload a refund target was asked to send, or the answer it gives when there is none
@@ -109,6 +158,39 @@ impl RefundPayload {
                 "not a refund payload: the amount must be positive, not {}",
                 p.amount
             ));
+        }
+        if let Some(r) = p.reason.as_deref().filter(|r| !REASONS.contains(r)) {
+            return Err(format!(
+                "not a refund payload: the reason {r:?} is not one Stripe takes ({})",
+                REASONS.join(", ")
+            ));
+        }
+        let (most, key_len, value_len) = METADATA_LIMITS;
+        if p.metadata.len() + 1 > most {
+            return Err(format!(
+                "not a refund payload: {} metadata entries, and Stripe takes {most} with the \
+                 effect key's",
+                p.metadata.len()
+            ));
+        }
+        for (k, v) in &p.metadata {
+            if k == KEY_FIELD {
+                return Err(format!(
+                    "not a refund payload: the metadata key {KEY_FIELD} is the gate's own"
+                ));
+            }
+            if k.is_empty() || k.chars().count() > key_len || k.contains(['[', ']']) {
+                return Err(format!(
+                    "not a refund payload: the metadata key {k:?} must be 1 to {key_len} \
+                     characters without square brackets"
+                ));
+            }
+            if v.chars().count() > value_len {
+                return Err(format!(
+                    "not a refund payload: the metadata value of {k:?} is longer than \
+                     {value_len} characters"
+                ));
+            }
         }
         Ok(p)
     }
@@ -202,6 +284,39 @@ mod tests {
             json!({"charge": "", "amount": 1, "currency": "usd"}),
             json!({"charge": "ch_1", "amount": 0, "currency": "usd"}),
             json!({"charge": 7, "amount": 1, "currency": "usd"}),
+        ] {
+            let e = RefundPayload::from_value(&bad).unwrap_err();
+            assert!(e.starts_with("not a refund payload"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn reason_and_metadata_ride_beside_the_key_and_leave_old_payloads_as_they_were() {
+        let plain = RefundPayload::of_payment_intent("pi_1", 2000, "usd");
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            json!({"payment_intent": "pi_1", "amount": 2000, "currency": "usd"}),
+            "a payload without them serializes (and so hashes) as before"
+        );
+        let full = plain
+            .clone()
+            .reason("requested_by_customer")
+            .metadata("order", "o-17");
+        let v = serde_json::to_value(&full).unwrap();
+        assert_eq!(RefundPayload::from_value(&v).unwrap(), full);
+        let form = full.form("k1");
+        assert!(form.contains(&("reason".into(), "requested_by_customer".into())));
+        assert!(form.contains(&("metadata[order]".into(), "o-17".into())));
+        assert_eq!(
+            form.last(),
+            Some(&("metadata[interlock_key]".into(), "k1".into()))
+        );
+        for bad in [
+            json!({"payment_intent": "pi_1", "amount": 1, "currency": "usd", "reason": "because"}),
+            json!({"payment_intent": "pi_1", "amount": 1, "currency": "usd",
+                   "metadata": {"interlock_key": "forged"}}),
+            json!({"payment_intent": "pi_1", "amount": 1, "currency": "usd",
+                   "metadata": {"a[b]": "x"}}),
         ] {
             let e = RefundPayload::from_value(&bad).unwrap_err();
             assert!(e.starts_with("not a refund payload"), "{bad}: {e}");

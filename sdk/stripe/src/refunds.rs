@@ -388,12 +388,7 @@ impl Target for StripeRefunds {
             Ok(p) => p,
             Err(refused) => return refused,
         };
-        let amount = p.amount.to_string();
-        let form = [
-            (p.refunded.field(), p.refunded.id()),
-            ("amount", amount.as_str()),
-            ("metadata[interlock_key]", req.key.as_str()), // refund::KEY_FIELD
-        ];
+        let form = p.form(req.key.as_str());
         // Every send carries the key, whatever tier this binding assumes: the tier only decides
         // how far recovery trusts the service, and a binding that assumes less must not send
         // what a binding that assumes more would resend under the same key as new.

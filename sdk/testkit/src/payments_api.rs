@@ -512,6 +512,18 @@ fn create(sim: &SimPayments, form: &[(String, String)], key: Option<&str>) -> (u
             );
         }
     };
+    if let Some(r) =
+        get("reason").filter(|r| !interlock_stripe::refund::REASONS.contains(&r.as_str()))
+    {
+        return error(
+            400,
+            "invalid_request_error",
+            Some("parameter_invalid"),
+            &format!(
+                "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer (got {r})"
+            ),
+        );
+    }
     let metadata: BTreeMap<String, String> = form
         .iter()
         .filter_map(|(k, v)| {
