@@ -285,6 +285,9 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
         .await,
     );
     assert_eq!(got, Code::PermissionDenied, "{m}");
+    // Nor read them: a lease's scope and cap are what a caller would need to spend it elsewhere.
+    let (got, m) = code(c.list_leases(pb::ListLeasesRequest {}).await);
+    assert_eq!(got, Code::PermissionDenied, "{m}");
 
     // A second grant of the same lease id.
     let (got, m) = code(
@@ -332,7 +335,7 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
     assert_eq!(snapshot(server.journal.as_ref())?, before);
     assert_eq!(server.sim.requests(), requests_before);
     assert_eq!(server.sim.refunded("pi_1"), 2000);
-    let leases = c
+    let leases = admin
         .list_leases(pb::ListLeasesRequest {})
         .await?
         .into_inner()

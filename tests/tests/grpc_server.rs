@@ -203,12 +203,15 @@ async fn tls_serves_with_its_certificate_and_refuses_plaintext() -> anyhow::Resu
     )
     .await?;
     let mut c = grpc::tls_client(&server.address, &cert).await?;
-    let leases = c.list_leases(pb::ListLeasesRequest {}).await?.into_inner();
-    assert!(leases.leases.is_empty());
+    let effects = c
+        .list_effects(pb::ListEffectsRequest::default())
+        .await?
+        .into_inner();
+    assert!(effects.effects.is_empty());
     // A plaintext client gets no answer from a TLS server.
     let plain = async {
         let mut p = grpc::client(&server.address, None).await?;
-        p.list_leases(pb::ListLeasesRequest {}).await?;
+        p.list_effects(pb::ListEffectsRequest::default()).await?;
         anyhow::Ok(())
     };
     let r = tokio::time::timeout(Duration::from_secs(5), plain).await;

@@ -98,7 +98,8 @@ impl GateApi {
         Err(status)
     }
 
-    /// Lease administration (`GrantLease`, `RevokeLease`) for calls carrying this bearer token;
+    /// Lease administration (`GrantLease`, `RevokeLease`, `ListLeases`) for calls carrying this
+    /// bearer token;
     /// `None` turns it off. A lease is an approval: the credential that submits effects must not
     /// also approve them.
     pub fn with_admin_token(mut self, token: Option<Arc<str>>) -> Self {
@@ -479,8 +480,11 @@ impl GateService for GateApi {
 
     async fn list_leases(
         &self,
-        _request: Request<pb::ListLeasesRequest>,
+        request: Request<pb::ListLeasesRequest>,
     ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        // A lease's id, scope and cap are what a caller would need to spend it on other keys:
+        // reading them is administration too.
+        self.check_admin(request.metadata(), "ListLeases")?;
         let journal = self.journal.clone();
         blocking(move || {
             let leases = journal.leases().map_err(|e| status::lease(&e))?;
