@@ -61,7 +61,8 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join(name);
     if !path.exists() {
         bail!(
-            "{} is missing: build it with `cargo build -p interlock-cli -p e2e-worker -p interlock-e2e`",
+            "{} is missing: build it with `cargo build -p interlock-cli -p e2e-worker -p interlock-e2e \
+             -p refund-template`",
             path.display()
         );
     }

@@ -10,7 +10,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,16 +26,7 @@ const NAMESPACE: &str = "payments-team";
 const PORT: u16 = 7444;
 
 fn bin(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_kill-matrix"))
-        .parent()
-        .unwrap();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p interlock-cli -p refund-template` first",
-        path.display()
-    );
-    path
+    interlock_e2e::stack::sibling(name).unwrap()
 }
 
 struct Killed(Child);

@@ -71,16 +71,11 @@ pub mod receipt;
 pub mod target;
 pub mod verify;
 
-/// What this build of the library carries that a user's must not: the gate's fault points (the
-/// `test-hooks` feature) and the core's known-bad variants (`mutants`). Both empty in any build a
-/// user makes; a binary that serves users prints this (`interlock --version`), and CI fails when
-/// a user-facing binary is built with either.
-pub const TEST_ONLY_FEATURES: &[&str] = &[
-    #[cfg(feature = "test-hooks")]
-    "test-hooks",
-    #[cfg(feature = "mutants")]
-    "mutants",
-];
+/// Whether this build carries what a user's must not: the gate's fault points (the `test-hooks`
+/// feature) or the core's known-bad variants (its `mutants` feature, which a build can turn on
+/// without this crate's). False in any build a user makes; a binary that serves users prints it
+/// (`interlock --version`), and CI fails when a user-facing binary is built with it.
+pub const TEST_ONLY_CODE: bool = cfg!(feature = "test-hooks") || crate::core::mutants::COMPILED_IN;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::{Tier, Via};

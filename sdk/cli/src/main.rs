@@ -23,7 +23,7 @@ use interlock_postgres::{Opened, PgOptions};
 
 /// The version, and whether this build carries test-only code (it must not, where users run it).
 fn long_version() -> &'static str {
-    if interlock::TEST_ONLY_FEATURES.is_empty() && !interlock::core::mutants::COMPILED_IN {
+    if !interlock::TEST_ONLY_CODE {
         concat!(env!("CARGO_PKG_VERSION"), "\ntest-only code: none")
     } else {
         concat!(
