@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::approval::{Route, RouteStep, SignedApproval};
 use crate::core::LeaseVerdict;
+use crate::core::limits::UseLimit;
 
 /// One grant of authority.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -28,10 +29,19 @@ pub struct Grant {
     /// ([`crate::approval`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<SignedApproval>,
+    /// How many effect keys may be dispatched under it; `None` for any number (every lease
+    /// granted before uses were counted, and one granted with [`Grant::unlimited`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u32>,
+    /// A payload field whose values, over every key dispatched under it, add up to at most
+    /// this much.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<(String, i64)>,
 }
 
 impl Grant {
-    /// A grant with no scope, no cap and no expiry, made now (`granted_ms`).
+    /// A grant with no scope, no cap and no expiry, made now (`granted_ms`), spent by the first
+    /// effect key dispatched under it ([`Grant::uses`] and [`Grant::unlimited`] say otherwise).
     pub fn new(id: impl Into<String>, approver: impl Into<String>, granted_ms: i64) -> Self {
         Self {
             id: id.into(),
@@ -42,6 +52,35 @@ impl Grant {
             expires_ms: None,
             revoked_ms: None,
             approval: None,
+            uses: Some(1),
+            total: None,
+        }
+    }
+
+    /// Allow `n` effect keys (at least one) to be dispatched under it.
+    pub fn uses(mut self, n: u32) -> Self {
+        self.uses = Some(n);
+        self
+    }
+
+    /// Allow any number of effect keys: the lease stands for a standing rule, not one decision.
+    pub fn unlimited(mut self) -> Self {
+        self.uses = None;
+        self
+    }
+
+    /// Let the payload's integer `field` add up to at most `max` over every key dispatched
+    /// under it. With no number of uses stated ([`Grant::unlimited`]), the total alone limits it.
+    pub fn total(mut self, field: impl Into<String>, max: i64) -> Self {
+        self.total = Some((field.into(), max));
+        self
+    }
+
+    /// What it allows across keys.
+    pub fn limit(&self) -> UseLimit {
+        UseLimit {
+            uses: self.uses,
+            total: self.total.clone(),
         }
     }
 
@@ -58,6 +97,9 @@ impl Grant {
             expires_ms: Some(approval.statement.expires_ms),
             revoked_ms: None,
             approval: Some(approval),
+            // An approval is bound to its request: one key, however it is counted.
+            uses: None,
+            total: None,
         }
     }
 
@@ -142,6 +184,11 @@ pub const REQUEST_SCOPE: &str = "interlock_request";
 /// nothing) rather than judging it.
 const APPROVAL_SCOPE: &str = "(a signed approval: read it with a release that knows approvals)";
 
+/// The scope field that carries a grant's [`UseLimit`] in the store. A reader that does not know
+/// it (a worker of the previous release) compares it with a payload field no payload has, and
+/// sees a lease that allows nothing, never one that allows every key.
+pub const LIMIT_SCOPE: &str = "interlock_limit";
+
 /// The cap a signed approval is stored with, on a field no payload has: a reader that does not
 /// know the `approval` column (a worker of the previous release, after the journal's schema was
 /// upgraded under it) sees a lease that allows nothing, never an unlimited one.
@@ -183,10 +230,21 @@ impl StoredGrant {
                 a.id()
             )));
         }
+        check_limit(grant)?;
         let scope = if grant.approval.is_some() {
             APPROVAL_SCOPE.to_owned()
         } else {
-            serde_json::to_string(&grant.scope)
+            let mut scope = grant.scope.clone();
+            if scope.contains_key(LIMIT_SCOPE) {
+                return Err(LeaseError::Invalid(format!(
+                    "lease {}: {LIMIT_SCOPE} is reserved; use --uses or --total",
+                    grant.id
+                )));
+            }
+            if grant.limit().limits() {
+                scope.insert(LIMIT_SCOPE.into(), limit_json(grant));
+            }
+            serde_json::to_string(&scope)
                 .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?
         };
         let (cap_field, cap) = match (&grant.cap, &grant.approval) {
@@ -215,12 +273,18 @@ impl StoredGrant {
 
     /// The grant these columns hold; an unreadable scope is a store error naming the lease.
     pub fn into_grant(self) -> Result<Grant, LeaseError> {
-        let scope: serde_json::Map<String, Value> = if self.approval.is_some() {
+        let mut scope: serde_json::Map<String, Value> = if self.approval.is_some() {
             serde_json::Map::new()
         } else {
             serde_json::from_str(&self.scope).map_err(|e| {
                 LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id))
             })?
+        };
+        let (uses, total) = match scope.remove(LIMIT_SCOPE) {
+            None => (None, None),
+            Some(v) => read_limit(&v).ok_or_else(|| {
+                LeaseError::Store(format!("lease {} has an unreadable limit: {v}", self.id))
+            })?,
         };
         let approval: Option<SignedApproval> = self
             .approval
@@ -244,6 +308,8 @@ impl StoredGrant {
             expires_ms: self.expires_ms,
             revoked_ms: self.revoked_ms,
             approval,
+            uses,
+            total,
         })
     }
 
@@ -253,6 +319,56 @@ impl StoredGrant {
             "lease {id} already exists: revoke it and grant a new id"
         ))
     }
+}
+
+/// A limit that can be kept: at least one use, a total over a named field that is not negative,
+/// and none on a signed approval (bound to its one request already).
+fn check_limit(grant: &Grant) -> Result<(), LeaseError> {
+    let bad = |what: &str| Err(LeaseError::Invalid(format!("lease {}: {what}", grant.id)));
+    if grant.uses == Some(0) {
+        return bad("a lease allows at least one use (revoke it to allow none)");
+    }
+    match &grant.total {
+        Some((field, _)) if field.is_empty() => return bad("a total needs a payload field"),
+        Some((field, max)) if *max < 0 => {
+            return bad(&format!("the total over {field} cannot be negative"));
+        }
+        _ => {}
+    }
+    if grant.approval.is_some() && grant.limit().limits() {
+        return bad("a signed approval is bound to its request; it takes no uses or total");
+    }
+    Ok(())
+}
+
+/// A grant's limit as [`LIMIT_SCOPE`] stores it.
+fn limit_json(grant: &Grant) -> Value {
+    let mut m = serde_json::Map::new();
+    if let Some(n) = grant.uses {
+        m.insert("uses".into(), n.into());
+    }
+    if let Some((field, max)) = &grant.total {
+        m.insert("total_field".into(), field.clone().into());
+        m.insert("total".into(), (*max).into());
+    }
+    Value::Object(m)
+}
+
+type Limit = (Option<u32>, Option<(String, i64)>);
+
+/// [`limit_json`] read back; `None` when it is not one.
+fn read_limit(v: &Value) -> Option<Limit> {
+    let m = v.as_object()?;
+    let uses = match m.get("uses") {
+        None => None,
+        Some(n) => Some(u32::try_from(n.as_u64()?).ok()?),
+    };
+    let total = match (m.get("total_field"), m.get("total")) {
+        (None, None) => None,
+        (Some(f), Some(t)) => Some((f.as_str()?.to_owned(), t.as_i64()?)),
+        _ => return None,
+    };
+    (uses.is_some() || total.is_some()).then_some((uses, total))
 }
 
 /// Errors from a lease store.
@@ -265,11 +381,15 @@ pub enum LeaseError {
     /// A grant that cannot be made (bad scope, bad cap).
     #[error("invalid lease: {0}")]
     Invalid(String),
+    /// The journal that keeps the leases failed; whether trying again may help is its to say
+    /// ([`crate::journal::JournalError::is_transient`]).
+    #[error("lease store failed: {0}")]
+    Journal(crate::journal::JournalError),
 }
 
 impl From<crate::journal::JournalError> for LeaseError {
     fn from(e: crate::journal::JournalError) -> Self {
-        Self::Store(e.to_string())
+        Self::Journal(e)
     }
 }
 
@@ -283,6 +403,12 @@ pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64)
             message: format!(
                 "lease {id} is a signed approval; it holds only for a gate that checks it \
                  against the approver directory (Gate::with_approvers)"
+            ),
+        },
+        Some(g) if g.limit().limits() => LeaseVerdict::Error {
+            message: format!(
+                "lease {id} limits its uses across keys; it holds only for a gate that keeps \
+                 its leases in the journal, where the uses are counted"
             ),
         },
         Some(g) if g.request().is_some() => LeaseVerdict::Error {
@@ -335,6 +461,9 @@ pub trait LeaseAdmin: LeaseStore {
     /// The latest step of every request ever routed to a person, oldest request first: where
     /// each one is now.
     fn route_heads(&self) -> Result<Vec<Route>, LeaseError>;
+
+    /// The uses lease `id`'s keys hold now ([`Grant::uses`], [`Grant::total`]), oldest first.
+    fn lease_uses(&self, id: &str) -> Result<Vec<crate::core::limits::Use>, LeaseError>;
 }
 
 #[cfg(test)]
@@ -356,6 +485,8 @@ mod tests {
             expires_ms: Some(100),
             revoked_ms: None,
             approval: None,
+            uses: Some(1),
+            total: None,
         }
     }
 

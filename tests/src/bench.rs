@@ -110,7 +110,7 @@ pub fn bound(path: &Path, grant: bool) -> anyhow::Result<(Bound, Arc<SqliteJourn
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = Arc::new(SqliteJournal::open(path, clock.clone())?);
     if grant {
-        journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()))?;
+        journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()).unlimited())?;
     }
     let gate = Gate::new(
         journal.clone(),
@@ -160,7 +160,7 @@ pub fn pg_bound(
         clock.clone(),
         &opts,
     )?);
-    journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()))?;
+    journal.grant_lease(&Grant::new(LEASE, "ops", clock.now_ms()).unlimited())?;
     let gate = Gate::new(
         journal.clone(),
         journal.clone(),

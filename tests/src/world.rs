@@ -75,6 +75,9 @@ impl World {
             expires_ms: None,
             revoked_ms: None,
             approval: None,
+            // Scenarios run many keys under it, as a standing rule.
+            uses: None,
+            total: None,
         }
     }
 

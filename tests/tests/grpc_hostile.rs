@@ -342,6 +342,24 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
         .leases;
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].revoked_ms, 0);
+    let holders: Vec<&str> = leases[0].used.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(holders, ["req-good"]);
+
+    // The worker's own token spends the approval on keys of its own: each is refused, naming
+    // the key that spent it, and nothing more is sent.
+    for key in ["req-a", "req-b"] {
+        let e = decided(&mut c, key, 2000).await?;
+        let out = c.submit(submit("refunds", e)).await?.into_inner();
+        match out.outcome.and_then(|o| o.kind) {
+            Some(pb::outcome::Kind::Refused(r)) => {
+                assert_eq!(r.code, pb::RefusalCode::LeaseSpent as i32, "{}", r.reason);
+                assert!(r.reason.contains("req-good"), "{}", r.reason);
+            }
+            other => panic!("{key} under a spent lease answered {other:?}"),
+        }
+    }
+    assert_eq!(server.sim.requests(), requests_before);
+    assert_eq!(server.sim.refunded("pi_1"), 2000);
 
     // And the server still serves: the committed effect replays.
     let again = c.submit(submit("refunds", good)).await?.into_inner();

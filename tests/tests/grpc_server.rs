@@ -372,7 +372,7 @@ async fn list_effects_pages_list_every_effect_once_and_refuse_a_token_the_server
     // Effects written beside the server, as another worker on the same journal would.
     server
         .journal
-        .grant_lease(&Grant::new("ops", "ops@example", SystemClock.now_ms()))?;
+        .grant_lease(&Grant::new("ops", "ops@example", SystemClock.now_ms()).unlimited())?;
     let gate = Gate::new(
         server.journal.clone(),
         server.journal.clone(),

@@ -28,7 +28,9 @@ struct Setup {
 fn setup(kind: Kind, label: &str) -> Setup {
     let clock = ManualClock::at(T0);
     let store = Store::open(kind, label, Arc::new(clock.clone())).unwrap();
-    store.grant(&Grant::new(LEASE, "ops@example", T0)).unwrap();
+    store
+        .grant(&Grant::new(LEASE, "ops@example", T0).unlimited())
+        .unwrap();
     Setup { store, clock }
 }
 

@@ -179,7 +179,7 @@ fn a_server_restarted_mid_run_loses_nothing_and_sends_nothing_twice() {
         .unwrap(),
     );
     journal
-        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0).unlimited())
         .unwrap();
     // Tier 2: nothing at the target dedupes, so each effect applied once is the gate's doing.
     let target = Counting::new(Tier::Two, Duration::from_millis(20));
@@ -217,7 +217,7 @@ fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_a
         PgJournal::open(cluster.url(), clock.clone(), &PgOptions::in_schema(&schema)).unwrap(),
     );
     direct
-        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0).unlimited())
         .unwrap();
     let proxy = Proxy::start(upstream(cluster)).unwrap();
     let behind = Arc::new(
@@ -342,7 +342,7 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         .unwrap(),
     );
     journal
-        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0))
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0).unlimited())
         .unwrap();
     let target = Counting::new(Tier::Two, Duration::from_millis(5));
     let effects = many_effects("cut", 120);

@@ -61,6 +61,7 @@ REFUSAL: dict[int, str] = {
     8: "premise_error_at_recovery",
     9: "lease_error_at_recovery",
     10: "target_conflict",
+    11: "lease_spent",
 }
 
 # gRPC status codes (by `grpc.StatusCode` name) worth another attempt: the server is down or

@@ -190,7 +190,7 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
     }
     match leases.check(&d.request.lease, &payload, now_ms) {
         Ok(LeaseVerdict::Live) => {}
-        Ok(LeaseVerdict::Dead { reason }) => {
+        Ok(LeaseVerdict::Dead { reason } | LeaseVerdict::Spent { reason }) => {
             return Attempt::Report(RefundReport {
                 outcome: Reported::Refused,
                 refusal: Some(RefusalCode::Lease),

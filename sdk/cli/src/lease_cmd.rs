@@ -23,6 +23,18 @@ pub(crate) enum LeaseCmd {
         /// Lapse after this many seconds.
         #[arg(long, value_name = "SECONDS")]
         expires_in: Option<u64>,
+        /// How many effect keys may be dispatched under it (default 1: the first key to
+        /// dispatch spends it, and any other key is refused with `lease_spent`).
+        #[arg(long, value_name = "N", conflicts_with = "unlimited")]
+        uses: Option<u32>,
+        /// Let any number of effect keys be dispatched under it (a standing rule); with
+        /// `--total`, only the total limits it.
+        #[arg(long)]
+        unlimited: bool,
+        /// A numeric payload field whose values, over every key dispatched under it, add up to
+        /// at most MAX, as field=max.
+        #[arg(long, value_name = "FIELD=MAX")]
+        total: Option<String>,
     },
     /// Revoke a lease now: no effect under it is sent from now on, resends included.
     Revoke {
@@ -35,6 +47,33 @@ pub(crate) enum LeaseCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What a lease's keys have used of it: `1/1 by k-a`, `2500/6000 amount by k-a, k-b`, or
+/// `unlimited` for a lease that does not count.
+fn used(j: &dyn JournalStore, g: &Grant) -> anyhow::Result<String> {
+    let limit = g.limit();
+    if !limit.limits() {
+        return Ok(if g.approval.is_some() || g.request().is_some() {
+            "one request".into()
+        } else {
+            "unlimited".into()
+        });
+    }
+    let uses = j.lease_uses(&g.id)?;
+    let mut parts = Vec::new();
+    if let Some(n) = limit.uses {
+        parts.push(format!("{}/{n} uses", uses.len()));
+    }
+    if let Some((field, max)) = &limit.total {
+        let sum = uses.iter().fold(0_i64, |a, u| a.saturating_add(u.amount));
+        parts.push(format!("{sum}/{max} {field}"));
+    }
+    let keys: Vec<&str> = uses.iter().map(|u| u.key.as_str()).collect();
+    if !keys.is_empty() {
+        parts.push(format!("by {}", keys.join(", ")));
+    }
+    Ok(parts.join(" "))
 }
 
 fn pair(s: &str, what: &str) -> anyhow::Result<(String, String)> {
@@ -52,8 +91,24 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
             scope,
             cap,
             expires_in,
+            uses,
+            unlimited,
+            total,
         } => {
             let mut g = Grant::new(&id, approver, now);
+            match (uses, unlimited) {
+                (Some(n), _) => g = g.uses(n),
+                (None, true) => g = g.unlimited(),
+                (None, false) => {}
+            }
+            if let Some(t) = total {
+                let (f, max) = pair(&t, "--total")?;
+                g = g.total(
+                    f,
+                    max.parse()
+                        .with_context(|| format!("--total {t}: the maximum must be an integer"))?,
+                );
+            }
             for s in &scope {
                 let (f, v) = pair(s, "--scope")?;
                 // Numbers and booleans scope as themselves; anything else as text.
@@ -86,12 +141,25 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
         LeaseCmd::List { json } => {
             let leases = j.leases()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&leases)?);
+                let mut out = Vec::with_capacity(leases.len());
+                for g in &leases {
+                    let mut v = serde_json::to_value(g)?;
+                    if let (Some(obj), true) = (v.as_object_mut(), g.limit().limits()) {
+                        let used: Vec<Value> = j
+                            .lease_uses(&g.id)?
+                            .into_iter()
+                            .map(|u| serde_json::json!({"key": u.key, "amount": u.amount}))
+                            .collect();
+                        obj.insert("used".into(), Value::Array(used));
+                    }
+                    out.push(v);
+                }
+                println!("{}", serde_json::to_string_pretty(&out)?);
                 return Ok(());
             }
             println!(
-                "{:<28} {:<20} {:<9} {:<36} CAP",
-                "ID", "APPROVER", "STATE", "SCOPE"
+                "{:<28} {:<20} {:<9} {:<36} {:<16} USED",
+                "ID", "APPROVER", "STATE", "SCOPE", "CAP"
             );
             for g in &leases {
                 let state = match (g.revoked_ms, g.expires_ms) {
@@ -105,8 +173,12 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
                     .as_ref()
                     .map_or(String::new(), |(f, m)| format!("{f} ≤ {m}"));
                 println!(
-                    "{:<28} {:<20} {:<9} {:<36} {cap}",
-                    g.id, g.approver, state, scope
+                    "{:<28} {:<20} {:<9} {:<36} {cap:<16} {}",
+                    g.id,
+                    g.approver,
+                    state,
+                    scope,
+                    used(j, g)?
                 );
             }
         }

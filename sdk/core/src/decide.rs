@@ -92,6 +92,16 @@ fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
             ),
             format!("the lease does not allow this effect: {reason}"),
         ),
+        // A key that holds its use never reads its lease as spent; one that does not was
+        // never dispatched, so at recovery this is the lease refusing, as any other.
+        (LeaseVerdict::Spent { reason }, _) => (
+            pick(
+                at_recovery,
+                RefusalCode::LeaseSpent,
+                RefusalCode::LeaseAtRecovery,
+            ),
+            format!("the lease does not allow this effect: {reason}"),
+        ),
         (LeaseVerdict::Live, Some(err)) => (
             pick(
                 at_recovery,

@@ -6,6 +6,7 @@
 //! `interlock::core`.
 
 pub mod decide;
+pub mod limits;
 pub mod mutants;
 pub mod record;
 pub mod state;

@@ -35,11 +35,13 @@ pub enum Mutant {
     ConfirmationIgnored,
     /// A fenced attempt leaves its unsent dispatch's window open until the claim's deadline.
     FencedDispatchKeepsWindow,
+    /// An `AMBIGUOUS` effect gives its lease's use back, though it may have landed.
+    AmbiguousGivesUseBack,
 }
 
 impl Mutant {
     /// Every mutant of the core.
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::BindingTier,
         Mutant::TokenOnlyTakeover,
         Mutant::UnknownLateCloses,
@@ -50,6 +52,7 @@ impl Mutant {
         Mutant::NotesBlockTakeover,
         Mutant::ConfirmationIgnored,
         Mutant::FencedDispatchKeepsWindow,
+        Mutant::AmbiguousGivesUseBack,
     ];
 
     /// Stable name, for reports.
@@ -65,6 +68,7 @@ impl Mutant {
             Self::NotesBlockTakeover => "conflict_notes_block_takeover",
             Self::ConfirmationIgnored => "confirmation_ignored_in_flight",
             Self::FencedDispatchKeepsWindow => "fenced_dispatch_keeps_its_window",
+            Self::AmbiguousGivesUseBack => "ambiguous_effect_gives_its_use_back",
         }
     }
 }
@@ -89,6 +93,7 @@ mod switch {
             Mutant::NotesBlockTakeover => 128,
             Mutant::ConfirmationIgnored => 256,
             Mutant::FencedDispatchKeepsWindow => 512,
+            Mutant::AmbiguousGivesUseBack => 1024,
         }
     }
 

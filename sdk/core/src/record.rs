@@ -122,6 +122,8 @@ pub enum RefusalCode {
     LeaseErrorAtRecovery,
     /// The target refused the key as used with other parameters.
     TargetConflict,
+    /// The lease's uses (or its total) were spent by other keys.
+    LeaseSpent,
 }
 
 impl RefusalCode {
@@ -138,6 +140,7 @@ impl RefusalCode {
             Self::PremiseErrorAtRecovery => "premise_error_at_recovery",
             Self::LeaseErrorAtRecovery => "lease_error_at_recovery",
             Self::TargetConflict => "target_conflict",
+            Self::LeaseSpent => "lease_spent",
         }
     }
 }
@@ -163,6 +166,12 @@ pub enum LeaseVerdict {
     Error {
         /// The store's error.
         message: String,
+    },
+    /// Live and covering, but its uses or its total are spent by other keys
+    /// ([`crate::limits::room`]).
+    Spent {
+        /// Why, naming the keys that spent it.
+        reason: String,
     },
 }
 

@@ -77,7 +77,7 @@ pub fn authorize(
         LeaseVerdict::Error { message } => {
             Event::Refused(retry_note(RefusalCode::LeaseError, message, hash))
         }
-        LeaseVerdict::Dead { .. } => {
+        LeaseVerdict::Dead { .. } | LeaseVerdict::Spent { .. } => {
             let recheck = Recheck {
                 lease: lease.clone(),
                 premises_now: Default::default(),

@@ -12,6 +12,7 @@ use crate::liveness::PgLiveness;
 use crate::pool::{Manager, Pool, Query};
 use crate::schema;
 use interlock::approval::{Route, RouteStep, admits};
+use interlock::core::limits::Use;
 use interlock::journal::store::{self, Import, NewRecord, StoredRecord};
 use interlock::journal::{AppendOutcome, Decide, Record, TxLeases, Verified};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
@@ -384,6 +385,16 @@ impl TxLeases for TxLeaseReader<'_, '_> {
         self.journal.lock_request(&mut **tx, request, false)?;
         Ok(self.journal.routes_on(&mut **tx, request, "")?)
     }
+
+    fn uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.uses_in(&mut **tx, id)
+    }
+
+    fn set_use(&self, id: &str, key: &str, amount: i64, held: bool) -> Result<(), LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.set_use_in(&mut **tx, id, key, amount, held)
+    }
 }
 
 impl Journal for PgJournal {
@@ -607,6 +618,10 @@ impl interlock::lease::LeaseAdmin for PgJournal {
 
     fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
         PgJournal::route_heads(self)
+    }
+
+    fn lease_uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
+        PgJournal::lease_uses(self, id)
     }
 }
 

@@ -33,6 +33,7 @@ mod named;
 mod pool;
 mod routes;
 mod schema;
+mod uses;
 
 pub use journal::{PgJournal, PgOptions};
 pub use liveness::SILENT_HOLDER_KEPT;

@@ -27,10 +27,13 @@ pub(crate) fn valid_name(name: &str) -> bool {
 /// * `leases`: grants and revocations, read inside the append that checks them.
 /// * `routes`: each request's steps through the approver groups, read inside the append that
 ///   checks an approval.
+/// * `lease_uses`: which keys hold a use of a lease that counts its uses, taken and given back
+///   by the append that changes the key's history.
 /// * `holds`: which server lifetime each liveness lock was first taken in. A lock with no row, or
 ///   a row from another lifetime, is never judged released.
 fn ddl(s: &str) -> String {
     let routes = routes_ddl(s);
+    let uses = uses_ddl(s);
     format!(
         "CREATE TABLE {s}.meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
          CREATE TABLE {s}.records (
@@ -58,6 +61,7 @@ fn ddl(s: &str) -> String {
              approval   TEXT
          );
          {routes}
+         {uses}
          CREATE TABLE {s}.holds (
              lock_id        BIGINT PRIMARY KEY,
              server_started TIMESTAMPTZ NOT NULL
@@ -78,6 +82,18 @@ fn routes_ddl(s: &str) -> String {
              detail     TEXT NOT NULL,
              at_ms      BIGINT NOT NULL,
              PRIMARY KEY (request, n)
+         );"
+    )
+}
+
+fn uses_ddl(s: &str) -> String {
+    format!(
+        "CREATE TABLE {s}.lease_uses (
+             lease  TEXT NOT NULL,
+             key    TEXT NOT NULL,
+             amount BIGINT NOT NULL,
+             at_ms  BIGINT NOT NULL,
+             PRIMARY KEY (lease, key)
          );"
     )
 }
@@ -136,6 +152,19 @@ pub(crate) fn ensure(
             tx.batch_execute(&upgrade_1_to_2(schema)).map_err(err)?;
             tracing::info!(location, schema, "upgraded the journal to schema version 2");
             version = SCHEMA_VERSION.to_string();
+        }
+        // Added within version 2: a release without it reads the journal as before, and never
+        // dispatches under a lease whose uses are counted.
+        if create
+            && version == SCHEMA_VERSION.to_string()
+            && !tables.iter().any(|t| t == "lease_uses")
+        {
+            tx.batch_execute(&uses_ddl(schema)).map_err(err)?;
+            tracing::info!(
+                location,
+                schema,
+                "added the lease_uses table to the journal"
+            );
         }
         if version != SCHEMA_VERSION.to_string() {
             return Err(JournalError::SchemaVersion {

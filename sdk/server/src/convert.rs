@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use interlock::core::limits::Use;
 use interlock::core::{Change, Premises, RefusalCode, Repair, Status, Via};
 use interlock::journal::Record;
 use interlock::lease::Grant;
@@ -160,6 +161,7 @@ pub fn refusal(c: RefusalCode) -> pb::RefusalCode {
         RefusalCode::PremiseErrorAtRecovery => pb::RefusalCode::PremiseErrorAtRecovery,
         RefusalCode::LeaseErrorAtRecovery => pb::RefusalCode::LeaseErrorAtRecovery,
         RefusalCode::TargetConflict => pb::RefusalCode::TargetConflict,
+        RefusalCode::LeaseSpent => pb::RefusalCode::LeaseSpent,
         _ => pb::RefusalCode::Unspecified,
     }
 }
@@ -268,10 +270,22 @@ pub fn record(r: &Record) -> pb::Record {
     }
 }
 
-/// A lease as the wire carries it.
-pub fn lease_to(g: &Grant) -> pb::Lease {
+/// A lease as the wire carries it, with the uses its keys hold.
+pub fn lease_to(g: &Grant, used: &[Use]) -> pb::Lease {
     let (cap_field, cap_max) = g.cap.clone().unwrap_or_default();
+    let (total_field, total_max) = g.total.clone().unwrap_or_default();
     pb::Lease {
+        uses: g.uses.unwrap_or(0),
+        unlimited: g.uses.is_none(),
+        total_field,
+        total_max,
+        used: used
+            .iter()
+            .map(|u| pb::LeaseUse {
+                key: u.key.clone(),
+                amount: u.amount,
+            })
+            .collect(),
         id: g.id.clone(),
         approver: g.approver.clone(),
         scope_json: g
@@ -333,6 +347,31 @@ pub fn lease_from(l: Option<&pb::Lease>, now_ms: i64) -> Result<Grant, Invalid> 
         return Err(invalid(
             "lease.revoked_ms",
             "is set on a grant; grant the lease, then call RevokeLease",
+        ));
+    }
+    match (l.unlimited, l.uses) {
+        (true, 0) => grant = grant.unlimited(),
+        (true, _) => return Err(invalid("lease.uses", "is set but so is unlimited")),
+        (false, 0) => {}
+        (false, n) => grant = grant.uses(n),
+    }
+    match (l.total_field.is_empty(), l.total_max) {
+        (true, 0) => {}
+        (true, _) => {
+            return Err(invalid(
+                "lease.total_field",
+                "is empty but total_max is set",
+            ));
+        }
+        (false, max) if max < 0 => {
+            return Err(invalid("lease.total_max", format!("{max} is negative")));
+        }
+        (false, max) => grant = grant.total(name("lease.total_field", &l.total_field)?, max),
+    }
+    if !l.used.is_empty() {
+        return Err(invalid(
+            "lease.used",
+            "is set on a grant; uses are the gate's to count",
         ));
     }
     Ok(grant)
@@ -418,11 +457,37 @@ mod tests {
             granted_ms: 0,
             expires_ms: 0,
             revoked_ms: 0,
+            ..pb::Lease::default()
         };
         let g = lease_from(Some(&l), 77)?;
         assert_eq!(g.granted_ms, 77);
         assert_eq!(g.cap, Some(("amount".into(), 2000)));
-        assert_eq!(lease_to(&g).scope_json, l.scope_json);
+        // A grant that says nothing of uses allows one.
+        assert_eq!(g.uses, Some(1));
+        let back = lease_to(&g, &[]);
+        assert_eq!(back.scope_json, l.scope_json);
+        assert_eq!((back.uses, back.unlimited), (1, false));
+        let many = lease_from(
+            Some(&pb::Lease {
+                uses: 3,
+                total_field: "amount".into(),
+                total_max: 6000,
+                ..l.clone()
+            }),
+            77,
+        )?;
+        assert_eq!(
+            (many.uses, many.total),
+            (Some(3), Some(("amount".into(), 6000)))
+        );
+        let standing = lease_from(
+            Some(&pb::Lease {
+                unlimited: true,
+                ..l.clone()
+            }),
+            77,
+        )?;
+        assert_eq!(standing.uses, None);
         for (bad, field) in [
             (
                 pb::Lease {
@@ -437,6 +502,31 @@ mod tests {
                     ..l.clone()
                 },
                 "lease.revoked_ms",
+            ),
+            (
+                pb::Lease {
+                    uses: 2,
+                    unlimited: true,
+                    ..l.clone()
+                },
+                "lease.uses",
+            ),
+            (
+                pb::Lease {
+                    total_max: 5,
+                    ..l.clone()
+                },
+                "lease.total_field",
+            ),
+            (
+                pb::Lease {
+                    used: vec![pb::LeaseUse {
+                        key: "k".into(),
+                        amount: 1,
+                    }],
+                    ..l.clone()
+                },
+                "lease.used",
             ),
             (
                 pb::Lease {

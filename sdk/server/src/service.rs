@@ -458,7 +458,7 @@ impl GateService for GateApi {
             }
             journal.grant_lease(&grant).map_err(|e| status::lease(&e))?;
             Ok(Response::new(pb::GrantLeaseResponse {
-                lease: Some(convert::lease_to(&grant)),
+                lease: Some(convert::lease_to(&grant, &[])),
             }))
         })
         .await
@@ -488,9 +488,16 @@ impl GateService for GateApi {
         let journal = self.journal.clone();
         blocking(move || {
             let leases = journal.leases().map_err(|e| status::lease(&e))?;
-            Ok(Response::new(pb::ListLeasesResponse {
-                leases: leases.iter().map(convert::lease_to).collect(),
-            }))
+            let mut out = Vec::with_capacity(leases.len());
+            for g in &leases {
+                let used = if g.limit().limits() {
+                    journal.lease_uses(&g.id).map_err(|e| status::lease(&e))?
+                } else {
+                    Vec::new()
+                };
+                out.push(convert::lease_to(g, &used));
+            }
+            Ok(Response::new(pb::ListLeasesResponse { leases: out }))
         })
         .await
     }

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::approval::Route;
 use crate::core::decide::diff;
+use crate::core::limits::{Use, room};
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
 use crate::journal::{TxLeases, TxView};
@@ -40,10 +41,10 @@ impl Bound {
         let read = read_in(leases, key, first);
         let verdict = self.judge(key, first, &read);
         let routes = match &read {
-            Ok(Ok((_, routes))) => routes.clone(),
+            Ok(Ok(r)) => r.routes.clone(),
             _ => Vec::new(),
         };
-        (verdict, describe(read.map(|r| r.map(|(g, _)| g)), &routes))
+        (verdict, describe(read.map(|r| r.map(|r| r.grant)), &routes))
     }
 
     /// The lease as of the journal's write transaction `tx`: read in it where the leases live
@@ -69,22 +70,44 @@ impl Bound {
     }
 
     /// The verdict on a grant and route read in the journal's transaction: a plain lease by its
-    /// own terms, a signed approval by everything it stands for ([`crate::approval::verdict`]).
-    /// A read that failed or panicked is a verdict of its own: fail closed.
+    /// own terms, a signed approval by everything it stands for ([`crate::approval::verdict`]),
+    /// and a lease that counts its uses by the uses its other keys hold as of the same
+    /// transaction ([`crate::core::limits::room`]). A read that failed or panicked is a verdict
+    /// of its own: fail closed.
     fn judge(&self, key: &EffectKey, first: &Proposed, read: &GrantRead) -> LeaseVerdict {
         match read {
-            Ok(Ok((grant, routes))) => crate::approval::verdict(
-                &first.lease,
-                grant.as_ref(),
-                &crate::approval::Against {
-                    directory: self.gate.approvers.as_deref(),
-                    key: key.as_str(),
-                    payload: &first.payload,
-                    premises: &first.premises,
-                    route: routes.last(),
-                    now_ms: self.now(),
-                },
-            ),
+            Ok(Ok(InTx {
+                grant,
+                routes,
+                uses,
+            })) => {
+                let own = crate::approval::verdict(
+                    &first.lease,
+                    grant.as_ref(),
+                    &crate::approval::Against {
+                        directory: self.gate.approvers.as_deref(),
+                        key: key.as_str(),
+                        payload: &first.payload,
+                        premises: &first.premises,
+                        route: routes.last(),
+                        now_ms: self.now(),
+                    },
+                );
+                let limit = grant.as_ref().map(Grant::limit).unwrap_or_default();
+                if own != LeaseVerdict::Live || !limit.limits() {
+                    return own;
+                }
+                match room(
+                    &first.lease,
+                    &limit,
+                    key.as_str(),
+                    limit.amount(&first.payload),
+                    uses,
+                ) {
+                    Ok(()) => LeaseVerdict::Live,
+                    Err(reason) => LeaseVerdict::Spent { reason },
+                }
+            }
             Ok(Err(e)) => LeaseVerdict::Error {
                 message: e.to_string(),
             },
@@ -156,14 +179,34 @@ impl Bound {
     }
 }
 
-/// A grant and the request's route, read in the journal's transaction.
-type GrantRead = std::thread::Result<Result<(Option<Grant>, Vec<Route>), LeaseError>>;
+/// What a decision on a lease reads in the journal's transaction.
+struct InTx {
+    /// The grant, if there is one.
+    grant: Option<Grant>,
+    /// The request's route.
+    routes: Vec<Route>,
+    /// The uses the lease's keys hold, when it counts them.
+    uses: Vec<Use>,
+}
 
-/// `first`'s lease and `key`'s route as of the transaction `leases` reads in; a panic is kept
-/// as one, for [`Bound::judge`] to fail closed on.
+/// A grant, the request's route and the lease's uses, read in the journal's transaction.
+type GrantRead = std::thread::Result<Result<InTx, LeaseError>>;
+
+/// `first`'s lease, `key`'s route and (when the lease counts them) the lease's uses as of the
+/// transaction `leases` reads in; a panic is kept as one, for [`Bound::judge`] to fail closed on.
 fn read_in(leases: &dyn TxLeases, key: &EffectKey, first: &Proposed) -> GrantRead {
     catch_unwind(AssertUnwindSafe(|| {
-        Ok((leases.grant(&first.lease)?, leases.routes(key.as_str())?))
+        let grant = leases.grant(&first.lease)?;
+        let routes = leases.routes(key.as_str())?;
+        let uses = match &grant {
+            Some(g) if g.limit().limits() => leases.uses(&first.lease)?,
+            _ => Vec::new(),
+        };
+        Ok(InTx {
+            grant,
+            routes,
+            uses,
+        })
     }))
 }
 
@@ -186,6 +229,7 @@ fn describe(
         }
         Ok(Ok(None)) => Value::Null,
         Ok(Err(LeaseError::Store(e) | LeaseError::Invalid(e))) => json!({ "error": e }),
+        Ok(Err(e @ LeaseError::Journal(_))) => json!({ "error": e.to_string() }),
         Err(_) => json!({ "error": "the lease store panicked" }),
     }
 }

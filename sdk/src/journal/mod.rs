@@ -19,6 +19,7 @@ pub use store::Verified;
 
 use serde_json::Value;
 
+use crate::core::limits::Use;
 use crate::core::{EffectState, Event, HistoryError, LeaseVerdict};
 use crate::effect::EffectKey;
 use crate::lease::{Grant, LeaseError};
@@ -163,7 +164,7 @@ pub struct TxView<'a> {
     pub leases: Option<&'a dyn TxLeases>,
 }
 
-/// Leases read inside a journal's write transaction.
+/// Leases read — and their uses kept — inside a journal's write transaction.
 pub trait TxLeases {
     /// Lease `id` as recorded, as of this transaction.
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError>;
@@ -171,6 +172,15 @@ pub trait TxLeases {
     /// Request `request`'s route as of this transaction, first step first; a step appended
     /// after it waits for the transaction or is ordered after it.
     fn routes(&self, request: &str) -> Result<Vec<crate::approval::Route>, LeaseError>;
+
+    /// The uses lease `id`'s keys hold as of this transaction ([`crate::core::limits`]). Until the
+    /// transaction ends, no other transaction takes or gives back a use of the lease: what this
+    /// read saw is what the dispatch it decides is counted against.
+    fn uses(&self, id: &str) -> Result<Vec<Use>, LeaseError>;
+
+    /// Record that `key` holds a use of lease `id` counting `amount` (`held`), or that it gave
+    /// it back; called by [`store::keep_use`] in the transaction that changed the key's history.
+    fn set_use(&self, id: &str, key: &str, amount: i64, held: bool) -> Result<(), LeaseError>;
 
     /// The verdict on lease `id` for `payload` at `now_ms`, as of this transaction.
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {

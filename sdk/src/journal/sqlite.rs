@@ -209,6 +209,7 @@ impl SqliteJournal {
                 if version == "1" {
                     conn.execute_batch(UPGRADE_1_TO_2)
                         .and_then(|()| conn.execute_batch(ROUTES))
+                        .and_then(|()| conn.execute_batch(LEASE_USES))
                         .map_err(|e| self.err(e))?;
                     tracing::info!(path = %self.path, "upgraded the journal to schema version 2");
                     return Ok(((), true));
@@ -220,6 +221,13 @@ impl SqliteJournal {
                         supported: SCHEMA_VERSION,
                     });
                 }
+                // Added within version 2: a release without it reads the journal as before,
+                // and never dispatches under a lease whose uses are counted (LIMIT_SCOPE).
+                if !tables.iter().any(|t| t == "lease_uses") {
+                    conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
+                    tracing::info!(path = %self.path, "added the lease_uses table to the journal");
+                    return Ok(((), true));
+                }
                 Ok(((), false))
             } else if let Some(other) = tables.iter().find(|t| !t.starts_with("sqlite_")) {
                 Err(JournalError::Foreign {
@@ -229,6 +237,7 @@ impl SqliteJournal {
             } else {
                 conn.execute_batch(SCHEMA)
                     .and_then(|()| conn.execute_batch(ROUTES))
+                    .and_then(|()| conn.execute_batch(LEASE_USES))
                     .map_err(|e| self.err(e))?;
                 conn.execute(
                     "INSERT INTO interlock_meta (name, value) VALUES ('format', ?1), ('schema_version', ?2)",
@@ -488,6 +497,19 @@ CREATE TABLE routes (
     detail     TEXT NOT NULL,
     at_ms      INTEGER NOT NULL,
     PRIMARY KEY (request, n)
+);
+";
+
+/// Which keys hold a use of a lease that counts its uses ([`crate::core::limits`]): a row from
+/// the transaction that writes a key's first `DISPATCHED`, deleted by the one that proves the
+/// effect never applied.
+const LEASE_USES: &str = "
+CREATE TABLE IF NOT EXISTS lease_uses (
+    lease  TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (lease, key)
 );
 ";
 

@@ -8,12 +8,9 @@ use super::TxLeases;
 use super::sqlite::SqliteJournal;
 use crate::approval::{Route, RouteStep, StoredRoute, admits, next_step};
 use crate::core::LeaseVerdict;
+use crate::core::limits::Use;
 use crate::journal::{Journal, JournalError};
 use crate::lease::{Grant, LeaseError, LeaseStore, StoredGrant, verdict_of};
-
-fn store_err(e: impl std::fmt::Display) -> LeaseError {
-    LeaseError::Store(e.to_string())
-}
 
 impl SqliteJournal {
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
@@ -38,7 +35,7 @@ impl SqliteJournal {
                     .map_err(|e| self.err(e))?;
                 Ok((Ok(n), n > 0))
             })
-            .map_err(store_err)??;
+            .map_err(LeaseError::from)??;
         if done == 0 {
             return Err(StoredGrant::exists(&g.id));
         }
@@ -79,12 +76,12 @@ impl SqliteJournal {
             };
             Ok((Ok(route), true))
         })
-        .map_err(store_err)?
+        .map_err(LeaseError::from)?
     }
 
     /// `request`'s route, first step first.
     pub fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
-        self.read_with(|conn| self.routes_on(conn, request).map_err(store_err))
+        self.read_with(|conn| self.routes_on(conn, request).map_err(LeaseError::from))
     }
 
     /// The latest step of every request, oldest request first.
@@ -97,7 +94,7 @@ impl SqliteJournal {
                  ORDER BY at_ms, request",
                 [],
             )
-            .map_err(store_err)
+            .map_err(LeaseError::from)
         })
     }
 
@@ -158,7 +155,7 @@ impl SqliteJournal {
                     .map_err(|e| self.err(e))?;
                 Ok((n, n > 0))
             })
-            .map_err(store_err)?;
+            .map_err(LeaseError::from)?;
         Ok(n > 0)
     }
 
@@ -167,16 +164,37 @@ impl SqliteJournal {
         self.read_with(|conn| {
             let mut st = conn
                 .prepare("SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval FROM leases ORDER BY granted_ms, id")
-                .map_err(|e| store_err(self.err(e)))?;
+                .map_err(|e| LeaseError::from(self.err(e)))?;
             let rows = st
                 .query_map([], row_to_parts)
-                .map_err(|e| store_err(self.err(e)))?;
+                .map_err(|e| LeaseError::from(self.err(e)))?;
             rows.map(|r| {
-                r.map_err(|e| store_err(self.err(e)))
+                r.map_err(|e| LeaseError::from(self.err(e)))
                     .and_then(StoredGrant::into_grant)
             })
             .collect()
         })
+    }
+
+    /// The uses lease `id`'s keys hold, oldest first.
+    pub fn lease_uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
+        self.read_with(|conn| self.uses_on(conn, id))
+    }
+
+    fn uses_on(&self, conn: &Connection, id: &str) -> Result<Vec<Use>, LeaseError> {
+        let mut st = conn
+            .prepare_cached(
+                "SELECT key, amount FROM lease_uses WHERE lease = ?1 ORDER BY at_ms, key",
+            )
+            .map_err(|e| LeaseError::from(self.err(e)))?;
+        st.query_map([id], |r| {
+            Ok(Use {
+                key: r.get(0)?,
+                amount: r.get(1)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| LeaseError::from(self.err(e)))
     }
 
     fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
@@ -191,7 +209,7 @@ impl SqliteJournal {
                 row_to_parts,
             )
             .optional()
-            .map_err(|e| store_err(self.err(e)))?;
+            .map_err(|e| LeaseError::from(self.err(e)))?;
         parts.map(StoredGrant::into_grant).transpose()
     }
 }
@@ -210,7 +228,29 @@ impl TxLeases for TxLeaseReader<'_> {
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
         self.journal
             .routes_on(self.conn, request)
-            .map_err(store_err)
+            .map_err(LeaseError::from)
+    }
+
+    // The write transaction holds the journal's one write lock: nothing else reads or keeps a
+    // use until it ends.
+    fn uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
+        self.journal.uses_on(self.conn, id)
+    }
+
+    fn set_use(&self, id: &str, key: &str, amount: i64, held: bool) -> Result<(), LeaseError> {
+        let done = if held {
+            self.conn.execute(
+                "INSERT OR REPLACE INTO lease_uses (lease, key, amount, at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![id, key, amount, self.journal.now_ms()],
+            )
+        } else {
+            self.conn.execute(
+                "DELETE FROM lease_uses WHERE lease = ?1 AND key = ?2",
+                params![id, key],
+            )
+        };
+        done.map(drop)
+            .map_err(|e| LeaseError::from(self.journal.err(e)))
     }
 }
 
@@ -251,6 +291,10 @@ impl crate::lease::LeaseAdmin for SqliteJournal {
 
     fn route_heads(&self) -> Result<Vec<Route>, LeaseError> {
         SqliteJournal::route_heads(self)
+    }
+
+    fn lease_uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
+        SqliteJournal::lease_uses(self, id)
     }
 }
 

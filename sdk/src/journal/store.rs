@@ -3,6 +3,7 @@
 //! store only supplies the transaction, the rows and the insert; the grammar, the chain and the
 //! decision are checked here once, so SQLite and PostgreSQL cannot drift apart.
 
+use crate::core::limits::holds_use;
 use crate::core::{EffectState, Event, state::fold};
 
 use super::chain::{record_hash, verify_chain, verify_links};
@@ -246,6 +247,7 @@ pub fn decide_and_append(
         mut records,
         state: before,
     } = seen;
+    let held_before = holds_use(&before, records.iter().map(|r| &r.event));
     let events = decide(&TxView {
         state: &before,
         records: &records,
@@ -283,11 +285,58 @@ pub fn decide_and_append(
     }
     // Refuse to commit anything that would make the history unreadable.
     let history = Verified::new(location, key, records)?;
+    if let Some(leases) = leases {
+        keep_use(location, key, leases, held_before, &history)?;
+    }
     Ok(AppendOutcome {
         before,
         appended,
         history,
     })
+}
+
+/// Take or give back the use `key` holds of its lease, inside the transaction that appended
+/// to it, when its history now says otherwise than `held_before` ([`holds_use`]): a first
+/// `DISPATCHED` takes it, an end that proves the effect never applied gives it back, and
+/// evidence that it landed after all takes it again. Only a lease that limits its uses keeps
+/// them; the amount is what the payload counts against its total.
+pub fn keep_use(
+    location: &str,
+    key: &str,
+    leases: &dyn TxLeases,
+    held_before: bool,
+    history: &Verified,
+) -> Result<(), JournalError> {
+    let held = holds_use(history.state(), history.records().iter().map(|r| &r.event));
+    let Some(first) = history.state().first().filter(|_| held != held_before) else {
+        return Ok(());
+    };
+    // The journal's own failure keeps its kind: a connection cut here is retried like any other.
+    let failed = |e: crate::lease::LeaseError| match e {
+        crate::lease::LeaseError::Journal(j) => j,
+        other => JournalError::Storage {
+            path: location.to_owned(),
+            what: format!(
+                "key {key}: keeping its use of lease {}: {other}",
+                first.lease
+            ),
+        },
+    };
+    let Some(grant) = leases.grant(&first.lease).map_err(failed)? else {
+        return Ok(());
+    };
+    let limit = grant.limit();
+    if !limit.limits() {
+        return Ok(());
+    }
+    // A payload without the total's field was refused at dispatch; one that landed anyway
+    // (evidence after a refusal) counts as the whole total.
+    let amount = limit
+        .amount(&first.payload)
+        .unwrap_or_else(|| limit.total.as_ref().map_or(0, |(_, max)| *max));
+    leases
+        .set_use(&first.lease, key, amount, held)
+        .map_err(failed)
 }
 
 /// What importing one key's history into a store would do.

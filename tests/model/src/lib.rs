@@ -6,4 +6,5 @@
 
 pub mod check;
 pub mod configs;
+pub mod limits;
 pub mod spec;

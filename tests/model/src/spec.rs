@@ -139,7 +139,8 @@ impl Journal {
         self.state_at(self.0.len())
     }
 
-    fn append(&mut self, at: i64, events: Vec<Event>) {
+    /// Append `events`, each written at `at`.
+    pub fn append(&mut self, at: i64, events: Vec<Event>) {
         for e in events {
             let mut anonymous = e.clone();
             let holder = match &mut anonymous {

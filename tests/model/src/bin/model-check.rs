@@ -12,6 +12,9 @@ use anyhow::Context;
 use interlock_core::mutants::{self, Mutant};
 use interlock_model::check::{ModelReport, PROPERTIES, explore};
 use interlock_model::configs::models;
+use interlock_model::limits::{
+    LIMIT_PROPERTIES, LimitsConfig, LimitsReport, explore_limits, limits_models,
+};
 use interlock_model::spec::Config;
 use serde::Serialize;
 
@@ -31,6 +34,7 @@ struct MutantReport {
 enum Bug {
     Core(Mutant),
     LeaseReadBeforePremises,
+    UseWrittenApart,
 }
 
 impl Bug {
@@ -38,7 +42,16 @@ impl Bug {
         match self {
             Bug::Core(m) => m.name(),
             Bug::LeaseReadBeforePremises => "lease_read_outside_the_dispatch_transaction",
+            Bug::UseWrittenApart => "lease_use_taken_outside_the_dispatch_transaction",
         }
+    }
+
+    /// A bug in how uses are kept across keys: hunted in the shared-lease models first.
+    fn about_limits(self) -> bool {
+        matches!(
+            self,
+            Bug::UseWrittenApart | Bug::Core(Mutant::AmbiguousGivesUseBack)
+        )
     }
 }
 
@@ -92,10 +105,32 @@ fn main() -> anyhow::Result<()> {
         );
         reports.push(r);
     }
+    let limit_configs: Vec<LimitsConfig> = limits_models(quick)
+        .into_iter()
+        .filter(|c| {
+            args.only
+                .as_ref()
+                .is_none_or(|o| c.name.contains(o.as_str()))
+        })
+        .collect();
+    let mut limit_reports = Vec::new();
+    for cfg in &limit_configs {
+        let r = explore_limits(cfg, false);
+        eprintln!(
+            "model {}: {} states, depth {}, {:.1} s: {}",
+            r.name,
+            r.states,
+            r.max_depth,
+            r.seconds,
+            r.first_broken()
+                .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
+        );
+        limit_reports.push(r);
+    }
     let bugs = Mutant::ALL
         .iter()
         .map(|m| Bug::Core(*m))
-        .chain([Bug::LeaseReadBeforePremises]);
+        .chain([Bug::LeaseReadBeforePremises, Bug::UseWrittenApart]);
     // Hunt in the smallest models first: a mutant is usually caught in seconds there.
     let mut by_size: Vec<Config> = configs.clone();
     by_size.sort_by_key(|c| {
@@ -107,23 +142,31 @@ fn main() -> anyhow::Result<()> {
     let mut mutant_reports = Vec::new();
     if !args.no_mutants {
         for bug in bugs {
-            mutant_reports.push(hunt(bug, &by_size));
+            mutant_reports.push(hunt(bug, &by_size, &limit_configs));
         }
     }
     mutants::activate(None);
 
-    let failed_models: Vec<_> = reports
+    let failed_models: Vec<&str> = reports
         .iter()
         .filter(|r| r.first_broken().is_some())
+        .map(|r| r.name.as_str())
+        .chain(
+            limit_reports
+                .iter()
+                .filter(|r| r.first_broken().is_some())
+                .map(|r| r.name.as_str()),
+        )
         .collect();
     let missed: Vec<_> = mutant_reports.iter().filter(|m| !m.caught).collect();
-    let md = markdown(&reports, &mutant_reports);
+    let md = markdown(&reports, &limit_reports, &mutant_reports);
     print!("{md}");
     if !quick {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results");
         std::fs::create_dir_all(&dir)?;
         let json = serde_json::to_string_pretty(&serde_json::json!({
             "models": reports,
+            "limit_models": limit_reports,
             "mutants": mutant_reports,
         }))? + "\n";
         for (name, text) in [("model_check.md", &md), ("model_check.json", &json)] {
@@ -134,7 +177,7 @@ fn main() -> anyhow::Result<()> {
     }
     if !failed_models.is_empty() || !missed.is_empty() {
         for r in failed_models {
-            eprintln!("counterexample on the real core in model {}", r.name);
+            eprintln!("counterexample on the real core in model {r}");
         }
         for m in missed {
             eprintln!("mutant {} was not caught", m.name);
@@ -175,33 +218,16 @@ fn tweak(mut c: Config, pairs: &[String]) -> anyhow::Result<Config> {
     Ok(c)
 }
 
-/// Run the configurations with `bug` switched in until one breaks a property.
-fn hunt(bug: Bug, configs: &[Config]) -> MutantReport {
-    for cfg in configs {
-        let mut cfg = cfg.clone();
-        match bug {
-            Bug::Core(m) => mutants::activate(Some(m)),
-            Bug::LeaseReadBeforePremises => {
-                mutants::activate(None);
-                cfg.stale_lease_read = true;
-            }
-        }
-        let r = explore(&cfg, true, &mut |_, _| {});
-        if let Some(p) = r.first_broken() {
-            eprintln!(
-                "mutant {}: caught by {} in model {}",
-                bug.name(),
-                p,
-                cfg.name
-            );
-            return MutantReport {
-                name: bug.name().into(),
-                caught: true,
-                property: Some(p.into()),
-                model: Some(cfg.name.clone()),
-                trace: r.traces.get(p).cloned().unwrap_or_default(),
-            };
-        }
+/// Run the configurations with `bug` switched in until one breaks a property: the shared-lease
+/// models first for a bug in how uses are kept, last for any other.
+fn hunt(bug: Bug, configs: &[Config], limit_configs: &[LimitsConfig]) -> MutantReport {
+    let found = if bug.about_limits() {
+        hunt_limits(bug, limit_configs).or_else(|| hunt_single(bug, configs))
+    } else {
+        hunt_single(bug, configs).or_else(|| hunt_limits(bug, limit_configs))
+    };
+    if let Some(r) = found {
+        return r;
     }
     mutants::activate(None);
     eprintln!("mutant {}: NOT caught", bug.name());
@@ -214,7 +240,79 @@ fn hunt(bug: Bug, configs: &[Config]) -> MutantReport {
     }
 }
 
-fn markdown(models: &[ModelReport], mutant_reports: &[MutantReport]) -> String {
+/// The shared-lease models with `bug` switched in, until one breaks a property.
+fn hunt_limits(bug: Bug, configs: &[LimitsConfig]) -> Option<MutantReport> {
+    for cfg in configs {
+        let mut cfg = cfg.clone();
+        match bug {
+            Bug::Core(m) => mutants::activate(Some(m)),
+            Bug::UseWrittenApart => {
+                mutants::activate(None);
+                cfg.use_written_apart = true;
+            }
+            Bug::LeaseReadBeforePremises => return None,
+        }
+        let r = explore_limits(&cfg, true);
+        if let Some(p) = r.first_broken() {
+            eprintln!(
+                "mutant {}: caught by {} in model {}",
+                bug.name(),
+                p,
+                cfg.name
+            );
+            mutants::activate(None);
+            return Some(MutantReport {
+                name: bug.name().into(),
+                caught: true,
+                property: Some(p.into()),
+                model: Some(cfg.name.clone()),
+                trace: r.traces.get(p).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    mutants::activate(None);
+    None
+}
+
+/// The single-key models with `bug` switched in, until one breaks a property.
+fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
+    for cfg in configs {
+        let mut cfg = cfg.clone();
+        match bug {
+            Bug::Core(m) => mutants::activate(Some(m)),
+            Bug::LeaseReadBeforePremises => {
+                mutants::activate(None);
+                cfg.stale_lease_read = true;
+            }
+            Bug::UseWrittenApart => return None,
+        }
+        let r = explore(&cfg, true, &mut |_, _| {});
+        if let Some(p) = r.first_broken() {
+            eprintln!(
+                "mutant {}: caught by {} in model {}",
+                bug.name(),
+                p,
+                cfg.name
+            );
+            mutants::activate(None);
+            return Some(MutantReport {
+                name: bug.name().into(),
+                caught: true,
+                property: Some(p.into()),
+                model: Some(cfg.name.clone()),
+                trace: r.traces.get(p).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    mutants::activate(None);
+    None
+}
+
+fn markdown(
+    models: &[ModelReport],
+    limit_models: &[LimitsReport],
+    mutant_reports: &[MutantReport],
+) -> String {
     let mut md = String::from(
         "# Model check\n\nRegenerate with `cargo run --release -p interlock-model --bin model-check`. \
          Every interleaving of the actors' steps, crashes, revocations and expiries, premise \
@@ -260,6 +358,44 @@ fn markdown(models: &[ModelReport], mutant_reports: &[MutantReport]) -> String {
              any two of the three.\n",
         );
     }
+    if !limit_models.is_empty() {
+        md.push_str(
+            "\n## One lease across keys\n\nSeveral keys, one worker each, dispatching under one \
+             lease that allows a number of uses or a total: every interleaving of their \
+             dispatch transactions, sends, answers, crashes, takeovers and recoveries, with the \
+             service applying, losing or refusing each request (see `docs/model-check.md`).\n\n\
+             | model | keys | tier | limit | states | explored | max depth |",
+        );
+        for p in LIMIT_PROPERTIES {
+            let _ = write!(md, " {p} |");
+        }
+        md.push_str("\n|---|---|---|---|---|---|---|");
+        for _ in LIMIT_PROPERTIES {
+            md.push_str("---|");
+        }
+        md.push('\n');
+        for r in limit_models {
+            let _ = write!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.name,
+                r.keys,
+                r.tier,
+                r.limit,
+                r.states,
+                if r.complete {
+                    "all"
+                } else {
+                    "bounded by MAX_STATES"
+                },
+                r.max_depth
+            );
+            for p in LIMIT_PROPERTIES {
+                let _ = write!(md, " {} |", r.properties.get(p).map_or("?", String::as_str));
+            }
+            md.push('\n');
+        }
+    }
     md.push_str("\n## Mutants\n\nEach known bug switched back in, one at a time; the checker must find a counterexample.\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
     for m in mutant_reports {
         let _ = writeln!(
@@ -277,9 +413,13 @@ fn markdown(models: &[ModelReport], mutant_reports: &[MutantReport]) -> String {
             let _ = writeln!(md, "1. {line}");
         }
     }
-    for r in models {
-        for (p, trace) in &r.traces {
-            let _ = writeln!(md, "\n### {} in model {}: counterexample\n", p, r.name);
+    let traces = models
+        .iter()
+        .map(|r| (&r.name, &r.traces))
+        .chain(limit_models.iter().map(|r| (&r.name, &r.traces)));
+    for (name, traces) in traces {
+        for (p, trace) in traces {
+            let _ = writeln!(md, "\n### {p} in model {name}: counterexample\n");
             for line in trace {
                 let _ = writeln!(md, "1. {line}");
             }
