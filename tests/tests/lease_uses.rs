@@ -310,7 +310,25 @@ fn a_standing_lease_and_one_granted_before_uses_were_counted_allow_every_key(kin
     assert!(used(&s, "rule-1").is_empty());
 }
 
+fn an_imported_history_counts_against_its_lease_where_it_is_imported(kind: Kind) {
+    let from = setup(kind, "import-from", approval("case-6"));
+    let service = Service::new(Tier::Two);
+    let e = effect("k-moved", "case-6", 2000);
+    let out = bound(&from, service.clone(), "w1").submit(&e).unwrap();
+    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    let to = setup(kind, "import-to", approval("case-6"));
+    let history = from.store.journal().history(&e.key).unwrap();
+    to.store.journal().import_history(&history).unwrap();
+    assert_eq!(used(&to, "case-6"), ["k-moved"]);
+    let other = bound(&to, service.clone(), "w2")
+        .submit(&effect("k-new", "case-6", 2000))
+        .unwrap();
+    assert_eq!(refusal(&other).map(|r| r.0), Some(RefusalCode::LeaseSpent));
+    assert_eq!(service.applied().len(), 1);
+}
+
 interlock_tests::every_store!(
+    an_imported_history_counts_against_its_lease_where_it_is_imported,
     one_lease_is_spent_by_the_first_key_and_refused_to_every_other_naming_it,
     keys_racing_on_separate_handles_spend_a_two_use_lease_exactly_twice,
     a_total_admits_effects_until_their_amounts_would_pass_it,

@@ -25,7 +25,12 @@ pub(crate) enum LeaseCmd {
         expires_in: Option<u64>,
         /// How many effect keys may be dispatched under it (default 1: the first key to
         /// dispatch spends it, and any other key is refused with `lease_spent`).
-        #[arg(long, value_name = "N", conflicts_with = "unlimited")]
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "unlimited",
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
         uses: Option<u32>,
         /// Let any number of effect keys be dispatched under it (a standing rule); with
         /// `--total`, only the total limits it.

@@ -100,9 +100,52 @@ fn a_new_user_can_list_show_score_and_manage_leases() {
         ],
     );
     assert!(grant.status.success(), "{}", text(&grant));
+    let budget = cli(
+        &j,
+        &[
+            "lease",
+            "grant",
+            "ops-day",
+            "--approver",
+            "ops",
+            "--unlimited",
+            "--total",
+            "amount=50000",
+        ],
+    );
+    assert!(budget.status.success(), "{}", text(&budget));
     let leases: serde_json::Value =
         serde_json::from_slice(&cli(&j, &["lease", "list", "--json"]).stdout).unwrap();
-    assert_eq!(leases.as_array().unwrap().len(), 2);
+    assert_eq!(leases.as_array().unwrap().len(), 3);
+    // The refund spent its approval; the new grants say what they allow.
+    let by_id = |id: &str| {
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_id("case-4471")["uses"], 1);
+    assert_eq!(by_id("case-4471")["used"][0]["key"], key.as_str());
+    assert_eq!(by_id("case-9")["uses"], 1);
+    assert!(by_id("ops-day").get("uses").is_none());
+    assert_eq!(
+        by_id("ops-day")["total"],
+        serde_json::json!(["amount", 50000])
+    );
+    let table = text(&cli(&j, &["lease", "list"]));
+    assert!(
+        table.contains(&format!("1/1 uses by {key}")) && table.contains("0/50000 amount"),
+        "{table}"
+    );
+    let zero = cli(
+        &j,
+        &["lease", "grant", "z", "--approver", "a", "--uses", "0"],
+    );
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero));
+    assert!(text(&zero).contains("--uses"), "{}", text(&zero));
     assert!(cli(&j, &["lease", "revoke", "case-9"]).status.success());
     let again = cli(&j, &["lease", "revoke", "case-9"]);
     assert_eq!(again.status.code(), Some(3));

@@ -525,7 +525,15 @@ impl PgJournal {
         if plan == Import::AlreadyThere {
             return Ok((plan, false));
         }
-        store::insert_imported(&self.location, records, |r| self.insert(q, r))?;
+        let q = RefCell::new(q);
+        let leases = TxLeaseReader {
+            journal: self,
+            tx: &q,
+        };
+        store::insert_imported(&self.location, records, &leases, |r| {
+            self.insert(&mut **q.borrow_mut(), r)
+        })?;
+        let q = q.into_inner();
         let head = i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX);
         self.set_head(q, &first.key, head)?;
         Ok((plan, true))

@@ -396,7 +396,11 @@ impl Journal for SqliteJournal {
             let existing = self.read_all(tx, &first.key)?;
             let plan = store::check_import(&self.path, records, &existing)?;
             if plan == store::Import::Insert {
-                store::insert_imported(&self.path, records, |r| self.insert(tx, r))?;
+                let leases = TxLeaseReader {
+                    journal: self,
+                    conn: tx,
+                };
+                store::insert_imported(&self.path, records, &leases, |r| self.insert(tx, r))?;
             }
             Ok((plan, plan == store::Import::Insert))
         })

@@ -58,10 +58,13 @@ fn body_of(location: &str, event: &Event) -> Result<String, JournalError> {
 }
 
 /// Hand each record of an imported history to `insert` exactly as it was exported (its `seq`
-/// is the store's to assign), after [`check_import`] said [`Import::Insert`].
+/// is the store's to assign), after [`check_import`] said [`Import::Insert`]; then, in the same
+/// transaction, the use of its lease the history holds ([`keep_use`]), so an imported key counts
+/// against its lease as it did where it was written.
 pub fn insert_imported(
     location: &str,
     records: &[Record],
+    leases: &dyn TxLeases,
     mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
 ) -> Result<(), JournalError> {
     for r in records {
@@ -75,6 +78,10 @@ pub fn insert_imported(
             hash: &r.hash,
             body: &body,
         })?;
+    }
+    if let Some(first) = records.first() {
+        let history = Verified::new(location, &first.key, records.to_vec())?;
+        keep_use(location, &first.key, leases, false, &history)?;
     }
     Ok(())
 }
