@@ -184,10 +184,12 @@ pub const REQUEST_SCOPE: &str = "interlock_request";
 /// nothing) rather than judging it.
 const APPROVAL_SCOPE: &str = "(a signed approval: read it with a release that knows approvals)";
 
-/// The scope field that carries a grant's [`UseLimit`] in the store. A reader that does not know
-/// it (a worker of the previous release) compares it with a payload field no payload has, and
-/// sees a lease that allows nothing, never one that allows every key.
-pub const LIMIT_SCOPE: &str = "interlock_limit";
+/// How the `scope` column of a lease that counts its uses begins: not JSON, so a reader that does
+/// not know limits (a worker of the previous release) fails to read the lease (an error: it
+/// retries, sending and refusing nothing) rather than judging it by its scope alone. A field in
+/// the scope would not do: the payload is the caller's, and a caller could carry that field.
+pub const LIMITED_SCOPE: &str =
+    "(a lease that counts its uses: read it with a release that knows limits) ";
 
 /// The cap a signed approval is stored with, on a field no payload has: a reader that does not
 /// know the `approval` column (a worker of the previous release, after the journal's schema was
@@ -231,21 +233,18 @@ impl StoredGrant {
             )));
         }
         check_limit(grant)?;
+        let invalid =
+            |e: serde_json::Error| LeaseError::Invalid(format!("lease {}: {e}", grant.id));
         let scope = if grant.approval.is_some() {
             APPROVAL_SCOPE.to_owned()
+        } else if grant.limit().limits() {
+            let both = serde_json::json!({ "scope": grant.scope, "limit": limit_json(grant) });
+            format!(
+                "{LIMITED_SCOPE}{}",
+                serde_json::to_string(&both).map_err(invalid)?
+            )
         } else {
-            let mut scope = grant.scope.clone();
-            if scope.contains_key(LIMIT_SCOPE) {
-                return Err(LeaseError::Invalid(format!(
-                    "lease {}: {LIMIT_SCOPE} is reserved; use --uses or --total",
-                    grant.id
-                )));
-            }
-            if grant.limit().limits() {
-                scope.insert(LIMIT_SCOPE.into(), limit_json(grant));
-            }
-            serde_json::to_string(&scope)
-                .map_err(|e| LeaseError::Invalid(format!("lease {}: {e}", grant.id)))?
+            serde_json::to_string(&grant.scope).map_err(invalid)?
         };
         let (cap_field, cap) = match (&grant.cap, &grant.approval) {
             (_, Some(_)) => (Some(APPROVAL_SENTINEL.to_owned()), Some(0)),
@@ -273,19 +272,29 @@ impl StoredGrant {
 
     /// The grant these columns hold; an unreadable scope is a store error naming the lease.
     pub fn into_grant(self) -> Result<Grant, LeaseError> {
-        let mut scope: serde_json::Map<String, Value> = if self.approval.is_some() {
-            serde_json::Map::new()
-        } else {
-            serde_json::from_str(&self.scope).map_err(|e| {
-                LeaseError::Store(format!("lease {} has an unreadable scope: {e}", self.id))
-            })?
-        };
-        let (uses, total) = match scope.remove(LIMIT_SCOPE) {
-            None => (None, None),
-            Some(v) => read_limit(&v).ok_or_else(|| {
-                LeaseError::Store(format!("lease {} has an unreadable limit: {v}", self.id))
-            })?,
-        };
+        let unreadable =
+            |what: String| LeaseError::Store(format!("lease {} has an unreadable {what}", self.id));
+        let (scope, (uses, total)): (serde_json::Map<String, Value>, Limit) =
+            if self.approval.is_some() {
+                (serde_json::Map::new(), (None, None))
+            } else if let Some(both) = self.scope.strip_prefix(LIMITED_SCOPE) {
+                let v: Value =
+                    serde_json::from_str(both).map_err(|e| unreadable(format!("scope: {e}")))?;
+                let scope = v
+                    .get("scope")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .ok_or_else(|| unreadable(format!("scope: {v}")))?;
+                let limit = v
+                    .get("limit")
+                    .and_then(read_limit)
+                    .ok_or_else(|| unreadable(format!("limit: {v}")))?;
+                (scope, limit)
+            } else {
+                let scope = serde_json::from_str(&self.scope)
+                    .map_err(|e| unreadable(format!("scope: {e}")))?;
+                (scope, (None, None))
+            };
         let approval: Option<SignedApproval> = self
             .approval
             .as_deref()
@@ -341,7 +350,7 @@ fn check_limit(grant: &Grant) -> Result<(), LeaseError> {
     Ok(())
 }
 
-/// A grant's limit as [`LIMIT_SCOPE`] stores it.
+/// A grant's limit as [`LIMITED_SCOPE`] stores it.
 fn limit_json(grant: &Grant) -> Value {
     let mut m = serde_json::Map::new();
     if let Some(n) = grant.uses {
@@ -356,9 +365,15 @@ fn limit_json(grant: &Grant) -> Value {
 
 type Limit = (Option<u32>, Option<(String, i64)>);
 
-/// [`limit_json`] read back; `None` when it is not one.
+/// [`limit_json`] read back; `None` when it is not one, or carries a limit this release does not
+/// know (which it could only under-enforce).
 fn read_limit(v: &Value) -> Option<Limit> {
     let m = v.as_object()?;
+    if m.keys()
+        .any(|k| !matches!(k.as_str(), "uses" | "total_field" | "total"))
+    {
+        return None;
+    }
     let uses = match m.get("uses") {
         None => None,
         Some(n) => Some(u32::try_from(n.as_u64()?).ok()?),
@@ -517,6 +532,30 @@ mod tests {
         }
         .into_grant();
         assert!(matches!(old, Err(LeaseError::Store(_))), "{old:?}");
+    }
+
+    #[test]
+    fn a_limited_lease_round_trips_and_a_reader_without_limits_cannot_read_it() {
+        let g = grant().uses(3).total("amount", 6000);
+        let stored = StoredGrant::of(&g).unwrap();
+        assert_eq!(stored.clone().into_grant().unwrap(), g);
+        // The previous release parses the scope column as JSON: it fails, so that reader
+        // retries and sends nothing, whatever the payload carries.
+        assert!(serde_json::from_str::<Value>(&stored.scope).is_err());
+        // A limit this release does not know is not read as no limit.
+        let unknown = stored
+            .scope
+            .replace("\"uses\":3", "\"uses\":3,\"per_day\":1");
+        let read = StoredGrant {
+            scope: unknown,
+            ..stored
+        }
+        .into_grant();
+        assert!(matches!(read, Err(LeaseError::Store(_))), "{read:?}");
+        // A standing lease is stored as before.
+        let plain = StoredGrant::of(&grant().unlimited()).unwrap();
+        assert!(serde_json::from_str::<Value>(&plain.scope).is_ok());
+        assert!(StoredGrant::of(&grant().uses(0)).is_err());
     }
 
     #[test]

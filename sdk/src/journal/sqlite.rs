@@ -222,7 +222,7 @@ impl SqliteJournal {
                     });
                 }
                 // Added within version 2: a release without it reads the journal as before,
-                // and never dispatches under a lease whose uses are counted (LIMIT_SCOPE).
+                // and never dispatches under a lease whose uses are counted (LIMITED_SCOPE).
                 if !tables.iter().any(|t| t == "lease_uses") {
                     conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
                     tracing::info!(path = %self.path, "added the lease_uses table to the journal");

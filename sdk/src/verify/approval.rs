@@ -76,6 +76,8 @@ pub(super) fn verified(
         "cap",
         "expires_ms",
         "approval",
+        "uses",
+        "total",
     ]
     .iter()
     .all(|f| snapshot.get(f) == derived.grant.get(f));
