@@ -56,6 +56,9 @@ pub enum Setup {
     SecondWorkflow,
     /// After the first closes, a second workflow for the same request asks for $30.
     SecondWorkflowOtherAmount,
+    /// The lease is one approval (one use); after the first closes, a workflow for another
+    /// request asks for $20 under the same lease.
+    SecondRequestSameLease,
 }
 
 /// One row.
@@ -119,7 +122,7 @@ const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E
 }
 
 /// Every row.
-pub const ALL: [E2eCase; 21] = [
+pub const ALL: [E2eCase; 22] = [
     case("happy_path", Kill::None, Outage::None, Setup::Plain),
     case(
         "crash_before_journal",
@@ -168,6 +171,12 @@ pub const ALL: [E2eCase; 21] = [
         Kill::None,
         Outage::None,
         Setup::SecondWorkflowOtherAmount,
+    ),
+    case(
+        "second_request_same_approval",
+        Kill::None,
+        Outage::None,
+        Setup::SecondRequestSameLease,
     ),
     case(
         "lease_revoked_before_send",
@@ -234,7 +243,7 @@ pub const ALL: [E2eCase; 21] = [
 ];
 
 /// The CI subset.
-pub const QUICK: [&str; 9] = [
+pub const QUICK: [&str; 10] = [
     "crash_before_send",
     "crash_in_flight",
     "hand_refund_during_outage",
@@ -244,4 +253,5 @@ pub const QUICK: [&str; 9] = [
     "stall_after_premise_read",
     "server_killed_before_send",
     "server_killed_in_flight",
+    "second_request_same_approval",
 ];

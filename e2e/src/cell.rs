@@ -415,14 +415,18 @@ pub fn run_cell(
     env.sim
         .set_tier(Tier::try_from(tier).map_err(anyhow::Error::msg)?);
     env.sim.add_payment(&pi, 10_000);
+    let grant = Grant::new(&lease, "ana@support", env.skew.now_ms())
+        .scope("payment_intent", pi.as_str())
+        .cap("amount", 2000);
+    // One approval for one request where the case is about spending it; elsewhere a standing
+    // approval, since the baselines' retries run under keys of their own.
+    let grant = if case.setup == Setup::SecondRequestSameLease {
+        grant
+    } else {
+        grant.unlimited()
+    };
     env.journal
-        .grant_lease(
-            &Grant::new(&lease, "ana@support", env.skew.now_ms())
-                .scope("payment_intent", pi.as_str())
-                .cap("amount", 2000)
-                // The baselines run their own keys under it: a standing approval.
-                .unlimited(),
-        )
+        .grant_lease(&grant)
         .context("granting the cell's lease")?;
     match case.setup {
         Setup::ServerErrorAfterApply => env.sim.error_after_apply(1),
@@ -550,6 +554,11 @@ pub fn run_cell(
         let s = cell.starter(&format!("{wf}-30"), &pi, 3000, &lease, &request, system)?;
         answers.push((s.wait(CLOSE_WAIT)?, 3000));
     }
+    if case.setup == Setup::SecondRequestSameLease {
+        let other = format!("{request}-2");
+        let s = cell.starter(&format!("{wf}-2"), &pi, 2000, &lease, &other, system)?;
+        answers.push((s.wait(CLOSE_WAIT)?, ANOTHER_REQUEST));
+    }
     held_response.release();
     let attempts = env.server.refund_attempts(&wf);
     drop(cell);
@@ -572,6 +581,10 @@ pub fn run_cell(
     }
     Ok(result)
 }
+
+/// The amount an answer is judged with when it is another request's $20 under the approval the
+/// first request spent.
+const ANOTHER_REQUEST: i64 = -2000;
 
 #[allow(clippy::too_many_arguments)]
 fn judge(
@@ -621,11 +634,12 @@ fn judge(
             _ => None,
         };
         // The approved $20 is judged by what the payment shows beyond others' refunds; a $30
-        // re-decision by whether a $30 refund exists.
-        let moved = if *amount == 2000 {
-            ours > 0
-        } else {
-            refunds.iter().any(|r| r.amount == *amount)
+        // re-decision by whether a $30 refund exists; another request's $20 under the same
+        // approval by whether more than the one approved $20 landed.
+        let moved = match *amount {
+            2000 => ours > 0,
+            ANOTHER_REQUEST => ours > 2000,
+            other => refunds.iter().any(|r| r.amount == other),
         };
         agrees &= match says {
             Some(s) => s == moved,

@@ -188,7 +188,15 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         interlock::core::LookupAnswer::Unknown(e) => return Attempt::Retry(e),
         interlock::core::LookupAnswer::NotFound => {}
     }
-    match leases.check(&d.request.lease, &payload, now_ms) {
+    // The approval's own terms (scope, cap, expiry, revocation), as a careful hand-written check
+    // reads them: it has no count of what other requests spent under the same approval.
+    let terms = leases.describe(&d.request.lease).map(|g| match g {
+        Some(g) => g.verdict(&payload, now_ms),
+        None => LeaseVerdict::Dead {
+            reason: format!("no lease named {} was ever granted", d.request.lease),
+        },
+    });
+    match terms {
         Ok(LeaseVerdict::Live) => {}
         Ok(LeaseVerdict::Dead { reason } | LeaseVerdict::Spent { reason }) => {
             return Attempt::Report(RefundReport {
