@@ -90,6 +90,27 @@ impl Race {
     }
 
     fn worker(&self, mode: &str, start_at_ms: i64, extra: &[&str]) -> Child {
+        self.worker_for(KEY, mode, start_at_ms, extra)
+    }
+
+    /// Grant another lease in the shared journal, as an approver would.
+    fn grant(&self, grant: &Grant) {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        match &self.pg {
+            None => SqliteJournal::open(&self.journal, clock)
+                .unwrap()
+                .grant_lease(grant)
+                .unwrap(),
+            Some((url, schema)) => {
+                PgJournal::open(url, clock, &PgOptions::in_schema(schema))
+                    .unwrap()
+                    .grant_lease(grant)
+                    .unwrap();
+            }
+        }
+    }
+
+    fn worker_for(&self, key: &str, mode: &str, start_at_ms: i64, extra: &[&str]) -> Child {
         let n = self.workers.get();
         self.workers.set(n + 1);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_race-worker"));
@@ -105,7 +126,7 @@ impl Race {
             .args(["--secret", SECRET])
             .args(["--tier", "2"])
             .args(["--mode", mode])
-            .args(["--key", KEY])
+            .args(["--key", key])
             .args(["--amount", "2000"])
             .args(["--premises", &self.premises])
             .args(["--start-at-ms", &start_at_ms.to_string()])
@@ -179,6 +200,39 @@ fn eight_processes_submitting_at_once_make_one_dispatch_and_one_refund(kind: Kin
         .filter(|o| o["outcome"] == "COMMITTED/first_send")
         .count();
     assert_eq!(firsts, 1, "{outcomes:?}");
+}
+
+fn eight_processes_with_keys_of_their_own_spend_a_three_use_approval_three_times(kind: Kind) {
+    let race = Race::new(kind, Duration::from_millis(100), 300, 3000);
+    race.grant(
+        &Grant::new("three-refunds", "ops", SystemClock.now_ms())
+            .scope("payment_intent", "pi_race")
+            .uses(3),
+    );
+    let at = soon();
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            race.worker_for(
+                &format!("race-use-{i}"),
+                "submit",
+                at,
+                &["--lease", "three-refunds", "--no-premises"],
+            )
+        })
+        .collect();
+    let outcomes: Vec<Value> = workers.into_iter().map(outcome).collect();
+    let label = |o: &Value| o["outcome"].as_str().unwrap().to_owned();
+    let committed = outcomes
+        .iter()
+        .filter(|o| label(o).starts_with("COMMITTED"))
+        .count();
+    let spent = outcomes
+        .iter()
+        .filter(|o| label(o) == "REFUSED:lease_spent")
+        .count();
+    assert_eq!((committed, spent), (3, 5), "{outcomes:?}");
+    // The payments API's own records: three refunds, each from a worker that was told so.
+    assert_eq!(race.sim.refunds("pi_race").len(), 3);
 }
 
 fn after_a_crash_before_send_eight_recoverers_make_one_resolution(kind: Kind) {
@@ -268,6 +322,7 @@ fn a_live_slow_senders_claim_is_never_taken_before_its_deadline(kind: Kind) {
 }
 
 interlock_tests::every_store!(
+    eight_processes_with_keys_of_their_own_spend_a_three_use_approval_three_times,
     eight_processes_submitting_at_once_make_one_dispatch_and_one_refund,
     after_a_crash_before_send_eight_recoverers_make_one_resolution,
     a_sigkilled_senders_claim_is_taken_over_at_once_and_its_request_is_not_sent_twice,

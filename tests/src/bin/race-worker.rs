@@ -91,6 +91,13 @@ struct Args {
     /// SIGKILL this process at this point (after_dispatch, after_send, …).
     #[arg(long)]
     die_at: Option<String>,
+    /// The lease the effect runs under.
+    #[arg(long, default_value = "race-lease")]
+    lease: String,
+    /// Decide on no premises (many keys refunding one payment, where each refund moves the
+    /// others' "refunded by others").
+    #[arg(long)]
+    no_premises: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -127,14 +134,20 @@ fn main() -> anyhow::Result<()> {
         let point: FaultPoint = serde_json::from_value(json!(point))?;
         gate = gate.with_faults(Arc::new(DieAt(point)));
     }
-    let bound = gate.bind(
-        Arc::new(target.clone()),
-        Arc::new(StripeRefundPremises(target)),
-    )?;
+    let reader: Arc<dyn interlock::premise::PremiseReader> = if args.no_premises {
+        Arc::new(interlock::premise::NoPremises)
+    } else {
+        Arc::new(StripeRefundPremises(target.clone()))
+    };
+    let bound = gate.bind(Arc::new(target), reader)?;
     let key = EffectKey::fixed(args.key.clone())?;
     let payload = json!({ "payment_intent": "pi_race", "amount": args.amount, "currency": "usd" });
-    let premises: Premises = serde_json::from_str(&args.premises).context("--premises")?;
-    let effect = Effect::new(key.clone(), &payload, "race-lease")?.premises(premises);
+    let premises: Premises = if args.no_premises {
+        Premises::new()
+    } else {
+        serde_json::from_str(&args.premises).context("--premises")?
+    };
+    let effect = Effect::new(key.clone(), &payload, &args.lease)?.premises(premises);
     while clock.now_ms() < args.start_at_ms {
         std::thread::sleep(Duration::from_millis(1));
     }
