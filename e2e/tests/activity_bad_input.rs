@@ -66,6 +66,7 @@ fn attempt(
         payload,
         decided,
         lease: "l".into(),
+        labels: Default::default(),
     };
     verdict(&key, 1, bound.submit(&effect)).map(|_| ())
 }

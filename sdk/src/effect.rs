@@ -161,6 +161,9 @@ pub struct Effect {
     pub decided: Premises,
     /// The lease it runs under.
     pub lease: String,
+    /// What the effect is part of (the workflow type, the acting agent): journaled with its
+    /// proposal, for budgets to match (`label.NAME` in a budget's scope).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Effect {
@@ -177,6 +180,7 @@ impl Effect {
             payload,
             decided: Premises::new(),
             lease: lease.into(),
+            labels: std::collections::BTreeMap::new(),
         })
     }
 
@@ -189,6 +193,12 @@ impl Effect {
     /// Replace all premises with those a reader returned at decision time.
     pub fn premises(mut self, decided: Premises) -> Self {
         self.decided = decided;
+        self
+    }
+
+    /// Label the effect: `name` = `value`, for budgets that count by it.
+    pub fn label(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(name.into(), value.into());
         self
     }
 

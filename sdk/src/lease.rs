@@ -479,6 +479,47 @@ pub trait LeaseAdmin: LeaseStore {
 
     /// The uses lease `id`'s keys hold now ([`Grant::uses`], [`Grant::total`]), oldest first.
     fn lease_uses(&self, id: &str) -> Result<Vec<crate::core::limits::Use>, LeaseError>;
+
+    /// Set a budget (a new one, or a new version of one), journaled with who set it.
+    fn set_budget(
+        &self,
+        budget: &crate::budget::Budget,
+        by: &str,
+    ) -> Result<crate::budget::BudgetChange, LeaseError>;
+
+    /// Remove budget `id`, journaled with who removed it; `None` when none by that id is in
+    /// force.
+    fn remove_budget(
+        &self,
+        id: &str,
+        by: &str,
+    ) -> Result<Option<crate::budget::BudgetChange>, LeaseError>;
+
+    /// Every change to every budget, by id, oldest first.
+    fn budget_changes(&self) -> Result<Vec<crate::budget::BudgetChange>, LeaseError>;
+
+    /// The places budget `id` holds from `since_ms` on, each with its counter's bucket.
+    fn budget_places(
+        &self,
+        id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, crate::budget::Hold)>, LeaseError>;
+}
+
+/// The budgets in force: each id's latest change, unless it removed the budget.
+pub fn in_force(changes: &[crate::budget::BudgetChange]) -> Vec<crate::budget::Budget> {
+    let mut latest: std::collections::BTreeMap<&str, &crate::budget::BudgetChange> =
+        std::collections::BTreeMap::new();
+    for c in changes {
+        let e = latest.entry(c.id.as_str()).or_insert(c);
+        if c.n >= e.n {
+            *e = c;
+        }
+    }
+    latest
+        .into_values()
+        .filter_map(|c| c.budget.clone())
+        .collect()
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@
 //! The contract in full, and where its guarantees end, is `docs/contract.md` in the repository.
 
 pub mod approval;
+pub mod budget;
 pub mod clock;
 pub use interlock_core as core;
 pub mod effect;

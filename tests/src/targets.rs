@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // a poisoned lock in a test target is the test's report
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,6 +77,70 @@ impl Target for Counting {
             None | Some([]) => LookupAnswer::NotFound,
             Some([one]) => LookupAnswer::Found(one.clone()),
             Some(several) => LookupAnswer::Several(several.to_vec()),
+        }
+    }
+}
+
+/// A payments service that applies every request (or refuses the keys it is told to with a
+/// 4xx) and, at tier 2, can be asked by key.
+pub struct Ledger {
+    tier: Tier,
+    applied: Mutex<Vec<(String, i64)>>,
+    /// Keys it refuses with a 4xx.
+    pub refuse: Mutex<HashSet<String>>,
+    /// Requests received.
+    pub sends: AtomicUsize,
+}
+
+impl Ledger {
+    /// A service of `tier` that has applied nothing.
+    pub fn new(tier: Tier) -> Arc<Self> {
+        Arc::new(Self {
+            tier,
+            applied: Mutex::default(),
+            refuse: Mutex::default(),
+            sends: AtomicUsize::new(0),
+        })
+    }
+
+    /// Every key it applied, with the amount.
+    pub fn applied(&self) -> Vec<(String, i64)> {
+        self.applied.lock().unwrap().clone()
+    }
+}
+
+impl Target for Ledger {
+    fn name(&self) -> &str {
+        "payments"
+    }
+    fn tier(&self) -> Tier {
+        self.tier
+    }
+    fn dedupe_window(&self) -> Option<Duration> {
+        None
+    }
+    fn has_lookup(&self) -> bool {
+        self.tier == Tier::Two
+    }
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(5));
+        if self.refuse.lock().unwrap().contains(req.key.as_str()) {
+            return SendAnswer::Definite {
+                code: "charge_disputed".into(),
+                message: "the charge is disputed".into(),
+            };
+        }
+        let amount = req.payload["amount"].as_i64().unwrap_or(0);
+        let mut applied = self.applied.lock().unwrap();
+        applied.push((req.key.to_string(), amount));
+        SendAnswer::Done(json!({ "id": format!("re_{}", applied.len()) }))
+    }
+    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        let applied = self.applied.lock().unwrap();
+        match applied.iter().position(|(k, _)| k == key.as_str()) {
+            Some(i) => LookupAnswer::Found(json!({ "id": format!("re_{}", i + 1) })),
+            None => LookupAnswer::NotFound,
         }
     }
 }

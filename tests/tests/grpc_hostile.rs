@@ -36,6 +36,7 @@ fn effect(key: &str, payload: String) -> pb::Effect {
         payload_json: payload,
         lease: "lease-1".into(),
         premises: Vec::new(),
+        labels: Default::default(),
     }
 }
 

@@ -7,82 +7,19 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use interlock::core::{LookupAnswer, RefusalCode, SendAnswer};
+use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
 use interlock::premise::NoPremises;
-use interlock::target::{SendRequest, Target};
 use interlock::{Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
 use interlock_testkit::faults::{Action, ScriptedFaults};
 use interlock_tests::stores::{Kind, Store};
-use serde_json::{Value, json};
+use interlock_tests::targets::Ledger as Service;
+use serde_json::json;
 
 const T0: i64 = 1_790_000_000_000;
-
-/// A payments service that applies every request (or refuses the keys it is told to with a
-/// 4xx) and, at tier 2, can be asked by key.
-struct Service {
-    tier: Tier,
-    applied: Mutex<Vec<(String, i64)>>,
-    refuse: Mutex<HashSet<String>>,
-    sends: AtomicUsize,
-}
-
-impl Service {
-    fn new(tier: Tier) -> Arc<Self> {
-        Arc::new(Self {
-            tier,
-            applied: Mutex::default(),
-            refuse: Mutex::default(),
-            sends: AtomicUsize::new(0),
-        })
-    }
-
-    /// Every key it applied, with the amount.
-    fn applied(&self) -> Vec<(String, i64)> {
-        self.applied.lock().unwrap().clone()
-    }
-}
-
-impl Target for Service {
-    fn name(&self) -> &str {
-        "payments"
-    }
-    fn tier(&self) -> Tier {
-        self.tier
-    }
-    fn dedupe_window(&self) -> Option<Duration> {
-        None
-    }
-    fn has_lookup(&self) -> bool {
-        self.tier == Tier::Two
-    }
-    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        self.sends.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(5));
-        if self.refuse.lock().unwrap().contains(req.key.as_str()) {
-            return SendAnswer::Definite {
-                code: "charge_disputed".into(),
-                message: "the charge is disputed".into(),
-            };
-        }
-        let amount = req.payload["amount"].as_i64().unwrap_or(0);
-        let mut applied = self.applied.lock().unwrap();
-        applied.push((req.key.to_string(), amount));
-        SendAnswer::Done(json!({ "id": format!("re_{}", applied.len()) }))
-    }
-    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        let applied = self.applied.lock().unwrap();
-        match applied.iter().position(|(k, _)| k == key.as_str()) {
-            Some(i) => LookupAnswer::Found(json!({ "id": format!("re_{}", i + 1) })),
-            None => LookupAnswer::NotFound,
-        }
-    }
-}
 
 struct Setup {
     store: Store,

@@ -62,6 +62,7 @@ REFUSAL: dict[int, str] = {
     9: "lease_error_at_recovery",
     10: "target_conflict",
     11: "lease_spent",
+    12: "budget",
 }
 
 # gRPC status codes (by `grpc.StatusCode` name) worth another attempt: the server is down or

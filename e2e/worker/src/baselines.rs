@@ -198,7 +198,11 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
     });
     match terms {
         Ok(LeaseVerdict::Live) => {}
-        Ok(LeaseVerdict::Dead { reason } | LeaseVerdict::Spent { reason }) => {
+        Ok(
+            LeaseVerdict::Dead { reason }
+            | LeaseVerdict::Spent { reason }
+            | LeaseVerdict::OverBudget { reason },
+        ) => {
             return Attempt::Report(RefundReport {
                 outcome: Reported::Refused,
                 refusal: Some(RefusalCode::Lease),

@@ -5,6 +5,7 @@
 
 #![allow(clippy::print_stdout)] // a command line's output is its product
 
+mod budget_cmd;
 mod inbox_cmd;
 mod journal_cmd;
 mod lease_cmd;
@@ -82,6 +83,11 @@ enum Command {
     Lease {
         #[command(subcommand)]
         what: lease_cmd::LeaseCmd,
+    },
+    /// Set, list, show and remove budgets: limits on every effect that matches, per window.
+    Budget {
+        #[command(subcommand)]
+        what: budget_cmd::BudgetCmd,
     },
     /// Receive Stripe's signed refund webhooks and record confirmations.
     Webhook {
@@ -197,6 +203,7 @@ fn main() -> ExitCode {
                 .map(|held| if held { Exit::Holds } else { Exit::DoesNotHold }),
             Command::Receipt { what } => receipt_cmd::run(&*read()?, what).map(|()| Exit::Holds),
             Command::Lease { what } => lease_cmd::run(&*write()?, what).map(|()| Exit::Holds),
+            Command::Budget { what } => budget_cmd::run(&*write()?, what).map(|()| Exit::Holds),
             Command::Webhook { what } => {
                 webhook_cmd::run(write()?, &named.shown(), what).map(|()| Exit::Holds)
             }

@@ -102,6 +102,14 @@ fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
             ),
             format!("the lease does not allow this effect: {reason}"),
         ),
+        (LeaseVerdict::OverBudget { reason }, _) => (
+            pick(
+                at_recovery,
+                RefusalCode::Budget,
+                RefusalCode::LeaseAtRecovery,
+            ),
+            format!("the effect does not fit its budget: {reason}"),
+        ),
         (LeaseVerdict::Live, Some(err)) => (
             pick(
                 at_recovery,

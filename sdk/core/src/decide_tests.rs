@@ -44,6 +44,7 @@ fn proposed(hash: &str) -> Proposed {
         target: "t".into(),
         tier: 1,
         window_ms: None,
+        labels: Default::default(),
     }
 }
 

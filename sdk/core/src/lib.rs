@@ -5,6 +5,7 @@
 //! that reads a disk, a socket or a clock), not a convention; `interlock` re-exports it as
 //! `interlock::core`.
 
+pub mod budget;
 pub mod decide;
 pub mod limits;
 pub mod mutants;

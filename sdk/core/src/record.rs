@@ -124,6 +124,8 @@ pub enum RefusalCode {
     TargetConflict,
     /// The lease's uses (or its total) were spent by other keys.
     LeaseSpent,
+    /// The effect would take a budget past its limit.
+    Budget,
 }
 
 impl RefusalCode {
@@ -141,6 +143,7 @@ impl RefusalCode {
             Self::LeaseErrorAtRecovery => "lease_error_at_recovery",
             Self::TargetConflict => "target_conflict",
             Self::LeaseSpent => "lease_spent",
+            Self::Budget => "budget",
         }
     }
 }
@@ -171,6 +174,12 @@ pub enum LeaseVerdict {
     /// ([`crate::limits::room`]).
     Spent {
         /// Why, naming the keys that spent it.
+        reason: String,
+    },
+    /// Live and covering, but the effect would take a budget past its limit
+    /// ([`crate::budget::room`]).
+    OverBudget {
+        /// Why: the budget, what is used and left, and when room frees.
         reason: String,
     },
 }
@@ -221,6 +230,10 @@ pub struct Proposed {
     /// whatever a later binding claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_ms: Option<i64>,
+    /// What the caller said the effect is part of (the workflow type, the acting agent), for
+    /// budgets to match ([`crate::budget::Budget::scope`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// `AUTHORIZED`: the lease was live and covered the payload at submit.

@@ -438,6 +438,7 @@ mod tests {
             target: "t".into(),
             tier: 2,
             window_ms: None,
+            labels: Default::default(),
         })
     }
 

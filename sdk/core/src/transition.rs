@@ -77,7 +77,9 @@ pub fn authorize(
         LeaseVerdict::Error { message } => {
             Event::Refused(retry_note(RefusalCode::LeaseError, message, hash))
         }
-        LeaseVerdict::Dead { .. } | LeaseVerdict::Spent { .. } => {
+        LeaseVerdict::Dead { .. }
+        | LeaseVerdict::Spent { .. }
+        | LeaseVerdict::OverBudget { .. } => {
             let recheck = Recheck {
                 lease: lease.clone(),
                 premises_now: Default::default(),

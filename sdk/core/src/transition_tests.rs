@@ -40,6 +40,7 @@ fn proposal(tier: u8) -> Proposed {
         target: "t".into(),
         tier,
         window_ms: None,
+        labels: Default::default(),
     }
 }
 

@@ -395,6 +395,37 @@ impl TxLeases for TxLeaseReader<'_, '_> {
         let mut tx = self.tx.borrow_mut();
         self.journal.set_use_in(&mut **tx, id, key, amount, held)
     }
+
+    fn budgets(&self) -> Result<Vec<interlock::budget::Budget>, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.budgets_in(&mut **tx)
+    }
+
+    fn budget_holds(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+    ) -> Result<Vec<interlock::budget::Hold>, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal
+            .budget_holds_in(&mut **tx, id, bucket, since_ms)
+    }
+
+    fn hold_budget(
+        &self,
+        id: &str,
+        bucket: &str,
+        hold: &interlock::budget::Hold,
+    ) -> Result<(), LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.hold_budget_in(&mut **tx, id, bucket, hold)
+    }
+
+    fn release_budgets(&self, key: &str) -> Result<(), LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal.release_budgets_in(&mut **tx, key)
+    }
 }
 
 impl Journal for PgJournal {
@@ -630,6 +661,34 @@ impl interlock::lease::LeaseAdmin for PgJournal {
 
     fn lease_uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
         PgJournal::lease_uses(self, id)
+    }
+
+    fn set_budget(
+        &self,
+        budget: &interlock::budget::Budget,
+        by: &str,
+    ) -> Result<interlock::budget::BudgetChange, LeaseError> {
+        PgJournal::set_budget(self, budget, by)
+    }
+
+    fn remove_budget(
+        &self,
+        id: &str,
+        by: &str,
+    ) -> Result<Option<interlock::budget::BudgetChange>, LeaseError> {
+        PgJournal::remove_budget(self, id, by)
+    }
+
+    fn budget_changes(&self) -> Result<Vec<interlock::budget::BudgetChange>, LeaseError> {
+        PgJournal::budget_changes(self)
+    }
+
+    fn budget_places(
+        &self,
+        id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, interlock::budget::Hold)>, LeaseError> {
+        PgJournal::budget_places(self, id, since_ms)
     }
 }
 

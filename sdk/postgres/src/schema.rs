@@ -29,6 +29,8 @@ pub(crate) fn valid_name(name: &str) -> bool {
 ///   checks an approval.
 /// * `lease_uses`: which keys hold a use of a lease that counts its uses, taken and given back
 ///   by the append that changes the key's history.
+/// * `budget_changes`: every budget as set or removed, with who did it; `budget_holds`: the
+///   places effects hold in the budgets, kept as lease uses are.
 /// * `holds`: which server lifetime each liveness lock was first taken in. A lock with no row, or
 ///   a row from another lifetime, is never judged released.
 fn ddl(s: &str) -> String {
@@ -88,13 +90,31 @@ fn routes_ddl(s: &str) -> String {
 
 fn uses_ddl(s: &str) -> String {
     format!(
-        "CREATE TABLE {s}.lease_uses (
+        "CREATE TABLE IF NOT EXISTS {s}.lease_uses (
              lease  TEXT NOT NULL,
              key    TEXT NOT NULL,
              amount BIGINT NOT NULL,
              at_ms  BIGINT NOT NULL,
              PRIMARY KEY (lease, key)
-         );"
+         );
+         CREATE TABLE IF NOT EXISTS {s}.budget_changes (
+             id    TEXT NOT NULL,
+             n     INTEGER NOT NULL,
+             spec  TEXT,
+             at_ms BIGINT NOT NULL,
+             by    TEXT NOT NULL,
+             PRIMARY KEY (id, n)
+         );
+         CREATE TABLE IF NOT EXISTS {s}.budget_holds (
+             budget TEXT NOT NULL,
+             bucket TEXT NOT NULL,
+             key    TEXT NOT NULL,
+             amount BIGINT NOT NULL,
+             at_ms  BIGINT NOT NULL,
+             PRIMARY KEY (budget, key)
+         );
+         CREATE INDEX IF NOT EXISTS budget_holds_window ON {s}.budget_holds (budget, bucket, at_ms);
+         CREATE INDEX IF NOT EXISTS budget_holds_key ON {s}.budget_holds (key);"
     )
 }
 
@@ -155,15 +175,15 @@ pub(crate) fn ensure(
         }
         // Added within version 2: a release without it reads the journal as before, and never
         // dispatches under a lease whose uses are counted.
-        if create
-            && version == SCHEMA_VERSION.to_string()
-            && !tables.iter().any(|t| t == "lease_uses")
-        {
+        let missing = ["lease_uses", "budget_changes", "budget_holds"]
+            .iter()
+            .any(|name| !tables.iter().any(|t| t == name));
+        if create && version == SCHEMA_VERSION.to_string() && missing {
             tx.batch_execute(&uses_ddl(schema)).map_err(err)?;
             tracing::info!(
                 location,
                 schema,
-                "added the lease_uses table to the journal"
+                "added the tables of lease uses and budgets to the journal"
             );
         }
         if version != SCHEMA_VERSION.to_string() {

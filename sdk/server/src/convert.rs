@@ -102,17 +102,32 @@ pub fn effect_from(e: Option<&pb::Effect>) -> Result<Effect, Invalid> {
             return Err(invalid(&field, format!("premise {n:?} is given twice")));
         }
     }
+    if e.labels.len() > MAX_PREMISES {
+        return Err(invalid(
+            "effect.labels",
+            format!("at most {MAX_PREMISES} labels"),
+        ));
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    for (k, v) in &e.labels {
+        labels.insert(
+            name("effect.labels key", k)?,
+            name(&format!("effect.labels[{k}]"), v)?,
+        );
+    }
     Ok(Effect {
         key,
         payload,
         decided,
         lease,
+        labels,
     })
 }
 
 /// An effect as the caller will pass it back.
 pub fn effect_to(e: &Effect) -> pb::Effect {
     pb::Effect {
+        labels: e.labels.clone().into_iter().collect(),
         key: e.key.to_string(),
         payload_json: e.payload.to_string(),
         lease: e.lease.clone(),
@@ -162,6 +177,7 @@ pub fn refusal(c: RefusalCode) -> pb::RefusalCode {
         RefusalCode::LeaseErrorAtRecovery => pb::RefusalCode::LeaseErrorAtRecovery,
         RefusalCode::TargetConflict => pb::RefusalCode::TargetConflict,
         RefusalCode::LeaseSpent => pb::RefusalCode::LeaseSpent,
+        RefusalCode::Budget => pb::RefusalCode::Budget,
         _ => pb::RefusalCode::Unspecified,
     }
 }
@@ -390,6 +406,7 @@ mod tests {
                 name: "refundable".into(),
                 value_json: "10000".into(),
             }],
+            labels: [("agent".to_owned(), "refund-bot".to_owned())].into(),
         }
     }
 

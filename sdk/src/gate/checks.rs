@@ -6,6 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use serde_json::{Value, json};
 
 use crate::approval::Route;
+use crate::core::budget::{self, OverBudget, Subject};
 use crate::core::decide::diff;
 use crate::core::limits::{Use, room};
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
@@ -26,8 +27,18 @@ impl Bound {
     /// R4 as `AUTHORIZED` records it: the verdict on the lease and the grant it stands on (with
     /// the request's route, where a person was asked), both as of the journal's write
     /// transaction `tx` where the leases live in the journal's store (one read), else from the
-    /// lease store while `tx` holds the journal's write lock.
+    /// lease store while `tx` holds the journal's write lock; then the budgets, as of `tx`.
     pub(super) fn authorization_in(
+        &self,
+        tx: &TxView<'_>,
+        key: &EffectKey,
+        first: &Proposed,
+    ) -> (LeaseVerdict, Value) {
+        let (verdict, grant) = self.authorization_of(tx, key, first);
+        (self.within_budgets(tx, key, first, verdict), grant)
+    }
+
+    fn authorization_of(
         &self,
         tx: &TxView<'_>,
         key: &EffectKey,
@@ -36,7 +47,7 @@ impl Bound {
         let Some(leases) = tx.leases.filter(|_| self.gate.leases_in_journal) else {
             let store = &self.gate.leases;
             let grant = catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease)));
-            return (self.lease_in(tx, key, first), describe(grant, &[]));
+            return (self.lease_of(tx, key, first), describe(grant, &[]));
         };
         let read = read_in(leases, key, first);
         let verdict = self.judge(key, first, &read);
@@ -49,13 +60,69 @@ impl Bound {
 
     /// The lease as of the journal's write transaction `tx`: read in it where the leases live
     /// in the journal's store, else from the lease store while the transaction holds the
-    /// journal's write lock. Either way nothing after this read can precede the record.
+    /// journal's write lock. Either way nothing after this read can precede the record. Then the
+    /// budgets, as of `tx`.
     pub(super) fn lease_in(
         &self,
         tx: &TxView<'_>,
         key: &EffectKey,
         first: &Proposed,
     ) -> LeaseVerdict {
+        let verdict = self.lease_of(tx, key, first);
+        self.within_budgets(tx, key, first, verdict)
+    }
+
+    /// A live `verdict`, unless the effect would take a budget in force past its limit, as of
+    /// the journal's write transaction `tx` (budgets live in the journal's store, wherever the
+    /// leases are). A budget that cannot be read is a verdict of its own: fail closed.
+    fn within_budgets(
+        &self,
+        tx: &TxView<'_>,
+        key: &EffectKey,
+        first: &Proposed,
+        verdict: LeaseVerdict,
+    ) -> LeaseVerdict {
+        let Some(leases) = tx.leases.filter(|_| verdict == LeaseVerdict::Live) else {
+            return verdict;
+        };
+        let now = self.now();
+        let read = catch_unwind(AssertUnwindSafe(
+            || -> Result<Option<OverBudget>, LeaseError> {
+                let subject = Subject {
+                    payload: &first.payload,
+                    target: &first.target,
+                    labels: &first.labels,
+                };
+                for b in leases.budgets()? {
+                    if !b.matches(&subject) {
+                        continue;
+                    }
+                    let holds =
+                        leases.budget_holds(&b.id, &b.bucket(&subject), b.window.since(now))?;
+                    if let Err(over) =
+                        budget::room(&b, key.as_str(), b.amount(&first.payload), &holds, now)
+                    {
+                        return Ok(Some(over));
+                    }
+                }
+                Ok(None)
+            },
+        ));
+        match read {
+            Ok(Ok(None)) => LeaseVerdict::Live,
+            Ok(Ok(Some(over))) => LeaseVerdict::OverBudget {
+                reason: over.to_string(),
+            },
+            Ok(Err(e)) => LeaseVerdict::Error {
+                message: format!("the budgets could not be read: {e}"),
+            },
+            Err(_) => LeaseVerdict::Error {
+                message: "reading the budgets panicked".into(),
+            },
+        }
+    }
+
+    fn lease_of(&self, tx: &TxView<'_>, key: &EffectKey, first: &Proposed) -> LeaseVerdict {
         if !self.gate.leases_in_journal {
             return self.lease_verdict(first);
         }

@@ -448,6 +448,7 @@ impl Bound {
                     window_ms: (self.tier() == Tier::One)
                         .then(|| self.target.dedupe_window().map(ms))
                         .flatten(),
+                    labels: effect.labels.clone(),
                 };
                 self.propose(key, &proposal, &seen)?
             }

@@ -6,6 +6,7 @@
 
 mod chain;
 mod sqlite;
+mod sqlite_budgets;
 mod sqlite_group;
 mod sqlite_leases;
 mod sqlite_readers;
@@ -19,6 +20,7 @@ pub use store::Verified;
 
 use serde_json::Value;
 
+use crate::core::budget::{Budget, Hold};
 use crate::core::limits::Use;
 use crate::core::{EffectState, Event, HistoryError, LeaseVerdict};
 use crate::effect::EffectKey;
@@ -181,6 +183,19 @@ pub trait TxLeases {
     /// Record that `key` holds a use of lease `id` counting `amount` (`held`), or that it gave
     /// it back; called by [`store::keep_use`] in the transaction that changed the key's history.
     fn set_use(&self, id: &str, key: &str, amount: i64, held: bool) -> Result<(), LeaseError>;
+
+    /// The budgets in force as of this transaction, by id; none is set or removed until it ends.
+    fn budgets(&self) -> Result<Vec<Budget>, LeaseError>;
+
+    /// The places budget `id`'s counter `bucket` holds from `since_ms` on. Until the transaction
+    /// ends, no other transaction takes or gives back a place in that counter.
+    fn budget_holds(&self, id: &str, bucket: &str, since_ms: i64) -> Result<Vec<Hold>, LeaseError>;
+
+    /// Record that `hold.key` holds a place in budget `id`'s counter `bucket`.
+    fn hold_budget(&self, id: &str, bucket: &str, hold: &Hold) -> Result<(), LeaseError>;
+
+    /// Give back every place `key` holds in any budget.
+    fn release_budgets(&self, key: &str) -> Result<(), LeaseError>;
 
     /// The verdict on lease `id` for `payload` at `now_ms`, as of this transaction.
     fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {

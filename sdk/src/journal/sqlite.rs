@@ -223,9 +223,12 @@ impl SqliteJournal {
                 }
                 // Added within version 2: a release without it reads the journal as before,
                 // and never dispatches under a lease whose uses are counted (LIMITED_SCOPE).
-                if !tables.iter().any(|t| t == "lease_uses") {
+                if ["lease_uses", "budget_changes", "budget_holds"]
+                    .iter()
+                    .any(|name| !tables.iter().any(|t| t == name))
+                {
                     conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
-                    tracing::info!(path = %self.path, "added the lease_uses table to the journal");
+                    tracing::info!(path = %self.path, "added the tables of lease uses and budgets to the journal");
                     return Ok(((), true));
                 }
                 Ok(((), false))
@@ -504,7 +507,8 @@ CREATE TABLE routes (
 );
 ";
 
-/// Which keys hold a use of a lease that counts its uses ([`crate::core::limits`]): a row from
+/// Which keys hold a use of a lease that counts its uses, the budgets' changes and the places
+/// effects hold in them ([`crate::core::limits`]): a row from
 /// the transaction that writes a key's first `DISPATCHED`, deleted by the one that proves the
 /// effect never applied.
 const LEASE_USES: &str = "
@@ -515,6 +519,24 @@ CREATE TABLE IF NOT EXISTS lease_uses (
     at_ms  INTEGER NOT NULL,
     PRIMARY KEY (lease, key)
 );
+CREATE TABLE IF NOT EXISTS budget_changes (
+    id    TEXT NOT NULL,
+    n     INTEGER NOT NULL,
+    spec  TEXT,
+    at_ms INTEGER NOT NULL,
+    by    TEXT NOT NULL,
+    PRIMARY KEY (id, n)
+);
+CREATE TABLE IF NOT EXISTS budget_holds (
+    budget TEXT NOT NULL,
+    bucket TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (budget, key)
+);
+CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, at_ms);
+CREATE INDEX IF NOT EXISTS budget_holds_key ON budget_holds (key);
 ";
 
 /// Version 1 to 2, with [`ROUTES`]: leases may carry a signed approval.

@@ -237,6 +237,33 @@ impl TxLeases for TxLeaseReader<'_> {
         self.journal.uses_on(self.conn, id)
     }
 
+    fn budgets(&self) -> Result<Vec<crate::budget::Budget>, LeaseError> {
+        self.journal.budgets_on(self.conn)
+    }
+
+    fn budget_holds(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+    ) -> Result<Vec<crate::budget::Hold>, LeaseError> {
+        self.journal
+            .budget_holds_on(self.conn, id, bucket, since_ms)
+    }
+
+    fn hold_budget(
+        &self,
+        id: &str,
+        bucket: &str,
+        hold: &crate::budget::Hold,
+    ) -> Result<(), LeaseError> {
+        self.hold_budget_on(id, bucket, hold)
+    }
+
+    fn release_budgets(&self, key: &str) -> Result<(), LeaseError> {
+        self.release_budgets_on(key)
+    }
+
     fn set_use(&self, id: &str, key: &str, amount: i64, held: bool) -> Result<(), LeaseError> {
         let done = if held {
             self.conn.execute(
@@ -295,6 +322,34 @@ impl crate::lease::LeaseAdmin for SqliteJournal {
 
     fn lease_uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
         SqliteJournal::lease_uses(self, id)
+    }
+
+    fn set_budget(
+        &self,
+        budget: &crate::budget::Budget,
+        by: &str,
+    ) -> Result<crate::budget::BudgetChange, LeaseError> {
+        SqliteJournal::set_budget(self, budget, by)
+    }
+
+    fn remove_budget(
+        &self,
+        id: &str,
+        by: &str,
+    ) -> Result<Option<crate::budget::BudgetChange>, LeaseError> {
+        SqliteJournal::remove_budget(self, id, by)
+    }
+
+    fn budget_changes(&self) -> Result<Vec<crate::budget::BudgetChange>, LeaseError> {
+        SqliteJournal::budget_changes(self)
+    }
+
+    fn budget_places(
+        &self,
+        id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, crate::budget::Hold)>, LeaseError> {
+        SqliteJournal::budget_places(self, id, since_ms)
     }
 }
 

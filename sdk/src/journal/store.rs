@@ -302,11 +302,13 @@ pub fn decide_and_append(
     })
 }
 
-/// Take or give back the use `key` holds of its lease, inside the transaction that appended
-/// to it, when its history now says otherwise than `held_before` ([`holds_use`]): a first
-/// `DISPATCHED` takes it, an end that proves the effect never applied gives it back, and
-/// evidence that it landed after all takes it again. Only a lease that limits its uses keeps
-/// them; the amount is what the payload counts against its total.
+/// Take or give back the use `key` holds of its lease, and its places in the budgets, inside the
+/// transaction that appended to it, when its history now says otherwise than `held_before`
+/// ([`holds_use`]): a first `DISPATCHED` takes them, an end that proves the effect never applied
+/// gives them back, and evidence that it landed after all takes them again. Only a lease that
+/// limits its uses keeps them; the amount is what the payload counts against its total. A place
+/// in a budget is taken in every budget in force that the effect matches, at the time of its
+/// first `DISPATCHED` (the window it counts in).
 pub fn keep_use(
     location: &str,
     key: &str,
@@ -324,26 +326,54 @@ pub fn keep_use(
         other => JournalError::Storage {
             path: location.to_owned(),
             what: format!(
-                "key {key}: keeping its use of lease {}: {other}",
+                "key {key}: keeping its use of lease {} and its budgets: {other}",
                 first.lease
             ),
         },
     };
-    let Some(grant) = leases.grant(&first.lease).map_err(failed)? else {
+    if let Some(grant) = leases.grant(&first.lease).map_err(failed)? {
+        let limit = grant.limit();
+        if limit.limits() {
+            // A payload without the total's field was refused at dispatch; one that landed
+            // anyway (evidence after a refusal) counts as the whole total.
+            let amount = limit
+                .amount(&first.payload)
+                .unwrap_or_else(|| limit.total.as_ref().map_or(0, |(_, max)| *max));
+            leases
+                .set_use(&first.lease, key, amount, held)
+                .map_err(failed)?;
+        }
+    }
+    if !held {
+        return leases.release_budgets(key).map_err(failed);
+    }
+    let Some(at_ms) = history.records().iter().find_map(|r| match &r.event {
+        Event::Dispatched(_) => Some(r.at_ms),
+        _ => None,
+    }) else {
         return Ok(());
     };
-    let limit = grant.limit();
-    if !limit.limits() {
-        return Ok(());
+    let subject = crate::core::budget::Subject {
+        payload: &first.payload,
+        target: &first.target,
+        labels: &first.labels,
+    };
+    for b in leases.budgets().map_err(failed)? {
+        if !b.matches(&subject) {
+            continue;
+        }
+        // An amount refused at dispatch that landed anyway counts as the whole limit.
+        let amount = b.amount(&first.payload).unwrap_or_else(|| b.max());
+        let hold = crate::core::budget::Hold {
+            key: key.to_owned(),
+            amount,
+            at_ms,
+        };
+        leases
+            .hold_budget(&b.id, &b.bucket(&subject), &hold)
+            .map_err(failed)?;
     }
-    // A payload without the total's field was refused at dispatch; one that landed anyway
-    // (evidence after a refusal) counts as the whole total.
-    let amount = limit
-        .amount(&first.payload)
-        .unwrap_or_else(|| limit.total.as_ref().map_or(0, |(_, max)| *max));
-    leases
-        .set_use(&first.lease, key, amount, held)
-        .map_err(failed)
+    Ok(())
 }
 
 /// What importing one key's history into a store would do.

@@ -40,6 +40,10 @@ pub struct GatedEffect {
     pub decided: Premises,
     /// The lease it runs under.
     pub lease: String,
+    /// What the effect is part of, for budgets that count by it (`label.NAME` in a budget's
+    /// scope); `workflow_type`, `activity_type` and `task_queue` are added from the activity.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What a committed effect returns to the workflow.
@@ -326,11 +330,23 @@ pub async fn gated(
 ) -> Result<GatedReceipt, ActivityError> {
     let key = key_for(ctx, effect.key.as_deref())?;
     let attempt = ctx.info().attempt;
+    let mut labels = effect.labels;
+    let info = ctx.info();
+    for (name, value) in [
+        ("workflow_type", info.workflow_type.clone()),
+        ("activity_type", Some(info.activity_type.clone())),
+        ("task_queue", Some(info.task_queue.clone())),
+    ] {
+        if let Some(v) = value {
+            labels.entry(name.to_owned()).or_insert(v);
+        }
+    }
     let effect = Effect {
         key: key.clone(),
         payload: effect.payload,
         decided: effect.decided,
         lease: effect.lease,
+        labels,
     };
     // Claims name the Temporal attempt that holds them, so a journal shows which attempt sent.
     let info = ctx.info();

@@ -150,6 +150,7 @@ fn proposal(cfg: &LimitsConfig, k: u8) -> Proposed {
         target: "svc".into(),
         tier: cfg.tier.into(),
         window_ms: None,
+        labels: Default::default(),
     }
 }
 

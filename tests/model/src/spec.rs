@@ -505,6 +505,7 @@ fn proposal(cfg: &Config) -> Proposed {
         target: "svc".into(),
         tier: cfg.service_tier.into(),
         window_ms: (cfg.service_tier == Tier::One).then_some(WINDOW),
+        labels: Default::default(),
     }
 }
 

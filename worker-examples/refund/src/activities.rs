@@ -68,6 +68,9 @@ impl RefundActivities {
             payload: payload(&d.request),
             decided: d.premises,
             lease: d.request.lease,
+            // For budgets that count by label; gated() adds workflow_type, activity_type and
+            // task_queue itself.
+            labels: Default::default(),
         };
         let receipt = gated(&ctx, &self.refunds, effect).await?;
         Ok(Refunded {

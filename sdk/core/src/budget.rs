@@ -1,0 +1,546 @@
+//! Budgets: a limit on every effect that matches a scope, per window of time — "this agent
+//! refunds at most $500 a day", "at most 30 refunds an hour per merchant". An effect holds its
+//! place in a budget exactly as it holds a lease's use ([`super::limits::holds_use`]): from its
+//! first `DISPATCHED` for as long as it may have applied, so the sum of committed, in-flight and
+//! ambiguous effects in a window never passes the limit. Windows are read on the journal's clock:
+//! a rolling window is the last so many milliseconds, a calendar one the day, week (from Monday)
+//! or month that holds the dispatch, at a fixed offset from UTC that the budget states.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// One budget, as an administrator sets it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Its id.
+    pub id: String,
+    /// What an effect must match to count: payload fields by name, `target` for the target's
+    /// name, `label.NAME` for one of the effect's labels (the workflow type, the acting agent).
+    /// Empty: every effect.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scope: BTreeMap<String, Value>,
+    /// Count separately for each value of these (same names as `scope`): "per merchant".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per: Vec<String>,
+    /// The window the limit is over.
+    pub window: Window,
+    /// The limit.
+    pub limit: Limit,
+}
+
+/// The time a budget's limit is over.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Window {
+    /// The last `ms` milliseconds before the dispatch.
+    Rolling {
+        /// Its length.
+        ms: i64,
+    },
+    /// The calendar day, week (Monday to Sunday) or month holding the dispatch, at a fixed offset
+    /// from UTC.
+    Calendar {
+        /// Day, week or month.
+        unit: CalendarUnit,
+        /// Minutes east of UTC (120 for UTC+02:00). A fixed offset: a zone's daylight-saving
+        /// changes are not followed.
+        #[serde(default)]
+        utc_offset_minutes: i32,
+    },
+}
+
+/// A calendar window's unit.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CalendarUnit {
+    /// From midnight to midnight.
+    Day,
+    /// From Monday midnight to the next.
+    Week,
+    /// From the first of the month at midnight to the next first.
+    Month,
+}
+
+/// What a budget limits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Limit {
+    /// How many effects.
+    Count {
+        /// At most this many.
+        max: i64,
+    },
+    /// The sum of an integer payload field.
+    Sum {
+        /// The field.
+        field: String,
+        /// At most this much.
+        max: i64,
+    },
+}
+
+/// What a budget is matched against: the effect as it was proposed.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    /// The payload.
+    pub payload: &'a Value,
+    /// The target's name.
+    pub target: &'a str,
+    /// The effect's labels.
+    pub labels: &'a BTreeMap<String, String>,
+}
+
+impl Subject<'_> {
+    /// The value a scope or `per` name reads.
+    fn get(&self, name: &str) -> Value {
+        if name == "target" {
+            return Value::String(self.target.to_owned());
+        }
+        if let Some(label) = name.strip_prefix("label.") {
+            return self
+                .labels
+                .get(label)
+                .map_or(Value::Null, |v| Value::String(v.clone()));
+        }
+        self.payload.get(name).cloned().unwrap_or(Value::Null)
+    }
+}
+
+/// A place an effect holds in a budget, as the store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The effect's key.
+    pub key: String,
+    /// What it counts: 1 for a count, the field's value for a sum.
+    pub amount: i64,
+    /// When it was first dispatched (ms since the epoch): the window it falls in.
+    pub at_ms: i64,
+}
+
+/// Why an effect does not fit a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverBudget {
+    /// The budget's id.
+    pub budget: String,
+    /// What the window already holds.
+    pub used: i64,
+    /// The limit.
+    pub max: i64,
+    /// What the effect asks.
+    pub asked: i64,
+    /// When the window has room for it, if it ever will (a rolling window as its oldest places
+    /// age out, a calendar one at the next period).
+    pub frees_at_ms: Option<i64>,
+    /// The window, in words.
+    pub window: String,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "budget {} allows {} {}; {} is used, {} left, and this effect asks {}",
+            self.budget,
+            self.max,
+            self.window,
+            self.used,
+            self.max.saturating_sub(self.used).max(0),
+            self.asked
+        )?;
+        match self.frees_at_ms {
+            Some(at) => write!(f, "; room frees at {at} (ms since the epoch)"),
+            None => write!(f, "; it never fits this budget"),
+        }
+    }
+}
+
+impl Budget {
+    /// A budget that can be kept: an id, a window of positive length, a limit that is not
+    /// negative, and names it can read.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.id.is_empty() {
+            return Err("a budget needs an id".into());
+        }
+        match self.window {
+            Window::Rolling { ms } if ms <= 0 => {
+                return Err(format!(
+                    "budget {}: a rolling window needs a length",
+                    self.id
+                ));
+            }
+            Window::Calendar {
+                utc_offset_minutes, ..
+            } if utc_offset_minutes.abs() > 14 * 60 => {
+                return Err(format!(
+                    "budget {}: a UTC offset is at most 14 hours",
+                    self.id
+                ));
+            }
+            _ => {}
+        }
+        match &self.limit {
+            Limit::Count { max } | Limit::Sum { max, .. } if *max < 0 => {
+                return Err(format!("budget {}: a limit cannot be negative", self.id));
+            }
+            Limit::Sum { field, .. } if field.is_empty() => {
+                return Err(format!("budget {}: a sum needs a payload field", self.id));
+            }
+            _ => {}
+        }
+        if self.scope.keys().chain(&self.per).any(String::is_empty) {
+            return Err(format!("budget {}: a scope or per name is empty", self.id));
+        }
+        Ok(())
+    }
+
+    /// Whether an effect counts against it.
+    pub fn matches(&self, s: &Subject<'_>) -> bool {
+        self.scope.iter().all(|(name, want)| s.get(name) == *want)
+    }
+
+    /// Which of its counters the effect counts in: the values of its `per` names, as JSON text
+    /// (`[]` for a budget that counts everything together).
+    pub fn bucket(&self, s: &Subject<'_>) -> String {
+        let values: Vec<Value> = self.per.iter().map(|name| s.get(name)).collect();
+        Value::Array(values).to_string()
+    }
+
+    /// What the effect counts: 1 for a count, the field's integer value for a sum (`None` when
+    /// the payload has no integer there, or a negative one: such an effect is refused).
+    pub fn amount(&self, payload: &Value) -> Option<i64> {
+        match &self.limit {
+            Limit::Count { .. } => Some(1),
+            Limit::Sum { field, .. } => payload
+                .get(field)
+                .and_then(Value::as_i64)
+                .filter(|v| *v >= 0),
+        }
+    }
+
+    /// The limit.
+    pub fn max(&self) -> i64 {
+        match &self.limit {
+            Limit::Count { max } | Limit::Sum { max, .. } => *max,
+        }
+    }
+
+    /// The limit and window in words: `amount ≤ 50000 per calendar day (UTC+02:00)`.
+    pub fn describe(&self) -> String {
+        let what = match &self.limit {
+            Limit::Count { .. } => "effects".to_owned(),
+            Limit::Sum { field, .. } => format!("{field} in total"),
+        };
+        let per = if self.per.is_empty() {
+            String::new()
+        } else {
+            format!(" for each {}", self.per.join(", "))
+        };
+        format!("{what} {}{per}", self.window.describe())
+    }
+}
+
+impl Window {
+    /// The first time (inclusive) whose dispatches count in the window that holds `now_ms`.
+    pub fn since(&self, now_ms: i64) -> i64 {
+        match *self {
+            Window::Rolling { ms } => now_ms.saturating_sub(ms).saturating_add(1),
+            Window::Calendar {
+                unit,
+                utc_offset_minutes,
+            } => period(unit, utc_offset_minutes, now_ms).0,
+        }
+    }
+
+    /// The window in words.
+    pub fn describe(&self) -> String {
+        match *self {
+            Window::Rolling { ms } => format!("in any {}", duration_words(ms)),
+            Window::Calendar {
+                unit,
+                utc_offset_minutes,
+            } => {
+                let unit = match unit {
+                    CalendarUnit::Day => "day",
+                    CalendarUnit::Week => "week (from Monday)",
+                    CalendarUnit::Month => "month",
+                };
+                format!("per calendar {unit} ({})", offset_words(utc_offset_minutes))
+            }
+        }
+    }
+}
+
+/// `UTC`, `UTC+02:00`, `UTC-05:30`.
+pub fn offset_words(minutes: i32) -> String {
+    if minutes == 0 {
+        return "UTC".into();
+    }
+    let sign = if minutes < 0 { '-' } else { '+' };
+    let m = minutes.unsigned_abs();
+    format!("UTC{sign}{:02}:{:02}", m / 60, m % 60)
+}
+
+fn duration_words(ms: i64) -> String {
+    const UNITS: [(i64, &str); 4] = [
+        (DAY_MS, "day"),
+        (3_600_000, "hour"),
+        (60_000, "minute"),
+        (1_000, "second"),
+    ];
+    for (len, name) in UNITS {
+        if ms % len == 0 {
+            let n = ms / len;
+            return if n == 1 {
+                name.to_owned()
+            } else {
+                format!("{n} {name}s")
+            };
+        }
+    }
+    format!("{ms} ms")
+}
+
+/// The calendar period holding `now_ms`: its start (inclusive) and end (exclusive), in ms since
+/// the epoch.
+fn period(unit: CalendarUnit, offset_minutes: i32, now_ms: i64) -> (i64, i64) {
+    let offset = i64::from(offset_minutes) * 60_000;
+    let local = now_ms.saturating_add(offset);
+    let day = local.div_euclid(DAY_MS);
+    let (first, next) = match unit {
+        CalendarUnit::Day => (day, day + 1),
+        CalendarUnit::Week => {
+            // 1970-01-01 was a Thursday: Monday is day 3 of the week counted from it.
+            let monday = day - (day + 3).rem_euclid(7);
+            (monday, monday + 7)
+        }
+        CalendarUnit::Month => {
+            let (y, m, _) = civil_from_days(day);
+            let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            (days_from_civil(y, m, 1), days_from_civil(ny, nm, 1))
+        }
+    };
+    (first * DAY_MS - offset, next * DAY_MS - offset)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day counted from 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Whether `key`, asking `asked` (`None`: its payload has no amount this budget can count), fits
+/// `budget` at `now_ms`, when `holds` are the places the budget's counter for the effect's bucket
+/// holds (any time; those outside the window are ignored). The key's own place, if it holds one
+/// already (a resend), is not counted against it.
+pub fn room(
+    budget: &Budget,
+    key: &str,
+    asked: Option<i64>,
+    holds: &[Hold],
+    now_ms: i64,
+) -> Result<(), OverBudget> {
+    if holds.iter().any(|h| h.key == key) {
+        return Ok(());
+    }
+    let since = budget.window.since(now_ms);
+    let mut counted: Vec<&Hold> = holds.iter().filter(|h| h.at_ms >= since).collect();
+    let used = counted
+        .iter()
+        .fold(0_i64, |sum, h| sum.saturating_add(h.amount));
+    let max = budget.max();
+    let over = |asked: i64, frees_at_ms| OverBudget {
+        budget: budget.id.clone(),
+        used,
+        max,
+        asked,
+        frees_at_ms,
+        window: budget.describe(),
+    };
+    let Some(asked) = asked else {
+        return Err(over(0, None));
+    };
+    if used.saturating_add(asked) <= max {
+        return Ok(());
+    }
+    if asked > max {
+        return Err(over(asked, None));
+    }
+    let frees_at = match budget.window {
+        Window::Rolling { ms } => {
+            // The oldest places age out first: room comes when enough of them have.
+            counted.sort_by_key(|h| h.at_ms);
+            let mut left = used;
+            counted.iter().find_map(|h| {
+                left = left.saturating_sub(h.amount);
+                (left.saturating_add(asked) <= max).then(|| h.at_ms.saturating_add(ms))
+            })
+        }
+        Window::Calendar {
+            unit,
+            utc_offset_minutes,
+        } => Some(period(unit, utc_offset_minutes, now_ms).1),
+    };
+    Err(over(asked, frees_at))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn budget(window: Window, limit: Limit) -> Budget {
+        Budget {
+            id: "b".into(),
+            scope: BTreeMap::new(),
+            per: Vec::new(),
+            window,
+            limit,
+        }
+    }
+
+    fn hold(key: &str, amount: i64, at_ms: i64) -> Hold {
+        Hold {
+            key: key.into(),
+            amount,
+            at_ms,
+        }
+    }
+
+    // 2026-12-01T10:00:00Z, a Tuesday.
+    const NOW: i64 = 1_796_119_200_000;
+
+    #[test]
+    fn calendar_periods_start_at_local_midnight_monday_and_the_first_of_the_month() {
+        let day = period(CalendarUnit::Day, 0, NOW);
+        assert_eq!(day, (1_796_083_200_000, 1_796_083_200_000 + DAY_MS));
+        // At UTC+14:00 it is already 00:00 on Wednesday the 2nd.
+        let ahead = period(CalendarUnit::Day, 14 * 60, NOW);
+        assert_eq!(ahead.0, 1_796_083_200_000 + DAY_MS - 14 * 3_600_000);
+        let week = period(CalendarUnit::Week, 0, NOW);
+        assert_eq!(week.0, 1_796_083_200_000 - DAY_MS, "Monday 2026-11-30");
+        let month = period(CalendarUnit::Month, 0, NOW);
+        assert_eq!(month.0, 1_796_083_200_000, "2026-12-01");
+        assert_eq!(month.1, 1_796_083_200_000 + 31 * DAY_MS, "2027-01-01");
+        assert_eq!(civil_from_days(days_from_civil(2024, 2, 29)), (2024, 2, 29));
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+    }
+
+    #[test]
+    fn a_sum_admits_until_the_window_is_full_and_says_when_room_frees() {
+        let b = budget(
+            Window::Rolling { ms: 3_600_000 },
+            Limit::Sum {
+                field: "amount".into(),
+                max: 5000,
+            },
+        );
+        let holds = [
+            hold("old", 5000, NOW - 3_600_000), // aged out
+            hold("a", 2000, NOW - 1_800_000),
+            hold("b", 2000, NOW - 600_000),
+        ];
+        assert_eq!(room(&b, "c", Some(1000), &holds, NOW), Ok(()));
+        let over = room(&b, "c", Some(1500), &holds, NOW).unwrap_err();
+        assert_eq!((over.used, over.asked), (4000, 1500));
+        assert_eq!(over.frees_at_ms, Some(NOW - 1_800_000 + 3_600_000));
+        assert!(over.to_string().contains("1000 left"), "{over}");
+        // The key that holds a place may resend; one asking more than the limit never fits.
+        assert_eq!(room(&b, "a", Some(2000), &holds, NOW), Ok(()));
+        assert_eq!(
+            room(&b, "z", Some(6000), &[], NOW).unwrap_err().frees_at_ms,
+            None
+        );
+        assert!(room(&b, "z", None, &[], NOW).is_err());
+        assert_eq!(b.amount(&json!({"amount": -3})), None);
+    }
+
+    #[test]
+    fn a_count_per_calendar_day_frees_at_the_next_midnight() {
+        let b = budget(
+            Window::Calendar {
+                unit: CalendarUnit::Day,
+                utc_offset_minutes: 0,
+            },
+            Limit::Count { max: 2 },
+        );
+        let yesterday = hold("y", 1, NOW - DAY_MS);
+        let today = [
+            yesterday.clone(),
+            hold("a", 1, NOW - 60_000),
+            hold("b", 1, NOW - 1),
+        ];
+        let over = room(&b, "c", Some(1), &today, NOW).unwrap_err();
+        assert_eq!(over.frees_at_ms, Some(1_796_083_200_000 + DAY_MS));
+        assert_eq!(room(&b, "c", Some(1), &[yesterday], NOW), Ok(()));
+    }
+
+    #[test]
+    fn a_scope_reads_payload_fields_the_target_and_labels_and_per_splits_the_count() {
+        let mut b = budget(Window::Rolling { ms: 1000 }, Limit::Count { max: 1 });
+        b.scope.insert("target".into(), json!("refunds"));
+        b.scope.insert("label.agent".into(), json!("bot-7"));
+        b.per = vec!["customer".into()];
+        let labels: BTreeMap<String, String> = [("agent".to_owned(), "bot-7".to_owned())].into();
+        let payload = json!({"customer": "cus_1", "amount": 5});
+        let s = Subject {
+            payload: &payload,
+            target: "refunds",
+            labels: &labels,
+        };
+        assert!(b.matches(&s));
+        assert_eq!(b.bucket(&s), r#"["cus_1"]"#);
+        let other = Subject {
+            target: "payouts",
+            ..s
+        };
+        assert!(!b.matches(&other));
+        let none = BTreeMap::new();
+        assert!(!b.matches(&Subject { labels: &none, ..s }));
+        assert!(b.validate().is_ok());
+        b.window = Window::Rolling { ms: 0 };
+        assert!(b.validate().is_err());
+    }
+
+    #[test]
+    fn windows_and_offsets_are_told_in_words() {
+        let b = budget(
+            Window::Calendar {
+                unit: CalendarUnit::Day,
+                utc_offset_minutes: -330,
+            },
+            Limit::Sum {
+                field: "amount".into(),
+                max: 50_000,
+            },
+        );
+        assert_eq!(b.describe(), "amount in total per calendar day (UTC-05:30)");
+        assert_eq!(
+            Window::Rolling { ms: 7_200_000 }.describe(),
+            "in any 2 hours"
+        );
+    }
+}

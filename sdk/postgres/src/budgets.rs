@@ -1,0 +1,277 @@
+//! Budgets on PostgreSQL. A counter's places are inserted by appends for different keys, so a row
+//! lock cannot order them; each (budget, bucket) has a transaction-scoped advisory lock, taken
+//! exclusively in a statement of its own before the counter is read, so the read sees every
+//! place committed before the lock was granted and no other append changes the counter until
+//! this one commits. An append takes the counters' locks in budget-id order, after the key's row,
+//! the lease and the lease's use lock, and nothing takes those while holding one of these, so
+//! they add no cycle. The budgets in force are read under a shared lock that setting or removing
+//! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
+//! every dispatch after it reads the new ones.
+
+use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, spec_of};
+use interlock::lease::LeaseError;
+
+use crate::journal::PgJournal;
+use crate::pool::Query;
+
+/// The advisory locks' key space for budget counters (routes and lease uses have others).
+const BUDGET_LOCKS: i32 = 0x1c7e_0003;
+
+impl PgJournal {
+    fn lock(&self, q: &mut dyn Query, name: &str, exclusive: bool) -> Result<(), LeaseError> {
+        let f = if exclusive {
+            "pg_advisory_xact_lock"
+        } else {
+            "pg_advisory_xact_lock_shared"
+        };
+        let name = format!("{}:{name}", self.schema());
+        q.execute(
+            &format!("SELECT {f}($1, hashtext($2))::text"),
+            &[&BUDGET_LOCKS, &name],
+        )
+        .map(drop)
+        .map_err(|e| LeaseError::from(self.err(&e)))
+    }
+
+    /// The budgets in force, read under the shared rules lock.
+    pub(crate) fn budgets_in(&self, q: &mut dyn Query) -> Result<Vec<Budget>, LeaseError> {
+        self.lock(q, "(rules)", false)?;
+        let rows = q
+            .query(
+                &format!(
+                    "SELECT c.id, c.spec FROM {s}.budget_changes c \
+                     WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \
+                     AND c.spec IS NOT NULL ORDER BY c.id",
+                    s = self.schema()
+                ),
+                &[],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        rows.iter()
+            .map(|r| budget_of(&r.get::<_, String>(0), &r.get::<_, String>(1)))
+            .collect()
+    }
+
+    /// Counter `bucket` of budget `id` from `since_ms` on, locked until the transaction ends.
+    pub(crate) fn budget_holds_in(
+        &self,
+        q: &mut dyn Query,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+    ) -> Result<Vec<Hold>, LeaseError> {
+        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
+        let rows = q
+            .query(
+                &format!(
+                    "SELECT key, amount, at_ms FROM {}.budget_holds \
+                     WHERE budget = $1 AND bucket = $2 AND at_ms >= $3",
+                    self.schema()
+                ),
+                &[&id, &bucket, &since_ms],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        Ok(rows
+            .iter()
+            .map(|r| Hold {
+                key: r.get(0),
+                amount: r.get(1),
+                at_ms: r.get(2),
+            })
+            .collect())
+    }
+
+    /// Record `hold` in counter `bucket` of budget `id`, under the counter's lock.
+    pub(crate) fn hold_budget_in(
+        &self,
+        q: &mut dyn Query,
+        id: &str,
+        bucket: &str,
+        hold: &Hold,
+    ) -> Result<(), LeaseError> {
+        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
+        q.execute(
+            &format!(
+                "INSERT INTO {}.budget_holds (budget, bucket, key, amount, at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (budget, key) DO UPDATE \
+                 SET bucket = EXCLUDED.bucket, amount = EXCLUDED.amount, at_ms = EXCLUDED.at_ms",
+                self.schema()
+            ),
+            &[&id, &bucket, &hold.key, &hold.amount, &hold.at_ms],
+        )
+        .map(drop)
+        .map_err(|e| LeaseError::from(self.err(&e)))
+    }
+
+    /// Give back every place `key` holds. Freeing room needs no counter's lock: a reader that
+    /// does not see it yet counts one place too many, never one too few.
+    pub(crate) fn release_budgets_in(
+        &self,
+        q: &mut dyn Query,
+        key: &str,
+    ) -> Result<(), LeaseError> {
+        q.execute(
+            &format!("DELETE FROM {}.budget_holds WHERE key = $1", self.schema()),
+            &[&key],
+        )
+        .map(drop)
+        .map_err(|e| LeaseError::from(self.err(&e)))
+    }
+
+    /// Set a budget, journaled with who set it.
+    pub fn set_budget(&self, budget: &Budget, by: &str) -> Result<BudgetChange, LeaseError> {
+        check_by(by)?;
+        let spec = spec_of(budget)?;
+        let at_ms = self.now_ms();
+        let n = self
+            .conn()?
+            .run_tx(
+                |e| self.err(e),
+                |q| {
+                    let n = self.change(q, &budget.id, Some(&spec), at_ms, by)?;
+                    Ok((n, true))
+                },
+            )
+            .map_err(LeaseError::from)?;
+        Ok(BudgetChange {
+            id: budget.id.clone(),
+            n,
+            budget: Some(budget.clone()),
+            at_ms,
+            by: by.to_owned(),
+        })
+    }
+
+    /// Remove budget `id`, journaled with who removed it.
+    pub fn remove_budget(&self, id: &str, by: &str) -> Result<Option<BudgetChange>, LeaseError> {
+        check_by(by)?;
+        let at_ms = self.now_ms();
+        let n = self
+            .conn()?
+            .run_tx(
+                |e| self.err(e),
+                |q| {
+                    let row = q
+                        .query_opt(
+                            &format!(
+                                "SELECT spec FROM {}.budget_changes WHERE id = $1 \
+                                 ORDER BY n DESC LIMIT 1",
+                                self.schema()
+                            ),
+                            &[&id],
+                        )
+                        .map_err(|e| self.err(&e))?;
+                    if row.is_none_or(|r| r.get::<_, Option<String>>(0).is_none()) {
+                        return Ok((None, false));
+                    }
+                    let n = self.change(q, id, None, at_ms, by)?;
+                    Ok((Some(n), true))
+                },
+            )
+            .map_err(LeaseError::from)?;
+        Ok(n.map(|n| BudgetChange {
+            id: id.to_owned(),
+            n,
+            budget: None,
+            at_ms,
+            by: by.to_owned(),
+        }))
+    }
+
+    /// Append a change under the exclusive rules lock.
+    fn change(
+        &self,
+        q: &mut dyn Query,
+        id: &str,
+        spec: Option<&str>,
+        at_ms: i64,
+        by: &str,
+    ) -> Result<u32, interlock::JournalError> {
+        self.lock(q, "(rules)", true).map_err(|e| match e {
+            LeaseError::Journal(j) => j,
+            other => interlock::JournalError::Storage {
+                path: self.location_str().to_owned(),
+                what: other.to_string(),
+            },
+        })?;
+        let s = self.schema();
+        let n: i32 = q
+            .query_one(
+                &format!("SELECT COALESCE(MAX(n) + 1, 0) FROM {s}.budget_changes WHERE id = $1"),
+                &[&id],
+            )
+            .map_err(|e| self.err(&e))?
+            .get(0);
+        q.execute(
+            &format!(
+                "INSERT INTO {s}.budget_changes (id, n, spec, at_ms, by) VALUES ($1, $2, $3, $4, $5)"
+            ),
+            &[&id, &n, &spec, &at_ms, &by],
+        )
+        .map_err(|e| self.err(&e))?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Every change to every budget, by id, oldest first.
+    pub fn budget_changes(&self) -> Result<Vec<BudgetChange>, LeaseError> {
+        let rows = self
+            .conn()?
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT id, n, spec, at_ms, by FROM {}.budget_changes ORDER BY id, n",
+                        self.schema()
+                    ),
+                    &[],
+                )
+            })
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.get(0);
+                let spec: Option<String> = r.get(2);
+                Ok(BudgetChange {
+                    budget: spec.map(|s| budget_of(&id, &s)).transpose()?,
+                    n: u32::try_from(r.get::<_, i32>(1)).unwrap_or(u32::MAX),
+                    at_ms: r.get(3),
+                    by: r.get(4),
+                    id,
+                })
+            })
+            .collect()
+    }
+
+    /// The places budget `id` holds from `since_ms` on, with their counters' buckets.
+    pub fn budget_places(
+        &self,
+        id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, Hold)>, LeaseError> {
+        let rows = self
+            .conn()?
+            .run(|c| {
+                c.query(
+                    &format!(
+                        "SELECT bucket, key, amount, at_ms FROM {}.budget_holds \
+                         WHERE budget = $1 AND at_ms >= $2 ORDER BY at_ms, key",
+                        self.schema()
+                    ),
+                    &[&id, &since_ms],
+                )
+            })
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    Hold {
+                        key: r.get(1),
+                        amount: r.get(2),
+                        at_ms: r.get(3),
+                    },
+                )
+            })
+            .collect())
+    }
+}

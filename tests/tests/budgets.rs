@@ -1,0 +1,288 @@
+//! Budgets hold across every key and every worker: an effect is dispatched only if it fits every
+//! budget in force that it matches, checked in the transaction that writes its `DISPATCHED` (on
+//! every store, with racing handles); a refusal names the budget, what is used and left, and when
+//! room frees. A place is held for as long as the effect may have applied and given back only by
+//! an end that proves it never did; changes are journaled with who made them.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use interlock::budget::{Budget, CalendarUnit, Limit, Window};
+use interlock::core::RefusalCode;
+use interlock::faults::FaultPoint;
+use interlock::lease::in_force;
+use interlock::premise::NoPremises;
+use interlock::{Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
+use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_tests::stores::{Kind, Store};
+use interlock_tests::targets::Ledger;
+use serde_json::json;
+
+// 2026-12-01T10:00:00Z.
+const T0: i64 = 1_796_119_200_000;
+const HOUR: i64 = 3_600_000;
+
+struct Setup {
+    store: Store,
+    clock: ManualClock,
+}
+
+fn setup(kind: Kind, label: &str, budgets: &[Budget]) -> Setup {
+    let clock = ManualClock::at(T0);
+    let store = Store::open(kind, label, Arc::new(clock.clone())).unwrap();
+    store
+        .grant(&Grant::new("ops", "ops@example", T0).unlimited())
+        .unwrap();
+    for b in budgets {
+        store.store().set_budget(b, "finance@example").unwrap();
+    }
+    Setup { store, clock }
+}
+
+fn sum_per_day(id: &str, max: i64) -> Budget {
+    Budget {
+        id: id.into(),
+        scope: BTreeMap::new(),
+        per: Vec::new(),
+        window: Window::Calendar {
+            unit: CalendarUnit::Day,
+            utc_offset_minutes: 0,
+        },
+        limit: Limit::Sum {
+            field: "amount".into(),
+            max,
+        },
+    }
+}
+
+fn effect(key: &str, amount: i64) -> Effect {
+    Effect::new(
+        EffectKey::fixed(key).unwrap(),
+        &json!({"payment_intent": "pi_1", "customer": "cus_1", "amount": amount}),
+        "ops",
+    )
+    .unwrap()
+}
+
+fn bound(s: &Setup, service: Arc<Ledger>, attempt: &str) -> interlock::Bound {
+    s.store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .with_attempt(attempt)
+        .bind(service, Arc::new(NoPremises))
+        .unwrap()
+}
+
+fn budget_refusal(out: &Outcome) -> Option<&str> {
+    match out {
+        Outcome::Refused(r) if r.code == RefusalCode::Budget => Some(r.reason.as_str()),
+        _ => None,
+    }
+}
+
+fn sum(service: &Ledger) -> i64 {
+    service.applied().iter().map(|(_, a)| a).sum()
+}
+
+fn a_sum_per_day_admits_until_full_and_refuses_naming_the_budget_and_when_room_frees(kind: Kind) {
+    let s = setup(kind, "sum-day", &[sum_per_day("refunds-daily", 5000)]);
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    let a = gate.submit(&effect("a", 2000)).unwrap();
+    let b = gate.submit(&effect("b", 2000)).unwrap();
+    assert!(matches!(a, Outcome::Committed { .. }) && matches!(b, Outcome::Committed { .. }));
+    let c = gate.submit(&effect("c", 1500)).unwrap();
+    let why = budget_refusal(&c).unwrap_or_else(|| panic!("not refused by the budget: {c:?}"));
+    assert!(
+        why.contains("budget refunds-daily")
+            && why.contains("4000 is used, 1000 left")
+            && why.contains("room frees at"),
+        "{why}"
+    );
+    let d = gate.submit(&effect("d", 1000)).unwrap();
+    assert!(matches!(d, Outcome::Committed { .. }), "{d:?}");
+    assert_eq!(sum(&service), 5000);
+    // The next day has room again.
+    s.clock.advance(24 * HOUR);
+    let e = gate.submit(&effect("e", 5000)).unwrap();
+    assert!(matches!(e, Outcome::Committed { .. }), "{e:?}");
+}
+
+fn racing_handles_never_take_a_budget_past_its_limit(kind: Kind) {
+    let mut three = sum_per_day("three-a-day", 0);
+    three.limit = Limit::Count { max: 3 };
+    let s = setup(kind, "race", &[three]);
+    let service = Ledger::new(Tier::Two);
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let gate = interlock::Gate::new(
+                    s.store.reopen().unwrap(),
+                    s.store.leases(),
+                    Arc::new(s.clock.clone()),
+                    s.store.config(),
+                )
+                .unwrap()
+                .with_attempt(format!("t{i}"))
+                .bind(service.clone(), Arc::new(NoPremises))
+                .unwrap();
+                scope.spawn(move || gate.submit(&effect(&format!("k-{i}"), 100)).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let committed = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Committed { .. }))
+        .count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| budget_refusal(o).is_some())
+        .count();
+    assert_eq!((committed, refused), (3, 5), "{outcomes:?}");
+    assert_eq!(service.applied().len(), 3);
+}
+
+fn a_scope_and_per_count_only_matching_effects_each_in_its_own_counter(kind: Kind) {
+    let per_customer = Budget {
+        id: "bot-twice-per-customer".into(),
+        scope: [("label.agent".to_owned(), json!("bot-7"))].into(),
+        per: vec!["customer".into()],
+        window: Window::Rolling { ms: 7 * 24 * HOUR },
+        limit: Limit::Count { max: 2 },
+    };
+    let s = setup(kind, "per", &[per_customer]);
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    let by_bot = |key: &str, customer: &str| {
+        Effect::new(
+            EffectKey::fixed(key).unwrap(),
+            &json!({"payment_intent": "pi_1", "customer": customer, "amount": 100}),
+            "ops",
+        )
+        .unwrap()
+        .label("agent", "bot-7")
+    };
+    for key in ["b1", "b2"] {
+        let out = gate.submit(&by_bot(key, "cus_1")).unwrap();
+        assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    }
+    let third = gate.submit(&by_bot("b3", "cus_1")).unwrap();
+    assert!(budget_refusal(&third).is_some(), "{third:?}");
+    // Another customer has a counter of its own; a person's refund is not the bot's.
+    let other = gate.submit(&by_bot("b4", "cus_2")).unwrap();
+    assert!(matches!(other, Outcome::Committed { .. }), "{other:?}");
+    let person = gate.submit(&effect("p1", 100)).unwrap();
+    assert!(matches!(person, Outcome::Committed { .. }), "{person:?}");
+    assert_eq!(service.applied().len(), 4);
+}
+
+fn a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it(kind: Kind) {
+    let s = setup(kind, "give-back", &[sum_per_day("daily", 2000)]);
+    let service = Ledger::new(Tier::Two);
+    service.refuse.lock().unwrap().insert("fails".into());
+    let gate = bound(&s, service.clone(), "w1");
+    let failed = gate.submit(&effect("fails", 2000)).unwrap();
+    assert!(matches!(failed, Outcome::Failed(_)), "{failed:?}");
+    let next = gate.submit(&effect("next", 2000)).unwrap();
+    assert!(matches!(next, Outcome::Committed { .. }), "{next:?}");
+
+    // Tier 3, the answer lost: AMBIGUOUS, which keeps its place in full.
+    let s = setup(kind, "ambiguous", &[sum_per_day("daily", 2000)]);
+    let blind = Ledger::new(Tier::Three);
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterSend, Action::Crash);
+    let crashed = s
+        .store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .with_attempt("a1")
+        .with_faults(faults)
+        .bind(blind.clone(), Arc::new(NoPremises))
+        .unwrap();
+    assert!(matches!(
+        crashed.submit(&effect("lost", 1500)),
+        Err(GateError::Crashed(_))
+    ));
+    s.clock.advance(600_000);
+    let gate = bound(&s, blind.clone(), "a2");
+    let lost = gate.submit(&effect("lost", 1500)).unwrap();
+    assert!(matches!(lost, Outcome::Ambiguous(_)), "{lost:?}");
+    let more = gate.submit(&effect("more", 1000)).unwrap();
+    let why = budget_refusal(&more).unwrap_or_else(|| panic!("{more:?}"));
+    assert!(why.contains("1500 is used"), "{why}");
+    assert_eq!(blind.applied().len(), 1);
+}
+
+fn every_change_names_who_made_it_and_a_removed_budget_counts_nothing(kind: Kind) {
+    let s = setup(kind, "changes", &[sum_per_day("daily", 1000)]);
+    let store = s.store.store();
+    let mut raised = sum_per_day("daily", 3000);
+    raised.scope.insert("target".into(), json!("payments"));
+    store.set_budget(&raised, "cfo@example").unwrap();
+    assert!(
+        store.set_budget(&raised, " ").is_err(),
+        "a change names who made it"
+    );
+    let changes = store.budget_changes().unwrap();
+    let who: Vec<(u32, &str)> = changes.iter().map(|c| (c.n, c.by.as_str())).collect();
+    assert_eq!(who, [(0, "finance@example"), (1, "cfo@example")]);
+    assert_eq!(in_force(&changes), [raised]);
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    assert!(matches!(
+        gate.submit(&effect("a", 2500)).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    assert!(budget_refusal(&gate.submit(&effect("b", 1000)).unwrap()).is_some());
+    let removed = store.remove_budget("daily", "cfo@example").unwrap();
+    assert_eq!(removed.map(|c| c.n), Some(2));
+    assert!(
+        store
+            .remove_budget("daily", "cfo@example")
+            .unwrap()
+            .is_none()
+    );
+    assert!(in_force(&store.budget_changes().unwrap()).is_empty());
+    assert!(matches!(
+        gate.submit(&effect("c", 1000)).unwrap(),
+        Outcome::Committed { .. }
+    ));
+}
+
+fn a_rolling_window_frees_room_as_its_oldest_places_age_out(kind: Kind) {
+    let hourly = Budget {
+        id: "hourly".into(),
+        scope: BTreeMap::new(),
+        per: Vec::new(),
+        window: Window::Rolling { ms: HOUR },
+        limit: Limit::Count { max: 2 },
+    };
+    let s = setup(kind, "rolling", &[hourly]);
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    gate.submit(&effect("r1", 100)).unwrap();
+    s.clock.advance(30 * 60_000);
+    gate.submit(&effect("r2", 100)).unwrap();
+    let full = gate.submit(&effect("r3", 100)).unwrap();
+    let why = budget_refusal(&full).unwrap_or_else(|| panic!("{full:?}"));
+    assert!(
+        why.contains(&format!("room frees at {}", T0 + HOUR)),
+        "{why}"
+    );
+    s.clock.advance(30 * 60_000);
+    let later = gate.submit(&effect("r4", 100)).unwrap();
+    assert!(matches!(later, Outcome::Committed { .. }), "{later:?}");
+    assert_eq!(service.applied().len(), 3);
+}
+
+interlock_tests::every_store!(
+    a_sum_per_day_admits_until_full_and_refuses_naming_the_budget_and_when_room_frees,
+    racing_handles_never_take_a_budget_past_its_limit,
+    a_scope_and_per_count_only_matching_effects_each_in_its_own_counter,
+    a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it,
+    every_change_names_who_made_it_and_a_removed_budget_counts_nothing,
+    a_rolling_window_frees_room_as_its_oldest_places_age_out,
+);
