@@ -34,8 +34,30 @@ pub fn spec_of(budget: &Budget) -> Result<String, LeaseError> {
 /// A `spec` column read back; an unreadable one names the budget, and is an error (no budget is
 /// ever read as "no limit").
 pub fn budget_of(id: &str, spec: &str) -> Result<Budget, LeaseError> {
-    serde_json::from_str(spec)
-        .map_err(|e| LeaseError::Store(format!("budget {id} has an unreadable spec: {e}")))
+    let b: Budget = serde_json::from_str(spec)
+        .map_err(|e| LeaseError::Store(format!("budget {id} has an unreadable spec: {e}")))?;
+    b.validate()
+        .map_err(|e| LeaseError::Store(format!("budget {id} as stored cannot be kept: {e}")))?;
+    Ok(b)
+}
+
+/// Whether `new` may replace `old` under the same id: its places were counted by `old`'s scope,
+/// counters and measure, so only the limit and the window may change. Anything else is a new
+/// budget under a new id.
+pub fn check_change(old: &Budget, new: &Budget) -> Result<(), LeaseError> {
+    let same_measure = match (&old.limit, &new.limit) {
+        (Limit::Count { .. }, Limit::Count { .. }) => true,
+        (Limit::Sum { field: a, .. }, Limit::Sum { field: b, .. }) => a == b,
+        _ => false,
+    };
+    if old.scope != new.scope || old.per != new.per || !same_measure {
+        return Err(LeaseError::Invalid(format!(
+            "budget {} counts its places by its scope, its per and what it measures; only its \
+             limit and window may change: remove it and set a new id",
+            new.id
+        )));
+    }
+    Ok(())
 }
 
 /// Who made a change: someone must be named.

@@ -14,7 +14,7 @@ use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
 use interlock::lease::in_force;
 use interlock::premise::NoPremises;
-use interlock::{Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
+use interlock::{Clock, Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
 use interlock_testkit::faults::{Action, ScriptedFaults};
 use interlock_tests::stores::{Kind, Store};
 use interlock_tests::targets::Ledger;
@@ -219,8 +219,7 @@ fn a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it(kind: Kind
 fn every_change_names_who_made_it_and_a_removed_budget_counts_nothing(kind: Kind) {
     let s = setup(kind, "changes", &[sum_per_day("daily", 1000)]);
     let store = s.store.store();
-    let mut raised = sum_per_day("daily", 3000);
-    raised.scope.insert("target".into(), json!("payments"));
+    let raised = sum_per_day("daily", 3000);
     store.set_budget(&raised, "cfo@example").unwrap();
     assert!(
         store.set_budget(&raised, " ").is_err(),
@@ -268,17 +267,92 @@ fn a_rolling_window_frees_room_as_its_oldest_places_age_out(kind: Kind) {
     gate.submit(&effect("r2", 100)).unwrap();
     let full = gate.submit(&effect("r3", 100)).unwrap();
     let why = budget_refusal(&full).unwrap_or_else(|| panic!("{full:?}"));
+    // r1 could land until its send's deadline; the window frees an hour after that.
+    let deadline = s
+        .store
+        .journal()
+        .history(&EffectKey::fixed("r1").unwrap())
+        .unwrap()
+        .iter()
+        .find_map(|r| match &r.event {
+            interlock::core::Event::Dispatched(d) => Some(d.deadline_ms),
+            _ => None,
+        })
+        .unwrap();
     assert!(
-        why.contains(&format!("room frees at {}", T0 + HOUR)),
+        why.contains(&format!("room frees at {}", deadline + HOUR)),
         "{why}"
     );
-    s.clock.advance(30 * 60_000);
-    let later = gate.submit(&effect("r4", 100)).unwrap();
+    s.clock.advance(deadline + HOUR - s.clock.now_ms() - 1);
+    let early = gate.submit(&effect("r4", 100)).unwrap();
+    assert!(budget_refusal(&early).is_some(), "{early:?}");
+    s.clock.advance(1);
+    let later = gate.submit(&effect("r5", 100)).unwrap();
     assert!(matches!(later, Outcome::Committed { .. }), "{later:?}");
     assert_eq!(service.applied().len(), 3);
 }
 
+fn a_resend_in_a_later_window_is_counted_in_that_window(kind: Kind) {
+    let hourly = Budget {
+        id: "one-an-hour".into(),
+        scope: BTreeMap::new(),
+        per: Vec::new(),
+        window: Window::Rolling { ms: HOUR },
+        limit: Limit::Count { max: 1 },
+    };
+    let s = setup(kind, "resend-later", &[hourly]);
+    let service = Ledger::new(Tier::Two);
+    let faults = ScriptedFaults::new();
+    faults.arm(FaultPoint::AfterDispatch, Action::Crash);
+    let crashed = s
+        .store
+        .gate(Arc::new(s.clock.clone()))
+        .unwrap()
+        .with_attempt("a1")
+        .with_faults(faults)
+        .bind(service.clone(), Arc::new(NoPremises))
+        .unwrap();
+    assert!(matches!(
+        crashed.submit(&effect("late", 100)),
+        Err(GateError::Crashed(_))
+    ));
+    // Two hours on, recovery finds nothing at the service and sends it now: it lands in this
+    // hour, so this hour has no room left for another.
+    s.clock.advance(2 * HOUR);
+    let gate = bound(&s, service.clone(), "a2");
+    let resent = gate.submit(&effect("late", 100)).unwrap();
+    assert!(matches!(resent, Outcome::Committed { .. }), "{resent:?}");
+    let other = gate.submit(&effect("other", 100)).unwrap();
+    assert!(budget_refusal(&other).is_some(), "{other:?}");
+    assert_eq!(service.applied().len(), 1);
+}
+
+fn only_a_limit_or_window_changes_under_one_id_and_a_removed_budget_starts_afresh(kind: Kind) {
+    let s = setup(kind, "shape", &[sum_per_day("daily", 2000)]);
+    let store = s.store.store();
+    let mut per_customer = sum_per_day("daily", 2000);
+    per_customer.per = vec!["customer".into()];
+    let refused = store.set_budget(&per_customer, "cfo@example").unwrap_err();
+    assert!(refused.to_string().contains("set a new id"), "{refused}");
+    let mut count = sum_per_day("daily", 5);
+    count.limit = Limit::Count { max: 5 };
+    assert!(store.set_budget(&count, "cfo@example").is_err());
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    assert!(matches!(
+        gate.submit(&effect("a", 2000)).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    assert!(budget_refusal(&gate.submit(&effect("b", 100)).unwrap()).is_some());
+    store.remove_budget("daily", "cfo@example").unwrap();
+    store.set_budget(&per_customer, "cfo@example").unwrap();
+    let fresh = gate.submit(&effect("c", 2000)).unwrap();
+    assert!(matches!(fresh, Outcome::Committed { .. }), "{fresh:?}");
+}
+
 interlock_tests::every_store!(
+    a_resend_in_a_later_window_is_counted_in_that_window,
+    only_a_limit_or_window_changes_under_one_id_and_a_removed_budget_starts_afresh,
     a_sum_per_day_admits_until_full_and_refuses_naming_the_budget_and_when_room_frees,
     racing_handles_never_take_a_budget_past_its_limit,
     a_scope_and_per_count_only_matching_effects_each_in_its_own_counter,

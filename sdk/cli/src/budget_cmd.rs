@@ -118,6 +118,10 @@ fn offset_minutes(s: &str) -> Result<i32, String> {
         _ => return Err(bad()),
     };
     let (h, m) = rest.split_once(':').unwrap_or((rest, "0"));
+    let digits = |t: &str| !t.is_empty() && t.len() <= 2 && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(h) || !digits(m) {
+        return Err(bad());
+    }
     let h: i32 = h.parse().map_err(|_| bad())?;
     let m: i32 = m.parse().map_err(|_| bad())?;
     if h > 14 || m >= 60 {
@@ -143,10 +147,12 @@ fn budget_of(a: SetArgs) -> anyhow::Result<(Budget, String)> {
         let (name, v) = pair
             .split_once('=')
             .with_context(|| format!("--scope must look like name=value, got {pair:?}"))?;
-        // Numbers and booleans match as themselves; anything else as text.
+        // The target's name and labels are text; a payload field's numbers and booleans match
+        // as themselves, anything else as text.
+        let text = name == "target" || name.starts_with("label.");
         let v = serde_json::from_str::<Value>(v)
             .ok()
-            .filter(|v| !v.is_string())
+            .filter(|v| !text && !v.is_string())
             .unwrap_or_else(|| Value::String(v.to_owned()));
         scope.insert(name.to_owned(), v);
     }
@@ -339,7 +345,7 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: BudgetCmd) -> anyhow::Result<()> {
                     .iter()
                     .flat_map(|c| {
                         c.places.iter().map(|(h, class)| {
-                            json!({"bucket": c.bucket, "key": h.key, "amount": h.amount, "at_ms": h.at_ms, "state": class})
+                            json!({"bucket": c.bucket, "key": h.key, "amount": h.amount, "at_ms": h.at_ms, "until_ms": h.until_ms, "state": class})
                         })
                     })
                     .collect();
@@ -369,7 +375,10 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: BudgetCmd) -> anyhow::Result<()> {
                         c.bucket, v["used"], v["reserved"], v["left"]
                     );
                     for (h, class) in &c.places {
-                        println!("    {} {} at {} ({class})", h.key, h.amount, h.at_ms);
+                        println!(
+                            "    {} {} from {} to {} ({class})",
+                            h.key, h.amount, h.at_ms, h.until_ms
+                        );
                     }
                 }
             }
@@ -392,6 +401,9 @@ mod tests {
         assert_eq!(offset_minutes("+02:00"), Ok(120));
         assert_eq!(offset_minutes("UTC-05:30"), Ok(-330));
         assert!(offset_minutes("Europe/Paris").is_err());
+        assert!(offset_minutes("+-05:00").is_err());
+        assert!(offset_minutes("+02:-30").is_err());
+        assert!(offset_minutes("+15:00").is_err());
         assert_eq!(field_max("amount=500"), Ok(("amount".into(), 500)));
     }
 }

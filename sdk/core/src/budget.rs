@@ -1,10 +1,14 @@
 //! Budgets: a limit on every effect that matches a scope, per window of time — "this agent
 //! refunds at most $500 a day", "at most 30 refunds an hour per merchant". An effect holds its
 //! place in a budget exactly as it holds a lease's use ([`super::limits::holds_use`]): from its
-//! first `DISPATCHED` for as long as it may have applied, so the sum of committed, in-flight and
-//! ambiguous effects in a window never passes the limit. Windows are read on the journal's clock:
-//! a rolling window is the last so many milliseconds, a calendar one the day, week (from Monday)
-//! or month that holds the dispatch, at a fixed offset from UTC that the budget states.
+//! first `DISPATCHED` for as long as it may have applied. A place spans the time the effect can
+//! land in — from its first `DISPATCHED` to the latest deadline of any of its sends (no request
+//! lands after its claim's deadline) — and counts in every window that overlaps that span: an
+//! effect in flight counts in every window until its last send's deadline has passed, whenever
+//! it was first dispatched, so the effects that can land in a window never pass the limit.
+//! Windows are read on the journal's clock: a rolling window is the last so many milliseconds, a
+//! calendar one the day, week (from Monday) or month, at a fixed offset from UTC that the budget
+//! states.
 
 use std::collections::BTreeMap;
 
@@ -117,8 +121,17 @@ pub struct Hold {
     pub key: String,
     /// What it counts: 1 for a count, the field's value for a sum.
     pub amount: i64,
-    /// When it was first dispatched (ms since the epoch): the window it falls in.
+    /// When it was first dispatched (ms since the epoch): the earliest it can have landed.
     pub at_ms: i64,
+    /// The latest deadline of its sends: the latest it can land.
+    pub until_ms: i64,
+}
+
+impl Hold {
+    /// Whether it counts in the window that starts at `since_ms`.
+    pub fn counts_from(&self, since_ms: i64) -> bool {
+        self.until_ms >= since_ms
+    }
 }
 
 /// Why an effect does not fit a budget.
@@ -174,7 +187,7 @@ impl Budget {
             }
             Window::Calendar {
                 utc_offset_minutes, ..
-            } if utc_offset_minutes.abs() > 14 * 60 => {
+            } if i64::from(utc_offset_minutes).abs() > 14 * 60 => {
                 return Err(format!(
                     "budget {}: a UTC offset is at most 14 hours",
                     self.id
@@ -252,6 +265,18 @@ impl Window {
                 unit,
                 utc_offset_minutes,
             } => period(unit, utc_offset_minutes, now_ms).0,
+        }
+    }
+
+    /// The first time after `now_ms` whose window no longer overlaps a place that can land
+    /// until `until_ms`.
+    pub fn leaves_after(&self, until_ms: i64, now_ms: i64) -> i64 {
+        match *self {
+            Window::Rolling { ms } => until_ms.saturating_add(ms),
+            Window::Calendar {
+                unit,
+                utc_offset_minutes,
+            } => period(unit, utc_offset_minutes, until_ms.max(now_ms)).1,
         }
     }
 
@@ -353,8 +378,8 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 /// Whether `key`, asking `asked` (`None`: its payload has no amount this budget can count), fits
 /// `budget` at `now_ms`, when `holds` are the places the budget's counter for the effect's bucket
-/// holds (any time; those outside the window are ignored). The key's own place, if it holds one
-/// already (a resend), is not counted against it.
+/// holds (any; those that can no longer land in the window are ignored). The key's own place, if
+/// it holds one already (a resend), is not counted against it.
 pub fn room(
     budget: &Budget,
     key: &str,
@@ -362,11 +387,13 @@ pub fn room(
     holds: &[Hold],
     now_ms: i64,
 ) -> Result<(), OverBudget> {
-    if holds.iter().any(|h| h.key == key) {
+    let since = budget.window.since(now_ms);
+    // Its own place counts for it only while that place is in the window: a key whose sends
+    // could no longer land here is checked again, as any other, before it sends again.
+    if holds.iter().any(|h| h.key == key && h.counts_from(since)) {
         return Ok(());
     }
-    let since = budget.window.since(now_ms);
-    let mut counted: Vec<&Hold> = holds.iter().filter(|h| h.at_ms >= since).collect();
+    let counted: Vec<&Hold> = holds.iter().filter(|h| h.counts_from(since)).collect();
     let used = counted
         .iter()
         .fold(0_i64, |sum, h| sum.saturating_add(h.amount));
@@ -388,21 +415,18 @@ pub fn room(
     if asked > max {
         return Err(over(asked, None));
     }
-    let frees_at = match budget.window {
-        Window::Rolling { ms } => {
-            // The oldest places age out first: room comes when enough of them have.
-            counted.sort_by_key(|h| h.at_ms);
-            let mut left = used;
-            counted.iter().find_map(|h| {
-                left = left.saturating_sub(h.amount);
-                (left.saturating_add(asked) <= max).then(|| h.at_ms.saturating_add(ms))
-            })
-        }
-        Window::Calendar {
-            unit,
-            utc_offset_minutes,
-        } => Some(period(unit, utc_offset_minutes, now_ms).1),
-    };
+    // Each place stops counting once no window holding a later time can overlap its span;
+    // room comes when enough have.
+    let mut leaving: Vec<(i64, i64)> = counted
+        .iter()
+        .map(|h| (budget.window.leaves_after(h.until_ms, now_ms), h.amount))
+        .collect();
+    leaving.sort_unstable();
+    let mut left = used;
+    let frees_at = leaving.iter().find_map(|(at, amount)| {
+        left = left.saturating_sub(*amount);
+        (left.saturating_add(asked) <= max).then_some(*at)
+    });
     Err(over(asked, frees_at))
 }
 
@@ -422,11 +446,13 @@ mod tests {
         }
     }
 
+    /// A place dispatched at `at_ms` whose sends' deadlines ended a second later.
     fn hold(key: &str, amount: i64, at_ms: i64) -> Hold {
         Hold {
             key: key.into(),
             amount,
             at_ms,
+            until_ms: at_ms + 1000,
         }
     }
 
@@ -459,17 +485,25 @@ mod tests {
             },
         );
         let holds = [
-            hold("old", 5000, NOW - 3_600_000), // aged out
+            hold("old", 5000, NOW - 3_602_000), // could land no later than an hour ago
             hold("a", 2000, NOW - 1_800_000),
             hold("b", 2000, NOW - 600_000),
         ];
         assert_eq!(room(&b, "c", Some(1000), &holds, NOW), Ok(()));
         let over = room(&b, "c", Some(1500), &holds, NOW).unwrap_err();
         assert_eq!((over.used, over.asked), (4000, 1500));
-        assert_eq!(over.frees_at_ms, Some(NOW - 1_800_000 + 3_600_000));
+        assert_eq!(over.frees_at_ms, Some(NOW - 1_800_000 + 1000 + 3_600_000));
+        // A place still in flight counts whenever it was dispatched.
+        let stuck = Hold {
+            until_ms: NOW + 5000,
+            ..hold("stuck", 5000, NOW - 86_400_000)
+        };
+        assert!(room(&b, "c", Some(1), &[stuck], NOW).is_err());
         assert!(over.to_string().contains("1000 left"), "{over}");
-        // The key that holds a place may resend; one asking more than the limit never fits.
+        // The key that holds a place in the window may resend; one whose place has left the
+        // window is checked as any other; one asking more than the limit never fits.
         assert_eq!(room(&b, "a", Some(2000), &holds, NOW), Ok(()));
+        assert!(room(&b, "old", Some(5000), &holds, NOW).is_err());
         assert_eq!(
             room(&b, "z", Some(6000), &[], NOW).unwrap_err().frees_at_ms,
             None

@@ -8,14 +8,15 @@
 //! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
 //! every dispatch after it reads the new ones.
 
-use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, spec_of};
+use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use interlock::lease::LeaseError;
 
 use crate::journal::PgJournal;
 use crate::pool::Query;
 
-/// The advisory locks' key space for budget counters (routes and lease uses have others).
-const BUDGET_LOCKS: i32 = 0x1c7e_0003;
+/// The prefix of the budgets' advisory lock names (hashed to 64 bits with the schema and the
+/// counter, so a caller-chosen `per` value cannot aim at another lock).
+const BUDGET_LOCK_SPACE: &str = "interlock-budget:";
 
 impl PgJournal {
     fn lock(&self, q: &mut dyn Query, name: &str, exclusive: bool) -> Result<(), LeaseError> {
@@ -26,8 +27,8 @@ impl PgJournal {
         };
         let name = format!("{}:{name}", self.schema());
         q.execute(
-            &format!("SELECT {f}($1, hashtext($2))::text"),
-            &[&BUDGET_LOCKS, &name],
+            &format!("SELECT {f}(hashtextextended($1::text || $2, 0))::text"),
+            &[&BUDGET_LOCK_SPACE, &name],
         )
         .map(drop)
         .map_err(|e| LeaseError::from(self.err(&e)))
@@ -64,8 +65,8 @@ impl PgJournal {
         let rows = q
             .query(
                 &format!(
-                    "SELECT key, amount, at_ms FROM {}.budget_holds \
-                     WHERE budget = $1 AND bucket = $2 AND at_ms >= $3",
+                    "SELECT key, amount, at_ms, until_ms FROM {}.budget_holds \
+                     WHERE budget = $1 AND bucket = $2 AND until_ms >= $3",
                     self.schema()
                 ),
                 &[&id, &bucket, &since_ms],
@@ -77,6 +78,7 @@ impl PgJournal {
                 key: r.get(0),
                 amount: r.get(1),
                 at_ms: r.get(2),
+                until_ms: r.get(3),
             })
             .collect())
     }
@@ -92,12 +94,20 @@ impl PgJournal {
         self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
         q.execute(
             &format!(
-                "INSERT INTO {}.budget_holds (budget, bucket, key, amount, at_ms) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (budget, key) DO UPDATE \
-                 SET bucket = EXCLUDED.bucket, amount = EXCLUDED.amount, at_ms = EXCLUDED.at_ms",
+                "INSERT INTO {}.budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (budget, key) DO UPDATE \
+                 SET bucket = EXCLUDED.bucket, amount = EXCLUDED.amount, at_ms = EXCLUDED.at_ms, \
+                 until_ms = EXCLUDED.until_ms",
                 self.schema()
             ),
-            &[&id, &bucket, &hold.key, &hold.amount, &hold.at_ms],
+            &[
+                &id,
+                &bucket,
+                &hold.key,
+                &hold.amount,
+                &hold.at_ms,
+                &hold.until_ms,
+            ],
         )
         .map(drop)
         .map_err(|e| LeaseError::from(self.err(&e)))
@@ -128,11 +138,19 @@ impl PgJournal {
             .run_tx(
                 |e| self.err(e),
                 |q| {
+                    self.lock_rules(q)?;
+                    if let Some(old) = self.latest(q, &budget.id)? {
+                        let old =
+                            budget_of(&budget.id, &old).and_then(|o| check_change(&o, budget));
+                        if let Err(e) = old {
+                            return Ok((Err(e), false));
+                        }
+                    }
                     let n = self.change(q, &budget.id, Some(&spec), at_ms, by)?;
-                    Ok((n, true))
+                    Ok((Ok(n), true))
                 },
             )
-            .map_err(LeaseError::from)?;
+            .map_err(LeaseError::from)??;
         Ok(BudgetChange {
             id: budget.id.clone(),
             n,
@@ -151,19 +169,19 @@ impl PgJournal {
             .run_tx(
                 |e| self.err(e),
                 |q| {
-                    let row = q
-                        .query_opt(
-                            &format!(
-                                "SELECT spec FROM {}.budget_changes WHERE id = $1 \
-                                 ORDER BY n DESC LIMIT 1",
-                                self.schema()
-                            ),
-                            &[&id],
-                        )
-                        .map_err(|e| self.err(&e))?;
-                    if row.is_none_or(|r| r.get::<_, Option<String>>(0).is_none()) {
+                    self.lock_rules(q)?;
+                    if self.latest(q, id)?.is_none() {
                         return Ok((None, false));
                     }
+                    // A budget set again under this id starts with no places.
+                    q.execute(
+                        &format!(
+                            "DELETE FROM {}.budget_holds WHERE budget = $1",
+                            self.schema()
+                        ),
+                        &[&id],
+                    )
+                    .map_err(|e| self.err(&e))?;
                     let n = self.change(q, id, None, at_ms, by)?;
                     Ok((Some(n), true))
                 },
@@ -178,7 +196,36 @@ impl PgJournal {
         }))
     }
 
-    /// Append a change under the exclusive rules lock.
+    /// The exclusive rules lock, for a change: it waits for every dispatch that read the rules.
+    fn lock_rules(&self, q: &mut dyn Query) -> Result<(), interlock::JournalError> {
+        self.lock(q, "(rules)", true).map_err(|e| match e {
+            LeaseError::Journal(j) => j,
+            other => interlock::JournalError::Storage {
+                path: self.location_str().to_owned(),
+                what: other.to_string(),
+            },
+        })
+    }
+
+    /// The spec of budget `id`'s latest change, if it is in force.
+    fn latest(
+        &self,
+        q: &mut dyn Query,
+        id: &str,
+    ) -> Result<Option<String>, interlock::JournalError> {
+        let row = q
+            .query_opt(
+                &format!(
+                    "SELECT spec FROM {}.budget_changes WHERE id = $1 ORDER BY n DESC LIMIT 1",
+                    self.schema()
+                ),
+                &[&id],
+            )
+            .map_err(|e| self.err(&e))?;
+        Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
+    }
+
+    /// Append a change (under the exclusive rules lock, taken by the caller).
     fn change(
         &self,
         q: &mut dyn Query,
@@ -187,13 +234,6 @@ impl PgJournal {
         at_ms: i64,
         by: &str,
     ) -> Result<u32, interlock::JournalError> {
-        self.lock(q, "(rules)", true).map_err(|e| match e {
-            LeaseError::Journal(j) => j,
-            other => interlock::JournalError::Storage {
-                path: self.location_str().to_owned(),
-                what: other.to_string(),
-            },
-        })?;
         let s = self.schema();
         let n: i32 = q
             .query_one(
@@ -252,8 +292,8 @@ impl PgJournal {
             .run(|c| {
                 c.query(
                     &format!(
-                        "SELECT bucket, key, amount, at_ms FROM {}.budget_holds \
-                         WHERE budget = $1 AND at_ms >= $2 ORDER BY at_ms, key",
+                        "SELECT bucket, key, amount, at_ms, until_ms FROM {}.budget_holds \
+                         WHERE budget = $1 AND until_ms >= $2 ORDER BY at_ms, key",
                         self.schema()
                     ),
                     &[&id, &since_ms],
@@ -269,6 +309,7 @@ impl PgJournal {
                         key: r.get(1),
                         amount: r.get(2),
                         at_ms: r.get(3),
+                        until_ms: r.get(4),
                     },
                 )
             })

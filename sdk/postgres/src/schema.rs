@@ -109,11 +109,12 @@ fn uses_ddl(s: &str) -> String {
              budget TEXT NOT NULL,
              bucket TEXT NOT NULL,
              key    TEXT NOT NULL,
-             amount BIGINT NOT NULL,
-             at_ms  BIGINT NOT NULL,
+             amount   BIGINT NOT NULL,
+             at_ms    BIGINT NOT NULL,
+             until_ms BIGINT NOT NULL,
              PRIMARY KEY (budget, key)
          );
-         CREATE INDEX IF NOT EXISTS budget_holds_window ON {s}.budget_holds (budget, bucket, at_ms);
+         CREATE INDEX IF NOT EXISTS budget_holds_window ON {s}.budget_holds (budget, bucket, until_ms);
          CREATE INDEX IF NOT EXISTS budget_holds_key ON {s}.budget_holds (key);"
     )
 }

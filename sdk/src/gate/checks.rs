@@ -85,7 +85,9 @@ impl Bound {
         let Some(leases) = tx.leases.filter(|_| verdict == LeaseVerdict::Live) else {
             return verdict;
         };
-        let now = self.now();
+        // The time the dispatch's records (and so its place) are written at: the window it is
+        // checked in is the one it is counted in.
+        let now = tx.now_ms;
         let read = catch_unwind(AssertUnwindSafe(
             || -> Result<Option<OverBudget>, LeaseError> {
                 let subject = Subject {

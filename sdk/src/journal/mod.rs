@@ -164,6 +164,8 @@ pub struct TxView<'a> {
     pub records: &'a [Record],
     /// The leases kept in this journal's store, read inside the transaction.
     pub leases: Option<&'a dyn TxLeases>,
+    /// The journal's clock as read for this transaction: the time its records are written at.
+    pub now_ms: i64,
 }
 
 /// Leases read — and their uses kept — inside a journal's write transaction.

@@ -531,11 +531,12 @@ CREATE TABLE IF NOT EXISTS budget_holds (
     budget TEXT NOT NULL,
     bucket TEXT NOT NULL,
     key    TEXT NOT NULL,
-    amount INTEGER NOT NULL,
-    at_ms  INTEGER NOT NULL,
+    amount   INTEGER NOT NULL,
+    at_ms    INTEGER NOT NULL,
+    until_ms INTEGER NOT NULL,
     PRIMARY KEY (budget, key)
 );
-CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, at_ms);
+CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, until_ms);
 CREATE INDEX IF NOT EXISTS budget_holds_key ON budget_holds (key);
 ";
 

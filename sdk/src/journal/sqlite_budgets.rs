@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::sqlite::SqliteJournal;
 use super::sqlite_leases::TxLeaseReader;
-use crate::budget::{Budget, BudgetChange, Hold, budget_of, check_by, spec_of};
+use crate::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use crate::lease::LeaseError;
 
 impl SqliteJournal {
@@ -17,14 +17,20 @@ impl SqliteJournal {
         let spec = spec_of(budget)?;
         let at_ms = self.now_ms();
         let n = self.write(|conn| {
+            if let Some(old) = latest(self, conn, &budget.id)? {
+                let old = budget_of(&budget.id, &old).and_then(|old| check_change(&old, budget));
+                if let Err(e) = old {
+                    return Ok((Err(e), false));
+                }
+            }
             let n = next_change(self, conn, &budget.id)?;
             conn.execute(
                 "INSERT INTO budget_changes (id, n, spec, at_ms, by) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![budget.id, n, spec, at_ms, by],
             )
             .map_err(|e| self.err(e))?;
-            Ok((n, true))
-        })?;
+            Ok((Ok(n), true))
+        })??;
         Ok(BudgetChange {
             id: budget.id.clone(),
             n,
@@ -39,17 +45,12 @@ impl SqliteJournal {
         check_by(by)?;
         let at_ms = self.now_ms();
         let n = self.write(|conn| {
-            let live: Option<Option<String>> = conn
-                .query_row(
-                    "SELECT spec FROM budget_changes WHERE id = ?1 ORDER BY n DESC LIMIT 1",
-                    [id],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| self.err(e))?;
-            if !matches!(live, Some(Some(_))) {
+            if latest(self, conn, id)?.is_none() {
                 return Ok((None, false));
             }
+            // A budget set again under this id starts with no places.
+            conn.execute("DELETE FROM budget_holds WHERE budget = ?1", [id])
+                .map_err(|e| self.err(e))?;
             let n = next_change(self, conn, id)?;
             conn.execute(
                 "INSERT INTO budget_changes (id, n, spec, at_ms, by) VALUES (?1, ?2, NULL, ?3, ?4)",
@@ -100,7 +101,7 @@ impl SqliteJournal {
         })
     }
 
-    /// The places budget `id` holds from `since_ms` on, with their counters' buckets.
+    /// The places budget `id` holds that can land from `since_ms` on, with their counters' buckets.
     pub fn budget_places(
         &self,
         id: &str,
@@ -109,8 +110,8 @@ impl SqliteJournal {
         self.read_with(|conn| {
             let mut st = conn
                 .prepare_cached(
-                    "SELECT bucket, key, amount, at_ms FROM budget_holds \
-                     WHERE budget = ?1 AND at_ms >= ?2 ORDER BY at_ms, key",
+                    "SELECT bucket, key, amount, at_ms, until_ms FROM budget_holds \
+                     WHERE budget = ?1 AND until_ms >= ?2 ORDER BY at_ms, key",
                 )
                 .map_err(|e| LeaseError::from(self.err(e)))?;
             st.query_map(params![id, since_ms], |r| {
@@ -120,6 +121,7 @@ impl SqliteJournal {
                         key: r.get(1)?,
                         amount: r.get(2)?,
                         at_ms: r.get(3)?,
+                        until_ms: r.get(4)?,
                     },
                 ))
             })
@@ -152,8 +154,8 @@ impl SqliteJournal {
     ) -> Result<Vec<Hold>, LeaseError> {
         let mut st = conn
             .prepare_cached(
-                "SELECT key, amount, at_ms FROM budget_holds \
-                 WHERE budget = ?1 AND bucket = ?2 AND at_ms >= ?3",
+                "SELECT key, amount, at_ms, until_ms FROM budget_holds \
+                 WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3",
             )
             .map_err(|e| LeaseError::from(self.err(e)))?;
         st.query_map(params![id, bucket, since_ms], |r| {
@@ -161,11 +163,29 @@ impl SqliteJournal {
                 key: r.get(0)?,
                 amount: r.get(1)?,
                 at_ms: r.get(2)?,
+                until_ms: r.get(3)?,
             })
         })
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
         .map_err(|e| LeaseError::from(self.err(e)))
     }
+}
+
+/// The spec of budget `id`'s latest change, if it is in force.
+fn latest(
+    j: &SqliteJournal,
+    conn: &Connection,
+    id: &str,
+) -> Result<Option<String>, crate::journal::JournalError> {
+    let spec: Option<Option<String>> = conn
+        .query_row(
+            "SELECT spec FROM budget_changes WHERE id = ?1 ORDER BY n DESC LIMIT 1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| j.err(e))?;
+    Ok(spec.flatten())
 }
 
 fn next_change(
@@ -190,9 +210,9 @@ impl TxLeaseReader<'_> {
     ) -> Result<(), LeaseError> {
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO budget_holds (budget, bucket, key, amount, at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, bucket, hold.key, hold.amount, hold.at_ms],
+                "INSERT OR REPLACE INTO budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms],
             )
             .map(drop)
             .map_err(|e| LeaseError::from(self.journal.err(e)))

@@ -81,7 +81,7 @@ pub fn insert_imported(
     }
     if let Some(first) = records.first() {
         let history = Verified::new(location, &first.key, records.to_vec())?;
-        keep_use(location, &first.key, leases, false, &history)?;
+        keep_use(location, &first.key, leases, false, false, &history)?;
     }
     Ok(())
 }
@@ -259,6 +259,7 @@ pub fn decide_and_append(
         state: &before,
         records: &records,
         leases,
+        now_ms,
     });
     let mut appended = Vec::with_capacity(events.len());
     for event in events {
@@ -293,7 +294,10 @@ pub fn decide_and_append(
     // Refuse to commit anything that would make the history unreadable.
     let history = Verified::new(location, key, records)?;
     if let Some(leases) = leases {
-        keep_use(location, key, leases, held_before, &history)?;
+        let dispatched_now = appended
+            .iter()
+            .any(|r| matches!(r.event, Event::Dispatched(_)));
+        keep_use(location, key, leases, held_before, dispatched_now, &history)?;
     }
     Ok(AppendOutcome {
         before,
@@ -307,17 +311,24 @@ pub fn decide_and_append(
 /// ([`holds_use`]): a first `DISPATCHED` takes them, an end that proves the effect never applied
 /// gives them back, and evidence that it landed after all takes them again. Only a lease that
 /// limits its uses keeps them; the amount is what the payload counts against its total. A place
-/// in a budget is taken in every budget in force that the effect matches, at the time of its
-/// first `DISPATCHED` (the window it counts in).
+/// in a budget is taken in every budget in force that the effect matches, spanning the time the
+/// effect can land in (its first `DISPATCHED` to its sends' latest deadline), and stretched by
+/// every resend (`dispatched_now`).
 pub fn keep_use(
     location: &str,
     key: &str,
     leases: &dyn TxLeases,
     held_before: bool,
+    dispatched_now: bool,
     history: &Verified,
 ) -> Result<(), JournalError> {
     let held = holds_use(history.state(), history.records().iter().map(|r| &r.event));
-    let Some(first) = history.state().first().filter(|_| held != held_before) else {
+    let changed = held != held_before;
+    let Some(first) = history
+        .state()
+        .first()
+        .filter(|_| changed || dispatched_now)
+    else {
         return Ok(());
     };
     // The journal's own failure keeps its kind: a connection cut here is retried like any other.
@@ -331,7 +342,11 @@ pub fn keep_use(
             ),
         },
     };
-    if let Some(grant) = leases.grant(&first.lease).map_err(failed)? {
+    if let Some(grant) = leases
+        .grant(&first.lease)
+        .map_err(failed)?
+        .filter(|_| changed)
+    {
         let limit = grant.limit();
         if limit.limits() {
             // A payload without the total's field was refused at dispatch; one that landed
@@ -347,12 +362,14 @@ pub fn keep_use(
     if !held {
         return leases.release_budgets(key).map_err(failed);
     }
-    let Some(at_ms) = history.records().iter().find_map(|r| match &r.event {
-        Event::Dispatched(_) => Some(r.at_ms),
+    let mut sends = history.records().iter().filter_map(|r| match &r.event {
+        Event::Dispatched(d) => Some((r.at_ms, d.deadline_ms)),
         _ => None,
-    }) else {
+    });
+    let Some((at_ms, first_deadline)) = sends.next() else {
         return Ok(());
     };
+    let until_ms = sends.fold(first_deadline, |latest, (_, d)| latest.max(d));
     let subject = crate::core::budget::Subject {
         payload: &first.payload,
         target: &first.target,
@@ -368,6 +385,7 @@ pub fn keep_use(
             key: key.to_owned(),
             amount,
             at_ms,
+            until_ms,
         };
         leases
             .hold_budget(&b.id, &b.bucket(&subject), &hold)

@@ -41,7 +41,8 @@ pub struct GatedEffect {
     /// The lease it runs under.
     pub lease: String,
     /// What the effect is part of, for budgets that count by it (`label.NAME` in a budget's
-    /// scope); `workflow_type`, `activity_type` and `task_queue` are added from the activity.
+    /// scope); `workflow_type`, `activity_type` and `task_queue` are set from the activity,
+    /// whatever the workflow passed under those names.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
 }
@@ -337,8 +338,10 @@ pub async fn gated(
         ("activity_type", Some(info.activity_type.clone())),
         ("task_queue", Some(info.task_queue.clone())),
     ] {
+        // The activity's own word, never the caller's: a budget scoped on the workflow type
+        // must not be escaped by a workflow that names another.
         if let Some(v) = value {
-            labels.entry(name.to_owned()).or_insert(v);
+            labels.insert(name.to_owned(), v);
         }
     }
     let effect = Effect {

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
+use interlock_core::budget::{self, Budget, Hold};
 use interlock_core::decide::{plan_submit, plan_takeover};
 use interlock_core::limits::{Use, UseLimit, holds_use, room};
 use interlock_core::tier::Effective;
@@ -41,6 +42,8 @@ pub struct LimitsConfig {
     pub amounts: Vec<i64>,
     /// The lease's limit.
     pub limit: UseLimit,
+    /// A budget every key matches, if any.
+    pub budget: Option<Budget>,
     /// Attempts each worker may start.
     pub attempts: u8,
     /// Crashes in all.
@@ -49,11 +52,14 @@ pub struct LimitsConfig {
     pub horizon: i64,
     /// Shell mutant: the use is written by a transaction of its own after the dispatch's.
     pub use_written_apart: bool,
+    /// Shell mutant: a resend leaves the budget's place where the first dispatch put it.
+    pub place_not_stretched: bool,
 }
 
 /// The properties, in report order.
-pub const LIMIT_PROPERTIES: [&str; 3] = [
+pub const LIMIT_PROPERTIES: [&str; 4] = [
     "applied_within_the_grant",
+    "applied_within_the_budget",
     "uses_held_within_the_grant",
     "a_use_is_held_exactly_while_its_history_says",
 ];
@@ -97,13 +103,17 @@ struct KeyWorld {
     journal: Journal,
     /// The worker holds liveness lock `token` (dropped when it crashes or its attempt ends).
     lock: Option<u64>,
-    /// The service holds the refund.
-    applied: bool,
+    /// The service holds the refund, applied at this tick.
+    applied: Option<i64>,
     /// A request at the service, not yet processed: must be processed before this time.
     pending: Option<i64>,
     /// The answer waiting for the worker.
     answer: Option<Answer>,
 }
+
+/// One key's part of a fingerprint: its world, its use, and its place (amount, first
+/// dispatch, latest deadline).
+type KeyPrint = (u64, Option<i64>, Option<(i64, i64, i64)>);
 
 /// The whole world.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -112,6 +122,8 @@ pub struct LimitsState {
     keys: Vec<KeyWorld>,
     /// The uses table: (key index, amount), sorted.
     uses: Vec<(u8, i64)>,
+    /// The budget's places: (key index, amount, first dispatch, latest deadline), sorted.
+    holds: Vec<(u8, i64, i64, i64)>,
     crashes_left: u8,
 }
 
@@ -200,13 +212,14 @@ impl LimitsState {
                     attempt: 0,
                     journal: Journal::default(),
                     lock: None,
-                    applied: false,
+                    applied: None,
                     pending: None,
                     answer: None,
                 };
                 cfg.amounts.len()
             ],
             uses: Vec::new(),
+            holds: Vec::new(),
             crashes_left: cfg.crashes,
         }
     }
@@ -215,7 +228,7 @@ impl LimitsState {
     /// interchangeable, so the fingerprint is of the keys' worlds (each with its use) as a sorted
     /// list: states that differ only by which key did what are one state.
     fn fingerprint(&self) -> u64 {
-        let mut worlds: Vec<(u64, Option<i64>)> = self
+        let mut worlds: Vec<KeyPrint> = self
             .keys
             .iter()
             .enumerate()
@@ -227,7 +240,12 @@ impl LimitsState {
                     .iter()
                     .find(|(k, _)| usize::from(*k) == i)
                     .map(|(_, a)| *a);
-                (h.finish(), used)
+                let held = self
+                    .holds
+                    .iter()
+                    .find(|(k, ..)| usize::from(*k) == i)
+                    .map(|(_, a, at, until)| (*a, *at, *until));
+                (h.finish(), used, held)
             })
             .collect();
         worlds.sort_unstable();
@@ -248,18 +266,36 @@ impl LimitsState {
     }
 
     /// The verdict a transaction reaches on the lease for key `k`: live, unless its other keys
-    /// hold its room.
+    /// hold its room, or the budget has none left.
     fn verdict(&self, cfg: &LimitsConfig, k: u8) -> LeaseVerdict {
         let first = proposal(cfg, k);
-        match room(
+        if let Err(reason) = room(
             LEASE,
             &cfg.limit,
             &key_name(k),
             cfg.limit.amount(&first.payload),
             &self.uses_read(),
         ) {
+            return LeaseVerdict::Spent { reason };
+        }
+        let Some(b) = &cfg.budget else {
+            return LeaseVerdict::Live;
+        };
+        let holds: Vec<Hold> = self
+            .holds
+            .iter()
+            .map(|(key, amount, at, until)| Hold {
+                key: key_name(*key),
+                amount: *amount,
+                at_ms: *at,
+                until_ms: *until,
+            })
+            .collect();
+        match budget::room(b, &key_name(k), b.amount(&first.payload), &holds, self.now) {
             Ok(()) => LeaseVerdict::Live,
-            Err(reason) => LeaseVerdict::Spent { reason },
+            Err(over) => LeaseVerdict::OverBudget {
+                reason: over.to_string(),
+            },
         }
     }
 
@@ -268,19 +304,43 @@ impl LimitsState {
         if events.is_empty() {
             return;
         }
+        let dispatched = events.iter().any(|e| matches!(e, Event::Dispatched(_)));
         let w = &mut self.keys[usize::from(k)];
         w.journal.append(self.now, events);
-        self.keep_use(cfg, k);
+        self.keep_use(cfg, k, dispatched);
     }
 
-    /// What `store::keep_use` does: the row follows the key's history.
-    fn keep_use(&mut self, cfg: &LimitsConfig, k: u8) {
+    /// What `store::keep_use` does: the use and the budget's place follow the key's history,
+    /// the place spanning its first dispatch to its sends' latest deadline.
+    fn keep_use(&mut self, cfg: &LimitsConfig, k: u8, dispatched: bool) {
         let held = self.history_holds(k);
+        let had = self.uses.iter().any(|(key, _)| *key == k)
+            || self.holds.iter().any(|(key, ..)| *key == k);
+        if held == had && (!dispatched || cfg.place_not_stretched) {
+            return;
+        }
         self.uses.retain(|(key, _)| *key != k);
-        if held {
-            let amount = cfg.limit.amount(&proposal(cfg, k).payload).unwrap_or(0);
-            self.uses.push((k, amount));
+        self.holds.retain(|(key, ..)| *key != k);
+        if !held {
+            return;
+        }
+        let payload = proposal(cfg, k).payload;
+        if cfg.limit.limits() {
+            self.uses.push((k, cfg.limit.amount(&payload).unwrap_or(0)));
             self.uses.sort_unstable();
+        }
+        if let Some(b) = &cfg.budget {
+            let j = &self.keys[usize::from(k)].journal;
+            let mut sends = j.0.iter().filter_map(|(at, e, _)| match e.as_ref() {
+                Event::Dispatched(d) => Some((*at, d.deadline_ms)),
+                _ => None,
+            });
+            if let Some((at, first)) = sends.next() {
+                let until = sends.fold(first, |m, (_, d)| m.max(d));
+                self.holds
+                    .push((k, b.amount(&payload).unwrap_or(0), at, until));
+                self.holds.sort_unstable();
+            }
         }
     }
 
@@ -343,16 +403,17 @@ fn apply(cfg: &LimitsConfig, s: &LimitsState, action: Action) -> LimitsState {
             w.answer = None;
         }
         Action::Process(k, o) => {
+            let now = n.now;
             let w = &mut n.keys[usize::from(k)];
             w.pending = None;
             let awaiting = matches!(w.pc, Pc::Await { .. });
             let answer = match o {
                 Outcome::ApplyAnswered => {
-                    w.applied = true;
+                    w.applied = Some(now);
                     Answer::Done
                 }
                 Outcome::ApplySilent => {
-                    w.applied = true;
+                    w.applied = Some(now);
                     Answer::Silent
                 }
                 Outcome::Refuse4xx => Answer::Definite,
@@ -383,7 +444,7 @@ fn step(cfg: &LimitsConfig, n: &mut LimitsState, k: u8) {
         }
         Pc::Start => start(cfg, n, k),
         Pc::WriteUse { deadline } => {
-            n.keep_use(cfg, k);
+            n.keep_use(cfg, k, true);
             Pc::Send {
                 token: 1,
                 deadline,
@@ -538,7 +599,7 @@ fn start(cfg: &LimitsConfig, n: &mut LimitsState, k: u8) -> Pc {
 
 /// What a lookup by key `k` finds at the service now.
 fn look(n: &LimitsState, k: u8) -> LookupAnswer {
-    if n.keys[usize::from(k)].applied {
+    if n.keys[usize::from(k)].applied.is_some() {
         LookupAnswer::Found(refund())
     } else {
         LookupAnswer::NotFound
@@ -558,24 +619,42 @@ fn broken(cfg: &LimitsConfig, s: &LimitsState) -> Vec<&'static str> {
         count_ok && total_ok
     };
     let applied: Vec<u8> = (0..s.keys.len())
-        .filter(|i| s.keys[*i].applied)
+        .filter(|i| s.keys[*i].applied.is_some())
         .filter_map(|i| u8::try_from(i).ok())
         .collect();
     if !within(&applied) {
         out.push(LIMIT_PROPERTIES[0]);
     }
+    // The effects the service applied in the window that ends now.
+    if let Some(b) = &cfg.budget {
+        let since = b.window.since(s.now);
+        let landed: i64 = s
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.applied.is_some_and(|at| at >= since))
+            .map(|(i, _)| b.amount(&json!({ "amount": cfg.amounts[i] })).unwrap_or(0))
+            .sum();
+        if landed > b.max() {
+            out.push(LIMIT_PROPERTIES[1]);
+        }
+    }
     let held: Vec<u8> = s.uses.iter().map(|(k, _)| *k).collect();
     if !within(&held) {
-        out.push(LIMIT_PROPERTIES[1]);
+        out.push(LIMIT_PROPERTIES[2]);
     }
     // Checked where no worker is between a dispatch and a use written apart (the mutant's own
     // window, which the other two properties judge).
     let settled = s.keys.iter().all(|w| !matches!(w.pc, Pc::WriteUse { .. }));
     let exact = (0..s.keys.len())
         .filter_map(|i| u8::try_from(i).ok())
-        .all(|k| s.history_holds(k) == s.uses.iter().any(|(key, _)| *key == k));
+        .all(|k| {
+            let held = s.history_holds(k);
+            (!cfg.limit.limits() || held == s.uses.iter().any(|(key, _)| *key == k))
+                && (cfg.budget.is_none() || held == s.holds.iter().any(|(key, ..)| *key == k))
+        });
     if settled && !exact {
-        out.push(LIMIT_PROPERTIES[2]);
+        out.push(LIMIT_PROPERTIES[3]);
     }
     out
 }
@@ -756,7 +835,7 @@ fn summary(s: &LimitsState) -> String {
             };
             format!(
                 "k{i} {label}{}",
-                if w.applied {
+                if w.applied.is_some() {
                     " (applied at the service)"
                 } else {
                     ""
@@ -766,6 +845,17 @@ fn summary(s: &LimitsState) -> String {
         .collect();
     let uses: Vec<String> = s.uses.iter().map(|(k, _)| format!("k{k}")).collect();
     format!("{}; uses held by [{}]", keys.join(", "), uses.join(", "))
+}
+
+/// A budget every key matches: one effect in any 3 ticks.
+fn one_per_3_ticks() -> Budget {
+    Budget {
+        id: "b".into(),
+        scope: std::collections::BTreeMap::new(),
+        per: Vec::new(),
+        window: budget::Window::Rolling { ms: 3 },
+        limit: budget::Limit::Count { max: 1 },
+    }
 }
 
 /// The configurations: one use at tiers 2 and 3 and a total over two keys, with a crash and a
@@ -785,10 +875,12 @@ pub fn limits_models(quick: bool) -> Vec<LimitsConfig> {
         tier,
         amounts,
         limit,
+        budget: None,
         attempts: 2,
         crashes: 1,
         horizon: if quick { 5 } else { 6 },
         use_written_apart: false,
+        place_not_stretched: false,
     };
     let three_keys = |name: &str, tier: Tier, amounts: Vec<i64>, limit: UseLimit| LimitsConfig {
         attempts: 1,
@@ -807,5 +899,27 @@ pub fn limits_models(quick: bool) -> Vec<LimitsConfig> {
             uses(2),
         ),
         three_keys("total_8_three_keys_t2", Tier::Two, vec![3, 4, 5], total(8)),
+        LimitsConfig {
+            budget: Some(one_per_3_ticks()),
+            // Six ticks in the CI run too: a resend two windows after its first dispatch needs them.
+            horizon: 6,
+            ..two_keys(
+                "budget_one_per_3_ticks_t2",
+                Tier::Two,
+                vec![5, 5],
+                UseLimit::default(),
+            )
+        },
+        LimitsConfig {
+            budget: Some(one_per_3_ticks()),
+            // Six ticks in the CI run too: a resend two windows after its first dispatch needs them.
+            horizon: 6,
+            ..two_keys(
+                "budget_one_per_3_ticks_t3",
+                Tier::Three,
+                vec![5, 5],
+                UseLimit::default(),
+            )
+        },
     ]
 }

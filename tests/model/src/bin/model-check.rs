@@ -35,6 +35,7 @@ enum Bug {
     Core(Mutant),
     LeaseReadBeforePremises,
     UseWrittenApart,
+    PlaceNotStretched,
 }
 
 impl Bug {
@@ -43,6 +44,7 @@ impl Bug {
             Bug::Core(m) => m.name(),
             Bug::LeaseReadBeforePremises => "lease_read_outside_the_dispatch_transaction",
             Bug::UseWrittenApart => "lease_use_taken_outside_the_dispatch_transaction",
+            Bug::PlaceNotStretched => "budget_place_not_moved_by_a_resend",
         }
     }
 
@@ -50,7 +52,9 @@ impl Bug {
     fn about_limits(self) -> bool {
         matches!(
             self,
-            Bug::UseWrittenApart | Bug::Core(Mutant::AmbiguousGivesUseBack)
+            Bug::UseWrittenApart
+                | Bug::PlaceNotStretched
+                | Bug::Core(Mutant::AmbiguousGivesUseBack)
         )
     }
 }
@@ -127,10 +131,11 @@ fn main() -> anyhow::Result<()> {
         );
         limit_reports.push(r);
     }
-    let bugs = Mutant::ALL
-        .iter()
-        .map(|m| Bug::Core(*m))
-        .chain([Bug::LeaseReadBeforePremises, Bug::UseWrittenApart]);
+    let bugs = Mutant::ALL.iter().map(|m| Bug::Core(*m)).chain([
+        Bug::LeaseReadBeforePremises,
+        Bug::UseWrittenApart,
+        Bug::PlaceNotStretched,
+    ]);
     // Hunt in the smallest models first: a mutant is usually caught in seconds there.
     let mut by_size: Vec<Config> = configs.clone();
     by_size.sort_by_key(|c| {
@@ -250,6 +255,10 @@ fn hunt_limits(bug: Bug, configs: &[LimitsConfig]) -> Option<MutantReport> {
                 mutants::activate(None);
                 cfg.use_written_apart = true;
             }
+            Bug::PlaceNotStretched => {
+                mutants::activate(None);
+                cfg.place_not_stretched = true;
+            }
             Bug::LeaseReadBeforePremises => return None,
         }
         let r = explore_limits(&cfg, true);
@@ -284,7 +293,7 @@ fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
                 mutants::activate(None);
                 cfg.stale_lease_read = true;
             }
-            Bug::UseWrittenApart => return None,
+            Bug::UseWrittenApart | Bug::PlaceNotStretched => return None,
         }
         let r = explore(&cfg, true, &mut |_, _| {});
         if let Some(p) = r.first_broken() {
