@@ -550,3 +550,97 @@ fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
         text(&runtime)
     );
 }
+
+#[test]
+fn budgets_are_set_listed_shown_and_removed_with_who_changed_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = journal_with_a_refund(dir.path());
+    let set = cli(
+        &j,
+        &[
+            "budget",
+            "set",
+            "refunds-daily",
+            "--by",
+            "ops@example",
+            "--calendar",
+            "day",
+            "--utc-offset",
+            "+02:00",
+            "--sum",
+            "amount=50000",
+            "--scope",
+            "label.agent=42",
+        ],
+    );
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains("per calendar day (UTC+02:00)"),
+        "{}",
+        text(&set)
+    );
+    let list: serde_json::Value =
+        serde_json::from_slice(&cli(&j, &["budget", "list", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["budget"]["id"], "refunds-daily");
+    assert_eq!(list[0]["max"], 50000);
+    // A label is text, whatever it looks like.
+    assert_eq!(list[0]["budget"]["scope"]["label.agent"], "42");
+    let show = text(&cli(&j, &["budget", "show", "refunds-daily"]));
+    assert!(
+        show.contains("#0") && show.contains("by ops@example"),
+        "{show}"
+    );
+    // Only the limit and the window change under one id.
+    let reshaped = cli(
+        &j,
+        &[
+            "budget",
+            "set",
+            "refunds-daily",
+            "--by",
+            "ops@example",
+            "--rolling",
+            "1h",
+            "--count",
+            "3",
+        ],
+    );
+    assert_eq!(reshaped.status.code(), Some(3), "{}", text(&reshaped));
+    assert!(
+        text(&reshaped).contains("set a new id"),
+        "{}",
+        text(&reshaped)
+    );
+    let both = cli(
+        &j,
+        &[
+            "budget",
+            "set",
+            "x",
+            "--by",
+            "a",
+            "--rolling",
+            "1h",
+            "--calendar",
+            "day",
+            "--count",
+            "1",
+        ],
+    );
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+    let removed = cli(
+        &j,
+        &["budget", "remove", "refunds-daily", "--by", "cfo@example"],
+    );
+    assert!(removed.status.success(), "{}", text(&removed));
+    let again = cli(
+        &j,
+        &["budget", "remove", "refunds-daily", "--by", "cfo@example"],
+    );
+    assert_eq!(again.status.code(), Some(3));
+    let show: serde_json::Value =
+        serde_json::from_slice(&cli(&j, &["budget", "show", "refunds-daily", "--json"]).stdout)
+            .unwrap();
+    assert!(show["in_force"].is_null());
+    assert_eq!(show["changes"][1]["by"], "cfo@example");
+}
