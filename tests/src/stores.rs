@@ -138,6 +138,37 @@ impl Store {
         )?)
     }
 
+    /// A gate on a handle of its own (as another worker process opens the store), bound to
+    /// `target` with no premises, its claims named `attempt`.
+    pub fn worker(
+        &self,
+        clock: Arc<dyn Clock>,
+        target: Arc<dyn interlock::Target>,
+        attempt: &str,
+    ) -> anyhow::Result<interlock::Bound> {
+        Ok(
+            Gate::new(self.reopen()?, self.leases(), clock, self.config())?
+                .with_attempt(attempt)
+                .bind(target, Arc::new(interlock::premise::NoPremises))?,
+        )
+    }
+
+    /// A gate bound to `target` with no premises whose process "dies" at `point`.
+    pub fn crashing_at(
+        &self,
+        clock: Arc<dyn Clock>,
+        target: Arc<dyn interlock::Target>,
+        point: interlock::faults::FaultPoint,
+    ) -> anyhow::Result<interlock::Bound> {
+        let faults = interlock_testkit::faults::ScriptedFaults::new();
+        faults.arm(point, interlock_testkit::faults::Action::Crash);
+        Ok(self
+            .gate(clock)?
+            .with_attempt("crashing")
+            .with_faults(faults)
+            .bind(target, Arc::new(interlock::premise::NoPremises))?)
+    }
+
     /// Grant a lease.
     pub fn grant(&self, g: &Grant) -> Result<(), LeaseError> {
         match &self.handle {

@@ -15,7 +15,6 @@ use interlock::faults::FaultPoint;
 use interlock::lease::in_force;
 use interlock::premise::NoPremises;
 use interlock::{Clock, Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
-use interlock_testkit::faults::{Action, ScriptedFaults};
 use interlock_tests::stores::{Kind, Store};
 use interlock_tests::targets::Ledger;
 use serde_json::json;
@@ -118,16 +117,10 @@ fn racing_handles_never_take_a_budget_past_its_limit(kind: Kind) {
     let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|i| {
-                let gate = interlock::Gate::new(
-                    s.store.reopen().unwrap(),
-                    s.store.leases(),
-                    Arc::new(s.clock.clone()),
-                    s.store.config(),
-                )
-                .unwrap()
-                .with_attempt(format!("t{i}"))
-                .bind(service.clone(), Arc::new(NoPremises))
-                .unwrap();
+                let gate = s
+                    .store
+                    .worker(Arc::new(s.clock.clone()), service.clone(), &format!("t{i}"))
+                    .unwrap();
                 scope.spawn(move || gate.submit(&effect(&format!("k-{i}"), 100)).unwrap())
             })
             .collect();
@@ -192,15 +185,13 @@ fn a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it(kind: Kind
     // Tier 3, the answer lost: AMBIGUOUS, which keeps its place in full.
     let s = setup(kind, "ambiguous", &[sum_per_day("daily", 2000)]);
     let blind = Ledger::new(Tier::Three);
-    let faults = ScriptedFaults::new();
-    faults.arm(FaultPoint::AfterSend, Action::Crash);
     let crashed = s
         .store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .with_attempt("a1")
-        .with_faults(faults)
-        .bind(blind.clone(), Arc::new(NoPremises))
+        .crashing_at(
+            Arc::new(s.clock.clone()),
+            blind.clone(),
+            FaultPoint::AfterSend,
+        )
         .unwrap();
     assert!(matches!(
         crashed.submit(&effect("lost", 1500)),
@@ -302,15 +293,13 @@ fn a_resend_in_a_later_window_is_counted_in_that_window(kind: Kind) {
     };
     let s = setup(kind, "resend-later", &[hourly]);
     let service = Ledger::new(Tier::Two);
-    let faults = ScriptedFaults::new();
-    faults.arm(FaultPoint::AfterDispatch, Action::Crash);
     let crashed = s
         .store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .with_attempt("a1")
-        .with_faults(faults)
-        .bind(service.clone(), Arc::new(NoPremises))
+        .crashing_at(
+            Arc::new(s.clock.clone()),
+            service.clone(),
+            FaultPoint::AfterDispatch,
+        )
         .unwrap();
     assert!(matches!(
         crashed.submit(&effect("late", 100)),

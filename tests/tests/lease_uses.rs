@@ -14,7 +14,6 @@ use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
 use interlock::premise::NoPremises;
 use interlock::{Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
-use interlock_testkit::faults::{Action, ScriptedFaults};
 use interlock_tests::stores::{Kind, Store};
 use interlock_tests::targets::Ledger as Service;
 use serde_json::json;
@@ -104,16 +103,10 @@ fn keys_racing_on_separate_handles_spend_a_two_use_lease_exactly_twice(kind: Kin
     let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|i| {
-                let gate = interlock::Gate::new(
-                    s.store.reopen().unwrap(),
-                    s.store.leases(),
-                    Arc::new(s.clock.clone()),
-                    s.store.config(),
-                )
-                .unwrap()
-                .with_attempt(format!("t{i}"))
-                .bind(service.clone(), Arc::new(NoPremises))
-                .unwrap();
+                let gate = s
+                    .store
+                    .worker(Arc::new(s.clock.clone()), service.clone(), &format!("t{i}"))
+                    .unwrap();
                 scope.spawn(move || {
                     gate.submit(&effect(&format!("k-{i}"), "case-2", 1500))
                         .unwrap()
@@ -192,15 +185,13 @@ fn an_ambiguous_effect_keeps_its_use(kind: Kind) {
     let s = setup(kind, "ambiguous", approval("case-5"));
     // Tier 3: the service cannot be asked by key, so a send whose answer was lost is unknowable.
     let service = Service::new(Tier::Three);
-    let faults = ScriptedFaults::new();
-    faults.arm(FaultPoint::AfterSend, Action::Crash);
     let crashed = s
         .store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .with_attempt("a1")
-        .with_faults(faults)
-        .bind(service.clone(), Arc::new(NoPremises))
+        .crashing_at(
+            Arc::new(s.clock.clone()),
+            service.clone(),
+            FaultPoint::AfterSend,
+        )
         .unwrap();
     let e = effect("k-lost", "case-5", 2000);
     assert!(matches!(crashed.submit(&e), Err(GateError::Crashed(_))));

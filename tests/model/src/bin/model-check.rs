@@ -263,24 +263,32 @@ fn hunt_limits(bug: Bug, configs: &[LimitsConfig]) -> Option<MutantReport> {
         }
         let r = explore_limits(&cfg, true);
         if let Some(p) = r.first_broken() {
-            eprintln!(
-                "mutant {}: caught by {} in model {}",
-                bug.name(),
-                p,
-                cfg.name
-            );
-            mutants::activate(None);
-            return Some(MutantReport {
-                name: bug.name().into(),
-                caught: true,
-                property: Some(p.into()),
-                model: Some(cfg.name.clone()),
-                trace: r.traces.get(p).cloned().unwrap_or_default(),
-            });
+            return Some(caught(bug, p, &cfg.name, &r.traces));
         }
     }
     mutants::activate(None);
     None
+}
+
+/// `bug`, caught by `property` in `model`: reported, and switched off again.
+fn caught(
+    bug: Bug,
+    property: &str,
+    model: &str,
+    traces: &std::collections::BTreeMap<String, Vec<String>>,
+) -> MutantReport {
+    eprintln!(
+        "mutant {}: caught by {property} in model {model}",
+        bug.name()
+    );
+    mutants::activate(None);
+    MutantReport {
+        name: bug.name().into(),
+        caught: true,
+        property: Some(property.into()),
+        model: Some(model.into()),
+        trace: traces.get(property).cloned().unwrap_or_default(),
+    }
 }
 
 /// The single-key models with `bug` switched in, until one breaks a property.
@@ -297,20 +305,7 @@ fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
         }
         let r = explore(&cfg, true, &mut |_, _| {});
         if let Some(p) = r.first_broken() {
-            eprintln!(
-                "mutant {}: caught by {} in model {}",
-                bug.name(),
-                p,
-                cfg.name
-            );
-            mutants::activate(None);
-            return Some(MutantReport {
-                name: bug.name().into(),
-                caught: true,
-                property: Some(p.into()),
-                model: Some(cfg.name.clone()),
-                trace: r.traces.get(p).cloned().unwrap_or_default(),
-            });
+            return Some(caught(bug, p, &cfg.name, &r.traces));
         }
     }
     mutants::activate(None);
