@@ -736,7 +736,7 @@ pub fn explore_limits(cfg: &LimitsConfig, stop_early: bool) -> LimitsReport {
         name: cfg.name.clone(),
         keys: cfg.amounts.len(),
         tier: u8::from(cfg.tier),
-        limit: describe_limit(&cfg.limit),
+        limit: describe_limits(cfg),
         states,
         max_depth,
         complete,
@@ -754,6 +754,23 @@ pub fn explore_limits(cfg: &LimitsConfig, stop_early: bool) -> LimitsReport {
         traces,
         seconds: started.elapsed().as_secs_f64(),
     }
+}
+
+/// The lease's limit and the budget, in words, for reports.
+fn describe_limits(cfg: &LimitsConfig) -> String {
+    let lease = describe_limit(&cfg.limit);
+    let budget = cfg.budget.as_ref().map(|b| {
+        let window = match b.window {
+            budget::Window::Rolling { ms } => format!("in any {ms} ticks"),
+            budget::Window::Calendar { .. } => b.window.describe(),
+        };
+        format!("budget: at most {} effect(s) {window}", b.max())
+    });
+    [Some(lease).filter(|l| !l.is_empty()), budget]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The limit in words, for reports.
