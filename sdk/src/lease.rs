@@ -176,7 +176,9 @@ impl Grant {
 }
 
 /// The scope field that binds a lease to one request (one effect key). A reader that does not
-/// know it compares it with a payload field no payload has, and sees a lease that allows nothing.
+/// know it compares it with a payload field, which a caller's payload could carry; a grant made
+/// with [`Grant::new`] also allows one use, and is stored in a form such a reader cannot parse
+/// ([`LIMITED_SCOPE`]), so only a request-bound grant made `unlimited` relies on the comparison.
 pub const REQUEST_SCOPE: &str = "interlock_request";
 
 /// What a signed approval's `scope` column holds: not JSON, so a reader that does not know the
