@@ -138,6 +138,19 @@ impl Store {
         )?)
     }
 
+    /// A gate over this handle bound to `target` with no premises, its claims named `attempt`.
+    pub fn bound(
+        &self,
+        clock: Arc<dyn Clock>,
+        target: Arc<dyn interlock::Target>,
+        attempt: &str,
+    ) -> anyhow::Result<interlock::Bound> {
+        Ok(self
+            .gate(clock)?
+            .with_attempt(attempt)
+            .bind(target, Arc::new(interlock::premise::NoPremises))?)
+    }
+
     /// A gate on a handle of its own (as another worker process opens the store), bound to
     /// `target` with no premises, its claims named `attempt`.
     pub fn worker(

@@ -13,7 +13,6 @@ use interlock::budget::{Budget, CalendarUnit, Limit, Window};
 use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
 use interlock::lease::in_force;
-use interlock::premise::NoPremises;
 use interlock::{Clock, Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
 use interlock_tests::stores::{Kind, Store};
 use interlock_tests::targets::Ledger;
@@ -67,10 +66,7 @@ fn effect(key: &str, amount: i64) -> Effect {
 
 fn bound(s: &Setup, service: Arc<Ledger>, attempt: &str) -> interlock::Bound {
     s.store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .with_attempt(attempt)
-        .bind(service, Arc::new(NoPremises))
+        .bound(Arc::new(s.clock.clone()), service, attempt)
         .unwrap()
 }
 

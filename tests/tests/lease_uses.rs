@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 
 use interlock::core::RefusalCode;
 use interlock::faults::FaultPoint;
-use interlock::premise::NoPremises;
 use interlock::{Effect, EffectKey, GateError, Grant, ManualClock, Outcome, Tier};
 use interlock_tests::stores::{Kind, Store};
 use interlock_tests::targets::Ledger as Service;
@@ -50,10 +49,7 @@ fn effect(key: &str, lease: &str, amount: i64) -> Effect {
 
 fn bound(s: &Setup, service: Arc<Service>, attempt: &str) -> interlock::Bound {
     s.store
-        .gate(Arc::new(s.clock.clone()))
-        .unwrap()
-        .with_attempt(attempt)
-        .bind(service, Arc::new(NoPremises))
+        .bound(Arc::new(s.clock.clone()), service, attempt)
         .unwrap()
 }
 

@@ -312,6 +312,31 @@ fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
     None
 }
 
+/// A table's header row and its separator: `columns`, then one column per property.
+fn table_head(md: &mut String, columns: &[&str], properties: &[&str]) {
+    md.push('|');
+    for c in columns.iter().chain(properties) {
+        let _ = write!(md, " {c} |");
+    }
+    md.push_str("\n|");
+    for _ in columns.iter().chain(properties) {
+        md.push_str("---|");
+    }
+    md.push('\n');
+}
+
+/// The rest of a row: each property's verdict, then the row's end.
+fn verdicts(
+    md: &mut String,
+    properties: &[&str],
+    found: &std::collections::BTreeMap<String, String>,
+) {
+    for p in properties {
+        let _ = write!(md, " {} |", found.get(*p).map_or("?", String::as_str));
+    }
+    md.push('\n');
+}
+
 fn markdown(
     models: &[ModelReport],
     limit_models: &[LimitsReport],
@@ -324,15 +349,11 @@ fn markdown(
          fenced callers, service faults and clock steps, up to each model's bounds, explored on \
          the real decision core (see `docs/model-check.md`).\n\n",
     );
-    md.push_str("| model | actors | tier | states | explored | max depth |");
-    for p in PROPERTIES {
-        let _ = write!(md, " {p} |");
-    }
-    md.push_str("\n|---|---|---|---|---|---|");
-    for _ in PROPERTIES {
-        md.push_str("---|");
-    }
-    md.push('\n');
+    table_head(
+        &mut md,
+        &["model", "actors", "tier", "states", "explored", "max depth"],
+        &PROPERTIES,
+    );
     for r in models {
         let explored = if r.complete {
             "all"
@@ -344,10 +365,7 @@ fn markdown(
             "| {} | {} | {} | {} | {explored} | {} |",
             r.name, r.actors, r.tier, r.states, r.max_depth
         );
-        for p in PROPERTIES {
-            let _ = write!(md, " {} |", r.properties.get(p).map_or("?", String::as_str));
-        }
-        md.push('\n');
+        verdicts(&mut md, &PROPERTIES, &r.properties);
     }
     if models.iter().any(|r| !r.complete) {
         md.push_str(
@@ -367,17 +385,21 @@ fn markdown(
             "\n## One lease across keys\n\nSeveral keys, one worker each, dispatching under one \
              lease that allows a number of uses or a total: every interleaving of their \
              dispatch transactions, sends, answers, crashes, takeovers and recoveries, with the \
-             service applying, losing or refusing each request (see `docs/model-check.md`).\n\n\
-             | model | keys | tier | limit | states | explored | max depth |",
+             service applying, losing or refusing each request (see `docs/model-check.md`).\n\n",
         );
-        for p in LIMIT_PROPERTIES {
-            let _ = write!(md, " {p} |");
-        }
-        md.push_str("\n|---|---|---|---|---|---|---|");
-        for _ in LIMIT_PROPERTIES {
-            md.push_str("---|");
-        }
-        md.push('\n');
+        table_head(
+            &mut md,
+            &[
+                "model",
+                "keys",
+                "tier",
+                "limit",
+                "states",
+                "explored",
+                "max depth",
+            ],
+            &LIMIT_PROPERTIES,
+        );
         for r in limit_models {
             let _ = write!(
                 md,
@@ -394,10 +416,7 @@ fn markdown(
                 },
                 r.max_depth
             );
-            for p in LIMIT_PROPERTIES {
-                let _ = write!(md, " {} |", r.properties.get(p).map_or("?", String::as_str));
-            }
-            md.push('\n');
+            verdicts(&mut md, &LIMIT_PROPERTIES, &r.properties);
         }
     }
     md.push_str("\n## Mutants\n\nEach known bug switched back in, one at a time; the checker must find a counterexample.\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
