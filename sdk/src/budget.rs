@@ -69,3 +69,92 @@ pub fn check_by(by: &str) -> Result<(), LeaseError> {
     }
     Ok(())
 }
+
+/// Where an effect holding a place in a budget stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaceState {
+    /// It committed: the place is used.
+    Committed,
+    /// It ended ambiguous: it may have applied, so its place is kept.
+    Ambiguous,
+    /// A send may be in flight.
+    InFlight,
+    /// Anything else that still holds a place (a landed-late effect, a key being recovered).
+    Held,
+}
+
+impl PlaceState {
+    /// The word the command line, the gRPC server and the inbox show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Committed => "committed",
+            Self::Ambiguous => "ambiguous",
+            Self::InFlight => "in flight",
+            Self::Held => "held",
+        }
+    }
+}
+
+/// What one counter of a budget holds in the window that contains a given instant.
+#[derive(Clone, Debug)]
+pub struct Counter {
+    /// The counter's bucket: the `per` values as JSON (`[]` when the budget has no `per`).
+    pub bucket: String,
+    /// What effects that committed add up to.
+    pub used: i64,
+    /// What effects in flight, ambiguous or otherwise not known not to have applied add up to.
+    pub reserved: i64,
+    /// What is left under the budget's limit (never below 0).
+    pub left: i64,
+    /// Each place, with its effect's state.
+    pub places: Vec<(Hold, PlaceState)>,
+}
+
+/// Budget `b`'s counters in the window holding `now_ms`, each place classed by its effect's state
+/// as the journal has it now. A counter with no place is not listed: it has all of the limit left.
+pub fn counters<J: crate::JournalStore + ?Sized>(
+    j: &J,
+    b: &Budget,
+    now_ms: i64,
+) -> Result<Vec<Counter>, LeaseError> {
+    use crate::core::{EffectState, state::Resolution};
+    let mut by_bucket: std::collections::BTreeMap<String, Counter> = Default::default();
+    for (bucket, hold) in j.budget_places(&b.id, b.window.since(now_ms))? {
+        let key = crate::EffectKey::fixed(hold.key.clone()).map_err(|e| {
+            LeaseError::Store(format!("budget {} holds a place for a bad key: {e}", b.id))
+        })?;
+        let state = match j.state(&key)? {
+            EffectState::Resolved {
+                resolution: Resolution::Committed(_),
+                ..
+            } => PlaceState::Committed,
+            EffectState::Resolved {
+                resolution: Resolution::Ambiguous(_),
+                ..
+            } => PlaceState::Ambiguous,
+            EffectState::InFlight { .. } => PlaceState::InFlight,
+            _ => PlaceState::Held,
+        };
+        let c = by_bucket.entry(bucket.clone()).or_insert(Counter {
+            bucket,
+            used: 0,
+            reserved: 0,
+            left: 0,
+            places: Vec::new(),
+        });
+        if state == PlaceState::Committed {
+            c.used = c.used.saturating_add(hold.amount);
+        } else {
+            c.reserved = c.reserved.saturating_add(hold.amount);
+        }
+        c.places.push((hold, state));
+    }
+    let mut out: Vec<Counter> = by_bucket.into_values().collect();
+    for c in &mut out {
+        c.left = b
+            .max()
+            .saturating_sub(c.used.saturating_add(c.reserved))
+            .max(0);
+    }
+    Ok(out)
+}

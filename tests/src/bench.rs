@@ -121,6 +121,58 @@ pub fn bound(path: &Path, grant: bool) -> anyhow::Result<(Bound, Arc<SqliteJourn
     Ok((gate.bind(Arc::new(NoOp), Arc::new(NoPremises))?, journal))
 }
 
+/// Three budgets that match every benchmark effect and never refuse one: a count per rolling
+/// hour over the target, a sum of `amount` per calendar day over the currency, and a count per
+/// rolling minute for each currency. What they cost is what the gate does for every budget an
+/// effect matches: read its places in the window inside the dispatch transaction, and take one.
+pub fn three_budgets() -> Vec<interlock::budget::Budget> {
+    use interlock::budget::{Budget, CalendarUnit, Limit, Window};
+    let never = 1_000_000_000_000;
+    vec![
+        Budget {
+            id: "bench-hourly".into(),
+            scope: [("target".to_owned(), json!("no-op"))].into(),
+            per: Vec::new(),
+            window: Window::Rolling { ms: 3_600_000 },
+            limit: Limit::Count { max: never },
+        },
+        Budget {
+            id: "bench-daily-sum".into(),
+            scope: [("currency".to_owned(), json!("usd"))].into(),
+            per: Vec::new(),
+            window: Window::Calendar {
+                unit: CalendarUnit::Day,
+                utc_offset_minutes: 0,
+            },
+            limit: Limit::Sum {
+                field: "amount".into(),
+                max: never,
+            },
+        },
+        Budget {
+            id: "bench-per-currency".into(),
+            scope: std::collections::BTreeMap::new(),
+            per: vec!["currency".into()],
+            window: Window::Rolling { ms: 60_000 },
+            limit: Limit::Count { max: never },
+        },
+    ]
+}
+
+/// [`bound`] with the benchmark lease granted and, when `budgets`, [`three_budgets`] set.
+pub fn bound_with_budgets(
+    path: &Path,
+    budgets: bool,
+) -> anyhow::Result<(Bound, Arc<SqliteJournal>)> {
+    let (b, journal) = bound(path, true)?;
+    if budgets {
+        for budget in three_budgets() {
+            journal.set_budget(&budget, "bench")?;
+        }
+    }
+    Ok((b, journal))
+}
+
 /// The PostgreSQL server's own commit rate: one small row inserted and committed per
 /// transaction (`synchronous_commit = on`, as the journal commits) on one connection.
 pub fn pg_commit_rate(url: &str, budget: Duration) -> anyhow::Result<f64> {

@@ -289,6 +289,75 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
     // Nor read them: a lease's scope and cap are what a caller would need to spend it elsewhere.
     let (got, m) = code(c.list_leases(pb::ListLeasesRequest {}).await);
     assert_eq!(got, Code::PermissionDenied, "{m}");
+    // Nor move the limits it is held to, or read where room is left.
+    let wide_open = pb::Budget {
+        id: "b-1".into(),
+        window: Some(pb::budget::Window::RollingMs(1000)),
+        limit: Some(pb::budget::Limit::CountMax(1_000_000)),
+        ..pb::Budget::default()
+    };
+    let (got, m) = code(
+        c.set_budget(pb::SetBudgetRequest {
+            budget: Some(wide_open.clone()),
+            by: "worker".into(),
+        })
+        .await,
+    );
+    assert_eq!(got, Code::PermissionDenied, "{m}");
+    let (got, m) = code(c.list_budgets(pb::ListBudgetsRequest {}).await);
+    assert_eq!(got, Code::PermissionDenied, "{m}");
+    let (got, m) = code(
+        c.remove_budget(pb::RemoveBudgetRequest {
+            id: "b-1".into(),
+            by: "worker".into(),
+        })
+        .await,
+    );
+    assert_eq!(got, Code::PermissionDenied, "{m}");
+    // With the admin token, a malformed budget is refused, naming its field.
+    for (spoil, field) in [
+        (
+            pb::Budget {
+                window: None,
+                ..wide_open.clone()
+            },
+            "budget.window",
+        ),
+        (
+            pb::Budget {
+                limit: Some(pb::budget::Limit::CountMax(-1)),
+                ..wide_open.clone()
+            },
+            "budget.count_max",
+        ),
+    ] {
+        let (got, m) = code(
+            admin
+                .set_budget(pb::SetBudgetRequest {
+                    budget: Some(spoil),
+                    by: "ops".into(),
+                })
+                .await,
+        );
+        assert_eq!(
+            (got, m.contains(field)),
+            (Code::InvalidArgument, true),
+            "{m}"
+        );
+    }
+    let (got, m) = code(
+        admin
+            .set_budget(pb::SetBudgetRequest {
+                budget: Some(wide_open),
+                by: String::new(),
+            })
+            .await,
+    );
+    assert_eq!(
+        (got, m.contains("by")),
+        (Code::InvalidArgument, true),
+        "{m}"
+    );
 
     // A second grant of the same lease id.
     let (got, m) = code(
@@ -334,6 +403,7 @@ async fn hostile_requests_get_their_status_codes_and_leave_the_journal_unchanged
 
     // Nothing was written and nothing was sent; the lease is still live.
     assert_eq!(snapshot(server.journal.as_ref())?, before);
+    assert!(server.journal.budget_changes()?.is_empty());
     assert_eq!(server.sim.requests(), requests_before);
     assert_eq!(server.sim.refunded("pi_1"), 2000);
     let leases = admin

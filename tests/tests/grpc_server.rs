@@ -519,3 +519,127 @@ async fn a_caller_whose_deadline_cannot_cover_an_attempt_is_told_the_minimum_and
     assert!(records.len() <= 6, "{} records", records.len());
     server.stop().await
 }
+
+/// A budget set over gRPC with the admin token binds every worker's `Submit` from the moment it
+/// returns: the effect that would go over is refused `REFUSAL_CODE_BUDGET` and never sent;
+/// `ListBudgets` shows what is used and left and who changed what; a new limit makes room, a
+/// change to what the budget counts is refused, and a removed budget no longer limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_set_over_grpc_refuses_the_effect_that_would_go_over_it() -> anyhow::Result<()> {
+    let server = grpc::start(Options::default(), None).await?;
+    server.sim.add_payment("pi_1", 100_000);
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    let mut standing = grpc::lease_for("pi_1");
+    if let Some(l) = standing.lease.as_mut() {
+        l.unlimited = true;
+    }
+    admin.grant_lease(standing).await?;
+    let budget = pb::Budget {
+        id: "pi-1-hourly".into(),
+        scope_json: [("payment_intent".to_owned(), "\"pi_1\"".to_owned())].into(),
+        per: Vec::new(),
+        window: Some(pb::budget::Window::RollingMs(3_600_000)),
+        limit: Some(pb::budget::Limit::Sum(pb::SumLimit {
+            field: "amount".into(),
+            max: 5000,
+        })),
+    };
+    let set = admin
+        .set_budget(pb::SetBudgetRequest {
+            budget: Some(budget.clone()),
+            by: "ops@example".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(set.change.as_ref().map(|c| c.n), Some(0));
+
+    let mut c = grpc::client(&server.address, None).await?;
+    let mut run = async |key: &str| -> anyhow::Result<Option<pb::outcome::Kind>> {
+        let e = decided(&mut c, key).await?;
+        Ok(kind(c.submit(submit(&e)).await?.into_inner()))
+    };
+    for key in ["req-1", "req-2"] {
+        assert!(
+            matches!(run(key).await?, Some(pb::outcome::Kind::Committed(_))),
+            "{key}"
+        );
+    }
+    match run("req-3").await? {
+        Some(pb::outcome::Kind::Refused(r)) => {
+            assert_eq!(r.code, pb::RefusalCode::Budget as i32, "{}", r.reason);
+            assert!(r.reason.contains("pi-1-hourly"), "{}", r.reason);
+        }
+        other => panic!("the effect over the budget answered {other:?}"),
+    }
+    assert_eq!(server.sim.refunded("pi_1"), 4000);
+
+    let listed = admin
+        .list_budgets(pb::ListBudgetsRequest {})
+        .await?
+        .into_inner()
+        .budgets;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].budget.as_ref(), Some(&budget));
+    let counters: Vec<(i64, i64, i64)> = listed[0]
+        .counters
+        .iter()
+        .map(|c| (c.used, c.reserved, c.left))
+        .collect();
+    assert_eq!(counters, [(4000, 0, 1000)]);
+    assert_eq!(listed[0].changes[0].by, "ops@example");
+
+    // Only the window and the limit may change under an id: its places were counted by the rest.
+    let mut wider = budget.clone();
+    wider.scope_json.clear();
+    let refused = admin
+        .set_budget(pb::SetBudgetRequest {
+            budget: Some(wider),
+            by: "ops@example".into(),
+        })
+        .await
+        .expect_err("a new scope under the same id");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    let mut raised = budget.clone();
+    raised.limit = Some(pb::budget::Limit::Sum(pb::SumLimit {
+        field: "amount".into(),
+        max: 6000,
+    }));
+    admin
+        .set_budget(pb::SetBudgetRequest {
+            budget: Some(raised),
+            by: "lead@example".into(),
+        })
+        .await?;
+    assert!(matches!(
+        run("req-4").await?,
+        Some(pb::outcome::Kind::Committed(_))
+    ));
+    assert!(matches!(
+        run("req-5").await?,
+        Some(pb::outcome::Kind::Refused(_))
+    ));
+
+    let removed = admin
+        .remove_budget(pb::RemoveBudgetRequest {
+            id: "pi-1-hourly".into(),
+            by: "lead@example".into(),
+        })
+        .await?
+        .into_inner();
+    let change = removed.change.expect("a budget in force was removed");
+    assert_eq!((change.n, change.budget), (2, None));
+    assert!(
+        admin
+            .list_budgets(pb::ListBudgetsRequest {})
+            .await?
+            .into_inner()
+            .budgets
+            .is_empty()
+    );
+    assert!(matches!(
+        run("req-6").await?,
+        Some(pb::outcome::Kind::Committed(_))
+    ));
+    assert_eq!(server.sim.refunded("pi_1"), 8000);
+    server.stop().await
+}

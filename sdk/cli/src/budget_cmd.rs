@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use interlock::budget::{Budget, BudgetChange, CalendarUnit, Hold, Limit, Window};
-use interlock::core::{EffectState, state::Resolution};
+use interlock::budget::{Budget, BudgetChange, CalendarUnit, Counter, Limit, Window};
 use interlock::lease::in_force;
-use interlock::{Clock, EffectKey, JournalStore, SystemClock};
+use interlock::{Clock, JournalStore, SystemClock};
 use serde_json::{Value, json};
 
 #[derive(Subcommand)]
@@ -185,55 +184,17 @@ fn budget_of(a: SetArgs) -> anyhow::Result<(Budget, String)> {
     ))
 }
 
-/// What one counter of a budget holds in its current window.
-struct Counter {
-    bucket: String,
-    /// Effects that committed.
-    used: i64,
-    /// Effects in flight, ambiguous or otherwise not known not to have applied.
-    reserved: i64,
-    places: Vec<(Hold, &'static str)>,
-}
-
-/// A budget's counters in the window holding `now`, each place classed by its effect's state.
+/// A budget's counters in the window holding `now`.
 fn counters(j: &dyn JournalStore, b: &Budget, now: i64) -> anyhow::Result<Vec<Counter>> {
-    let mut by_bucket: BTreeMap<String, Counter> = BTreeMap::new();
-    for (bucket, hold) in j.budget_places(&b.id, b.window.since(now))? {
-        let state = j.state(&EffectKey::fixed(hold.key.clone())?)?;
-        let class = match state {
-            EffectState::Resolved {
-                resolution: Resolution::Committed(_),
-                ..
-            } => "committed",
-            EffectState::Resolved {
-                resolution: Resolution::Ambiguous(_),
-                ..
-            } => "ambiguous",
-            EffectState::InFlight { .. } => "in flight",
-            _ => "held",
-        };
-        let c = by_bucket.entry(bucket.clone()).or_insert(Counter {
-            bucket,
-            used: 0,
-            reserved: 0,
-            places: Vec::new(),
-        });
-        if class == "committed" {
-            c.used = c.used.saturating_add(hold.amount);
-        } else {
-            c.reserved = c.reserved.saturating_add(hold.amount);
-        }
-        c.places.push((hold, class));
-    }
-    Ok(by_bucket.into_values().collect())
+    Ok(interlock::budget::counters(j, b, now)?)
 }
 
-fn counter_json(b: &Budget, c: &Counter) -> Value {
+fn counter_json(c: &Counter) -> Value {
     json!({
         "bucket": c.bucket,
         "used": c.used,
         "reserved": c.reserved,
-        "left": b.max().saturating_sub(c.used.saturating_add(c.reserved)).max(0),
+        "left": c.left,
     })
 }
 
@@ -242,7 +203,7 @@ fn budget_json(b: &Budget, counters: &[Counter]) -> Value {
         "budget": b,
         "rule": b.describe(),
         "max": b.max(),
-        "counters": counters.iter().map(|c| counter_json(b, c)).collect::<Vec<_>>(),
+        "counters": counters.iter().map(counter_json).collect::<Vec<_>>(),
     })
 }
 
@@ -296,7 +257,7 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: BudgetCmd) -> anyhow::Result<()> {
             for (b, counters) in &out {
                 let mut shown = false;
                 for c in counters {
-                    let v = counter_json(b, c);
+                    let v = counter_json(c);
                     let id = if c.bucket == "[]" {
                         b.id.clone()
                     } else {
@@ -345,7 +306,7 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: BudgetCmd) -> anyhow::Result<()> {
                     .iter()
                     .flat_map(|c| {
                         c.places.iter().map(|(h, class)| {
-                            json!({"bucket": c.bucket, "key": h.key, "amount": h.amount, "at_ms": h.at_ms, "until_ms": h.until_ms, "state": class})
+                            json!({"bucket": c.bucket, "key": h.key, "amount": h.amount, "at_ms": h.at_ms, "until_ms": h.until_ms, "state": class.as_str()})
                         })
                     })
                     .collect();
@@ -367,19 +328,21 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: BudgetCmd) -> anyhow::Result<()> {
             for c in &changes {
                 println!("  {}", change_line(c));
             }
-            if let Some(b) = &current {
-                for c in &counters {
-                    let v = counter_json(b, c);
+            for c in &counters {
+                let v = counter_json(c);
+                println!(
+                    "  counter {}: {} used, {} reserved, {} left",
+                    c.bucket, v["used"], v["reserved"], v["left"]
+                );
+                for (h, class) in &c.places {
                     println!(
-                        "  counter {}: {} used, {} reserved, {} left",
-                        c.bucket, v["used"], v["reserved"], v["left"]
+                        "    {} {} from {} to {} ({})",
+                        h.key,
+                        h.amount,
+                        h.at_ms,
+                        h.until_ms,
+                        class.as_str()
                     );
-                    for (h, class) in &c.places {
-                        println!(
-                            "    {} {} from {} to {} ({class})",
-                            h.key, h.amount, h.at_ms, h.until_ms
-                        );
-                    }
                 }
             }
         }

@@ -102,9 +102,11 @@ pub struct AuthConfig {
     /// `INTERLOCK_SERVE_TOKEN`).
     #[serde(default = "default_token_env")]
     pub token_env: String,
-    /// The environment variable holding the token `GrantLease` and `RevokeLease` must carry. A
-    /// lease is an approval: whoever may submit effects must not thereby be able to approve them.
-    /// Without it, lease administration over gRPC is off (`interlock lease` still works).
+    /// The environment variable holding the token every lease and budget call (`GrantLease`,
+    /// `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`, `RemoveBudget`) must carry. A
+    /// lease is an approval and a budget a limit on them: whoever may submit effects must not
+    /// thereby be able to approve them or move their limits. Without it, that administration
+    /// over gRPC is off (`interlock lease` and `interlock budget` still work).
     pub admin_token_env: Option<String>,
 }
 

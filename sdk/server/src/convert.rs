@@ -13,6 +13,8 @@ use serde_json::Value;
 
 use crate::pb;
 
+pub mod budget;
+
 /// Largest payload, premise value or result a caller may send, as JSON text.
 pub const MAX_JSON_BYTES: usize = 64 * 1024;
 /// Most premises one effect may carry.

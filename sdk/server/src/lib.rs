@@ -20,9 +20,9 @@
 //! [`Bound::with_stop`]: interlock::Bound::with_stop
 //! [`Bound::with_fence`]: interlock::Bound::with_fence
 
-pub mod budget;
 pub mod config;
 pub mod convert;
+pub mod deadline;
 mod page_token;
 pub mod serve;
 pub mod service;

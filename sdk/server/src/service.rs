@@ -14,8 +14,8 @@ use interlock::verify::{self, Sources};
 use interlock::{Bound, Clock, JournalStore};
 use tonic::{Request, Response, Status};
 
-use crate::budget::{CallBudget, MIN_DEADLINE_KEY, call_deadline};
 use crate::convert::{self, Invalid};
+use crate::deadline::{CallBudget, MIN_DEADLINE_KEY, call_deadline};
 use crate::pb;
 use crate::pb::gate_service_server::GateService;
 use crate::status;
@@ -98,10 +98,10 @@ impl GateApi {
         Err(status)
     }
 
-    /// Lease administration (`GrantLease`, `RevokeLease`, `ListLeases`) for calls carrying this
-    /// bearer token;
-    /// `None` turns it off. A lease is an approval: the credential that submits effects must not
-    /// also approve them.
+    /// Administration (`GrantLease`, `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`,
+    /// `RemoveBudget`) for calls carrying this bearer token; `None` turns it off. A lease is an
+    /// approval and a budget a limit on them: the credential that submits effects must neither
+    /// approve them nor move the limits they are held to.
     pub fn with_admin_token(mut self, token: Option<Arc<str>>) -> Self {
         self.admin_token = token;
         self
@@ -114,8 +114,9 @@ impl GateApi {
     ) -> Result<(), Status> {
         let Some(admin) = &self.admin_token else {
             return Err(Status::permission_denied(format!(
-                "{rpc}: lease administration over gRPC is off on this server; set [auth] \
-                 admin_token_env in its configuration, or use `interlock lease`"
+                "{rpc}: administration over gRPC is off on this server; set [auth] \
+                 admin_token_env in its configuration, or use `interlock lease` and \
+                 `interlock budget` on the journal"
             )));
         };
         match crate::serve::bearer(metadata) {
@@ -498,6 +499,68 @@ impl GateService for GateApi {
                 out.push(convert::lease_to(g, &used));
             }
             Ok(Response::new(pb::ListLeasesResponse { leases: out }))
+        })
+        .await
+    }
+
+    async fn set_budget(
+        &self,
+        request: Request<pb::SetBudgetRequest>,
+    ) -> Result<Response<pb::SetBudgetResponse>, Status> {
+        self.check_admin(request.metadata(), "SetBudget")?;
+        let r = request.into_inner();
+        let budget = convert::budget::budget_from(r.budget.as_ref()).map_err(invalid)?;
+        let by = convert::name("by", &r.by).map_err(invalid)?;
+        let journal = self.journal.clone();
+        blocking(move || {
+            let change = journal
+                .set_budget(&budget, &by)
+                .map_err(|e| status::lease(&e))?;
+            Ok(Response::new(pb::SetBudgetResponse {
+                change: Some(convert::budget::change_to(&change)),
+            }))
+        })
+        .await
+    }
+
+    async fn list_budgets(
+        &self,
+        request: Request<pb::ListBudgetsRequest>,
+    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
+        // Which scopes are limited and how much room is left tells a caller where to aim:
+        // administration too.
+        self.check_admin(request.metadata(), "ListBudgets")?;
+        let journal = self.journal.clone();
+        let now = self.clock.now_ms();
+        blocking(move || {
+            let changes = journal.budget_changes().map_err(|e| status::lease(&e))?;
+            let mut budgets = Vec::new();
+            for b in interlock::lease::in_force(&changes) {
+                let counters = interlock::budget::counters(journal.as_ref(), &b, now)
+                    .map_err(|e| status::lease(&e))?;
+                budgets.push(convert::budget::in_force_to(&b, now, &counters, &changes));
+            }
+            Ok(Response::new(pb::ListBudgetsResponse { budgets }))
+        })
+        .await
+    }
+
+    async fn remove_budget(
+        &self,
+        request: Request<pb::RemoveBudgetRequest>,
+    ) -> Result<Response<pb::RemoveBudgetResponse>, Status> {
+        self.check_admin(request.metadata(), "RemoveBudget")?;
+        let r = request.into_inner();
+        let id = convert::name("id", &r.id).map_err(invalid)?;
+        let by = convert::name("by", &r.by).map_err(invalid)?;
+        let journal = self.journal.clone();
+        blocking(move || {
+            let change = journal
+                .remove_budget(&id, &by)
+                .map_err(|e| status::lease(&e))?;
+            Ok(Response::new(pb::RemoveBudgetResponse {
+                change: change.as_ref().map(convert::budget::change_to),
+            }))
         })
         .await
     }

@@ -129,6 +129,9 @@ fn main() -> anyhow::Result<()> {
         }));
     }
 
+    eprintln!("the same effects with and without three matching budgets…");
+    let budgets = budgets(dir.path(), serial_effects, each)?;
+
     let report = json!({
         "generated_by": "cargo run --release -p interlock-tests --bin gate-bench",
         "cpus": cpus,
@@ -152,6 +155,7 @@ fn main() -> anyhow::Result<()> {
         },
         "seconds_per_concurrent_run": each.as_secs_f64(),
         "concurrent": concurrent,
+        "budgets": budgets,
         "postgres": postgres(quick, probe, each)?,
     });
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -203,6 +207,44 @@ fn postgres(quick: bool, probe: Duration, each: Duration) -> anyhow::Result<Valu
         "serial_effects_per_s": round(serial_per_s, 1),
         "serial_effects_per_commit": round(serial_per_s / commit_per_s, 3),
         "concurrent": concurrent,
+    }))
+}
+
+/// Serial and 16-sender throughput on a journal whose effects each match three budgets, beside
+/// a journal without them, measured in turn (without, with, with, without) so that a disk that
+/// speeds up or slows down during the run weighs on both alike.
+fn budgets(dir: &Path, serial_effects: usize, each: Duration) -> anyhow::Result<Value> {
+    let mut serial = [(0_u64, Duration::ZERO); 2];
+    let mut sixteen = [(0_u64, Duration::ZERO); 2];
+    for (round, with) in [false, true, true, false].into_iter().enumerate() {
+        let path = dir.join(format!("budgets-{round}.db"));
+        let (bound, _journal) = bench::bound_with_budgets(&path, with)?;
+        let run = format!("b{round}");
+        let t = Instant::now();
+        for i in 0..(serial_effects / 2) as u64 {
+            bench::one_effect(&bound, &run, i)?;
+        }
+        let s = &mut serial[usize::from(with)];
+        s.0 += (serial_effects / 2) as u64;
+        s.1 += t.elapsed();
+        let (done, took) = bench::threads(&bound, 16, &format!("{run}-16"), each / 2)?;
+        let c = &mut sixteen[usize::from(with)];
+        c.0 += done;
+        c.1 += took;
+    }
+    let rate = |(n, d): (u64, Duration)| n as f64 / d.as_secs_f64().max(1e-9);
+    let side = |pair: [(u64, Duration); 2]| {
+        json!({
+            "without_effects_per_s": round(rate(pair[0]), 1),
+            "with_effects_per_s": round(rate(pair[1]), 1),
+            "with_over_without": round(rate(pair[1]) / rate(pair[0]).max(1e-9), 3),
+            "effects": [pair[0].0, pair[1].0],
+        })
+    };
+    Ok(json!({
+        "budgets_per_effect": bench::three_budgets().len(),
+        "serial": side(serial),
+        "senders_16": side(sixteen),
     }))
 }
 

@@ -1,6 +1,7 @@
 //! One worker process for the multi-process tests: opens the shared journal, binds the refunds
-//! target over HTTP, and submits (or recovers) one effect until it has a final answer or its time
-//! is up. Prints one JSON line (`--help` for the arguments).
+//! target over HTTP, and submits (or recovers) one effect — or, with `--effects`, several in
+//! turn — until each has a final answer or its time is up. Prints one JSON line per effect, as
+//! each ends, so a worker killed midway has said what it saw (`--help` for the arguments).
 
 #![allow(clippy::print_stdout)] // its one JSON line is its answer
 
@@ -65,13 +66,17 @@ struct Args {
     #[arg(long, value_parser = ["submit", "recover"])]
     mode: String,
     /// The effect's key.
-    #[arg(long)]
-    key: String,
+    #[arg(long, required_unless_present = "effects")]
+    key: Option<String>,
     /// Cents.
-    #[arg(long)]
-    amount: i64,
-    /// The decided premises, as JSON.
-    #[arg(long)]
+    #[arg(long, required_unless_present = "effects")]
+    amount: Option<i64>,
+    /// Several effects, submitted one after another: `key:cents,key:cents,…` (instead of `--key`
+    /// and `--amount`).
+    #[arg(long, conflicts_with_all = ["key", "amount"])]
+    effects: Option<String>,
+    /// The decided premises, as JSON (not read with `--no-premises`).
+    #[arg(long, default_value = "{}")]
     premises: String,
     /// Start at this wall-clock time (ms since the epoch), so racers start together.
     #[arg(long)]
@@ -140,24 +145,55 @@ fn main() -> anyhow::Result<()> {
         Arc::new(StripeRefundPremises(target.clone()))
     };
     let bound = gate.bind(Arc::new(target), reader)?;
-    let key = EffectKey::fixed(args.key.clone())?;
-    let payload = json!({ "payment_intent": "pi_race", "amount": args.amount, "currency": "usd" });
     let premises: Premises = if args.no_premises {
         Premises::new()
     } else {
         serde_json::from_str(&args.premises).context("--premises")?
     };
-    let effect = Effect::new(key.clone(), &payload, &args.lease)?.premises(premises);
+    let effects: Vec<(String, i64)> = match (&args.effects, &args.key, args.amount) {
+        (Some(list), _, _) => list
+            .split(',')
+            .map(|pair| {
+                let (k, a) = pair
+                    .split_once(':')
+                    .with_context(|| format!("--effects: {pair:?} is not key:cents"))?;
+                Ok((k.to_owned(), a.parse().context("--effects: cents")?))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        (None, Some(key), Some(amount)) => vec![(key.clone(), amount)],
+        _ => anyhow::bail!("give --key and --amount, or --effects"),
+    };
     while clock.now_ms() < args.start_at_ms {
         std::thread::sleep(Duration::from_millis(1));
     }
+    for (key, amount) in effects {
+        let key = EffectKey::fixed(key)?;
+        let payload = json!({ "payment_intent": "pi_race", "amount": amount, "currency": "usd" });
+        let effect = Effect::new(key.clone(), &payload, &args.lease)?.premises(premises.clone());
+        let (outcome, attempts) = run(&bound, &effect, &args)?;
+        println!(
+            "{}",
+            json!({
+                "pid": std::process::id(),
+                "key": key.as_str(),
+                "amount": amount,
+                "outcome": outcome.label(),
+                "attempts": attempts,
+            })
+        );
+    }
+    Ok(())
+}
+
+/// Submit (or recover) one effect until it has a final answer or time is up.
+fn run(bound: &interlock::Bound, effect: &Effect, args: &Args) -> anyhow::Result<(Outcome, u32)> {
     let give_up = Instant::now() + Duration::from_millis(args.give_up_ms);
     let recover = args.mode == "recover";
     let mut attempts = 0;
-    let outcome = loop {
+    loop {
         attempts += 1;
         let o = if recover {
-            match bound.recover(&key) {
+            match bound.recover(&effect.key) {
                 // Started before the sender wrote anything: keep watching.
                 Err(GateError::UnknownKey(_)) if Instant::now() < give_up => {
                     std::thread::sleep(Duration::from_millis(5));
@@ -166,18 +202,21 @@ fn main() -> anyhow::Result<()> {
                 other => other?,
             }
         } else {
-            bound.submit(&effect)?
+            match bound.submit(effect) {
+                // A journal that cannot be reached now (a cut connection, a busy file): try again,
+                // as an activity's retry would.
+                Err(GateError::Journal(e)) if e.is_transient() && Instant::now() < give_up => {
+                    std::thread::sleep(Duration::from_millis(args.poll_ms));
+                    continue;
+                }
+                other => other?,
+            }
         };
         if o.is_final() || Instant::now() >= give_up {
-            break o;
+            return Ok((o, attempts));
         }
         if let Outcome::InFlight { retry_after, .. } | Outcome::Retry { retry_after, .. } = &o {
             std::thread::sleep((*retry_after).min(Duration::from_millis(args.poll_ms)));
         }
-    };
-    println!(
-        "{}",
-        json!({ "pid": std::process::id(), "outcome": outcome.label(), "attempts": attempts })
-    );
-    Ok(())
+    }
 }
