@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::core::budget::{Budget, CalendarUnit, Hold, Limit, OverBudget, Subject, Window};
+pub use crate::core::budget::{
+    Budget, CalendarUnit, Hold, Limit, OverBudget, Subject, Tally, Window,
+};
 use crate::lease::LeaseError;
 
 /// One change to a budget.

@@ -376,6 +376,38 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// What a counter holds in one window, as far as whether one more effect fits: enough for the
+/// common case (it fits), which a store can add up without handing every place over. Only a
+/// refusal needs the places themselves, to say when room frees up ([`room`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// What the places that count in the window add up to, the key's own included.
+    pub used: i64,
+    /// Whether the key itself holds a place that counts in the window.
+    pub own_in_window: bool,
+}
+
+impl Tally {
+    /// The tally of `holds` for `key` in the window that starts at `since_ms`.
+    pub fn of(holds: &[Hold], key: &str, since_ms: i64) -> Self {
+        holds
+            .iter()
+            .filter(|h| h.counts_from(since_ms))
+            .fold(Self::default(), |t, h| Self {
+                used: t.used.saturating_add(h.amount),
+                own_in_window: t.own_in_window || h.key == key,
+            })
+    }
+}
+
+/// Whether an effect asking `asked` fits `budget` given its counter's `tally`: exactly when
+/// [`room`] answers `Ok` for the places the tally was made of.
+pub fn fits(budget: &Budget, asked: Option<i64>, tally: &Tally) -> bool {
+    // Its own place counts for it only while that place is in the window: a key whose sends
+    // could no longer land here is checked again, as any other, before it sends again.
+    tally.own_in_window || asked.is_some_and(|a| tally.used.saturating_add(a) <= budget.max())
+}
+
 /// Whether `key`, asking `asked` (`None`: its payload has no amount this budget can count), fits
 /// `budget` at `now_ms`, when `holds` are the places the budget's counter for the effect's bucket
 /// holds (any; those that can no longer land in the window are ignored). The key's own place, if
@@ -388,15 +420,12 @@ pub fn room(
     now_ms: i64,
 ) -> Result<(), OverBudget> {
     let since = budget.window.since(now_ms);
-    // Its own place counts for it only while that place is in the window: a key whose sends
-    // could no longer land here is checked again, as any other, before it sends again.
-    if holds.iter().any(|h| h.key == key && h.counts_from(since)) {
+    let tally = Tally::of(holds, key, since);
+    if fits(budget, asked, &tally) {
         return Ok(());
     }
     let counted: Vec<&Hold> = holds.iter().filter(|h| h.counts_from(since)).collect();
-    let used = counted
-        .iter()
-        .fold(0_i64, |sum, h| sum.saturating_add(h.amount));
+    let used = tally.used;
     let max = budget.max();
     let over = |asked: i64, frees_at_ms| OverBudget {
         budget: budget.id.clone(),
@@ -409,9 +438,6 @@ pub fn room(
     let Some(asked) = asked else {
         return Err(over(0, None));
     };
-    if used.saturating_add(asked) <= max {
-        return Ok(());
-    }
     if asked > max {
         return Err(over(asked, None));
     }

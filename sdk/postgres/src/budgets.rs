@@ -8,7 +8,9 @@
 //! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
 //! every dispatch after it reads the new ones.
 
-use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
+use interlock::budget::{
+    Budget, BudgetChange, Hold, Tally, budget_of, check_by, check_change, spec_of,
+};
 use interlock::lease::LeaseError;
 
 use crate::journal::PgJournal;
@@ -81,6 +83,37 @@ impl PgJournal {
                 until_ms: r.get(3),
             })
             .collect())
+    }
+
+    /// [`interlock::budget::Tally::of`] added up by the server, over the rows
+    /// [`Self::budget_holds_in`] reads and under the same lock. A sum past the 64-bit range is an
+    /// error: nothing is sent.
+    pub(crate) fn budget_tally_in(
+        &self,
+        q: &mut dyn Query,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<Tally, LeaseError> {
+        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
+        let rows = q
+            .query(
+                &format!(
+                    "SELECT COALESCE(SUM(amount), 0)::bigint, COALESCE(bool_or(key = $4), false) \
+                     FROM {}.budget_holds WHERE budget = $1 AND bucket = $2 AND until_ms >= $3",
+                    self.schema()
+                ),
+                &[&id, &bucket, &since_ms, &key],
+            )
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LeaseError::Store("a sum of budget places read no row".into()))?;
+        Ok(Tally {
+            used: row.get(0),
+            own_in_window: row.get(1),
+        })
     }
 
     /// Record `hold` in counter `bucket` of budget `id`, under the counter's lock.

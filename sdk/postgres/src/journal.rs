@@ -412,6 +412,18 @@ impl TxLeases for TxLeaseReader<'_, '_> {
             .budget_holds_in(&mut **tx, id, bucket, since_ms)
     }
 
+    fn budget_tally(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<interlock::budget::Tally, LeaseError> {
+        let mut tx = self.tx.borrow_mut();
+        self.journal
+            .budget_tally_in(&mut **tx, id, bucket, since_ms, key)
+    }
+
     fn hold_budget(
         &self,
         id: &str,

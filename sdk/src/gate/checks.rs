@@ -99,13 +99,22 @@ impl Bound {
                     if !b.matches(&subject) {
                         continue;
                     }
-                    let holds =
-                        leases.budget_holds(&b.id, &b.bucket(&subject), b.window.since(now))?;
-                    if let Err(over) =
-                        budget::room(&b, key.as_str(), b.amount(&first.payload), &holds, now)
-                    {
-                        return Ok(Some(over));
+                    let (bucket, since) = (b.bucket(&subject), b.window.since(now));
+                    let asked = b.amount(&first.payload);
+                    let tally = leases.budget_tally(&b.id, &bucket, since, key.as_str())?;
+                    if budget::fits(&b, asked, &tally) {
+                        continue;
                     }
+                    // It does not fit: the places themselves say when room frees up.
+                    let holds = leases.budget_holds(&b.id, &bucket, since)?;
+                    return match budget::room(&b, key.as_str(), asked, &holds, now) {
+                        Err(over) => Ok(Some(over)),
+                        // One transaction read the counter twice and saw two things: send nothing.
+                        Ok(()) => Err(LeaseError::Store(format!(
+                            "budget {}'s counter {bucket} added up to {} but its places fit",
+                            b.id, tally.used
+                        ))),
+                    };
                 }
                 Ok(None)
             },

@@ -193,6 +193,24 @@ pub trait TxLeases {
     /// ends, no other transaction takes or gives back a place in that counter.
     fn budget_holds(&self, id: &str, bucket: &str, since_ms: i64) -> Result<Vec<Hold>, LeaseError>;
 
+    /// The tally of budget `id`'s counter `bucket` from `since_ms` on, for `key`: what
+    /// [`crate::budget::Tally::of`] makes of [`TxLeases::budget_holds`], under the same lock. A
+    /// store may add it up where the places are kept, so that a dispatch that fits reads one row
+    /// per budget instead of every place in its window.
+    fn budget_tally(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<crate::budget::Tally, LeaseError> {
+        Ok(crate::budget::Tally::of(
+            &self.budget_holds(id, bucket, since_ms)?,
+            key,
+            since_ms,
+        ))
+    }
+
     /// Record that `hold.key` holds a place in budget `id`'s counter `bucket`.
     fn hold_budget(&self, id: &str, bucket: &str, hold: &Hold) -> Result<(), LeaseError>;
 

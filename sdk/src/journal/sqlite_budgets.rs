@@ -145,6 +145,31 @@ impl SqliteJournal {
         rows.iter().map(|(id, spec)| budget_of(id, spec)).collect()
     }
 
+    /// [`crate::budget::Tally::of`] added up by SQLite, over the same rows
+    /// [`Self::budget_holds_on`] reads. A sum past the 64-bit range is an error: nothing is sent.
+    pub(super) fn budget_tally_on(
+        &self,
+        conn: &Connection,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<crate::budget::Tally, LeaseError> {
+        let mut st = conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(amount), 0), COALESCE(MAX(key = ?4), 0) FROM budget_holds \
+                 WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3",
+            )
+            .map_err(|e| LeaseError::from(self.err(e)))?;
+        st.query_row(params![id, bucket, since_ms, key], |r| {
+            Ok(crate::budget::Tally {
+                used: r.get(0)?,
+                own_in_window: r.get::<_, i64>(1)? != 0,
+            })
+        })
+        .map_err(|e| LeaseError::from(self.err(e)))
+    }
+
     pub(super) fn budget_holds_on(
         &self,
         conn: &Connection,

@@ -251,6 +251,17 @@ impl TxLeases for TxLeaseReader<'_> {
             .budget_holds_on(self.conn, id, bucket, since_ms)
     }
 
+    fn budget_tally(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<crate::budget::Tally, LeaseError> {
+        self.journal
+            .budget_tally_on(self.conn, id, bucket, since_ms, key)
+    }
+
     fn hold_budget(
         &self,
         id: &str,
