@@ -536,7 +536,9 @@ CREATE TABLE IF NOT EXISTS budget_holds (
     until_ms INTEGER NOT NULL,
     PRIMARY KEY (budget, key)
 );
-CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, until_ms);
+-- Covering: a dispatch adds a counter's places up from the index alone (budget_tally_on).
+DROP INDEX IF EXISTS budget_holds_window;
+CREATE INDEX IF NOT EXISTS budget_holds_tally ON budget_holds (budget, bucket, until_ms, amount, key);
 CREATE INDEX IF NOT EXISTS budget_holds_key ON budget_holds (key);
 ";
 
