@@ -59,6 +59,9 @@ pub enum Setup {
     /// The lease is one approval (one use); after the first closes, a workflow for another
     /// request asks for $20 under the same lease.
     SecondRequestSameLease,
+    /// A budget on the payment has room left for one $20 refund, and a workflow for another
+    /// request asks for $20 at the same moment: the two race for the last room.
+    BudgetLastRoom,
 }
 
 /// One row.
@@ -122,7 +125,7 @@ const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E
 }
 
 /// Every row.
-pub const ALL: [E2eCase; 22] = [
+pub const ALL: [E2eCase; 23] = [
     case("happy_path", Kill::None, Outage::None, Setup::Plain),
     case(
         "crash_before_journal",
@@ -177,6 +180,12 @@ pub const ALL: [E2eCase; 22] = [
         Kill::None,
         Outage::None,
         Setup::SecondRequestSameLease,
+    ),
+    case(
+        "budget_last_room_killed_mid_send",
+        Kill::At("after_dispatch"),
+        Outage::None,
+        Setup::BudgetLastRoom,
     ),
     case(
         "lease_revoked_before_send",
@@ -243,7 +252,7 @@ pub const ALL: [E2eCase; 22] = [
 ];
 
 /// The CI subset.
-pub const QUICK: [&str; 10] = [
+pub const QUICK: [&str; 11] = [
     "crash_before_send",
     "crash_in_flight",
     "hand_refund_during_outage",
@@ -254,4 +263,5 @@ pub const QUICK: [&str; 10] = [
     "server_killed_before_send",
     "server_killed_in_flight",
     "second_request_same_approval",
+    "budget_last_room_killed_mid_send",
 ];

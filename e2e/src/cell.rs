@@ -428,6 +428,24 @@ pub fn run_cell(
     env.journal
         .grant_lease(&grant)
         .context("granting the cell's lease")?;
+    if case.setup == Setup::BudgetLastRoom {
+        // Room for one $20 refund of this payment this hour, and two requests for one.
+        env.journal
+            .set_budget(
+                &interlock::budget::Budget {
+                    id: format!("room-{id}"),
+                    scope: [("payment_intent".to_owned(), Value::from(pi.as_str()))].into(),
+                    per: Vec::new(),
+                    window: interlock::budget::Window::Rolling { ms: 3_600_000 },
+                    limit: interlock::budget::Limit::Sum {
+                        field: "amount".into(),
+                        max: 2000,
+                    },
+                },
+                "ops@support",
+            )
+            .context("setting the cell's budget")?;
+    }
     match case.setup {
         Setup::ServerErrorAfterApply => env.sim.error_after_apply(1),
         Setup::Disputed => env.sim.set_disputed(&pi, true),
@@ -471,10 +489,23 @@ pub fn run_cell(
     }
     let a = cell.worker(first_pause)?;
     let s1 = cell.starter(&wf, &pi, 2000, &lease, &request, system)?;
-    let s2 = if case.setup == Setup::SecondWorkflow {
-        Some(cell.starter(&format!("{wf}-b"), &pi, 2000, &lease, &request, system)?)
-    } else {
-        None
+    let s2 = match case.setup {
+        Setup::SecondWorkflow => Some((
+            cell.starter(&format!("{wf}-b"), &pi, 2000, &lease, &request, system)?,
+            2000,
+        )),
+        Setup::BudgetLastRoom => Some((
+            cell.starter(
+                &format!("{wf}-2"),
+                &pi,
+                2000,
+                &lease,
+                &format!("{request}-2"),
+                system,
+            )?,
+            RACING,
+        )),
+        _ => None,
     };
     let mut crashed_at = None;
     match case.kill {
@@ -546,9 +577,10 @@ pub fn run_cell(
     let r1 = s1
         .wait(CLOSE_WAIT)
         .with_context(|| format!("cell {}", cell.id))?;
-    let mut answers = vec![(r1.clone(), 2000)];
-    if let Some(s2) = s2 {
-        answers.push((s2.wait(CLOSE_WAIT)?, 2000));
+    let racing = case.setup == Setup::BudgetLastRoom;
+    let mut answers = vec![(r1.clone(), if racing { RACING } else { 2000 })];
+    if let Some((s2, amount)) = s2 {
+        answers.push((s2.wait(CLOSE_WAIT)?, amount));
     }
     if case.setup == Setup::SecondWorkflowOtherAmount {
         let s = cell.starter(&format!("{wf}-30"), &pi, 3000, &lease, &request, system)?;
@@ -586,6 +618,11 @@ pub fn run_cell(
 /// first request spent.
 const ANOTHER_REQUEST: i64 = -2000;
 
+/// The amount an answer is judged with when it is one of two $20 requests racing for room for
+/// one: which of them lands is not fixed, so the two are judged together (as many say they
+/// refunded as refunds landed).
+const RACING: i64 = -1;
+
 #[allow(clippy::too_many_arguments)]
 fn judge(
     env: &Env,
@@ -610,6 +647,8 @@ fn judge(
     let mut agrees = true;
     let mut labels = Vec::new();
     let mut main_short_ok = false;
+    // Racing answers: how many say they refunded, judged against the refunds that landed.
+    let (mut racing_said, mut any_racing) = (0, false);
     for (i, (answer, amount)) in answers.iter().enumerate() {
         let report = answer.get("report");
         let outcome = report
@@ -639,6 +678,11 @@ fn judge(
         let moved = match *amount {
             2000 => ours > 0,
             ANOTHER_REQUEST => ours > 2000,
+            RACING => {
+                racing_said += usize::from(says == Some(true));
+                any_racing = true;
+                says.unwrap_or(false)
+            }
             other => refunds.iter().any(|r| r.amount == other),
         };
         agrees &= match says {
@@ -648,6 +692,9 @@ fn judge(
         if i == 0 {
             main_short_ok = outcome == "AMBIGUOUS" || repairs;
         }
+    }
+    if any_racing {
+        agrees &= racing_said == refunds.len();
     }
     let short = total != wanted && ours == 0 && main_short_ok;
     CellResult {

@@ -25,7 +25,7 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// The CI subset: gated tiers 1 and 2, the Python worker's tier 1 and the keyed baseline on
-    /// nine cases, once.
+    /// eleven cases, once.
     #[arg(long)]
     quick: bool,
     /// Where to write e2e_matrix.md and .json (default results/, or target/e2e-quick/).

@@ -160,7 +160,21 @@ fn render_budgets(md: &mut String, b: &Value) {
             num(&row["with_over_without"]),
         );
     }
-    md.push('\n');
+    let worst = ["serial", "senders_16"]
+        .iter()
+        .filter_map(|r| b[r]["with_over_without"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    if worst >= 0.85 {
+        md.push_str("\nGoal met.\n\n");
+    } else {
+        md.push_str(
+            "\nGoal not met. A dispatch reads every budget in force and adds up each matching \
+             counter's places in its window (one indexed sum per budget, in the dispatch \
+             transaction), so its cost grows with the places a window holds: these budgets \
+             never refuse, and every effect of the run stays in every window. A running total \
+             per counter would make the check independent of that number.\n\n",
+        );
+    }
 }
 
 fn render_postgres(md: &mut String, pg: &Value) {

@@ -30,6 +30,9 @@ struct Args {
     /// profiling); `--senders 0` measures the serial path alone.
     #[arg(long)]
     senders: Vec<usize>,
+    /// Measure nothing: regenerate docs/benchmarks.md from the committed results/bench_*.json.
+    #[arg(long, conflicts_with_all = ["quick", "senders"])]
+    render: bool,
     /// Run as one sender process of a concurrent measurement, on this journal (internal).
     #[arg(long, hide = true)]
     sender: Option<PathBuf>,
@@ -47,6 +50,17 @@ fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     if let Some(journal) = &args.sender {
         return sender_process(journal, &args.name, Duration::from_millis(args.millis));
+    }
+    if args.render {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let journal = interlock_testkit::bench_report::read_result(&root, "bench_journal.json")
+            .context("results/bench_journal.json: run the benchmark first")?;
+        let e2e = interlock_testkit::bench_report::read_result(&root, "bench_e2e.json");
+        let grpc = interlock_testkit::bench_report::read_result(&root, "bench_grpc.json");
+        let md = interlock_testkit::bench_report::render(&journal, e2e.as_ref(), grpc.as_ref());
+        std::fs::write(root.join("docs/benchmarks.md"), md)?;
+        eprintln!("wrote docs/benchmarks.md from results/");
+        return Ok(());
     }
     let quick = args.quick;
     let serial_effects = if quick { 300 } else { 3000 };
