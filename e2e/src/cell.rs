@@ -428,13 +428,31 @@ pub fn run_cell(
     env.journal
         .grant_lease(&grant)
         .context("granting the cell's lease")?;
+    // The racing request refunds a payment of its own, so no premise of one moves with the
+    // other's refund: only the budget stands between them.
+    let pi2 = format!("{pi}-2");
     if case.setup == Setup::BudgetLastRoom {
-        // Room for one $20 refund of this payment this hour, and two requests for one.
+        env.sim.add_payment(&pi2, 10_000);
+        // Room for one $20 refund this hour from the cell's task queue (a label the worker's
+        // activity journals with each effect, the Rust and the Python worker alike), and two
+        // requests for one. The second payment's lease is the first's, on the other payment.
+        env.journal
+            .grant_lease(
+                &Grant::new(format!("{lease}-2"), "ana@support", env.skew.now_ms())
+                    .scope("payment_intent", pi2.as_str())
+                    .cap("amount", 2000)
+                    .unlimited(),
+            )
+            .context("granting the racing request's lease")?;
         env.journal
             .set_budget(
                 &interlock::budget::Budget {
                     id: format!("room-{id}"),
-                    scope: [("payment_intent".to_owned(), Value::from(pi.as_str()))].into(),
+                    scope: [(
+                        "label.task_queue".to_owned(),
+                        Value::from(format!("q-{id}")),
+                    )]
+                    .into(),
                     per: Vec::new(),
                     window: interlock::budget::Window::Rolling { ms: 3_600_000 },
                     limit: interlock::budget::Limit::Sum {
@@ -497,9 +515,9 @@ pub fn run_cell(
         Setup::BudgetLastRoom => Some((
             cell.starter(
                 &format!("{wf}-2"),
-                &pi,
+                &pi2,
                 2000,
-                &lease,
+                &format!("{lease}-2"),
                 &format!("{request}-2"),
                 system,
             )?,
@@ -636,7 +654,11 @@ fn judge(
     crash_to_close_s: Option<f64>,
     t0: i64,
 ) -> CellResult {
-    let refunds = env.sim.refunds(pi);
+    let mut refunds = env.sim.refunds(pi);
+    if case.setup == Setup::BudgetLastRoom {
+        // The racing request's refunds, on its own payment.
+        refunds.extend(env.sim.refunds(&format!("{pi}-2")));
+    }
     let total: i64 = refunds.iter().map(|r| r.amount).sum();
     let tagged = refunds
         .iter()

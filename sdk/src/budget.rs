@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::core::budget::{
-    Budget, CalendarUnit, Hold, Limit, OverBudget, Subject, Tally, Window,
+    Budget, CalendarUnit, Hold, Limit, MAX_LIMIT, OverBudget, Subject, Tally, Window,
 };
 use crate::lease::LeaseError;
 

@@ -121,6 +121,16 @@ class RefundActivities:
         info = activity.info()
         request = decision["request"]
         effect = effect_from_dict(decision["effect"])
+        # The activity's own word, as the Rust gated() journals it: budgets scoped on the
+        # workflow type, the activity or the task queue match this effect, and a workflow
+        # cannot name another to escape one. The same on every attempt.
+        effect.labels.update(
+            {
+                "workflow_type": info.workflow_type,
+                "activity_type": info.activity_type,
+                "task_queue": info.task_queue,
+            }
+        )
         call = self._gate.Submit(
             gate_pb2.SubmitRequest(
                 target=self._settings.target(request["system"]),

@@ -36,6 +36,12 @@ pub struct Budget {
     pub limit: Limit,
 }
 
+/// The largest limit a budget may set (2^53 − 1, exact in every JSON reader). Far above any
+/// real limit, and far enough below the 64-bit range that a counter's places (each at most the
+/// limit, a late-landing one counted as the whole limit) add up without overflowing it: where
+/// they did, the stores' sums would fail and every dispatch under the budget would wait.
+pub const MAX_LIMIT: i64 = (1 << 53) - 1;
+
 /// The time a budget's limit is over.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -196,8 +202,11 @@ impl Budget {
             _ => {}
         }
         match &self.limit {
-            Limit::Count { max } | Limit::Sum { max, .. } if *max < 0 => {
-                return Err(format!("budget {}: a limit cannot be negative", self.id));
+            Limit::Count { max } | Limit::Sum { max, .. } if !(0..=MAX_LIMIT).contains(max) => {
+                return Err(format!(
+                    "budget {}: a limit is from 0 to {MAX_LIMIT}",
+                    self.id
+                ));
             }
             Limit::Sum { field, .. } if field.is_empty() => {
                 return Err(format!("budget {}: a sum needs a payload field", self.id));

@@ -107,14 +107,14 @@ impl Bound {
                     }
                     // It does not fit: the places themselves say when room frees up.
                     let holds = leases.budget_holds(&b.id, &bucket, since)?;
-                    return match budget::room(&b, key.as_str(), asked, &holds, now) {
-                        Err(over) => Ok(Some(over)),
-                        // One transaction read the counter twice and saw two things: send nothing.
-                        Ok(()) => Err(LeaseError::Store(format!(
-                            "budget {}'s counter {bucket} added up to {} but its places fit",
-                            b.id, tally.used
-                        ))),
-                    };
+                    // Where the places fit after all, one was given back between the two reads
+                    // (on PostgreSQL each statement reads what is committed when it starts, and
+                    // giving a place back takes no counter lock). Nothing can have been added:
+                    // adding takes the counter's lock, held by this transaction since the sum. So
+                    // the places read second are the counter's truth.
+                    if let Err(over) = budget::room(&b, key.as_str(), asked, &holds, now) {
+                        return Ok(Some(over));
+                    }
                 }
                 Ok(None)
             },

@@ -223,9 +223,19 @@ impl SqliteJournal {
                 }
                 // Added within version 2: a release without it reads the journal as before,
                 // and never dispatches under a lease whose uses are counted (LIMITED_SCOPE).
-                if ["lease_uses", "budget_changes", "budget_holds"]
-                    .iter()
-                    .any(|name| !tables.iter().any(|t| t == name))
+                // The covering index came after the tables, within the same version.
+                let tally_index: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' \
+                         AND name = 'budget_holds_tally'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| self.err(e))?;
+                if tally_index == 0
+                    || ["lease_uses", "budget_changes", "budget_holds"]
+                        .iter()
+                        .any(|name| !tables.iter().any(|t| t == name))
                 {
                     conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
                     tracing::info!(path = %self.path, "added the tables of lease uses and budgets to the journal");

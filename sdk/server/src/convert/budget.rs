@@ -2,7 +2,7 @@
 //! by field, so a caller learns which field is wrong before anything is journaled; the journal
 //! checks it again (and whether it may replace the one in force) when it records the change.
 
-use interlock::budget::{Budget, BudgetChange, CalendarUnit, Counter, Limit, Window};
+use interlock::budget::{Budget, BudgetChange, CalendarUnit, Counter, Limit, MAX_LIMIT, Window};
 
 use super::{Invalid, MAX_PREMISES, invalid, json_field, name};
 use crate::pb;
@@ -54,7 +54,7 @@ pub fn budget_from(b: Option<&pb::Budget>) -> Result<Budget, Invalid> {
                     ));
                 }
             };
-            if c.utc_offset_minutes.abs() > 14 * 60 {
+            if c.utc_offset_minutes.unsigned_abs() > 14 * 60 {
                 return Err(invalid(
                     "budget.calendar.utc_offset_minutes",
                     format!(
@@ -73,12 +73,18 @@ pub fn budget_from(b: Option<&pb::Budget>) -> Result<Budget, Invalid> {
         None => {
             return Err(invalid("budget.limit", "is missing: set count_max or sum"));
         }
-        Some(pb::budget::Limit::CountMax(max)) if *max < 0 => {
-            return Err(invalid("budget.count_max", format!("{max} is negative")));
+        Some(pb::budget::Limit::CountMax(max)) if !(0..=MAX_LIMIT).contains(max) => {
+            return Err(invalid(
+                "budget.count_max",
+                format!("{max}: a limit is from 0 to {MAX_LIMIT}"),
+            ));
         }
         Some(pb::budget::Limit::CountMax(max)) => Limit::Count { max: *max },
-        Some(pb::budget::Limit::Sum(s)) if s.max < 0 => {
-            return Err(invalid("budget.sum.max", format!("{} is negative", s.max)));
+        Some(pb::budget::Limit::Sum(s)) if !(0..=MAX_LIMIT).contains(&s.max) => {
+            return Err(invalid(
+                "budget.sum.max",
+                format!("{}: a limit is from 0 to {MAX_LIMIT}", s.max),
+            ));
         }
         Some(pb::budget::Limit::Sum(s)) => Limit::Sum {
             field: name("budget.sum.field", &s.field)?,
@@ -228,6 +234,19 @@ mod tests {
                         utc_offset_minutes: 900,
                     }));
                 }),
+            ),
+            (
+                "budget.calendar.utc_offset_minutes",
+                Box::new(|b| {
+                    b.window = Some(pb::budget::Window::Calendar(pb::CalendarWindow {
+                        unit: 1,
+                        utc_offset_minutes: i32::MIN,
+                    }));
+                }),
+            ),
+            (
+                "budget.count_max",
+                Box::new(|b| b.limit = Some(pb::budget::Limit::CountMax(i64::MAX))),
             ),
             ("budget.limit", Box::new(|b| b.limit = None)),
             (
