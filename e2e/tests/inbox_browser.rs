@@ -250,11 +250,39 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
         sign_in(&ana_web, &base, ana).await;
         sign_in(&mia_web, &base, mia).await;
 
+        // A budget on the first payment, with room for what is asked.
+        env.journal
+            .set_budget(
+                &interlock::budget::Budget {
+                    id: "pi-web-a-daily".into(),
+                    scope: [("payment_intent".to_owned(), serde_json::json!("pi_web_a"))].into(),
+                    per: Vec::new(),
+                    window: interlock::budget::Window::Rolling { ms: 86_400_000 },
+                    limit: interlock::budget::Limit::Sum {
+                        field: "amount".into(),
+                        max: 10_000,
+                    },
+                },
+                "ops",
+            )
+            .unwrap();
         // A refund that needs judgment; ana opens it, support refunds part by hand, ana approves.
         desk.ask("web-a", story::refund("web-a", "pi_web_a", 6_000), 1)
             .await
             .unwrap();
         open_from_inbox(&ana_web, &base, "web-a").await;
+        // The page shows the budget the refund would count against, and that it fits.
+        let budgets = ana_web
+            .find(Locator::Id("budgets"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            budgets.contains("pi-web-a-daily") && budgets.contains("fits (counts 6000)"),
+            "{budgets}"
+        );
         env.sim.hand_refund("pi_web_a", 2_000);
         let done = click_approve(&ana_web).await.expect("ana's approval");
         assert!(done.contains("You approved web-a"), "{done}");

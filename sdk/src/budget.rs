@@ -160,3 +160,87 @@ pub fn counters<J: crate::JournalStore + ?Sized>(
     }
     Ok(out)
 }
+
+/// How one budget in force stands for an effect not yet sent (what a person deciding on it sees).
+#[derive(Clone, Debug)]
+pub struct Standing {
+    /// The budget.
+    pub budget: Budget,
+    /// The effect's counter in the window holding now (no place yet: nothing used, all left).
+    pub counter: Counter,
+    /// What the effect would count (`None`: its payload lacks the summed field, so it would be
+    /// refused).
+    pub asked: Option<i64>,
+    /// Whether it fits now: `Err` says by how much it does not and when room frees.
+    pub fits: Result<(), OverBudget>,
+    /// Label names the budget's scope reads that are not known yet (they are journaled with the
+    /// send): the budget applies only if they match.
+    pub unknown_labels: Vec<String>,
+}
+
+/// Every budget in force that may apply to an effect of `key` with `payload` for `target`, and
+/// how it stands now. `labels` are the effect's labels where they are known (from its journaled
+/// proposal); a budget scoped on a label not among them is listed with that label named, since
+/// the activity that sends the effect journals its labels only then.
+pub fn standing<J: crate::JournalStore + ?Sized>(
+    j: &J,
+    key: &str,
+    payload: &serde_json::Value,
+    target: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    now_ms: i64,
+) -> Result<Vec<Standing>, LeaseError> {
+    let mut out = Vec::new();
+    for b in crate::lease::in_force(&j.budget_changes()?) {
+        let unknown_labels: Vec<String> = b
+            .scope
+            .keys()
+            .filter_map(|n| n.strip_prefix("label."))
+            .filter(|n| !labels.contains_key(*n))
+            .map(str::to_owned)
+            .collect();
+        // Judged as if each unknown label had the value the budget asks for.
+        let mut assumed = labels.clone();
+        for n in &unknown_labels {
+            if let Some(serde_json::Value::String(v)) = b.scope.get(&format!("label.{n}")) {
+                assumed.insert(n.clone(), v.clone());
+            }
+        }
+        let subject = Subject {
+            payload,
+            target,
+            labels: &assumed,
+        };
+        if !b.matches(&subject) {
+            continue;
+        }
+        let bucket = b.bucket(&subject);
+        let since = b.window.since(now_ms);
+        let holds: Vec<Hold> = j
+            .budget_places(&b.id, since)?
+            .into_iter()
+            .filter(|(k, _)| *k == bucket)
+            .map(|(_, h)| h)
+            .collect();
+        let counter = counters(j, &b, now_ms)?
+            .into_iter()
+            .find(|c| c.bucket == bucket)
+            .unwrap_or(Counter {
+                bucket,
+                used: 0,
+                reserved: 0,
+                left: b.max(),
+                places: Vec::new(),
+            });
+        let asked = b.amount(payload);
+        let fits = crate::core::budget::room(&b, key, asked, &holds, now_ms);
+        out.push(Standing {
+            budget: b,
+            counter,
+            asked,
+            fits,
+            unknown_labels,
+        });
+    }
+    Ok(out)
+}

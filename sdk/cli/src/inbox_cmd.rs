@@ -42,11 +42,12 @@ pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Resu
         )
     })?;
     let approvers = Approvers::from_json(&args.approvers.display().to_string(), &text)?;
-    let premises = StripeRefundsSetup::new(
+    let setup = StripeRefundsSetup::new(
         StripeConfig::from_env().context("the inbox reads the facts now from the Stripe API")?,
     )
-    .shop(args.shop_url)?
-    .premises();
+    .shop(args.shop_url)?;
+    let premises = setup.premises();
+    let target = interlock::Target::name(&setup.target()).to_owned();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         // Temporal's own settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS.
@@ -55,6 +56,7 @@ pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Resu
             journal,
             approvers: Arc::new(approvers),
             premises: Arc::new(premises),
+            target,
             deliver: Temporal::new(client),
             clock: Arc::new(SystemClock),
             auth: Auth::default(),

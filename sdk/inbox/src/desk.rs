@@ -197,3 +197,76 @@ mod tests {
         assert!(duration(i64::MIN).starts_with("over by "), "no overflow");
     }
 }
+
+/// One budget a request's refund may count against, as its page shows it.
+#[derive(Clone, Debug)]
+pub struct BudgetRow {
+    /// The budget's id.
+    pub id: String,
+    /// Its rule in words.
+    pub rule: String,
+    /// Its limit.
+    pub max: i64,
+    /// Committed in the request's counter this window.
+    pub used: i64,
+    /// Held by effects in flight, ambiguous or otherwise not known not to have applied.
+    pub reserved: i64,
+    /// Left under the limit.
+    pub left: i64,
+    /// Whether the refund fits it now.
+    pub fits: bool,
+    /// What that means for the refund, for people.
+    pub verdict: String,
+}
+
+/// The budgets in force that a refund of `payload` under key `request` may count against, and
+/// whether it fits each now. The labels its send will carry are read from its journaled proposal
+/// where there is one; a budget scoped on a label not known yet is shown with that said.
+pub fn budgets(
+    journal: &dyn JournalStore,
+    request: &str,
+    payload: &serde_json::Value,
+    target: &str,
+    now_ms: i64,
+) -> Result<Vec<BudgetRow>, LeaseError> {
+    let labels = match EffectKey::fixed(request) {
+        Ok(k) => journal
+            .state(&k)?
+            .first()
+            .map(|f| f.labels.clone())
+            .unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    let rows = interlock::budget::standing(journal, request, payload, target, &labels, now_ms)?;
+    Ok(rows
+        .into_iter()
+        .map(|s| {
+            let mut verdict = match (&s.fits, s.asked) {
+                (Ok(()), Some(a)) => format!("fits (counts {a})"),
+                (Ok(()), None) => "fits".to_owned(),
+                (Err(over), _) => format!("would be refused: {over}"),
+            };
+            if !s.unknown_labels.is_empty() {
+                verdict.push_str(&format!(
+                    "; applies if the sending activity's {} match{}",
+                    s.unknown_labels.join(", "),
+                    if s.unknown_labels.len() == 1 {
+                        "es"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            BudgetRow {
+                id: s.budget.id.clone(),
+                rule: s.budget.describe(),
+                max: s.budget.max(),
+                used: s.counter.used,
+                reserved: s.counter.reserved,
+                left: s.counter.left,
+                fits: s.fits.is_ok(),
+                verdict,
+            }
+        })
+        .collect())
+}

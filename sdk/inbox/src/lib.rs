@@ -28,6 +28,8 @@ pub struct Inbox {
     pub approvers: Arc<Approvers>,
     /// Reads the facts as they are now, beside the facts the request was decided on.
     pub premises: Arc<dyn PremiseReader>,
+    /// The name of the target the requests are sent to: budgets scoped on `target` match it.
+    pub target: String,
     /// Where decisions go.
     pub deliver: Temporal,
     /// The clock approvals are dated by.

@@ -379,6 +379,8 @@ struct RequestPage {
     repair_summary: String,
     facts: Vec<(String, String, String, bool)>,
     facts_error: Option<String>,
+    budgets: Vec<desk::BudgetRow>,
+    budgets_error: Option<String>,
     payload: String,
     payload_compact: String,
     can_decide: bool,
@@ -470,6 +472,20 @@ async fn request_page(
                 .collect()
         })
         .unwrap_or_default();
+    let (budgets, budgets_error) = {
+        let i = inbox.clone();
+        let (request, payload) = (id.clone(), d["payload"].clone());
+        match tokio::task::spawn_blocking(move || {
+            desk::budgets(i.journal.as_ref(), &request, &payload, &i.target, now(&i))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()))
+        {
+            Ok(rows) => (rows, None),
+            Err(e) => (Vec::new(), Some(e)),
+        }
+    };
     let cannot = cannot_decide(&inbox, &item, &s.approver);
     let r = &item.route;
     render(&RequestPage {
@@ -492,6 +508,8 @@ async fn request_page(
         repair_summary: d["repair"]["summary"].as_str().unwrap_or("").to_owned(),
         facts,
         facts_error,
+        budgets,
+        budgets_error,
         payload: serde_json::to_string_pretty(&d["payload"]).unwrap_or_default(),
         payload_compact: d["payload"].to_string(),
         can_decide: cannot.is_none(),
