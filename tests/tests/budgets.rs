@@ -335,7 +335,74 @@ fn only_a_limit_or_window_changes_under_one_id_and_a_removed_budget_starts_afres
     assert!(matches!(fresh, Outcome::Committed { .. }), "{fresh:?}");
 }
 
+/// A store's running total of a counter is what the counter's places add up to, through any
+/// sequence of places taken, stretched, moved up and given back, and windows whose start moves
+/// forward and back (a clock behind another's): 2,000 random steps in one transaction (rolled back
+/// at the end: nothing is appended), each tally compared with the places read beside it.
+fn a_counters_running_total_is_always_what_its_places_add_up_to(kind: Kind) {
+    let s = setup(kind, "budget_totals", &[sum_per_day("daily", 1_000_000)]);
+    let journal = s.store.journal();
+    let mut rng = 0x2545_F491_4F6C_DD1D_u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        i64::try_from(rng % n).unwrap()
+    };
+    let mut checked = 0;
+    let mut failure = None;
+    journal
+        .append_with(&EffectKey::fixed("totals").unwrap(), &mut |tx| {
+            let leases = tx.leases.expect("the journal keeps the leases");
+            let mut now = T0;
+            let mut step = || -> anyhow::Result<()> {
+                // A clock that moves on, seen by tallies whose windows start a little before or
+                // after each other's (every time a multiple of 200 ms, so boundaries meet).
+                now += 200;
+                let key = format!("k{}", next(12));
+                let bucket = if next(4) == 0 { "[\"b\"]" } else { "[]" };
+                match next(5) {
+                    0 | 1 => {
+                        let at_ms = now;
+                        let hold = interlock::budget::Hold {
+                            key,
+                            amount: 1 + next(5000),
+                            at_ms,
+                            until_ms: at_ms + next(30) * 200,
+                        };
+                        // A key's place stays in its counter; one elsewhere is refused.
+                        let _ = leases.hold_budget("daily", bucket, &hold);
+                    }
+                    2 => leases.release_budgets(&key)?,
+                    _ => {
+                        let since = now - 3000 + next(20) * 200;
+                        let tally = leases.budget_tally("daily", bucket, since, &key)?;
+                        let places = leases.budget_holds("daily", bucket, since)?;
+                        let want = interlock::budget::Tally::of(&places, &key, since);
+                        anyhow::ensure!(
+                            tally == want,
+                            "since {since}, key {key}: total says {tally:?}, places {want:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+                Ok(())
+            };
+            for _ in 0..2000 {
+                if let Err(e) = step() {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+            Vec::new()
+        })
+        .unwrap();
+    assert_eq!(failure, None);
+    assert!(checked > 100, "{checked} tallies checked");
+}
+
 interlock_tests::every_store!(
+    a_counters_running_total_is_always_what_its_places_add_up_to,
     a_resend_in_a_later_window_is_counted_in_that_window,
     only_a_limit_or_window_changes_under_one_id_and_a_removed_budget_starts_afresh,
     a_sum_per_day_admits_until_full_and_refuses_naming_the_budget_and_when_room_frees,

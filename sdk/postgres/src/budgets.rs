@@ -8,9 +8,7 @@
 //! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
 //! every dispatch after it reads the new ones.
 
-use interlock::budget::{
-    Budget, BudgetChange, Hold, Tally, budget_of, check_by, check_change, spec_of,
-};
+use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use interlock::lease::LeaseError;
 
 use crate::journal::PgJournal;
@@ -21,7 +19,12 @@ use crate::pool::Query;
 const BUDGET_LOCK_SPACE: &str = "interlock-budget:";
 
 impl PgJournal {
-    fn lock(&self, q: &mut dyn Query, name: &str, exclusive: bool) -> Result<(), LeaseError> {
+    pub(crate) fn lock(
+        &self,
+        q: &mut dyn Query,
+        name: &str,
+        exclusive: bool,
+    ) -> Result<(), LeaseError> {
         let f = if exclusive {
             "pg_advisory_xact_lock"
         } else {
@@ -85,82 +88,6 @@ impl PgJournal {
             .collect())
     }
 
-    /// [`interlock::budget::Tally::of`] added up by the server, over the rows
-    /// [`Self::budget_holds_in`] reads and under the same lock. A sum past the 64-bit range is an
-    /// error: nothing is sent.
-    pub(crate) fn budget_tally_in(
-        &self,
-        q: &mut dyn Query,
-        id: &str,
-        bucket: &str,
-        since_ms: i64,
-        key: &str,
-    ) -> Result<Tally, LeaseError> {
-        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
-        let rows = q
-            .query(
-                &format!(
-                    "SELECT COALESCE(SUM(amount), 0)::bigint, COALESCE(bool_or(key = $4), false) \
-                     FROM {}.budget_holds WHERE budget = $1 AND bucket = $2 AND until_ms >= $3",
-                    self.schema()
-                ),
-                &[&id, &bucket, &since_ms, &key],
-            )
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LeaseError::Store("a sum of budget places read no row".into()))?;
-        Ok(Tally {
-            used: row.get(0),
-            own_in_window: row.get(1),
-        })
-    }
-
-    /// Record `hold` in counter `bucket` of budget `id`, under the counter's lock.
-    pub(crate) fn hold_budget_in(
-        &self,
-        q: &mut dyn Query,
-        id: &str,
-        bucket: &str,
-        hold: &Hold,
-    ) -> Result<(), LeaseError> {
-        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
-        q.execute(
-            &format!(
-                "INSERT INTO {}.budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (budget, key) DO UPDATE \
-                 SET bucket = EXCLUDED.bucket, amount = EXCLUDED.amount, at_ms = EXCLUDED.at_ms, \
-                 until_ms = EXCLUDED.until_ms",
-                self.schema()
-            ),
-            &[
-                &id,
-                &bucket,
-                &hold.key,
-                &hold.amount,
-                &hold.at_ms,
-                &hold.until_ms,
-            ],
-        )
-        .map(drop)
-        .map_err(|e| LeaseError::from(self.err(&e)))
-    }
-
-    /// Give back every place `key` holds. Freeing room needs no counter's lock: a reader that
-    /// does not see it yet counts one place too many, never one too few.
-    pub(crate) fn release_budgets_in(
-        &self,
-        q: &mut dyn Query,
-        key: &str,
-    ) -> Result<(), LeaseError> {
-        q.execute(
-            &format!("DELETE FROM {}.budget_holds WHERE key = $1", self.schema()),
-            &[&key],
-        )
-        .map(drop)
-        .map_err(|e| LeaseError::from(self.err(&e)))
-    }
-
     /// Set a budget, journaled with who set it.
     pub fn set_budget(&self, budget: &Budget, by: &str) -> Result<BudgetChange, LeaseError> {
         check_by(by)?;
@@ -207,14 +134,13 @@ impl PgJournal {
                         return Ok((None, false));
                     }
                     // A budget set again under this id starts with no places.
-                    q.execute(
-                        &format!(
-                            "DELETE FROM {}.budget_holds WHERE budget = $1",
-                            self.schema()
-                        ),
-                        &[&id],
-                    )
-                    .map_err(|e| self.err(&e))?;
+                    for table in ["budget_holds", "budget_totals"] {
+                        q.execute(
+                            &format!("DELETE FROM {}.{table} WHERE budget = $1", self.schema()),
+                            &[&id],
+                        )
+                        .map_err(|e| self.err(&e))?;
+                    }
                     let n = self.change(q, id, None, at_ms, by)?;
                     Ok((Some(n), true))
                 },

@@ -115,7 +115,14 @@ fn uses_ddl(s: &str) -> String {
              PRIMARY KEY (budget, key)
          );
          CREATE INDEX IF NOT EXISTS budget_holds_window ON {s}.budget_holds (budget, bucket, until_ms);
-         CREATE INDEX IF NOT EXISTS budget_holds_key ON {s}.budget_holds (key);"
+         CREATE INDEX IF NOT EXISTS budget_holds_key ON {s}.budget_holds (key);
+         CREATE TABLE IF NOT EXISTS {s}.budget_totals (
+             budget  TEXT NOT NULL,
+             bucket  TEXT NOT NULL,
+             mark_ms BIGINT NOT NULL,
+             total   BIGINT NOT NULL,
+             PRIMARY KEY (budget, bucket)
+         );"
     )
 }
 
@@ -176,9 +183,14 @@ pub(crate) fn ensure(
         }
         // Added within version 2: a release without it reads the journal as before, and never
         // dispatches under a lease whose uses are counted.
-        let missing = ["lease_uses", "budget_changes", "budget_holds"]
-            .iter()
-            .any(|name| !tables.iter().any(|t| t == name));
+        let missing = [
+            "lease_uses",
+            "budget_changes",
+            "budget_holds",
+            "budget_totals",
+        ]
+        .iter()
+        .any(|name| !tables.iter().any(|t| t == name));
         if create && version == SCHEMA_VERSION.to_string() && missing {
             tx.batch_execute(&uses_ddl(schema)).map_err(err)?;
             tracing::info!(

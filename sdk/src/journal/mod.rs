@@ -6,6 +6,7 @@
 
 mod chain;
 mod sqlite;
+mod sqlite_budget_totals;
 mod sqlite_budgets;
 mod sqlite_group;
 mod sqlite_leases;
@@ -195,8 +196,8 @@ pub trait TxLeases {
 
     /// The tally of budget `id`'s counter `bucket` from `since_ms` on, for `key`: what
     /// [`crate::budget::Tally::of`] makes of [`TxLeases::budget_holds`], under the same lock. A
-    /// store may add it up where the places are kept, so that a dispatch that fits reads one row
-    /// per budget instead of every place in its window.
+    /// store may keep a running total per counter (and move it here), so that a dispatch that
+    /// fits reads a few rows instead of every place in its window.
     fn budget_tally(
         &self,
         id: &str,

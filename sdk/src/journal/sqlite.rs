@@ -223,19 +223,9 @@ impl SqliteJournal {
                 }
                 // Added within version 2: a release without it reads the journal as before,
                 // and never dispatches under a lease whose uses are counted (LIMITED_SCOPE).
-                // The covering index came after the tables, within the same version.
-                let tally_index: i64 = conn
-                    .query_row(
-                        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' \
-                         AND name = 'budget_holds_tally'",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .map_err(|e| self.err(e))?;
-                if tally_index == 0
-                    || ["lease_uses", "budget_changes", "budget_holds"]
-                        .iter()
-                        .any(|name| !tables.iter().any(|t| t == name))
+                if ["lease_uses", "budget_changes", "budget_holds", "budget_totals"]
+                    .iter()
+                    .any(|name| !tables.iter().any(|t| t == name))
                 {
                     conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
                     tracing::info!(path = %self.path, "added the tables of lease uses and budgets to the journal");
@@ -546,10 +536,15 @@ CREATE TABLE IF NOT EXISTS budget_holds (
     until_ms INTEGER NOT NULL,
     PRIMARY KEY (budget, key)
 );
--- Covering: a dispatch adds a counter's places up from the index alone (budget_tally_on).
-DROP INDEX IF EXISTS budget_holds_window;
-CREATE INDEX IF NOT EXISTS budget_holds_tally ON budget_holds (budget, bucket, until_ms, amount, key);
+CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, until_ms);
 CREATE INDEX IF NOT EXISTS budget_holds_key ON budget_holds (key);
+CREATE TABLE IF NOT EXISTS budget_totals (
+    budget  TEXT NOT NULL,
+    bucket  TEXT NOT NULL,
+    mark_ms INTEGER NOT NULL,
+    total   INTEGER NOT NULL,
+    PRIMARY KEY (budget, bucket)
+);
 ";
 
 /// Version 1 to 2, with [`ROUTES`]: leases may carry a signed approval.

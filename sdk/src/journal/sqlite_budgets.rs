@@ -6,7 +6,6 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::sqlite::SqliteJournal;
-use super::sqlite_leases::TxLeaseReader;
 use crate::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use crate::lease::LeaseError;
 
@@ -50,6 +49,7 @@ impl SqliteJournal {
             }
             // A budget set again under this id starts with no places.
             conn.execute("DELETE FROM budget_holds WHERE budget = ?1", [id])
+                .and_then(|_| conn.execute("DELETE FROM budget_totals WHERE budget = ?1", [id]))
                 .map_err(|e| self.err(e))?;
             let n = next_change(self, conn, id)?;
             conn.execute(
@@ -145,31 +145,6 @@ impl SqliteJournal {
         rows.iter().map(|(id, spec)| budget_of(id, spec)).collect()
     }
 
-    /// [`crate::budget::Tally::of`] added up by SQLite, over the same rows
-    /// [`Self::budget_holds_on`] reads. A sum past the 64-bit range is an error: nothing is sent.
-    pub(super) fn budget_tally_on(
-        &self,
-        conn: &Connection,
-        id: &str,
-        bucket: &str,
-        since_ms: i64,
-        key: &str,
-    ) -> Result<crate::budget::Tally, LeaseError> {
-        let mut st = conn
-            .prepare_cached(
-                "SELECT COALESCE(SUM(amount), 0), COALESCE(MAX(key = ?4), 0) FROM budget_holds \
-                 WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3",
-            )
-            .map_err(|e| LeaseError::from(self.err(e)))?;
-        st.query_row(params![id, bucket, since_ms, key], |r| {
-            Ok(crate::budget::Tally {
-                used: r.get(0)?,
-                own_in_window: r.get::<_, i64>(1)? != 0,
-            })
-        })
-        .map_err(|e| LeaseError::from(self.err(e)))
-    }
-
     pub(super) fn budget_holds_on(
         &self,
         conn: &Connection,
@@ -224,29 +199,4 @@ fn next_change(
         |r| r.get(0),
     )
     .map_err(|e| j.err(e))
-}
-
-impl TxLeaseReader<'_> {
-    pub(super) fn hold_budget_on(
-        &self,
-        id: &str,
-        bucket: &str,
-        hold: &Hold,
-    ) -> Result<(), LeaseError> {
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms],
-            )
-            .map(drop)
-            .map_err(|e| LeaseError::from(self.journal.err(e)))
-    }
-
-    pub(super) fn release_budgets_on(&self, key: &str) -> Result<(), LeaseError> {
-        self.conn
-            .execute("DELETE FROM budget_holds WHERE key = ?1", [key])
-            .map(drop)
-            .map_err(|e| LeaseError::from(self.journal.err(e)))
-    }
 }

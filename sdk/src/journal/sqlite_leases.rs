@@ -258,8 +258,7 @@ impl TxLeases for TxLeaseReader<'_> {
         since_ms: i64,
         key: &str,
     ) -> Result<crate::budget::Tally, LeaseError> {
-        self.journal
-            .budget_tally_on(self.conn, id, bucket, since_ms, key)
+        self.budget_tally_on(id, bucket, since_ms, key)
     }
 
     fn hold_budget(

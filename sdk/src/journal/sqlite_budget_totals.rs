@@ -1,0 +1,219 @@
+//! A budget counter's running total, so that a dispatch that fits reads a few rows instead of
+//! every place its window holds. Each counter (budget, bucket) has a row with a mark and a total:
+//! the total is what the counter's places with `until_ms >= mark_ms` add up to. Every change to a
+//! place moves the total by what it changes on the marked side; a tally at a window starting at
+//! `since` moves the mark up to `since`, subtracting the places that left in between (each place
+//! is passed once), or, for a window starting before the mark (a clock behind another's), adds
+//! the places between `since` and the mark back without moving anything. Either way the tally is
+//! exactly what the places in the window add up to ([`crate::budget::Tally::of`]). The mark moves
+//! only when places leave (a window sliding past nothing changes no total), so a dispatch whose
+//! window lost no place since the last writes nothing to the counter until it takes its place.
+//!
+//! Only transactions that hold the journal's write lock touch a total, so a total read is the one
+//! the dispatch is counted against. A counter with no row yet (a journal from before the totals)
+//! is added up once from its places, the first time a dispatch reads it.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::sqlite_leases::TxLeaseReader;
+use crate::budget::{Hold, Tally};
+use crate::lease::LeaseError;
+
+/// What counter (`id`, `bucket`)'s places with `from <= until_ms < to` add up to.
+fn sum(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+    from: i64,
+    to: i64,
+) -> Result<i64, LeaseError> {
+    r.conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(amount), 0) FROM budget_holds \
+             WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3 AND until_ms < ?4",
+        )
+        .and_then(|mut st| st.query_row(params![id, bucket, from, to], |row| row.get(0)))
+        .map_err(|e| LeaseError::from(r.journal.err(e)))
+}
+
+/// Counter (`id`, `bucket`)'s mark and total, if it has a row.
+fn total_of(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+) -> Result<Option<(i64, i64)>, LeaseError> {
+    r.conn
+        .prepare_cached(
+            "SELECT mark_ms, total FROM budget_totals WHERE budget = ?1 AND bucket = ?2",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id, bucket], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(|e| LeaseError::from(r.journal.err(e)))
+}
+
+fn set_total(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+    mark: i64,
+    total: i64,
+) -> Result<(), LeaseError> {
+    r.conn
+        .execute(
+            "INSERT OR REPLACE INTO budget_totals (budget, bucket, mark_ms, total) \
+             VALUES (?1, ?2, ?3, ?4)",
+            params![id, bucket, mark, total],
+        )
+        .map(drop)
+        .map_err(|e| LeaseError::from(r.journal.err(e)))
+}
+
+/// Move counter (`id`, `bucket`)'s total by `delta` for a place spanning to `until_ms`, if that
+/// place is on the marked side (a counter with no row is added up when first read).
+fn adjust(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+    delta: i64,
+    until_ms: i64,
+) -> Result<(), LeaseError> {
+    r.conn
+        .prepare_cached(
+            "UPDATE budget_totals SET total = total + ?3 \
+             WHERE budget = ?1 AND bucket = ?2 AND ?4 >= mark_ms",
+        )
+        .and_then(|mut st| st.execute(params![id, bucket, delta, until_ms]))
+        .map(drop)
+        .map_err(|e| LeaseError::from(r.journal.err(e)))
+}
+
+fn overflow(id: &str) -> LeaseError {
+    LeaseError::Store(format!(
+        "budget {id}: its places add up past the 64-bit range"
+    ))
+}
+
+impl TxLeaseReader<'_> {
+    /// [`crate::journal::TxLeases::budget_tally`] from the counter's running total.
+    pub(super) fn budget_tally_on(
+        &self,
+        id: &str,
+        bucket: &str,
+        since_ms: i64,
+        key: &str,
+    ) -> Result<Tally, LeaseError> {
+        let (mark, total) = match total_of(self, id, bucket)? {
+            Some(t) => t,
+            None => {
+                // Every place is on the marked side of the lowest mark.
+                let total: i64 = self
+                    .conn
+                    .query_row(
+                        "SELECT COALESCE(SUM(amount), 0) FROM budget_holds \
+                         WHERE budget = ?1 AND bucket = ?2",
+                        params![id, bucket],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| LeaseError::from(self.journal.err(e)))?;
+                set_total(self, id, bucket, i64::MIN, total)?;
+                (i64::MIN, total)
+            }
+        };
+        let used = if since_ms > mark {
+            let left = sum(self, id, bucket, mark, since_ms)?;
+            let total = total.checked_sub(left).ok_or_else(|| overflow(id))?;
+            // Where the places between the mark and the window's start add up to nothing, the
+            // total already is what the window holds at either mark: it stays, and the dispatch
+            // writes nothing here.
+            if left != 0 {
+                set_total(self, id, bucket, since_ms, total)?;
+            }
+            total
+        } else {
+            total
+                .checked_add(sum(self, id, bucket, since_ms, mark)?)
+                .ok_or_else(|| overflow(id))?
+        };
+        let own_in_window = own_place(self.conn, id, key)
+            .map_err(|e| LeaseError::from(self.journal.err(e)))?
+            .is_some_and(|(b, until)| b == bucket && until >= since_ms);
+        Ok(Tally {
+            used,
+            own_in_window,
+        })
+    }
+
+    /// Record `hold` in counter (`id`, `bucket`), replacing the key's place there, with the
+    /// counter's total moved by the difference.
+    pub(super) fn hold_budget_on(
+        &self,
+        id: &str,
+        bucket: &str,
+        hold: &Hold,
+    ) -> Result<(), LeaseError> {
+        let old = self
+            .conn
+            .query_row(
+                "SELECT bucket, amount, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2",
+                params![id, hold.key],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| LeaseError::from(self.journal.err(e)))?;
+        if let Some((old_bucket, amount, until)) = old {
+            if old_bucket != bucket {
+                // A key's bucket follows from its first proposal and the budget's `per`, neither
+                // of which changes; a place elsewhere is someone else's doing.
+                return Err(LeaseError::Store(format!(
+                    "budget {id}: key {} holds a place in counter {old_bucket}, not {bucket}",
+                    hold.key
+                )));
+            }
+            adjust(self, id, bucket, -amount, until)?;
+        }
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms],
+            )
+            .map_err(|e| LeaseError::from(self.journal.err(e)))?;
+        adjust(self, id, bucket, hold.amount, hold.until_ms)
+    }
+
+    /// Give back every place `key` holds, with each counter's total moved.
+    pub(super) fn release_budgets_on(&self, key: &str) -> Result<(), LeaseError> {
+        let places: Vec<(String, String, i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT budget, bucket, amount, until_ms FROM budget_holds WHERE key = ?1",
+            )
+            .and_then(|mut st| {
+                st.query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            })
+            .map_err(|e| LeaseError::from(self.journal.err(e)))?;
+        for (id, bucket, amount, until) in &places {
+            adjust(self, id, bucket, -amount, *until)?;
+        }
+        self.conn
+            .execute("DELETE FROM budget_holds WHERE key = ?1", [key])
+            .map(drop)
+            .map_err(|e| LeaseError::from(self.journal.err(e)))
+    }
+}
+
+/// Key `key`'s place in budget `id`: its bucket and how far it spans.
+fn own_place(conn: &Connection, id: &str, key: &str) -> rusqlite::Result<Option<(String, i64)>> {
+    conn.prepare_cached("SELECT bucket, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2")?
+        .query_row(params![id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+}
