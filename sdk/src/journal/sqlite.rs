@@ -34,6 +34,13 @@ pub struct SqliteJournal {
     path: String,
     store: String,
     clock: Arc<dyn Clock>,
+    /// The budgets in force as last read, with the position of the latest change they reflect.
+    pub(super) budgets_read: std::sync::Mutex<
+        Option<(
+            Option<super::sqlite_budgets::LatestChange>,
+            Vec<crate::budget::Budget>,
+        )>,
+    >,
 }
 
 impl std::fmt::Debug for SqliteJournal {
@@ -74,6 +81,7 @@ impl SqliteJournal {
             store: store_id(path.as_ref()),
             path: shown,
             clock,
+            budgets_read: std::sync::Mutex::new(None),
         };
         journal.check_schema_read_only()?;
         Ok(journal)
@@ -173,6 +181,7 @@ impl SqliteJournal {
             path,
             store,
             clock,
+            budgets_read: std::sync::Mutex::new(None),
         };
         journal.ensure_schema()?;
         Ok(journal)

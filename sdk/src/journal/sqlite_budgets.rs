@@ -9,6 +9,10 @@ use super::sqlite::SqliteJournal;
 use crate::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use crate::lease::LeaseError;
 
+/// The latest budget change a read of the budgets in force reflected: its row id, budget id,
+/// position and spec.
+pub(super) type LatestChange = (i64, String, u32, Option<String>);
+
 impl SqliteJournal {
     /// Set a budget, journaled with who set it.
     pub fn set_budget(&self, budget: &Budget, by: &str) -> Result<BudgetChange, LeaseError> {
@@ -130,7 +134,34 @@ impl SqliteJournal {
         })
     }
 
+    /// The budgets in force as `conn`'s transaction sees them. Changes are only ever appended
+    /// (a removal too is a new row), so the latest change says whether the budgets last read are
+    /// still the ones in force: the same row, with the same budget, id and position. (Its row id
+    /// alone would not do: a change rolled back frees its row id for the next.) Only then are
+    /// they reused instead of parsed again.
     pub(super) fn budgets_on(&self, conn: &Connection) -> Result<Vec<Budget>, LeaseError> {
+        let latest: Option<LatestChange> = conn
+            .prepare_cached(
+                "SELECT rowid, id, n, spec FROM budget_changes ORDER BY rowid DESC LIMIT 1",
+            )
+            .and_then(|mut st| {
+                st.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .optional()
+            })
+            .map_err(|e| LeaseError::from(self.err(e)))?;
+        let mut cache = self
+            .budgets_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, budgets)) = cache.as_ref().filter(|(seen, _)| *seen == latest) {
+            return Ok(budgets.clone());
+        }
+        let budgets = self.budgets_read_on(conn)?;
+        *cache = Some((latest, budgets.clone()));
+        Ok(budgets)
+    }
+
+    fn budgets_read_on(&self, conn: &Connection) -> Result<Vec<Budget>, LeaseError> {
         let mut st = conn
             .prepare_cached(
                 "SELECT c.id, c.spec FROM budget_changes c \
