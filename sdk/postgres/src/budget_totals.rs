@@ -226,12 +226,16 @@ impl PgJournal {
 
     /// Give back every place `key` holds, each under its counter's lock (taken in budget-id
     /// order), with each counter's total moved. The key's own row lock, held by the append, keeps
-    /// its places as read here until the transaction ends.
+    /// other appends from changing its places; the shared rules lock, taken first as a dispatch
+    /// takes it, keeps a budget from being removed (its places and total deleted) and set again
+    /// between the read of the places and their give-back, which would subtract them from the
+    /// new budget's total.
     pub(crate) fn release_budgets_in(
         &self,
         q: &mut dyn Query,
         key: &str,
     ) -> Result<(), LeaseError> {
+        self.lock(q, "(rules)", false)?;
         let places = q
             .query(
                 &format!(

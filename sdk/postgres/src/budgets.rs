@@ -134,7 +134,7 @@ impl PgJournal {
                         return Ok((None, false));
                     }
                     // A budget set again under this id starts with no places.
-                    for table in ["budget_holds", "budget_totals"] {
+                    for table in ["budget_totals", "budget_holds"] {
                         q.execute(
                             &format!("DELETE FROM {}.{table} WHERE budget = $1", self.schema()),
                             &[&id],

@@ -107,11 +107,10 @@ impl Bound {
                     }
                     // It does not fit: the places themselves say when room frees up.
                     let holds = leases.budget_holds(&b.id, &bucket, since)?;
-                    // Where the places fit after all, one was given back between the two reads
-                    // (on PostgreSQL each statement reads what is committed when it starts, and
-                    // giving a place back takes no counter lock). Nothing can have been added:
-                    // adding takes the counter's lock, held by this transaction since the sum. So
-                    // the places read second are the counter's truth.
+                    // Both reads are made under the counter's lock, which every change to its
+                    // places and total takes, so they agree. Were a place given back between
+                    // them anyway, the places read second would be the counter's truth: nothing
+                    // can be added without the lock.
                     if let Err(over) = budget::room(&b, key.as_str(), asked, &holds, now) {
                         return Ok(Some(over));
                     }

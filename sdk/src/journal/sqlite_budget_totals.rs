@@ -71,7 +71,8 @@ fn set_total(
 }
 
 /// Move counter (`id`, `bucket`)'s total by `delta` for a place spanning to `until_ms`, if that
-/// place is on the marked side (a counter with no row is added up when first read).
+/// place is on the marked side (a counter with no row is added up when first read). Added here,
+/// not in SQL: SQLite turns an integer sum past the 64-bit range into a float.
 fn adjust(
     r: &TxLeaseReader<'_>,
     id: &str,
@@ -79,14 +80,14 @@ fn adjust(
     delta: i64,
     until_ms: i64,
 ) -> Result<(), LeaseError> {
-    r.conn
-        .prepare_cached(
-            "UPDATE budget_totals SET total = total + ?3 \
-             WHERE budget = ?1 AND bucket = ?2 AND ?4 >= mark_ms",
-        )
-        .and_then(|mut st| st.execute(params![id, bucket, delta, until_ms]))
-        .map(drop)
-        .map_err(|e| LeaseError::from(r.journal.err(e)))
+    let Some((mark, total)) = total_of(r, id, bucket)? else {
+        return Ok(());
+    };
+    if until_ms < mark {
+        return Ok(());
+    }
+    let total = total.checked_add(delta).ok_or_else(|| overflow(id))?;
+    set_total(r, id, bucket, mark, total)
 }
 
 fn overflow(id: &str) -> LeaseError {
