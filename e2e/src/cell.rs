@@ -711,8 +711,10 @@ fn judge(
             Some(s) => s == moved,
             None => true,
         };
-        if i == 0 {
-            main_short_ok = outcome == "AMBIGUOUS" || repairs;
+        // The request whose money is judged: the first, or either of two racing ones (which
+        // of them dispatched first is not fixed).
+        if i == 0 || *amount == RACING {
+            main_short_ok |= outcome == "AMBIGUOUS" || repairs;
         }
     }
     if any_racing {

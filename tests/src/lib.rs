@@ -9,6 +9,7 @@ pub mod gated;
 pub mod grpc;
 pub mod matrix;
 pub mod raw_sql;
+pub mod rng;
 pub mod stores;
 pub mod system;
 pub mod targets;

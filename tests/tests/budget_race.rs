@@ -28,6 +28,7 @@ use interlock_testkit::payments_api::PaymentsApi;
 use interlock_testkit::pg::Cluster;
 use interlock_testkit::proxy::Proxy;
 use interlock_testkit::sim::SimPayments;
+use interlock_tests::rng::Rng;
 use interlock_tests::stores::Kind;
 use serde_json::{Value, json};
 
@@ -40,22 +41,6 @@ const LIMIT: i64 = 55_000;
 const MAX_AMOUNT: i64 = 1000;
 /// How often one worker slot may be started again before the race is called stuck.
 const MAX_STARTS: usize = 12;
-
-/// A small seeded generator (splitmix64): the test needs repeatable numbers, not good ones.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn seed() -> u64 {
     let seed = std::env::var("INTERLOCK_RACE_SEED")
@@ -98,14 +83,7 @@ fn shared(kind: Kind) -> Shared {
             let journal = Arc::new(
                 PgJournal::open(cluster.url(), clock, &PgOptions::in_schema(&schema)).unwrap(),
             );
-            let upstream = cluster
-                .url()
-                .trim_start_matches("postgres://interlock@")
-                .split('/')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let upstream = cluster.address().expect("the server's address");
             let proxies: Vec<Arc<Proxy>> = (0..2)
                 .map(|_| Arc::new(Proxy::start(upstream).unwrap()))
                 .collect();
@@ -258,7 +236,7 @@ fn race(kind: Kind, kills: usize) {
     let faults = (!shared.proxies.is_empty()).then(|| -> std::thread::JoinHandle<usize> {
         let proxies = shared.proxies.clone();
         let on = faults_on.clone();
-        let mut frng = Rng(rng.next());
+        let mut frng = Rng(rng.next_u64());
         std::thread::spawn(move || {
             let mut n = 0;
             while on.load(Ordering::SeqCst) && n < 12 {

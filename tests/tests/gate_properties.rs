@@ -25,28 +25,11 @@ use interlock::{
 };
 use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
 use interlock_testkit::sim::{SimPayments, SimRefundPremises, SimTarget};
+use interlock_tests::rng::Rng;
 use interlock_tests::world::{
     AMOUNT, LEASE, PAID, PAYMENT, REDECIDED, T0, UNRELATED, WINDOW, World,
 };
 use serde_json::Value;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// Wraps the simulated target and checks R1–R5 at the instant of every send.
 struct Watch {

@@ -219,7 +219,7 @@ fn a_worker_cut_off_from_the_server_keeps_its_claim_until_the_deadline_and_its_a
     direct
         .grant_lease(&interlock::Grant::new("ops", "ops@example", 0).unlimited())
         .unwrap();
-    let proxy = Proxy::start(upstream(cluster)).unwrap();
+    let proxy = Proxy::start(cluster.address().expect("the server's address")).unwrap();
     let behind = Arc::new(
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
@@ -332,7 +332,7 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
     let cluster = Cluster::shared().unwrap();
     let schema = cluster.fresh_schema("cut");
     let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
-    let proxy = Proxy::start(upstream(cluster)).unwrap();
+    let proxy = Proxy::start(cluster.address().expect("the server's address")).unwrap();
     let journal = Arc::new(
         PgJournal::open(
             &format!("postgres://interlock@{}/postgres", proxy.addr()),
@@ -386,18 +386,6 @@ fn connections_cut_mid_append_lose_nothing_and_send_nothing_twice() {
         target.sends.load(Ordering::SeqCst),
         effects.len()
     );
-}
-
-/// The server's address, for a proxy in front of it.
-fn upstream(cluster: &Cluster) -> std::net::SocketAddr {
-    cluster
-        .url()
-        .trim_start_matches("postgres://interlock@")
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 /// A gate with short claims (so effects whose holders lost their locks resolve within a

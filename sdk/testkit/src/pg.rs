@@ -131,6 +131,21 @@ impl Cluster {
         &self.url
     }
 
+    /// The server's socket address (`host:port` of its URL, as an IP address), for a proxy in
+    /// front of it; `None` where the URL names a host by name or a socket directory.
+    pub fn address(&self) -> Option<std::net::SocketAddr> {
+        let rest = self
+            .url
+            .split_once("://")
+            .map_or(self.url.as_str(), |(_, r)| r);
+        let authority = rest.split('/').next()?;
+        authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, a)| a)
+            .parse()
+            .ok()
+    }
+
     /// A schema name no other test of this run uses.
     pub fn fresh_schema(&self, label: &str) -> String {
         static NEXT: AtomicU64 = AtomicU64::new(0);
