@@ -215,13 +215,6 @@ pub fn standing<J: crate::JournalStore + ?Sized>(
             continue;
         }
         let bucket = b.bucket(&subject);
-        let since = b.window.since(now_ms);
-        let holds: Vec<Hold> = j
-            .budget_places(&b.id, since)?
-            .into_iter()
-            .filter(|(k, _)| *k == bucket)
-            .map(|(_, h)| h)
-            .collect();
         let counter = counters(j, &b, now_ms)?
             .into_iter()
             .find(|c| c.bucket == bucket)
@@ -233,6 +226,8 @@ pub fn standing<J: crate::JournalStore + ?Sized>(
                 places: Vec::new(),
             });
         let asked = b.amount(payload);
+        // The counter's places are those of its window: what the gate would count.
+        let holds: Vec<Hold> = counter.places.iter().map(|(h, _)| h.clone()).collect();
         let fits = crate::core::budget::room(&b, key, asked, &holds, now_ms);
         out.push(Standing {
             budget: b,

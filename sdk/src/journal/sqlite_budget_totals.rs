@@ -70,24 +70,29 @@ fn set_total(
         .map_err(|e| LeaseError::from(r.journal.err(e)))
 }
 
-/// Move counter (`id`, `bucket`)'s total by `delta` for a place spanning to `until_ms`, if that
-/// place is on the marked side (a counter with no row is added up when first read). Added here,
-/// not in SQL: SQLite turns an integer sum past the 64-bit range into a float.
+/// Move counter (`id`, `bucket`)'s total by each `(delta, until_ms)` whose place spans to the
+/// mark or later (a counter with no row is added up when first read): one read and at most one
+/// write, however many places changed. Added here, not in SQL: SQLite turns an integer sum past
+/// the 64-bit range into a float.
 fn adjust(
     r: &TxLeaseReader<'_>,
     id: &str,
     bucket: &str,
-    delta: i64,
-    until_ms: i64,
+    changes: &[(i64, i64)],
 ) -> Result<(), LeaseError> {
     let Some((mark, total)) = total_of(r, id, bucket)? else {
         return Ok(());
     };
-    if until_ms < mark {
+    let mut moved = total;
+    for (delta, until_ms) in changes {
+        if *until_ms >= mark {
+            moved = moved.checked_add(*delta).ok_or_else(|| overflow(id))?;
+        }
+    }
+    if moved == total {
         return Ok(());
     }
-    let total = total.checked_add(delta).ok_or_else(|| overflow(id))?;
-    set_total(r, id, bucket, mark, total)
+    set_total(r, id, bucket, mark, moved)
 }
 
 fn overflow(id: &str) -> LeaseError {
@@ -137,9 +142,9 @@ impl TxLeaseReader<'_> {
                 .checked_add(sum(self, id, bucket, since_ms, mark)?)
                 .ok_or_else(|| overflow(id))?
         };
-        let own_in_window = own_place(self.conn, id, key)
+        let own_in_window = place_of(self.conn, id, key)
             .map_err(|e| LeaseError::from(self.journal.err(e)))?
-            .is_some_and(|(b, until)| b == bucket && until >= since_ms);
+            .is_some_and(|(b, _, until)| b == bucket && until >= since_ms);
         Ok(Tally {
             used,
             own_in_window,
@@ -154,22 +159,10 @@ impl TxLeaseReader<'_> {
         bucket: &str,
         hold: &Hold,
     ) -> Result<(), LeaseError> {
-        let old = self
-            .conn
-            .query_row(
-                "SELECT bucket, amount, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2",
-                params![id, hold.key],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(|e| LeaseError::from(self.journal.err(e)))?;
-        if let Some((old_bucket, amount, until)) = old {
+        let mut changes = vec![(hold.amount, hold.until_ms)];
+        if let Some((old_bucket, amount, until)) =
+            place_of(self.conn, id, &hold.key).map_err(|e| LeaseError::from(self.journal.err(e)))?
+        {
             if old_bucket != bucket {
                 // A key's bucket follows from its first proposal and the budget's `per`, neither
                 // of which changes; a place elsewhere is someone else's doing.
@@ -178,7 +171,7 @@ impl TxLeaseReader<'_> {
                     hold.key
                 )));
             }
-            adjust(self, id, bucket, -amount, until)?;
+            changes.push((-amount, until));
         }
         self.conn
             .execute(
@@ -187,7 +180,7 @@ impl TxLeaseReader<'_> {
                 params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms],
             )
             .map_err(|e| LeaseError::from(self.journal.err(e)))?;
-        adjust(self, id, bucket, hold.amount, hold.until_ms)
+        adjust(self, id, bucket, &changes)
     }
 
     /// Give back every place `key` holds, with each counter's total moved.
@@ -203,7 +196,7 @@ impl TxLeaseReader<'_> {
             })
             .map_err(|e| LeaseError::from(self.journal.err(e)))?;
         for (id, bucket, amount, until) in &places {
-            adjust(self, id, bucket, -amount, *until)?;
+            adjust(self, id, bucket, &[(-amount, *until)])?;
         }
         self.conn
             .execute("DELETE FROM budget_holds WHERE key = ?1", [key])
@@ -212,9 +205,15 @@ impl TxLeaseReader<'_> {
     }
 }
 
-/// Key `key`'s place in budget `id`: its bucket and how far it spans.
-fn own_place(conn: &Connection, id: &str, key: &str) -> rusqlite::Result<Option<(String, i64)>> {
-    conn.prepare_cached("SELECT bucket, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2")?
-        .query_row(params![id, key], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()
+/// Key `key`'s place in budget `id`: its bucket, what it counts and how far it spans.
+fn place_of(
+    conn: &Connection,
+    id: &str,
+    key: &str,
+) -> rusqlite::Result<Option<(String, i64, i64)>> {
+    conn.prepare_cached(
+        "SELECT bucket, amount, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2",
+    )?
+    .query_row(params![id, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    .optional()
 }
