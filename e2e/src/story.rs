@@ -86,6 +86,7 @@ pub fn refund(id: &str, payment: &str, amount: i64) -> RefundRequest {
         currency: "usd".into(),
         lease: String::new(),
         system: e2e_worker::System::GatedT1,
+        labels: Default::default(),
     }
 }
 

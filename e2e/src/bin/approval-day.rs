@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use e2e_worker::approvals::{AskInput, AskReport, Way};
-use interlock::approval::{Approvers, Route, RouteKind, Scoreboard};
+use e2e_worker::approvals::{AskInput, AskReport, CLEARED_BY_RULES, Way};
+use interlock::approval::{Approvers, Route, RouteKind, Scoreboard, reason};
+use interlock::budget::{Budget, Limit, Window};
 use interlock_e2e::cell::Env;
 use interlock_e2e::day::{self, Kind, Mix, Plan};
 use interlock_e2e::procs::{WorkerProc, now_ms};
@@ -55,6 +56,12 @@ struct Args {
     /// ways is printed and not written.
     #[arg(long, value_delimiter = ',', default_values_t = Way::ALL.map(|w| w.name().to_owned()))]
     ways: Vec<String>,
+    /// With the gate, the rules may send at most this many refunds alone in any hour: a budget
+    /// on the refunds labelled `cleared_by=rules`, checked by the gate in the dispatch
+    /// transaction; a refund over it goes to a person. Set below what the rules send alone on
+    /// the day (54 on the default day), so that some go over; 0 sets no budget.
+    #[arg(long, default_value_t = 53)]
+    rules_budget: i64,
     /// Give up on a way after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
@@ -154,6 +161,8 @@ struct Day<'a> {
 struct Seen {
     reviews: BTreeMap<String, u32>,
     reviewed: HashSet<usize>,
+    /// Requests a person was asked about because the rules' budget was full.
+    over_budget: HashSet<usize>,
     kills: u32,
 }
 
@@ -244,6 +253,10 @@ fn main() -> anyhow::Result<()> {
         directory: &directory,
         args: &args,
     };
+    if args.rules_budget > 0 {
+        env.journal
+            .set_budget(&rules_budget(args.rules_budget), "approval-day")?;
+    }
     let mut ways = serde_json::Map::new();
     for way in chosen {
         eprintln!(
@@ -259,10 +272,11 @@ fn main() -> anyhow::Result<()> {
         ways.insert(way.name().to_owned(), tally);
     }
     drop(workers);
-    let problems = goal(&ways);
+    let problems = goal(&ways, args.rules_budget);
     let record = json!({
         "mix": args.mix.0.iter().map(|(k, n)| (k.name(), n)).collect::<BTreeMap<_, _>>(),
         "seed": args.seed,
+        "rules_budget": (args.rules_budget > 0).then(|| rules_budget(args.rules_budget)),
         "deliveries": plan.deliveries.len(),
         "unique_requests": plan.requests.len(),
         "sla_divisor": args.sla_divisor,
@@ -285,6 +299,19 @@ fn main() -> anyhow::Result<()> {
         args.check || partial,
         &problems,
     )
+}
+
+/// The budget on what the rules send alone: at most `max` refunds labelled as the rules' in any
+/// hour (the day plays in under a minute, so no window boundary falls inside it).
+fn rules_budget(max: i64) -> Budget {
+    let (name, value) = CLEARED_BY_RULES;
+    Budget {
+        id: "rules-alone".into(),
+        scope: [(format!("label.{name}"), json!(value))].into(),
+        per: Vec::new(),
+        window: Window::Rolling { ms: 3_600_000 },
+        limit: Limit::Count { max },
+    }
 }
 
 /// Play the day `way`: start every delivery, review what reaches the inbox, kill the worker
@@ -437,6 +464,9 @@ async fn review(
     };
     *seen.reviews.entry(person.id.to_owned()).or_default() += 1;
     seen.reviewed.insert(n);
+    if reason::class(&route.step.reason) == reason::OVER_BUDGET {
+        seen.over_budget.insert(n);
+    }
     let detail = &route.step.detail;
     let amount = detail["amount"].as_i64().unwrap_or(0);
     match day::judge(amount, &detail["premises"]) {
@@ -566,6 +596,7 @@ fn tally(
             .map(|r| r.escalations.len())
             .sum::<usize>(),
         "workers_killed": seen.kills,
+        "over_rules_budget": seen.over_budget.len(),
         "receipts": receipts,
         "receipts_verified": verified,
         "endings": endings,
@@ -576,7 +607,7 @@ fn tally(
 /// Rules with the gate: no wrong payout, none missed, at least 70% of the unique requests
 /// settled with no person, every receipt verifying; and every workflow of every way reported an
 /// ending it knows.
-fn goal(ways: &serde_json::Map<String, Value>) -> Vec<String> {
+fn goal(ways: &serde_json::Map<String, Value>, rules_budget: i64) -> Vec<String> {
     let mut p = Vec::new();
     for (name, w) in ways {
         if w["endings"]["other"].as_u64().unwrap_or(0) > 0 {
@@ -629,6 +660,27 @@ fn goal(ways: &serde_json::Map<String, Value>) -> Vec<String> {
             ));
         }
     }
+    if rules_budget > 0 {
+        // The budget held by the payments API's records, and it did send some to a person.
+        if n("sent_no_person") > rules_budget as u64 {
+            p.push(format!(
+                "rules_and_gate: the rules sent {} refunds alone, over their budget of {rules_budget}",
+                g["sent_no_person"]
+            ));
+        }
+        if n("over_rules_budget") == 0 {
+            p.push(format!(
+                "rules_and_gate: the rules' budget of {rules_budget} sent no request to a person \
+                 (set it below what the rules send alone, or 0 for none)"
+            ));
+        }
+        if board["over_budget"] != g["over_rules_budget"] {
+            p.push(format!(
+                "rules_and_gate: the journal's scoreboard has over_budget {}, the people saw {}",
+                board["over_budget"], g["over_rules_budget"]
+            ));
+        }
+    }
     if n("receipts") == 0 || n("receipts_verified") != n("receipts") {
         p.push(format!(
             "rules_and_gate: {} of {} receipts verify",
@@ -664,7 +716,16 @@ fn render(r: &Value) -> String {
                 .join(", "))
             .unwrap_or_default(),
     );
-    md += "| way | reviews | cleared with no person | payouts | wrong payouts | wrong, by kind | missed | escalations | workers killed | receipts verified | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    if let Some(max) = r["rules_budget"]["limit"]["max"].as_i64() {
+        md += &format!(
+            "**The rules' budget:** with the gate, the rules send at most {max} refunds alone in \
+             any hour (budget `{}` on the label `cleared_by=rules`, checked in the transaction \
+             that writes `DISPATCHED`); a refund the rules cleared over it goes to a person as the \
+             request it was. The other two ways have nothing that could hold such a limit.\n\n",
+            r["rules_budget"]["id"].as_str().unwrap_or("")
+        );
+    }
+    md += "| way | reviews | cleared with no person | payouts | wrong payouts | wrong, by kind | missed | escalations | over the rules' budget | workers killed | receipts verified | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (name, w) in r["ways"].as_object().into_iter().flatten() {
         let kinds = w["wrong_by_kind"]
             .as_object()
@@ -677,7 +738,7 @@ fn render(r: &Value) -> String {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "–".into());
         md += &format!(
-            "| {name} | {} | {} of {} ({:.0}%): {} sent, {} refused | {} | {} (${:.2}) | {kinds} | {} | {} | {} | {} of {} | {} |\n",
+            "| {name} | {} | {} of {} ({:.0}%): {} sent, {} refused | {} | {} (${:.2}) | {kinds} | {} | {} | {} | {} | {} of {} | {} |\n",
             w["reviews"],
             w["cleared_no_person"],
             w["unique_requests"],
@@ -689,6 +750,11 @@ fn render(r: &Value) -> String {
             w["wrong_payout_cents"].as_f64().unwrap_or(0.0) / 100.0,
             w["missed_payouts"],
             w["escalations"],
+            if name == Way::RulesAndGate.name() && r["rules_budget"].is_object() {
+                format!("{} to a person", w["over_rules_budget"])
+            } else {
+                "–".to_owned()
+            },
             w["workers_killed"],
             w["receipts_verified"],
             w["receipts"],
@@ -697,7 +763,7 @@ fn render(r: &Value) -> String {
     }
     md += &format!(
         "\nGoal (rules and the gate: no wrong payout, at least 70% of the unique requests with no \
-         person, every receipt verifying): {}.\n",
+         person, every receipt verifying, and the rules' budget held and sending some to a person): {}.\n",
         if r["goal_met"] == true {
             "met".to_owned()
         } else {

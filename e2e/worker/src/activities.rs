@@ -222,7 +222,7 @@ impl RefundActivities {
             payload: payload(&d.request),
             decided: d.premises.clone(),
             lease: d.request.lease.clone(),
-            labels: Default::default(),
+            labels: d.request.labels.clone(),
         };
         let receipt = gated(&ctx, bound, effect).await?;
         Ok(RefundReport {

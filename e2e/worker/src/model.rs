@@ -79,6 +79,10 @@ pub struct RefundRequest {
     pub lease: String,
     /// How the refund step runs.
     pub system: System,
+    /// What the refund is part of, for budgets that count by it (`label.NAME` in a budget's
+    /// scope): the approval workflow labels a refund the rules clear alone `cleared_by=rules`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl RefundRequest {

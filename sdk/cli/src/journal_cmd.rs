@@ -265,6 +265,7 @@ pub(crate) fn scoreboard(j: &dyn JournalStore, prefix: &str, as_json: bool) -> a
         ("cleared with no person", b.cleared_no_person.to_string()),
         ("sent after a person", b.sent_after_person.to_string()),
         ("closed by repair", b.closed_by_repair.to_string()),
+        ("sent to a person over a budget", b.over_budget.to_string()),
         (
             "refused",
             format!("{} ({})", b.refused, listed(&b.refused_by)),

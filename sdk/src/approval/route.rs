@@ -37,6 +37,9 @@ pub mod reason {
     pub const REFUSED_BY_RULE: &str = "refused_by_rule";
     /// The gate refused the send on facts that moved, and the request came back as a repair.
     pub const STALE_PREMISE: &str = "stale_premise";
+    /// A budget refused the send the rules had cleared alone, and the request went to a person
+    /// under a key of its own (the refused one keeps its refusal).
+    pub const OVER_BUDGET: &str = "over_budget";
 
     /// The leading word of `reason` (up to the first `:` or space).
     pub fn class(reason: &str) -> &str {

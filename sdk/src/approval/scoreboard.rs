@@ -73,6 +73,10 @@ pub struct Scoreboard {
     pub sent_after_person: usize,
     /// Sent as a repair a person accepted.
     pub closed_by_repair: usize,
+    /// Requests the rules cleared that a budget sent to a person instead (`over_budget`),
+    /// whatever the person then decided; one sent after is counted as sent after a person.
+    #[serde(default)]
+    pub over_budget: usize,
     /// Closed with nothing sent.
     pub refused: usize,
     /// The refusals by who or what refused: `rule`, `person`, `sla_expired`, `gate: <code>`,
@@ -250,6 +254,15 @@ impl Scoreboard {
                 .filter_map(|r| routes.get(*r))
                 .flatten()
                 .collect();
+            // The member a budget brought to a person, if one did.
+            let over_budget = steps
+                .iter()
+                .find(|s| {
+                    s.step.kind == RouteKind::Repair
+                        && reason::class(&s.step.reason) == reason::OVER_BUDGET
+                })
+                .map(|s| s.request.as_str());
+            board.over_budget += usize::from(over_budget.is_some());
             for s in &steps {
                 let class = reason::class(&s.step.reason);
                 match s.step.kind {
@@ -307,7 +320,7 @@ impl Scoreboard {
             );
             if let Some(e) = landed.first() {
                 board.confirmed_by_target += usize::from(e.confirmed);
-                if e.key != *root {
+                if e.key != *root && over_budget != Some(e.key.as_str()) {
                     board.closed_by_repair += 1;
                 } else if person(e) || first.is_some() {
                     board.sent_after_person += 1;
@@ -561,5 +574,43 @@ mod tests {
         assert_eq!(board.needs_a_look, 1, "c");
         assert_eq!(board.refused_by.get("target: failed"), Some(&1), "d");
         assert_eq!(board.open, 0);
+    }
+
+    #[test]
+    fn a_request_a_budget_sent_to_a_person_counts_as_sent_after_one() {
+        let person = approval("h-over-budget", 2_000);
+        let leases: HashMap<String, Grant> = [(person.id.clone(), person.clone())].into();
+        let mut refused = effect("h", "rules-h", Status::Refused);
+        refused.refusal = Some(RefusalCode::Budget);
+        let mut asked = step(
+            "h-over-budget",
+            0,
+            RouteKind::Repair,
+            "over_budget: rules-day",
+            1_000,
+        );
+        asked.step.repair_of = Some("h".into());
+        let routes: BTreeMap<String, Vec<Route>> =
+            [("h-over-budget".to_owned(), vec![asked])].into();
+        let waiting = Scoreboard::count(std::slice::from_ref(&refused), &routes, &leases);
+        assert_eq!((waiting.requests, waiting.open), (1, 1), "{waiting:?}");
+        assert_eq!(waiting.over_budget, 1);
+        let effects = vec![
+            refused,
+            effect("h-over-budget", &person.id, Status::Committed),
+        ];
+        let board = Scoreboard::count(&effects, &routes, &leases);
+        assert_eq!(board.requests, 1, "{board:?}");
+        assert_eq!(board.over_budget, 1);
+        assert_eq!(
+            (
+                board.sent_after_person,
+                board.closed_by_repair,
+                board.refused
+            ),
+            (1, 0, 0),
+            "{board:?}"
+        );
+        assert_eq!(board.time_to_decision_ms.max, Some(1_000));
     }
 }

@@ -2,7 +2,8 @@
 //! group of the escalation chain; the workflow then waits for a signed approval by signal, with a
 //! durable timer per level that escalates the request when the level's SLA runs out; the approved
 //! refund goes through the gate under the approval; a stale-premise refusal comes back to the
-//! group as a repair to accept. Everything the people did is journaled beside the effect.
+//! group as a repair to accept, and a budget's refusal of a refund the rules cleared alone comes
+//! to the group as the request it was. Everything the people did is journaled beside the effect.
 
 pub mod activities;
 pub mod workflow;
@@ -18,6 +19,14 @@ pub use workflow::ApprovalWorkflow;
 
 /// The workflow type's name.
 pub const WORKFLOW_TYPE: &str = "ApprovalRefundWorkflow";
+
+/// The label on a refund the rules cleared alone (`label.cleared_by` in a budget's scope): a
+/// budget on it limits what goes out with no person, and a refund over it goes to a person.
+pub const CLEARED_BY_RULES: (&str, &str) = ("cleared_by", "rules");
+
+/// The suffix of the request a person is asked about when a budget refused what the rules
+/// cleared (the refused key keeps its refusal; the person's approval is sent under this one).
+pub const OVER_BUDGET_SUFFIX: &str = "over-budget";
 
 /// What the approval workflow is started with.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -19,8 +19,8 @@ use temporalio_sdk::{
 
 use super::activities::{AcceptArgs, Acceptance, ApprovalActivities, Clearance};
 use super::{
-    AskInput, AskReport, AskStatus, Denial, Ending, Escalation, Offer, Opened, Returned, RouteArgs,
-    Way,
+    AskInput, AskReport, AskStatus, CLEARED_BY_RULES, Denial, Ending, Escalation,
+    OVER_BUDGET_SUFFIX, Offer, Opened, Returned, RouteArgs, Way,
 };
 use crate::activities::RefundActivities;
 use crate::model::{Decision, RefundReport, Reported, System};
@@ -150,10 +150,8 @@ struct Again<'a> {
     refused: &'a FailureDetails,
     chain: &'a [(String, i64)],
     level: u32,
-    /// The repair's request id.
+    /// The request id a person is asked about.
     id: String,
-    /// Which repair this is, from 1.
-    n: u32,
 }
 
 impl ApprovalWorkflow {
@@ -329,19 +327,29 @@ impl ApprovalWorkflow {
         again: Again<'_>,
     ) -> WorkflowResult<Back> {
         let d = again.refused;
-        let repair = d.repairs[0].clone();
         let old = decision.request.request_id.clone();
         let mut asked = decision.request.clone();
-        asked.request_id = again.id;
-        if let Ok(p) = RefundPayload::from_value(&repair.payload) {
-            asked.amount = p.amount;
-        }
-        let re = ctx
-            .execute_activity(
-                ApprovalActivities::assess,
-                asked,
-                short(format!("assess-repair{}", again.n)),
+        // A person's approval is not the rules': nothing sent under it counts in their budgets.
+        asked.labels.clear();
+        let (why, extra) = if d.refusal == Some(RefusalCode::Budget) {
+            (
+                format!("{}: {}", reason::OVER_BUDGET, d.reason),
+                json!({ "over_budget": d.reason }),
             )
+        } else {
+            let repair = d.repairs[0].clone();
+            if let Ok(p) = RefundPayload::from_value(&repair.payload) {
+                asked.amount = p.amount;
+            }
+            (
+                format!("{}: {}", reason::STALE_PREMISE, repair.kind),
+                json!({"changes": d.changes, "repair": repair}),
+            )
+        };
+        let assess_id = format!("assess-{}", again.id);
+        asked.request_id = again.id;
+        let re = ctx
+            .execute_activity(ApprovalActivities::assess, asked, short(assess_id))
             .await?;
         *decision = re.decision;
         if let Assessment::Refused { rule } = re.assessment {
@@ -359,13 +367,9 @@ impl ApprovalWorkflow {
             kind: RouteKind::Repair,
             level: again.level,
             group: again.chain[again.level as usize].0.clone(),
-            reason: format!("{}: {}", reason::STALE_PREMISE, repair.kind),
+            reason: why,
             repair_of: Some(old),
-            detail: detail(
-                ctx,
-                decision,
-                json!({"changes": d.changes, "repair": repair}),
-            ),
+            detail: detail(ctx, decision, extra),
         };
         let id = decision.request.request_id.clone();
         Ok(match Self::open(ctx, &id, step).await? {
@@ -502,6 +506,9 @@ impl ApprovalWorkflow {
                 {
                     Clearance::Granted(lease) => {
                         decision.request.lease = lease;
+                        // What the rules send alone counts in the budgets on them.
+                        let (name, value) = CLEARED_BY_RULES;
+                        decision.request.labels.insert(name.into(), value.into());
                         None
                     }
                     // An earlier run of this workflow routed it to a person: a person decides,
@@ -570,19 +577,31 @@ impl ApprovalWorkflow {
                 // The rules cleared it on facts that moved since: a person judges the repair
                 // (whether the other refund was this one is not a rule's call).
                 (Reported::Refused, Some(d)) if comes_back(&d, 0) => back = Some((d, refund)),
+                // A budget on what the rules send alone is full: a person decides instead.
+                (Reported::Refused, Some(d))
+                    if d.refusal == Some(RefusalCode::Budget) && !chain.is_empty() =>
+                {
+                    back = Some((d, refund));
+                }
                 _ => return Ok(unsent(report, refund)),
             }
         }
         let mut repairs = 0;
         loop {
             if let Some((d, refund)) = back.take() {
-                repairs += 1;
+                // A budget's refusal asks a person about the request as it was; a stale
+                // premise's, about its repair.
+                let id = if d.refusal == Some(RefusalCode::Budget) {
+                    format!("{}-{OVER_BUDGET_SUFFIX}", request.request_id)
+                } else {
+                    repairs += 1;
+                    format!("{}-repair{repairs}", request.request_id)
+                };
                 let again = Again {
                     refused: &d,
                     chain: &chain,
                     level,
-                    id: format!("{}-repair{repairs}", request.request_id),
-                    n: repairs,
+                    id,
                 };
                 match Self::bring_back(ctx, &mut decision, again).await? {
                     Back::Waiting => {}

@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         currency: "usd".into(),
         lease: args.lease.clone(),
         system,
+        labels: Default::default(),
     };
     let addr = std::env::var("TEMPORAL_ADDRESS").unwrap_or_else(|_| "http://127.0.0.1:7233".into());
     let queue = std::env::var("TASK_QUEUE").unwrap_or_else(|_| "refunds".into());

@@ -59,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
             currency: "usd".into(),
             lease: format!("lease-{prefix}-{i}"),
             system,
+            labels: Default::default(),
         };
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
