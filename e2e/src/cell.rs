@@ -748,6 +748,7 @@ fn judge(
 fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Result<()> {
     let key = interlock::EffectKey::fixed(request)?;
     let target = interlock_testkit::sim::SimTarget(env.sim.clone());
+    let budgets = env.journal.budget_changes()?;
     let committed = cell.outcome.starts_with("COMMITTED");
     let t0 = std::time::Instant::now();
     let v = loop {
@@ -757,6 +758,7 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
             &interlock::verify::Sources {
                 leases: Some(env.journal.as_ref()),
                 records: Some(&target),
+                budgets: Some(&budgets),
                 ..interlock::verify::Sources::default()
             },
         );

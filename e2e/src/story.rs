@@ -304,6 +304,7 @@ pub fn verify_keys(
     keys: &[impl AsRef<str>],
 ) -> anyhow::Result<Vec<Value>> {
     let target = SimTarget(env.sim.clone());
+    let budgets = env.journal.budget_changes()?;
     let mut rows = Vec::new();
     for k in keys {
         let key = EffectKey::fixed(k.as_ref())?;
@@ -318,6 +319,7 @@ pub fn verify_keys(
                     leases: Some(env.journal.as_ref()),
                     records: Some(&target),
                     approvers: Some(directory),
+                    budgets: Some(&budgets),
                     ..Sources::default()
                 },
             );

@@ -401,7 +401,60 @@ fn a_counters_running_total_is_always_what_its_places_add_up_to(kind: Kind) {
     assert!(checked > 100, "{checked} tallies checked");
 }
 
+fn verify_rechecks_what_each_dispatch_counted_against_the_budgets_on_record(kind: Kind) {
+    let s = setup(kind, "verify", &[sum_per_day("refunds-daily", 5000)]);
+    // Beyond the margin verify allows for the clocks of the hosts that set budgets.
+    s.clock.advance(HOUR);
+    let service = Ledger::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    for k in ["a", "b"] {
+        let out = gate.submit(&effect(k, 2000)).unwrap();
+        assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    }
+    let store = s.store.store();
+    let column = |key: &str, changes: &[interlock::budget::BudgetChange]| {
+        let v = interlock::verify::verify(
+            store.as_ref(),
+            &EffectKey::fixed(key).unwrap(),
+            &interlock::verify::Sources {
+                budgets: Some(changes),
+                ..interlock::verify::Sources::default()
+            },
+        );
+        v.columns
+            .into_iter()
+            .find(|c| c.name == "within budget when fired")
+            .unwrap()
+    };
+    let changes = store.budget_changes().unwrap();
+    let b = column("b", &changes);
+    assert_eq!(b.holds, Some(true), "{b:?}");
+    assert!(
+        b.detail
+            .contains("refunds-daily: 2000 of 5000 used, 2000 asked"),
+        "{b:?}"
+    );
+    // A budget in force since before the dispatches that none of them counted: the dispatch
+    // of a build that did not check budgets looks like this.
+    let mut unseen = changes.clone();
+    unseen.push(interlock::budget::BudgetChange {
+        id: "unseen".into(),
+        n: 0,
+        budget: Some(sum_per_day("unseen", 10_000)),
+        at_ms: T0 - HOUR,
+        by: "cfo@example".into(),
+    });
+    let a = column("a", &unseen);
+    assert_eq!(a.holds, Some(false), "{a:?}");
+    assert!(
+        a.detail
+            .contains("budget unseen (set by cfo@example) was in force"),
+        "{a:?}"
+    );
+}
+
 interlock_tests::every_store!(
+    verify_rechecks_what_each_dispatch_counted_against_the_budgets_on_record,
     a_counters_running_total_is_always_what_its_places_add_up_to,
     a_resend_in_a_later_window_is_counted_in_that_window,
     only_a_limit_or_window_changes_under_one_id_and_a_removed_budget_starts_afresh,

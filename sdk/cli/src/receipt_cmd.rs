@@ -243,6 +243,9 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
     let records = target
         .as_ref()
         .map(|t| t as &dyn interlock::target::TargetRecords);
+    let budgets = j
+        .budget_changes()
+        .context("reading the journal's budget changes")?;
     let mut out = Vec::new();
     // Every receipt in the directory, by the key it names. A file that is not a receipt, one
     // filed under another key's name, and two files naming one key all fail: an old receipt
@@ -323,6 +326,7 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
                 key: verifier.as_ref(),
                 accept_unchecked_signatures: args.accept_unchecked_signatures,
                 approvers: approvers.as_ref(),
+                budgets: Some(&budgets),
             },
         ));
     }

@@ -412,9 +412,68 @@ impl Tally {
 /// Whether an effect asking `asked` fits `budget` given its counter's `tally`: exactly when
 /// [`room`] answers `Ok` for the places the tally was made of.
 pub fn fits(budget: &Budget, asked: Option<i64>, tally: &Tally) -> bool {
-    // Its own place counts for it only while that place is in the window: a key whose sends
-    // could no longer land here is checked again, as any other, before it sends again.
-    tally.own_in_window || asked.is_some_and(|a| tally.used.saturating_add(a) <= budget.max())
+    BudgetCheck::of(budget, String::new(), 0, asked, tally).fits()
+}
+
+/// What the gate counted for one budget at a dispatch, as `DISPATCHED` records it: which budget
+/// and counter, the window, what the places in it added up to, and what the effect asked. An
+/// audit reads from it that the effect fitted when it fired ([`BudgetCheck::fits`]), and against
+/// which limit.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BudgetCheck {
+    /// The budget's id.
+    pub budget: String,
+    /// The counter (`per` values as JSON; empty for a budget with one counter).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub bucket: String,
+    /// The start of the window checked (ms since the epoch).
+    pub since_ms: i64,
+    /// The budget's limit then.
+    pub max: i64,
+    /// What the effect counts (`None`: its payload had nothing this budget can count).
+    pub asked: Option<i64>,
+    /// What the places counting in the window added up to, the effect's own included.
+    pub used: i64,
+    /// The effect already held a place counting in the window (a resend).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own: bool,
+}
+
+impl BudgetCheck {
+    /// The check of an effect asking `asked` against `budget`'s counter `bucket`, whose places
+    /// in the window starting at `since_ms` add up to `tally`.
+    pub fn of(
+        budget: &Budget,
+        bucket: String,
+        since_ms: i64,
+        asked: Option<i64>,
+        tally: &Tally,
+    ) -> Self {
+        Self {
+            budget: budget.id.clone(),
+            // A budget with one counter has nothing to name it by.
+            bucket: if budget.per.is_empty() {
+                String::new()
+            } else {
+                bucket
+            },
+            since_ms,
+            max: budget.max(),
+            asked,
+            used: tally.used,
+            own: tally.own_in_window,
+        }
+    }
+
+    /// Whether the effect fitted: its own place counts for it only while that place is in the
+    /// window (a key whose sends could no longer land here is checked again, as any other,
+    /// before it sends again); else what it asks must fit beside what is used.
+    pub fn fits(&self) -> bool {
+        self.own
+            || self
+                .asked
+                .is_some_and(|a| self.used.saturating_add(a) <= self.max)
+    }
 }
 
 /// Whether `key`, asking `asked` (`None`: its payload has no amount this budget can count), fits

@@ -12,6 +12,7 @@ pub(crate) fn live() -> Recheck {
         changes: vec![],
         premise_error: None,
         read_at_ms: Some(0),
+        budgets: Vec::new(),
     }
 }
 

@@ -202,6 +202,10 @@ pub struct Recheck {
     /// gate's bound on a premise's age. Absent in records written before reads were timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_at_ms: Option<i64>,
+    /// Every budget the effect matched, as counted in the dispatch's transaction. Empty where
+    /// none matched, and in records written before the checks were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<crate::budget::BudgetCheck>,
 }
 
 impl Recheck {

@@ -454,6 +454,7 @@ mod tests {
                 changes: vec![],
                 premise_error: None,
                 read_at_ms: Some(0),
+                budgets: Vec::new(),
             },
             resend: token > 1,
         })

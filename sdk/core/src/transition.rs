@@ -86,6 +86,7 @@ pub fn authorize(
                 changes: Vec::new(),
                 premise_error: None,
                 read_at_ms: None,
+                budgets: Vec::new(),
             };
             match check_fresh(&recheck) {
                 Some(d) => Event::Refused(final_refusal(&d, Vec::new(), hash)),

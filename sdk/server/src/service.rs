@@ -406,12 +406,14 @@ impl GateService for GateApi {
                 ),
                 _ => None,
             };
+            let budgets = journal.budget_changes().map_err(|e| status::lease(&e))?;
             let v = verify::verify(
                 journal.as_ref(),
                 &key,
                 &Sources {
                     leases: Some(journal.as_ref()),
                     records: records.as_deref(),
+                    budgets: Some(&budgets),
                     ..Sources::default()
                 },
             );

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use serde_json::{Value, json};
 
 use crate::approval::Route;
-use crate::core::budget::{self, OverBudget, Subject};
+use crate::core::budget::{self, BudgetCheck, OverBudget, Subject};
 use crate::core::decide::diff;
 use crate::core::limits::{Use, room};
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
@@ -16,6 +16,15 @@ use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
 
 use super::Bound;
+
+/// R4 as of the journal's write transaction: the verdict on the lease and the budgets, and,
+/// where it is live, what each budget the effect matched counted (for `DISPATCHED` to record).
+pub(super) struct Authorization {
+    /// The verdict.
+    pub(super) verdict: LeaseVerdict,
+    /// What each budget counted, when the verdict is live.
+    pub(super) budgets: Vec<BudgetCheck>,
+}
 
 impl Bound {
     pub(super) fn lease_verdict(&self, first: &Proposed) -> LeaseVerdict {
@@ -33,7 +42,7 @@ impl Bound {
         tx: &TxView<'_>,
         key: &EffectKey,
         first: &Proposed,
-    ) -> (LeaseVerdict, Value) {
+    ) -> (Authorization, Value) {
         let (verdict, grant) = self.authorization_of(tx, key, first);
         (self.within_budgets(tx, key, first, verdict), grant)
     }
@@ -67,24 +76,29 @@ impl Bound {
         tx: &TxView<'_>,
         key: &EffectKey,
         first: &Proposed,
-    ) -> LeaseVerdict {
+    ) -> Authorization {
         let verdict = self.lease_of(tx, key, first);
         self.within_budgets(tx, key, first, verdict)
     }
 
     /// A live `verdict`, unless the effect would take a budget in force past its limit, as of
     /// the journal's write transaction `tx` (budgets live in the journal's store, wherever the
-    /// leases are). A budget that cannot be read is a verdict of its own: fail closed.
+    /// leases are), with what each budget it matched counted. A budget that cannot be read is a
+    /// verdict of its own: fail closed.
     fn within_budgets(
         &self,
         tx: &TxView<'_>,
         key: &EffectKey,
         first: &Proposed,
         verdict: LeaseVerdict,
-    ) -> LeaseVerdict {
+    ) -> Authorization {
         let Some(leases) = tx.leases.filter(|_| verdict == LeaseVerdict::Live) else {
-            return verdict;
+            return Authorization {
+                verdict,
+                budgets: Vec::new(),
+            };
         };
+        let mut checks = Vec::new();
         // The time the dispatch's records (and so its place) are written at: the window it is
         // checked in is the one it is counted in.
         let now = tx.now_ms;
@@ -103,6 +117,7 @@ impl Bound {
                     let asked = b.amount(&first.payload);
                     let tally = leases.budget_tally(&b.id, &bucket, since, key.as_str())?;
                     if budget::fits(&b, asked, &tally) {
+                        checks.push(BudgetCheck::of(&b, bucket, since, asked, &tally));
                         continue;
                     }
                     // It does not fit: the places themselves say when room frees up.
@@ -114,12 +129,19 @@ impl Bound {
                     if let Err(over) = budget::room(&b, key.as_str(), asked, &holds, now) {
                         return Ok(Some(over));
                     }
+                    let tally = budget::Tally::of(&holds, key.as_str(), since);
+                    checks.push(BudgetCheck::of(&b, bucket, since, asked, &tally));
                 }
                 Ok(None)
             },
         ));
-        match read {
-            Ok(Ok(None)) => LeaseVerdict::Live,
+        let verdict = match read {
+            Ok(Ok(None)) => {
+                return Authorization {
+                    verdict: LeaseVerdict::Live,
+                    budgets: checks,
+                };
+            }
             Ok(Ok(Some(over))) => LeaseVerdict::OverBudget {
                 reason: over.to_string(),
             },
@@ -129,6 +151,10 @@ impl Bound {
             Err(_) => LeaseVerdict::Error {
                 message: "reading the budgets panicked".into(),
             },
+        };
+        Authorization {
+            verdict,
+            budgets: Vec::new(),
         }
     }
 
@@ -343,10 +369,11 @@ impl PremiseCheck {
     /// inside the write transaction). The read's time is journaled as the earlier of the wall
     /// clock's reading before it and `now_ms` less the time since by the monotonic clock, so a
     /// wall clock stepped back during a stall does not make an old read look young.
-    pub(super) fn with_lease(&self, lease: LeaseVerdict, now_ms: i64) -> Recheck {
+    pub(super) fn with_lease(&self, lease: Authorization, now_ms: i64) -> Recheck {
         let since = i64::try_from(self.began.elapsed().as_millis()).unwrap_or(i64::MAX);
         Recheck {
-            lease,
+            lease: lease.verdict,
+            budgets: lease.budgets,
             premises_now: self.premises_now.clone(),
             changes: self.changes.clone(),
             premise_error: self.error.clone(),

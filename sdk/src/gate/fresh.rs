@@ -37,7 +37,7 @@ impl Bound {
     ) -> Result<Step, GateError> {
         let out = self.gate.journal.append_after(key, seen, &mut |tx| {
             let (lease, grant) = self.authorization_in(tx, key, first);
-            transition::authorize(tx.state, first, &lease, grant)
+            transition::authorize(tx.state, first, &lease.verdict, grant)
         })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Authorized(_)) => self.first_dispatch(key, first, false, &out.history),

@@ -112,8 +112,8 @@ impl Bound {
             let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
                 let holding = self.written_now(&holding);
                 let lease = self.lease_in(tx, key, first);
-                let transient =
-                    matches!(lease, LeaseVerdict::Error { .. }) || premises.unavailable().is_some();
+                let transient = matches!(lease.verdict, LeaseVerdict::Error { .. })
+                    || premises.unavailable().is_some();
                 let facts = RecoveryFacts {
                     tier,
                     effective_at_takeover,

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 mod approval;
+mod budget;
 
 use crate::approval::Approvers;
 use crate::core::state::landed_evidence;
@@ -77,6 +78,9 @@ pub struct Sources<'a> {
     pub key: Option<&'a VerifyingKeyKind>,
     /// A signed receipt checked without a key neither holds nor fails (instead of failing).
     pub accept_unchecked_signatures: bool,
+    /// The journal's log of budget changes, to check that each dispatch counted every budget in
+    /// force that matched it (without it only the recorded counts are checked).
+    pub budgets: Option<&'a [crate::budget::BudgetChange]>,
 }
 
 fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Column {
@@ -195,6 +199,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
             },
         )
     });
+    columns.push(budget::within_budget(&history, src.budgets));
     columns.push(approval::approved_by(&derived));
     columns.push(approval::verified(
         &derived,

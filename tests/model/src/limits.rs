@@ -186,6 +186,7 @@ fn recheck(lease: LeaseVerdict, now: i64) -> Recheck {
         changes: Vec::new(),
         premise_error: None,
         read_at_ms: Some(now),
+        budgets: Vec::new(),
     }
 }
 

@@ -553,6 +553,7 @@ fn recheck(premise_ok: bool, lease: LeaseVerdict, read_at: i64) -> Recheck {
         premises_now: now,
         premise_error: None,
         read_at_ms: Some(read_at),
+        budgets: Vec::new(),
     }
 }
 
