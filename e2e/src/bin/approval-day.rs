@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use e2e_worker::approvals::{AskInput, AskReport, CLEARED_BY_RULES, Way};
-use interlock::approval::{Approvers, Route, RouteKind, Scoreboard, reason};
+use e2e_worker::approvals::{AskInput, AskReport, CLEARED_BY_RULES, OVER_BUDGET_SUFFIX, Way};
+use interlock::approval::{Approvers, Route, RouteKind, Scoreboard};
 use interlock::budget::{Budget, Limit, Window};
 use interlock_e2e::cell::Env;
 use interlock_e2e::day::{self, Kind, Mix, Plan};
@@ -161,7 +161,7 @@ struct Day<'a> {
 struct Seen {
     reviews: BTreeMap<String, u32>,
     reviewed: HashSet<usize>,
-    /// Requests a person was asked about because the rules' budget was full.
+    /// Requests the rules' budget sent to a person (their routes, as the inbox shows them).
     over_budget: HashSet<usize>,
     kills: u32,
 }
@@ -412,6 +412,10 @@ async fn play(
                 head.step.kind,
                 RouteKind::Routed | RouteKind::Escalated | RouteKind::Repair
             );
+            // Whoever (if anyone) reviews it: a request the rules' budget sent to a person.
+            if head.request.ends_with(&format!("-{OVER_BUDGET_SUFFIX}")) {
+                seen.over_budget.insert(n);
+            }
             if !open || !handled.insert((head.request.clone(), head.n)) {
                 continue;
             }
@@ -464,9 +468,6 @@ async fn review(
     };
     *seen.reviews.entry(person.id.to_owned()).or_default() += 1;
     seen.reviewed.insert(n);
-    if reason::class(&route.step.reason) == reason::OVER_BUDGET {
-        seen.over_budget.insert(n);
-    }
     let detail = &route.step.detail;
     let amount = detail["amount"].as_i64().unwrap_or(0);
     match day::judge(amount, &detail["premises"]) {
@@ -676,7 +677,7 @@ fn goal(ways: &serde_json::Map<String, Value>, rules_budget: i64) -> Vec<String>
         }
         if board["over_budget"] != g["over_rules_budget"] {
             p.push(format!(
-                "rules_and_gate: the journal's scoreboard has over_budget {}, the people saw {}",
+                "rules_and_gate: the journal's scoreboard has over_budget {}, the inbox showed {}",
                 board["over_budget"], g["over_rules_budget"]
             ));
         }

@@ -59,9 +59,9 @@ pub(super) fn within_budget(history: &[Record], changes: Option<&[BudgetChange]>
                 && !on_record(c, changes, &subject, *at)
             {
                 wrong.push(format!(
-                    "a dispatch counted budget {} with a limit of {} from {}, which no version \
-                     of it on record has",
-                    c.budget, c.max, c.since_ms
+                    "a dispatch counted budget {} (counter {:?}) with a limit of {} from {}, \
+                     which no version of it in force then has",
+                    c.budget, c.bucket, c.max, c.since_ms
                 ));
             }
             counted.push(c);
@@ -122,14 +122,33 @@ pub(super) fn within_budget(history: &[Record], changes: Option<&[BudgetChange]>
     )
 }
 
-/// Whether a version of the budget `c` names, as logged, matches the effect and has the limit
-/// and window start `c` records for a dispatch at `at_ms`.
+/// Whether a version of the budget `c` names that may have been in force at `at_ms` (its time
+/// in force, by the log, reaches within [`MARGIN_MS`] of it) matches the effect and has the
+/// counter, limit and window start `c` records. A budget the log knows nothing of is not judged:
+/// a journal moved by export and import carries its records, not its budgets' changes.
 fn on_record(c: &BudgetCheck, changes: &[BudgetChange], s: &Subject<'_>, at_ms: i64) -> bool {
-    changes
-        .iter()
-        .filter(|ch| ch.id == c.budget)
-        .filter_map(|ch| ch.budget.as_ref())
-        .any(|b| b.max() == c.max && b.window.since(at_ms) == c.since_ms && b.matches(s))
+    let mut of: Vec<&BudgetChange> = changes.iter().filter(|ch| ch.id == c.budget).collect();
+    if of.is_empty() {
+        return true;
+    }
+    of.sort_by_key(|ch| ch.n);
+    of.iter().enumerate().any(|(i, ch)| {
+        let until = of.get(i + 1).map_or(i64::MAX, |next| next.at_ms);
+        let may_be_in_force =
+            ch.at_ms <= at_ms.saturating_add(MARGIN_MS) && until > at_ms.saturating_sub(MARGIN_MS);
+        ch.budget.as_ref().is_some_and(|b| {
+            let bucket = if b.per.is_empty() {
+                String::new()
+            } else {
+                b.bucket(s)
+            };
+            may_be_in_force
+                && b.max() == c.max
+                && b.window.since(at_ms) == c.since_ms
+                && bucket == c.bucket
+                && b.matches(s)
+        })
+    })
 }
 
 /// The budgets certainly in force at `at_ms` (their version set at least [`MARGIN_MS`] before,
@@ -269,13 +288,30 @@ mod tests {
     }
 
     #[test]
-    fn a_check_against_a_limit_no_version_had_fails() {
+    fn a_check_against_a_limit_no_version_in_force_had_fails() {
         let t = 10 * HOUR;
         let changes = [change(Some(budget(2_000)), 0, t - 2 * HOUR)];
         let forged = check(&budget(9_000), 1_000, 500, t);
-        let c = within_budget(&history(t, vec![forged]), Some(&changes));
+        let c = within_budget(&history(t, vec![forged.clone()]), Some(&changes));
         assert_eq!(c.holds, Some(false), "{c:?}");
         assert!(c.detail.contains("which no version"), "{c:?}");
+        // A limit that was lowered long before the dispatch no longer counts.
+        let lowered = [
+            change(Some(budget(9_000)), 0, t - 3 * HOUR),
+            change(Some(budget(2_000)), 1, t - 2 * HOUR),
+        ];
+        let c = within_budget(&history(t, vec![forged.clone()]), Some(&lowered));
+        assert_eq!(c.holds, Some(false), "{c:?}");
+        // Lowered within the clocks' margin: either may have been in force.
+        let just_lowered = [
+            change(Some(budget(9_000)), 0, t - 3 * HOUR),
+            change(Some(budget(2_000)), 1, t - 1_000),
+        ];
+        let c = within_budget(&history(t, vec![forged.clone()]), Some(&just_lowered));
+        assert_eq!(c.holds, Some(true), "{c:?}");
+        // A journal moved without its budgets' changes: not judged.
+        let c = within_budget(&history(t, vec![forged]), Some(&[]));
+        assert_eq!(c.holds, Some(true), "{c:?}");
     }
 
     #[test]

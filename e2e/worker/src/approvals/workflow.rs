@@ -152,6 +152,8 @@ struct Again<'a> {
     level: u32,
     /// The request id a person is asked about.
     id: String,
+    /// The id of the activity that assesses it (`assess-repair<n>`, `assess-over-budget`).
+    assess_id: String,
 }
 
 impl ApprovalWorkflow {
@@ -346,10 +348,9 @@ impl ApprovalWorkflow {
                 json!({"changes": d.changes, "repair": repair}),
             )
         };
-        let assess_id = format!("assess-{}", again.id);
         asked.request_id = again.id;
         let re = ctx
-            .execute_activity(ApprovalActivities::assess, asked, short(assess_id))
+            .execute_activity(ApprovalActivities::assess, asked, short(again.assess_id))
             .await?;
         *decision = re.decision;
         if let Assessment::Refused { rule } = re.assessment {
@@ -591,17 +592,18 @@ impl ApprovalWorkflow {
             if let Some((d, refund)) = back.take() {
                 // A budget's refusal asks a person about the request as it was; a stale
                 // premise's, about its repair.
-                let id = if d.refusal == Some(RefusalCode::Budget) {
-                    format!("{}-{OVER_BUDGET_SUFFIX}", request.request_id)
+                let suffix = if d.refusal == Some(RefusalCode::Budget) {
+                    OVER_BUDGET_SUFFIX.to_owned()
                 } else {
                     repairs += 1;
-                    format!("{}-repair{repairs}", request.request_id)
+                    format!("repair{repairs}")
                 };
                 let again = Again {
                     refused: &d,
                     chain: &chain,
                     level,
-                    id,
+                    id: format!("{}-{suffix}", request.request_id),
+                    assess_id: format!("assess-{suffix}"),
                 };
                 match Self::bring_back(ctx, &mut decision, again).await? {
                     Back::Waiting => {}
