@@ -453,6 +453,42 @@ fn verify_rechecks_what_each_dispatch_counted_against_the_budgets_on_record(kind
     );
 }
 
+/// SQLite journals written by the first builds with budgets kept places in `budget_holds`; the
+/// next open moves them to `budget_places`, and the counters go on from them.
+#[test]
+fn places_kept_by_the_first_budget_builds_are_moved_and_still_count() {
+    let s = setup(Kind::Sqlite, "places-moved", &[sum_per_day("daily", 5000)]);
+    let service = Ledger::new(Tier::Two);
+    for k in ["a", "b"] {
+        let out = bound(&s, service.clone(), "w1")
+            .submit(&effect(k, 2000))
+            .unwrap();
+        assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    }
+    // As those builds left it: the places in `budget_holds`, with its two indexes.
+    s.store
+        .tamper(
+            "CREATE TABLE budget_holds (budget TEXT NOT NULL, bucket TEXT NOT NULL, \
+             key TEXT NOT NULL, amount INTEGER NOT NULL, at_ms INTEGER NOT NULL, \
+             until_ms INTEGER NOT NULL, PRIMARY KEY (budget, key));
+             CREATE INDEX budget_holds_window ON budget_holds (budget, bucket, until_ms);
+             CREATE INDEX budget_holds_key ON budget_holds (key);
+             INSERT INTO budget_holds SELECT budget, bucket, key, amount, at_ms, until_ms \
+             FROM budget_places;
+             DROP TABLE budget_places;",
+        )
+        .unwrap();
+    let moved = s.store.reopen_store().unwrap();
+    let places = moved.budget_places("daily", 0).unwrap();
+    assert_eq!(places.len(), 2, "{places:?}");
+    let c = bound(&s, service.clone(), "w2")
+        .submit(&effect("c", 1500))
+        .unwrap();
+    let why = budget_refusal(&c).unwrap_or_else(|| panic!("not refused by the budget: {c:?}"));
+    assert!(why.contains("4000 is used, 1000 left"), "{why}");
+    assert_eq!(sum(&service), 4000);
+}
+
 interlock_tests::every_store!(
     verify_rechecks_what_each_dispatch_counted_against_the_budgets_on_record,
     a_counters_running_total_is_always_what_its_places_add_up_to,

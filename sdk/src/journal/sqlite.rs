@@ -232,11 +232,15 @@ impl SqliteJournal {
                 }
                 // Added within version 2: a release without it reads the journal as before,
                 // and never dispatches under a lease whose uses are counted (LIMITED_SCOPE).
-                if ["lease_uses", "budget_changes", "budget_holds", "budget_totals"]
+                if ["lease_uses", "budget_changes", "budget_places", "budget_totals"]
                     .iter()
                     .any(|name| !tables.iter().any(|t| t == name))
                 {
                     conn.execute_batch(LEASE_USES).map_err(|e| self.err(e))?;
+                    if tables.iter().any(|t| t == "budget_holds") {
+                        conn.execute_batch(PLACES_FROM_HOLDS)
+                            .map_err(|e| self.err(e))?;
+                    }
                     tracing::info!(path = %self.path, "added the tables of lease uses and budgets to the journal");
                     return Ok(((), true));
                 }
@@ -385,6 +389,8 @@ impl Journal for SqliteJournal {
             let leases = TxLeaseReader {
                 journal: self,
                 conn: tx,
+                counted: Default::default(),
+                budgets_read: Default::default(),
             };
             let out = store::decide_and_append(
                 &self.path,
@@ -411,6 +417,8 @@ impl Journal for SqliteJournal {
                 let leases = TxLeaseReader {
                     journal: self,
                     conn: tx,
+                    counted: Default::default(),
+                    budgets_read: Default::default(),
                 };
                 store::insert_imported(&self.path, records, &leases, |r| self.insert(tx, r))?;
             }
@@ -536,17 +544,17 @@ CREATE TABLE IF NOT EXISTS budget_changes (
     by    TEXT NOT NULL,
     PRIMARY KEY (id, n)
 );
-CREATE TABLE IF NOT EXISTS budget_holds (
+CREATE TABLE IF NOT EXISTS budget_places (
+    key    TEXT NOT NULL,
     budget TEXT NOT NULL,
     bucket TEXT NOT NULL,
-    key    TEXT NOT NULL,
     amount   INTEGER NOT NULL,
     at_ms    INTEGER NOT NULL,
     until_ms INTEGER NOT NULL,
-    PRIMARY KEY (budget, key)
-);
-CREATE INDEX IF NOT EXISTS budget_holds_window ON budget_holds (budget, bucket, until_ms);
-CREATE INDEX IF NOT EXISTS budget_holds_key ON budget_holds (key);
+    PRIMARY KEY (key, budget)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS budget_places_until
+    ON budget_places (until_ms, budget, bucket, amount);
 CREATE TABLE IF NOT EXISTS budget_totals (
     budget  TEXT NOT NULL,
     bucket  TEXT NOT NULL,
@@ -554,6 +562,15 @@ CREATE TABLE IF NOT EXISTS budget_totals (
     total   INTEGER NOT NULL,
     PRIMARY KEY (budget, bucket)
 );
+";
+
+/// The places as the first builds with budgets kept them (one row in three B-trees, an effect's
+/// places on as many pages as it has budgets), moved to `budget_places`: an effect's places side
+/// by side under its key, and one index for the windows that also adds up their amounts.
+const PLACES_FROM_HOLDS: &str = "
+INSERT OR IGNORE INTO budget_places (key, budget, bucket, amount, at_ms, until_ms)
+    SELECT key, budget, bucket, amount, at_ms, until_ms FROM budget_holds;
+DROP TABLE budget_holds;
 ";
 
 /// Version 1 to 2, with [`ROUTES`]: leases may carry a signed approval.

@@ -13,11 +13,29 @@
 //! the dispatch is counted against. A counter with no row yet (a journal from before the totals)
 //! is added up once from its places, the first time a dispatch reads it.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use rusqlite::{OptionalExtension, params};
 
 use super::sqlite_leases::TxLeaseReader;
 use crate::budget::{Hold, Tally};
 use crate::lease::LeaseError;
+
+/// A counter's mark and total, if it has a row.
+type Total = Option<(i64, i64)>;
+/// A key's place in a budget: its bucket, amount and span, if it holds one.
+type Place = Option<(String, i64, i64)>;
+
+/// What a transaction's tallies left of each counter (budget, bucket) and a key's place in it,
+/// by (budget, bucket, key): the dispatch that tallies then takes its place in the same
+/// transaction, and starts from this instead of reading both again. Any other change to places
+/// or totals in the transaction empties it.
+#[derive(Default)]
+pub(super) struct Counted(RefCell<HashMap<KeyIn, (Total, Place)>>);
+
+/// A key in a counter: (budget, bucket, key).
+type KeyIn = (String, String, String);
 
 /// What counter (`id`, `bucket`)'s places with `from <= until_ms < to` add up to.
 fn sum(
@@ -29,7 +47,7 @@ fn sum(
 ) -> Result<i64, LeaseError> {
     r.conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(amount), 0) FROM budget_holds \
+            "SELECT COALESCE(SUM(amount), 0) FROM budget_places \
              WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3 AND until_ms < ?4",
         )
         .and_then(|mut st| st.query_row(params![id, bucket, from, to], |row| row.get(0)))
@@ -60,13 +78,45 @@ fn set_total(
     mark: i64,
     total: i64,
 ) -> Result<(), LeaseError> {
+    // What any tally of this transaction left is out of date now.
+    r.counted.0.borrow_mut().clear();
     r.conn
-        .execute(
+        .prepare_cached(
             "INSERT OR REPLACE INTO budget_totals (budget, bucket, mark_ms, total) \
              VALUES (?1, ?2, ?3, ?4)",
-            params![id, bucket, mark, total],
         )
+        .and_then(|mut st| st.execute(params![id, bucket, mark, total]))
         .map(drop)
+        .map_err(|e| LeaseError::from(r.journal.err(e)))
+}
+
+/// Counter (`id`, `bucket`)'s mark and total, and `key`'s place in budget `id`: one statement
+/// for both.
+fn total_and_place(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+    key: &str,
+) -> Result<(Total, Place), LeaseError> {
+    r.conn
+        .prepare_cached(
+            "SELECT t.mark_ms, t.total, p.bucket, p.amount, p.until_ms FROM (SELECT 1) \
+             LEFT JOIN budget_totals t ON t.budget = ?1 AND t.bucket = ?2 \
+             LEFT JOIN budget_places p ON p.key = ?3 AND p.budget = ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id, bucket, key], |row| {
+                let total = match (row.get::<_, Option<i64>>(0)?, row.get(1)?) {
+                    (Some(mark), Some(total)) => Some((mark, total)),
+                    _ => None,
+                };
+                let place = match (row.get::<_, Option<String>>(2)?, row.get(3)?, row.get(4)?) {
+                    (Some(b), Some(amount), Some(until)) => Some((b, amount, until)),
+                    _ => None,
+                };
+                Ok((total, place))
+            })
+        })
         .map_err(|e| LeaseError::from(r.journal.err(e)))
 }
 
@@ -80,9 +130,20 @@ fn adjust(
     bucket: &str,
     changes: &[(i64, i64)],
 ) -> Result<(), LeaseError> {
-    let Some((mark, total)) = total_of(r, id, bucket)? else {
+    let Some(read) = total_of(r, id, bucket)? else {
         return Ok(());
     };
+    adjust_from(r, id, bucket, read, changes)
+}
+
+/// [`adjust`] with the counter's mark and total already read in this transaction.
+fn adjust_from(
+    r: &TxLeaseReader<'_>,
+    id: &str,
+    bucket: &str,
+    (mark, total): (i64, i64),
+    changes: &[(i64, i64)],
+) -> Result<(), LeaseError> {
     let mut moved = total;
     for (delta, until_ms) in changes {
         if *until_ms >= mark {
@@ -110,14 +171,15 @@ impl TxLeaseReader<'_> {
         since_ms: i64,
         key: &str,
     ) -> Result<Tally, LeaseError> {
-        let (mark, total) = match total_of(self, id, bucket)? {
+        let (read, own) = total_and_place(self, id, bucket, key)?;
+        let (mark, total) = match read {
             Some(t) => t,
             None => {
                 // Every place is on the marked side of the lowest mark.
                 let total: i64 = self
                     .conn
                     .query_row(
-                        "SELECT COALESCE(SUM(amount), 0) FROM budget_holds \
+                        "SELECT COALESCE(SUM(amount), 0) FROM budget_places \
                          WHERE budget = ?1 AND bucket = ?2",
                         params![id, bucket],
                         |r| r.get(0),
@@ -127,24 +189,32 @@ impl TxLeaseReader<'_> {
                 (i64::MIN, total)
             }
         };
-        let used = if since_ms > mark {
+        // What the window holds, and the counter's row as this tally leaves it.
+        let (used, stored) = if since_ms > mark {
             let left = sum(self, id, bucket, mark, since_ms)?;
             let total = total.checked_sub(left).ok_or_else(|| overflow(id))?;
             // Where the places between the mark and the window's start add up to nothing, the
             // total already is what the window holds at either mark: it stays, and the dispatch
             // writes nothing here.
-            if left != 0 {
+            if left == 0 {
+                (total, (mark, total))
+            } else {
                 set_total(self, id, bucket, since_ms, total)?;
+                (total, (since_ms, total))
             }
-            total
         } else {
-            total
+            let used = total
                 .checked_add(sum(self, id, bucket, since_ms, mark)?)
-                .ok_or_else(|| overflow(id))?
+                .ok_or_else(|| overflow(id))?;
+            (used, (mark, total))
         };
-        let own_in_window = place_of(self.conn, id, key)
-            .map_err(|e| LeaseError::from(self.journal.err(e)))?
-            .is_some_and(|(b, _, until)| b == bucket && until >= since_ms);
+        let own_in_window = own
+            .as_ref()
+            .is_some_and(|(b, _, until)| b == bucket && *until >= since_ms);
+        self.counted.0.borrow_mut().insert(
+            (id.to_owned(), bucket.to_owned(), key.to_owned()),
+            (Some(stored), own),
+        );
         Ok(Tally {
             used,
             own_in_window,
@@ -160,9 +230,16 @@ impl TxLeaseReader<'_> {
         hold: &Hold,
     ) -> Result<(), LeaseError> {
         let mut changes = vec![(hold.amount, hold.until_ms)];
-        if let Some((old_bucket, amount, until)) =
-            place_of(self.conn, id, &hold.key).map_err(|e| LeaseError::from(self.journal.err(e)))?
-        {
+        let tallied = (self.counted.0.borrow_mut()).remove(&(
+            id.to_owned(),
+            bucket.to_owned(),
+            hold.key.clone(),
+        ));
+        let (total, place) = match tallied {
+            Some(read) => read,
+            None => total_and_place(self, id, bucket, &hold.key)?,
+        };
+        if let Some((old_bucket, amount, until)) = place {
             if old_bucket != bucket {
                 // A key's bucket follows from its first proposal and the budget's `per`, neither
                 // of which changes; a place elsewhere is someone else's doing.
@@ -174,21 +251,27 @@ impl TxLeaseReader<'_> {
             changes.push((-amount, until));
         }
         self.conn
-            .execute(
-                "INSERT OR REPLACE INTO budget_holds (budget, bucket, key, amount, at_ms, until_ms) \
+            .prepare_cached(
+                "INSERT OR REPLACE INTO budget_places (budget, bucket, key, amount, at_ms, until_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms],
             )
+            .and_then(|mut st| {
+                st.execute(params![id, bucket, hold.key, hold.amount, hold.at_ms, hold.until_ms])
+            })
             .map_err(|e| LeaseError::from(self.journal.err(e)))?;
-        adjust(self, id, bucket, &changes)
+        match total {
+            Some(read) => adjust_from(self, id, bucket, read, &changes),
+            None => Ok(()),
+        }
     }
 
     /// Give back every place `key` holds, with each counter's total moved.
     pub(super) fn release_budgets_on(&self, key: &str) -> Result<(), LeaseError> {
+        self.counted.0.borrow_mut().clear();
         let places: Vec<(String, String, i64, i64)> = self
             .conn
             .prepare_cached(
-                "SELECT budget, bucket, amount, until_ms FROM budget_holds WHERE key = ?1",
+                "SELECT budget, bucket, amount, until_ms FROM budget_places WHERE key = ?1",
             )
             .and_then(|mut st| {
                 st.query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
@@ -199,21 +282,8 @@ impl TxLeaseReader<'_> {
             adjust(self, id, bucket, &[(-amount, *until)])?;
         }
         self.conn
-            .execute("DELETE FROM budget_holds WHERE key = ?1", [key])
+            .execute("DELETE FROM budget_places WHERE key = ?1", [key])
             .map(drop)
             .map_err(|e| LeaseError::from(self.journal.err(e)))
     }
-}
-
-/// Key `key`'s place in budget `id`: its bucket, what it counts and how far it spans.
-fn place_of(
-    conn: &Connection,
-    id: &str,
-    key: &str,
-) -> rusqlite::Result<Option<(String, i64, i64)>> {
-    conn.prepare_cached(
-        "SELECT bucket, amount, until_ms FROM budget_holds WHERE budget = ?1 AND key = ?2",
-    )?
-    .query_row(params![id, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-    .optional()
 }

@@ -52,7 +52,7 @@ impl SqliteJournal {
                 return Ok((None, false));
             }
             // A budget set again under this id starts with no places.
-            conn.execute("DELETE FROM budget_holds WHERE budget = ?1", [id])
+            conn.execute("DELETE FROM budget_places WHERE budget = ?1", [id])
                 .and_then(|_| conn.execute("DELETE FROM budget_totals WHERE budget = ?1", [id]))
                 .map_err(|e| self.err(e))?;
             let n = next_change(self, conn, id)?;
@@ -114,7 +114,7 @@ impl SqliteJournal {
         self.read_with(|conn| {
             let mut st = conn
                 .prepare_cached(
-                    "SELECT bucket, key, amount, at_ms, until_ms FROM budget_holds \
+                    "SELECT bucket, key, amount, at_ms, until_ms FROM budget_places \
                      WHERE budget = ?1 AND until_ms >= ?2 ORDER BY at_ms, key",
                 )
                 .map_err(|e| LeaseError::from(self.err(e)))?;
@@ -185,7 +185,7 @@ impl SqliteJournal {
     ) -> Result<Vec<Hold>, LeaseError> {
         let mut st = conn
             .prepare_cached(
-                "SELECT key, amount, at_ms, until_ms FROM budget_holds \
+                "SELECT key, amount, at_ms, until_ms FROM budget_places \
                  WHERE budget = ?1 AND bucket = ?2 AND until_ms >= ?3",
             )
             .map_err(|e| LeaseError::from(self.err(e)))?;

@@ -218,6 +218,11 @@ impl SqliteJournal {
 pub(super) struct TxLeaseReader<'a> {
     pub(super) journal: &'a SqliteJournal,
     pub(super) conn: &'a Connection,
+    /// What this transaction's tallies read (and wrote) of each counter and the key's place in
+    /// it, for the same transaction's taking of the place to start from.
+    pub(super) counted: super::sqlite_budget_totals::Counted,
+    /// The budgets in force, once this transaction has read them.
+    pub(super) budgets_read: std::cell::RefCell<Option<Vec<crate::budget::Budget>>>,
 }
 
 impl TxLeases for TxLeaseReader<'_> {
@@ -237,8 +242,16 @@ impl TxLeases for TxLeaseReader<'_> {
         self.journal.uses_on(self.conn, id)
     }
 
+    // No budget changes while this transaction holds the write lock: read once per transaction
+    // (a dispatch checks them, then its append takes its places in them).
     fn budgets(&self) -> Result<Vec<crate::budget::Budget>, LeaseError> {
-        self.journal.budgets_on(self.conn)
+        let mut read = self.budgets_read.borrow_mut();
+        if let Some(budgets) = read.as_ref() {
+            return Ok(budgets.clone());
+        }
+        let budgets = self.journal.budgets_on(self.conn)?;
+        *read = Some(budgets.clone());
+        Ok(budgets)
     }
 
     fn budget_holds(

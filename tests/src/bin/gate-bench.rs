@@ -30,6 +30,10 @@ struct Args {
     /// profiling); `--senders 0` measures the serial path alone.
     #[arg(long)]
     senders: Vec<usize>,
+    /// Measure only the same effects with and without three matching budgets, print, and write
+    /// nothing (for profiling).
+    #[arg(long, conflicts_with_all = ["senders", "render"])]
+    budgets_only: bool,
     /// Measure nothing: regenerate docs/benchmarks.md from the committed results/bench_*.json.
     #[arg(long, conflicts_with_all = ["quick", "senders"])]
     render: bool,
@@ -67,6 +71,11 @@ fn main() -> anyhow::Result<()> {
     let probe = Duration::from_secs(if quick { 1 } else { 5 });
     let each = Duration::from_millis(if quick { 300 } else { 3000 });
     let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR"))?;
+    if args.budgets_only {
+        let budgets = budgets(dir.path(), serial_effects, each)?;
+        println!("{}", serde_json::to_string_pretty(&budgets)?);
+        return Ok(());
+    }
 
     eprintln!(
         "probing the disk's fsync rate ({} s each way)…",
@@ -225,42 +234,72 @@ fn postgres(quick: bool, probe: Duration, each: Duration) -> anyhow::Result<Valu
 }
 
 /// Serial and 16-sender throughput on a journal whose effects each match three budgets, beside
-/// a journal without them, measured in turn (without, with, with, without) so that a disk that
-/// speeds up or slows down during the run weighs on both alike.
+/// a journal without them: [`BUDGET_ROUNDS`] rounds, each measuring both on fresh journals in
+/// turn (without then with, or with then without, alternating), so that a disk that speeds up or
+/// slows down weighs on both alike. Each figure is the median of the rounds, with its min and
+/// max; the ratio's median is of the rounds' own ratios.
 fn budgets(dir: &Path, serial_effects: usize, each: Duration) -> anyhow::Result<Value> {
-    let mut serial = [(0_u64, Duration::ZERO); 2];
-    let mut sixteen = [(0_u64, Duration::ZERO); 2];
-    for (round, with) in [false, true, true, false].into_iter().enumerate() {
-        let path = dir.join(format!("budgets-{round}.db"));
-        let (bound, _journal) = bench::bound_with_budgets(&path, with)?;
-        let run = format!("b{round}");
-        let t = Instant::now();
-        for i in 0..(serial_effects / 2) as u64 {
-            bench::one_effect(&bound, &run, i)?;
+    // (effects/s without, effects/s with) per round.
+    let mut serial = Vec::new();
+    let mut sixteen = Vec::new();
+    // Twice the serial run's effects and sending time in all, each side.
+    let per_round = (2 * serial_effects / BUDGET_ROUNDS).max(50);
+    let each = 2 * each / BUDGET_ROUNDS as u32;
+    for round in 0..BUDGET_ROUNDS {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut s = [0.0; 2];
+        let mut c = [0.0; 2];
+        for with in order {
+            let path = dir.join(format!("budgets-{round}-{with}.db"));
+            let (bound, _journal) = bench::bound_with_budgets(&path, with)?;
+            let run = format!("b{round}{with}");
+            let t = Instant::now();
+            for i in 0..per_round as u64 {
+                bench::one_effect(&bound, &run, i)?;
+            }
+            s[usize::from(with)] = per_round as f64 / t.elapsed().as_secs_f64().max(1e-9);
+            let (done, took) = bench::threads(&bound, 16, &format!("{run}-16"), each)?;
+            c[usize::from(with)] = done as f64 / took.as_secs_f64().max(1e-9);
         }
-        let s = &mut serial[usize::from(with)];
-        s.0 += (serial_effects / 2) as u64;
-        s.1 += t.elapsed();
-        let (done, took) = bench::threads(&bound, 16, &format!("{run}-16"), each / 2)?;
-        let c = &mut sixteen[usize::from(with)];
-        c.0 += done;
-        c.1 += took;
+        eprintln!(
+            "  round {round}: serial {:.2}, 16 senders {:.2} (with / without)",
+            s[1] / s[0],
+            c[1] / c[0]
+        );
+        serial.push(s);
+        sixteen.push(c);
     }
-    let rate = |(n, d): (u64, Duration)| n as f64 / d.as_secs_f64().max(1e-9);
-    let side = |pair: [(u64, Duration); 2]| {
+    let spread = |mut v: Vec<f64>, digits: i32| {
+        v.sort_by(f64::total_cmp);
         json!({
-            "without_effects_per_s": round(rate(pair[0]), 1),
-            "with_effects_per_s": round(rate(pair[1]), 1),
-            "with_over_without": round(rate(pair[1]) / rate(pair[0]).max(1e-9), 3),
-            "effects": [pair[0].0, pair[1].0],
+            "median": round(v[v.len() / 2], digits),
+            "min": round(v[0], digits),
+            "max": round(v[v.len() - 1], digits),
+        })
+    };
+    let side = |rounds: &[[f64; 2]]| {
+        json!({
+            "without_effects_per_s": spread(rounds.iter().map(|r| r[0]).collect(), 1),
+            "with_effects_per_s": spread(rounds.iter().map(|r| r[1]).collect(), 1),
+            "with_over_without": spread(rounds.iter().map(|r| r[1] / r[0]).collect(), 3),
         })
     };
     Ok(json!({
         "budgets_per_effect": bench::three_budgets().len(),
-        "serial": side(serial),
-        "senders_16": side(sixteen),
+        "rounds": BUDGET_ROUNDS,
+        "serial_effects_per_round": per_round,
+        "senders_16_ms_per_round": each.as_millis() as u64,
+        "serial": side(&serial),
+        "senders_16": side(&sixteen),
     }))
 }
+
+/// How many rounds the budgets' comparison takes (an odd number, for a plain median).
+const BUDGET_ROUNDS: usize = 7;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
