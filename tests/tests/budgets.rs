@@ -489,7 +489,38 @@ fn places_kept_by_the_first_budget_builds_are_moved_and_still_count() {
     assert_eq!(sum(&service), 4000);
 }
 
+/// A key's place stays in the counter it was first taken in, whatever a tally earlier in the
+/// same transaction saw: taking it again in another counter is refused, not a silent move.
+fn a_place_is_never_moved_to_another_counter_within_one_transaction(kind: Kind) {
+    let s = setup(kind, "place_stays", &[sum_per_day("daily", 1_000_000)]);
+    let journal = s.store.journal();
+    let mut outcome = None;
+    journal
+        .append_with(&EffectKey::fixed("stays").unwrap(), &mut |tx| {
+            let leases = tx.leases.expect("the journal keeps the leases");
+            let hold = |bucket: &str| {
+                let place = interlock::budget::Hold {
+                    key: "k".into(),
+                    amount: 100,
+                    at_ms: T0,
+                    until_ms: T0 + HOUR,
+                };
+                leases.hold_budget("daily", bucket, &place)
+            };
+            outcome = Some((|| {
+                leases.budget_tally("daily", "[]", T0, "k")?;
+                hold("[\"b\"]")?;
+                Ok::<_, interlock::lease::LeaseError>(hold("[]").map_err(|e| e.to_string()))
+            })());
+            Vec::new()
+        })
+        .unwrap();
+    let refused = outcome.unwrap().unwrap().unwrap_err();
+    assert!(refused.contains("holds a place in counter"), "{refused}");
+}
+
 interlock_tests::every_store!(
+    a_place_is_never_moved_to_another_counter_within_one_transaction,
     verify_rechecks_what_each_dispatch_counted_against_the_budgets_on_record,
     a_counters_running_total_is_always_what_its_places_add_up_to,
     a_resend_in_a_later_window_is_counted_in_that_window,

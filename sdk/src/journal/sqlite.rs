@@ -553,8 +553,8 @@ CREATE TABLE IF NOT EXISTS budget_places (
     until_ms INTEGER NOT NULL,
     PRIMARY KEY (key, budget)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS budget_places_until
-    ON budget_places (until_ms, budget, bucket, amount);
+CREATE INDEX IF NOT EXISTS budget_places_window
+    ON budget_places (budget, bucket, until_ms, amount);
 CREATE TABLE IF NOT EXISTS budget_totals (
     budget  TEXT NOT NULL,
     bucket  TEXT NOT NULL,

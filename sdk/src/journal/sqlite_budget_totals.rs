@@ -29,8 +29,9 @@ type Place = Option<(String, i64, i64)>;
 
 /// What a transaction's tallies left of each counter (budget, bucket) and a key's place in it,
 /// by (budget, bucket, key): the dispatch that tallies then takes its place in the same
-/// transaction, and starts from this instead of reading both again. Any other change to places
-/// or totals in the transaction empties it.
+/// transaction, and starts from this instead of reading both again. A counter's total written
+/// drops what was kept of that counter; a key's place taken or given back, what was kept of that
+/// key.
 #[derive(Default)]
 pub(super) struct Counted(RefCell<HashMap<KeyIn, (Total, Place)>>);
 
@@ -78,8 +79,8 @@ fn set_total(
     mark: i64,
     total: i64,
 ) -> Result<(), LeaseError> {
-    // What any tally of this transaction left is out of date now.
-    r.counted.0.borrow_mut().clear();
+    // What this transaction's tallies left of this counter is out of date now.
+    (r.counted.0.borrow_mut()).retain(|(b, k, _), _| !(b == id && k == bucket));
     r.conn
         .prepare_cached(
             "INSERT OR REPLACE INTO budget_totals (budget, bucket, mark_ms, total) \
@@ -230,11 +231,13 @@ impl TxLeaseReader<'_> {
         hold: &Hold,
     ) -> Result<(), LeaseError> {
         let mut changes = vec![(hold.amount, hold.until_ms)];
-        let tallied = (self.counted.0.borrow_mut()).remove(&(
-            id.to_owned(),
-            bucket.to_owned(),
-            hold.key.clone(),
-        ));
+        let tallied = {
+            let mut counted = self.counted.0.borrow_mut();
+            let tallied = counted.remove(&(id.to_owned(), bucket.to_owned(), hold.key.clone()));
+            // The key's place in this budget changes, whatever counter a tally saw it in.
+            counted.retain(|(b, _, k), _| !(b == id && *k == hold.key));
+            tallied
+        };
         let (total, place) = match tallied {
             Some(read) => read,
             None => total_and_place(self, id, bucket, &hold.key)?,
@@ -267,7 +270,7 @@ impl TxLeaseReader<'_> {
 
     /// Give back every place `key` holds, with each counter's total moved.
     pub(super) fn release_budgets_on(&self, key: &str) -> Result<(), LeaseError> {
-        self.counted.0.borrow_mut().clear();
+        (self.counted.0.borrow_mut()).retain(|(_, _, k), _| k != key);
         let places: Vec<(String, String, i64, i64)> = self
             .conn
             .prepare_cached(

@@ -192,8 +192,8 @@ fn render_budgets(md: &mut String, b: &Value) {
              window since the counter's mark (a rolling window), and its append writes the place \
              and the total: three or four statements per budget, all inside the journal's one \
              writer lane, which is what 16 senders wait on. On SQLite an effect's places share a \
-             page and one index serves every budget's windows, so a dispatch adds about three pages \
-             to its commit. Taking the budget work out of the writer lane is left to the writer-lane \
+             page, and each budget's windows add the page they end on: a dispatch adds about five \
+             pages to its commit. Taking the budget work out of the writer lane is left to the writer-lane \
              work.\n\n",
             short.join(", ")
         );
