@@ -606,8 +606,9 @@ fn tally(
 }
 
 /// Rules with the gate: no wrong payout, none missed, at least 70% of the unique requests
-/// settled with no person, every receipt verifying; and every workflow of every way reported an
-/// ending it knows.
+/// settled with no person, every receipt verifying, and with a rules' budget, the rules sending
+/// no more than it allows alone and at least one request going to a person over it; and every
+/// workflow of every way reported an ending it knows.
 fn goal(ways: &serde_json::Map<String, Value>, rules_budget: i64) -> Vec<String> {
     let mut p = Vec::new();
     for (name, w) in ways {
