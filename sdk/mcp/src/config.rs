@@ -1,0 +1,491 @@
+//! The proxy's configuration (TOML): per gated tool, the arguments that name the approved request,
+//! the argument that names the approval, the read tool whose answer the call was decided on, and
+//! how the server can be asked whether the call already happened. The tier is not written down: it
+//! follows from what the server can do, so a file cannot claim more than the server gives. Every
+//! mistake names its field and the fix, before anything is started.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The proxy's configuration, as read from its file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// The journal: a file, or a `postgres://` URL.
+    pub journal: String,
+    /// The gated tools, by the name the server lists them under. Every other tool passes through.
+    #[serde(default)]
+    pub tools: BTreeMap<String, GatedTool>,
+}
+
+/// One gated tool.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatedTool {
+    /// The effect's target name in the journal and on receipts (default: the tool's name).
+    pub target: Option<String>,
+    /// The arguments whose values name the approved request: two calls with the same values are
+    /// the same action, sent at most once.
+    pub key: Vec<String>,
+    /// The argument that names the approval (a lease id), checked live in the journal.
+    pub lease: String,
+    /// The argument the proxy fills with the effect's id, for the server to deduplicate on or to
+    /// record where `lookup` can find it.
+    pub idempotency_argument: Option<String>,
+    /// The server deduplicates calls on `idempotency_argument` (a retry with the same id does
+    /// not act twice): tier 1.
+    #[serde(default)]
+    pub dedupes: bool,
+    /// A read tool answering "did this call already happen?" given the effect's id: tier 2.
+    pub lookup: Option<Lookup>,
+    /// A read tool whose answer the call was decided on, read again before every send.
+    pub premises: Option<PremiseRead>,
+}
+
+/// A read tool that finds an effect by its id.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Lookup {
+    /// The tool.
+    pub tool: String,
+    /// Its argument that takes the effect's id.
+    pub argument: String,
+}
+
+/// A read tool whose answer must not have moved between the decision and the send.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PremiseRead {
+    /// The tool.
+    pub tool: String,
+    /// Its arguments, each filled from the gated call's argument of the given name
+    /// (`{ order_id = "order" }`: the read's `order_id` is the call's `order`).
+    #[serde(default)]
+    pub arguments: BTreeMap<String, String>,
+    /// The fields of its answer that must not change (`a.b` reaches into an object).
+    pub fields: Vec<String>,
+    /// The repair offered when they do.
+    pub repair: Option<Repair>,
+}
+
+/// A repair: the call with one argument lowered to what a premise now allows — the refund of
+/// what is left, as `still_fits` offers for refunds.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Repair {
+    /// The gated call's argument to lower.
+    pub argument: String,
+    /// The premise field it may not exceed.
+    pub at_most: String,
+}
+
+/// What the gate can promise about a gated tool, from what its server can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// The server deduplicates on the effect's id: a resend after a crash cannot act twice.
+    One,
+    /// The server can be asked whether the effect happened: a crash is settled by asking.
+    Two,
+    /// Neither: a crash after the send ends `AMBIGUOUS`, for a person to settle.
+    Three,
+}
+
+impl Tier {
+    /// The tier's number, as receipts state it.
+    pub fn number(self) -> u8 {
+        match self {
+            Tier::One => 1,
+            Tier::Two => 2,
+            Tier::Three => 3,
+        }
+    }
+}
+
+impl GatedTool {
+    /// The tier that follows from what the server can do.
+    pub fn tier(&self) -> Tier {
+        match (&self.idempotency_argument, self.dedupes, &self.lookup) {
+            (Some(_), true, _) => Tier::One,
+            (Some(_), false, Some(_)) => Tier::Two,
+            _ => Tier::Three,
+        }
+    }
+
+    /// The effect's target name.
+    pub fn target_name<'a>(&'a self, tool: &'a str) -> &'a str {
+        self.target.as_deref().unwrap_or(tool)
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the MCP proxy configuration {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped fields.
+    #[error("the MCP proxy configuration {path} is not valid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (line, column, field).
+        message: String,
+    },
+    /// A value is missing, out of place or inconsistent.
+    #[error("the MCP proxy configuration {path}: {field}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a path (`tools.create_refund.lookup.tool`).
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl ProxyConfig {
+    /// Read and check a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and check configuration text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let cfg: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        cfg.check(path)?;
+        Ok(cfg)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: String, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            field,
+            message,
+        };
+        if self.journal.trim().is_empty() {
+            return Err(invalid(
+                "journal".into(),
+                "is empty: name a journal file or a postgres:// URL".into(),
+            ));
+        }
+        if self.tools.is_empty() {
+            return Err(invalid(
+                "tools".into(),
+                "no tool is gated: add a [tools.NAME] table for each tool whose calls go \
+                 through the gate"
+                    .into(),
+            ));
+        }
+        for (name, t) in &self.tools {
+            let at = |f: &str| format!("tools.{name}.{f}");
+            let blank = |s: &str| s.trim().is_empty();
+            if blank(name) {
+                return Err(invalid("tools".into(), "a tool's name is empty".into()));
+            }
+            if t.key.is_empty() {
+                return Err(invalid(
+                    at("key"),
+                    "is empty: name the arguments whose values name the approved request (the \
+                     same values are the same action)"
+                        .into(),
+                ));
+            }
+            if let Some(k) = t.key.iter().find(|k| blank(k)) {
+                return Err(invalid(
+                    at("key"),
+                    format!("holds an empty argument name ({k:?})"),
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(k) = t.key.iter().find(|k| !seen.insert(k.as_str())) {
+                return Err(invalid(at("key"), format!("names {k:?} twice")));
+            }
+            if blank(&t.lease) {
+                return Err(invalid(
+                    at("lease"),
+                    "is empty: name the argument that carries the approval's lease id".into(),
+                ));
+            }
+            if t.target.as_deref().is_some_and(blank) {
+                return Err(invalid(
+                    at("target"),
+                    "is empty: leave it out to use the tool's name".into(),
+                ));
+            }
+            let id_arg = t.idempotency_argument.as_deref();
+            if id_arg.is_some_and(blank) {
+                return Err(invalid(
+                    at("idempotency_argument"),
+                    "is empty: name the argument the proxy fills with the effect's id".into(),
+                ));
+            }
+            if let Some(a) = id_arg {
+                if t.key.iter().any(|k| k == a) {
+                    return Err(invalid(
+                        at("idempotency_argument"),
+                        format!(
+                            "{a:?} is also in key: the proxy fills it with the effect's id, so it \
+                             cannot also name the request"
+                        ),
+                    ));
+                }
+                if t.lease == a {
+                    return Err(invalid(
+                        at("idempotency_argument"),
+                        format!("{a:?} is also the lease argument"),
+                    ));
+                }
+            }
+            if t.dedupes && id_arg.is_none() {
+                return Err(invalid(
+                    at("dedupes"),
+                    "is true but no idempotency_argument is named: a server can only \
+                     deduplicate on an id the proxy gives it"
+                        .into(),
+                ));
+            }
+            if let Some(l) = &t.lookup {
+                if id_arg.is_none() {
+                    return Err(invalid(
+                        at("lookup"),
+                        "needs idempotency_argument: the call must carry the effect's id for the \
+                         lookup to find it"
+                            .into(),
+                    ));
+                }
+                for (f, v) in [("lookup.tool", &l.tool), ("lookup.argument", &l.argument)] {
+                    if blank(v) {
+                        return Err(invalid(at(f), "is empty".into()));
+                    }
+                }
+                if self.tools.contains_key(&l.tool) {
+                    return Err(invalid(
+                        at("lookup.tool"),
+                        format!(
+                            "{:?} is itself gated: a lookup must be a read that acts on nothing",
+                            l.tool
+                        ),
+                    ));
+                }
+            }
+            if let Some(p) = &t.premises {
+                if blank(&p.tool) {
+                    return Err(invalid(at("premises.tool"), "is empty".into()));
+                }
+                if self.tools.contains_key(&p.tool) {
+                    return Err(invalid(
+                        at("premises.tool"),
+                        format!(
+                            "{:?} is itself gated: premises must be read from a tool that acts \
+                             on nothing",
+                            p.tool
+                        ),
+                    ));
+                }
+                if p.fields.is_empty() {
+                    return Err(invalid(
+                        at("premises.fields"),
+                        "is empty: name the fields of the read's answer that must not change"
+                            .into(),
+                    ));
+                }
+                if let Some(f) = p.fields.iter().find(|f| field_path(f).is_none()) {
+                    return Err(invalid(
+                        at("premises.fields"),
+                        format!("{f:?} is not a field path (names joined by dots)"),
+                    ));
+                }
+                if let Some((read_arg, _)) = p.arguments.iter().find(|(a, c)| blank(a) || blank(c))
+                {
+                    return Err(invalid(
+                        at("premises.arguments"),
+                        format!(
+                            "the read's argument {read_arg:?} or the call's it comes from is empty"
+                        ),
+                    ));
+                }
+                if let Some(r) = &p.repair {
+                    if blank(&r.argument) {
+                        return Err(invalid(at("premises.repair.argument"), "is empty".into()));
+                    }
+                    if !p.fields.contains(&r.at_most) {
+                        return Err(invalid(
+                            at("premises.repair.at_most"),
+                            format!(
+                                "{:?} is not one of premises.fields: a repair may only rest on \
+                                 a field the gate reads again",
+                                r.at_most
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The names a field path (`a.b.c`) walks, if it is one.
+pub fn field_path(path: &str) -> Option<Vec<&str>> {
+    let parts: Vec<&str> = path.split('.').collect();
+    parts
+        .iter()
+        .all(|p| !p.trim().is_empty() && p.trim() == *p)
+        .then_some(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    const FULL: &str = r#"
+journal = "interlock.db"
+
+[tools.create_refund]
+target = "payments"
+key = ["request_id"]
+lease = "approval"
+idempotency_argument = "idempotency_key"
+lookup = { tool = "find_refund", argument = "idempotency_key" }
+
+[tools.create_refund.premises]
+tool = "get_order"
+arguments = { order_id = "order_id" }
+fields = ["status", "refund.remaining"]
+repair = { argument = "amount", at_most = "refund.remaining" }
+"#;
+
+    fn parse(text: &str) -> Result<ProxyConfig, ConfigError> {
+        ProxyConfig::parse(text, Path::new("interlock.mcp.toml"))
+    }
+
+    /// The field and message of an invalid configuration.
+    fn refused(text: &str) -> (String, String) {
+        match parse(text) {
+            Err(ConfigError::Invalid { field, message, .. }) => (field, message),
+            other => panic!("not refused as invalid: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_configuration_reads_and_its_tier_follows_from_what_the_server_can_do() {
+        let cfg = parse(FULL).unwrap();
+        let t = &cfg.tools["create_refund"];
+        assert_eq!(t.tier(), Tier::Two);
+        assert_eq!(t.target_name("create_refund"), "payments");
+        let premises = t.premises.as_ref().unwrap();
+        assert_eq!(premises.arguments["order_id"], "order_id");
+        let mut one = t.clone();
+        one.dedupes = true;
+        assert_eq!(one.tier(), Tier::One);
+        let mut three = t.clone();
+        three.lookup = None;
+        assert_eq!(three.tier(), Tier::Three);
+        assert_eq!(Tier::Three.number(), 3);
+    }
+
+    #[test]
+    fn an_unknown_or_mistyped_field_is_refused_naming_it() {
+        let typo = FULL.replace("idempotency_argument", "idempotency_arg");
+        match parse(&typo) {
+            Err(ConfigError::Parse { message, .. }) => {
+                assert!(message.contains("idempotency_arg"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mistyped = FULL.replace(r#"key = ["request_id"]"#, r#"key = "request_id""#);
+        assert!(matches!(parse(&mistyped), Err(ConfigError::Parse { .. })));
+    }
+
+    #[test]
+    fn a_tier_the_server_cannot_back_is_refused_naming_the_field_and_the_fix() {
+        let (field, message) = refused(&FULL.replace(
+            r#"idempotency_argument = "idempotency_key""#,
+            "dedupes = true",
+        ));
+        assert_eq!(field, "tools.create_refund.dedupes");
+        assert!(message.contains("idempotency_argument"), "{message}");
+        let no_id = FULL.replace(r#"idempotency_argument = "idempotency_key""#, "");
+        let (field, message) = refused(&no_id);
+        assert_eq!(field, "tools.create_refund.lookup");
+        assert!(message.contains("effect's id"), "{message}");
+    }
+
+    #[test]
+    fn each_inconsistency_names_its_field() {
+        for (from, to, field) in [
+            (
+                r#"key = ["request_id"]"#,
+                "key = []",
+                "tools.create_refund.key",
+            ),
+            (
+                r#"key = ["request_id"]"#,
+                r#"key = ["request_id", "request_id"]"#,
+                "tools.create_refund.key",
+            ),
+            (
+                r#"key = ["request_id"]"#,
+                r#"key = ["request_id", "idempotency_key"]"#,
+                "tools.create_refund.idempotency_argument",
+            ),
+            (
+                r#"lease = "approval""#,
+                r#"lease = " ""#,
+                "tools.create_refund.lease",
+            ),
+            (
+                r#"tool = "find_refund""#,
+                r#"tool = "create_refund""#,
+                "tools.create_refund.lookup.tool",
+            ),
+            (
+                r#"tool = "get_order""#,
+                r#"tool = "create_refund""#,
+                "tools.create_refund.premises.tool",
+            ),
+            (
+                r#"fields = ["status", "refund.remaining"]"#,
+                r#"fields = ["status", "refund..remaining"]"#,
+                "tools.create_refund.premises.fields",
+            ),
+            (
+                r#"at_most = "refund.remaining""#,
+                r#"at_most = "balance""#,
+                "tools.create_refund.premises.repair.at_most",
+            ),
+            (r#"journal = "interlock.db""#, r#"journal = """#, "journal"),
+        ] {
+            assert!(FULL.contains(from), "{from}");
+            let (got, message) = refused(&FULL.replace(from, to));
+            assert_eq!(got, field, "{to}: {message}");
+        }
+        let (field, _) = refused(r#"journal = "j.db""#);
+        assert_eq!(field, "tools");
+    }
+
+    #[test]
+    fn a_field_path_is_names_joined_by_dots() {
+        assert_eq!(field_path("a.b"), Some(vec!["a", "b"]));
+        for bad in ["", ".a", "a.", "a..b", " a"] {
+            assert_eq!(field_path(bad), None, "{bad:?}");
+        }
+    }
+}

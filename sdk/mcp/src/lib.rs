@@ -1,0 +1,12 @@
+//! The MCP proxy: an agent's MCP client talks to it as it would to its MCP server, and the proxy
+//! passes every message through untouched except the `tools/call` requests for the tools its
+//! configuration names. Those go through the gate — journaled before they go out, their premises
+//! read from another tool of the same server before every send, the approval checked live, a
+//! crash recovered on the next start — so an agent gets the gate's guarantees with no code of its
+//! own. This crate keeps the library free of MCP: the library does not know the protocol, and the
+//! proxy only maps it onto the gate.
+//!
+//! What exists so far is the configuration ([`config`]): which tools are gated, how each names
+//! the approved request, where its premises and lookup come from, and the tier that follows.
+
+pub mod config;
