@@ -6,7 +6,9 @@
 //! own. This crate keeps the library free of MCP: the library does not know the protocol, and the
 //! proxy only maps it onto the gate.
 //!
-//! What exists so far is the configuration ([`config`]): which tools are gated, how each names
-//! the approved request, where its premises and lookup come from, and the tier that follows.
+//! What exists so far: the configuration ([`config`]) — which tools are gated, how each names the
+//! approved request, where its premises and lookup come from, and the tier that follows — and the
+//! judging of every client frame before anything is sent ([`frame`]).
 
 pub mod config;
+pub mod frame;
