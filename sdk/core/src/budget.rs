@@ -231,6 +231,16 @@ impl Budget {
         Value::Array(values).to_string()
     }
 
+    /// The counter `bucket` as a [`BudgetCheck`] names it: empty for a budget with one counter,
+    /// which has nothing to name it by.
+    pub fn counter_named(&self, bucket: String) -> String {
+        if self.per.is_empty() {
+            String::new()
+        } else {
+            bucket
+        }
+    }
+
     /// What the effect counts: 1 for a count, the field's integer value for a sum (`None` when
     /// the payload has no integer there, or a negative one: such an effect is refused).
     pub fn amount(&self, payload: &Value) -> Option<i64> {
@@ -412,7 +422,14 @@ impl Tally {
 /// Whether an effect asking `asked` fits `budget` given its counter's `tally`: exactly when
 /// [`room`] answers `Ok` for the places the tally was made of.
 pub fn fits(budget: &Budget, asked: Option<i64>, tally: &Tally) -> bool {
-    BudgetCheck::of(budget, String::new(), 0, asked, tally).fits()
+    fits_beside(tally.own_in_window, asked, tally.used, budget.max())
+}
+
+/// The rule [`fits`] and [`BudgetCheck::fits`] share: the effect's own place counts for it only
+/// while that place is in the window (a key whose sends could no longer land here is checked
+/// again, as any other, before it sends again); else what it asks must fit beside what is used.
+fn fits_beside(own: bool, asked: Option<i64>, used: i64, max: i64) -> bool {
+    own || asked.is_some_and(|a| used.saturating_add(a) <= max)
 }
 
 /// What the gate counted for one budget at a dispatch, as `DISPATCHED` records it: which budget
@@ -451,12 +468,7 @@ impl BudgetCheck {
     ) -> Self {
         Self {
             budget: budget.id.clone(),
-            // A budget with one counter has nothing to name it by.
-            bucket: if budget.per.is_empty() {
-                String::new()
-            } else {
-                bucket
-            },
+            bucket: budget.counter_named(bucket),
             since_ms,
             max: budget.max(),
             asked,
@@ -465,14 +477,9 @@ impl BudgetCheck {
         }
     }
 
-    /// Whether the effect fitted: its own place counts for it only while that place is in the
-    /// window (a key whose sends could no longer land here is checked again, as any other,
-    /// before it sends again); else what it asks must fit beside what is used.
+    /// Whether the effect fitted, by the rule the gate checks ([`fits`]).
     pub fn fits(&self) -> bool {
-        self.own
-            || self
-                .asked
-                .is_some_and(|a| self.used.saturating_add(a) <= self.max)
+        fits_beside(self.own, self.asked, self.used, self.max)
     }
 }
 

@@ -116,8 +116,9 @@ impl Bound {
                     let (bucket, since) = (b.bucket(&subject), b.window.since(now));
                     let asked = b.amount(&first.payload);
                     let tally = leases.budget_tally(&b.id, &bucket, since, key.as_str())?;
-                    if budget::fits(&b, asked, &tally) {
-                        checks.push(BudgetCheck::of(&b, bucket, since, asked, &tally));
+                    let check = BudgetCheck::of(&b, bucket.clone(), since, asked, &tally);
+                    if check.fits() {
+                        checks.push(check);
                         continue;
                     }
                     // It does not fit: the places themselves say when room frees up.

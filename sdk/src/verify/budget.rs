@@ -16,16 +16,14 @@ use super::{Column, col};
 /// may not have been in force for it.
 pub(super) const MARGIN_MS: i64 = 600_000;
 
-/// The column, from the key's `history` and the journal's budget `changes` (`None`: not read,
-/// so only the recorded arithmetic is checked).
-pub(super) fn within_budget(history: &[Record], changes: Option<&[BudgetChange]>) -> Column {
-    let dispatches: Vec<(i64, &Dispatched)> = history
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::Dispatched(d) => Some((r.at_ms, d)),
-            _ => None,
-        })
-        .collect();
+/// The column, from the key's `history`, its `dispatches` (each with the time it was written)
+/// and the journal's budget `changes` (`None`: not read, so only the recorded arithmetic is
+/// checked).
+pub(super) fn within_budget(
+    history: &[Record],
+    dispatches: &[(i64, &Dispatched)],
+    changes: Option<&[BudgetChange]>,
+) -> Column {
     const NAME: &str = "within budget when fired";
     if dispatches.is_empty() {
         return col(NAME, None, "nothing was sent");
@@ -43,7 +41,7 @@ pub(super) fn within_budget(history: &[Record], changes: Option<&[BudgetChange]>
     };
     let mut wrong = Vec::new();
     let mut counted: Vec<&BudgetCheck> = Vec::new();
-    for (at, d) in &dispatches {
+    for (at, d) in dispatches {
         for c in &d.recheck.budgets {
             if !c.fits() {
                 wrong.push(format!(
@@ -137,15 +135,10 @@ fn on_record(c: &BudgetCheck, changes: &[BudgetChange], s: &Subject<'_>, at_ms: 
         let may_be_in_force =
             ch.at_ms <= at_ms.saturating_add(MARGIN_MS) && until > at_ms.saturating_sub(MARGIN_MS);
         ch.budget.as_ref().is_some_and(|b| {
-            let bucket = if b.per.is_empty() {
-                String::new()
-            } else {
-                b.bucket(s)
-            };
             may_be_in_force
                 && b.max() == c.max
                 && b.window.since(at_ms) == c.since_ms
-                && bucket == c.bucket
+                && b.counter_named(b.bucket(s)) == c.bucket
                 && b.matches(s)
         })
     })
@@ -187,6 +180,10 @@ mod tests {
     use crate::core::budget::Tally;
 
     const HOUR: i64 = 3_600_000;
+
+    fn column(history: &[Record], changes: Option<&[BudgetChange]>) -> Column {
+        within_budget(history, &super::super::dispatches(history), changes)
+    }
 
     fn budget(max: i64) -> Budget {
         Budget {
@@ -270,7 +267,7 @@ mod tests {
         let t = 10 * HOUR;
         let b = budget(2_000);
         let changes = [change(Some(b.clone()), 0, t - 2 * HOUR)];
-        let c = within_budget(&history(t, vec![check(&b, 1_000, 500, t)]), Some(&changes));
+        let c = column(&history(t, vec![check(&b, 1_000, 500, t)]), Some(&changes));
         assert_eq!(c.holds, Some(true), "{c:?}");
         assert!(
             c.detail.contains("daily: 1000 of 2000 used, 500 asked"),
@@ -282,7 +279,7 @@ mod tests {
     fn a_recorded_check_that_did_not_fit_fails() {
         let t = 10 * HOUR;
         let b = budget(2_000);
-        let c = within_budget(&history(t, vec![check(&b, 1_800, 500, t)]), None);
+        let c = column(&history(t, vec![check(&b, 1_800, 500, t)]), None);
         assert_eq!(c.holds, Some(false), "{c:?}");
         assert!(c.detail.contains("over at a dispatch"), "{c:?}");
     }
@@ -292,7 +289,7 @@ mod tests {
         let t = 10 * HOUR;
         let changes = [change(Some(budget(2_000)), 0, t - 2 * HOUR)];
         let forged = check(&budget(9_000), 1_000, 500, t);
-        let c = within_budget(&history(t, vec![forged.clone()]), Some(&changes));
+        let c = column(&history(t, vec![forged.clone()]), Some(&changes));
         assert_eq!(c.holds, Some(false), "{c:?}");
         assert!(c.detail.contains("which no version"), "{c:?}");
         // A limit that was lowered long before the dispatch no longer counts.
@@ -300,17 +297,17 @@ mod tests {
             change(Some(budget(9_000)), 0, t - 3 * HOUR),
             change(Some(budget(2_000)), 1, t - 2 * HOUR),
         ];
-        let c = within_budget(&history(t, vec![forged.clone()]), Some(&lowered));
+        let c = column(&history(t, vec![forged.clone()]), Some(&lowered));
         assert_eq!(c.holds, Some(false), "{c:?}");
         // Lowered within the clocks' margin: either may have been in force.
         let just_lowered = [
             change(Some(budget(9_000)), 0, t - 3 * HOUR),
             change(Some(budget(2_000)), 1, t - 1_000),
         ];
-        let c = within_budget(&history(t, vec![forged.clone()]), Some(&just_lowered));
+        let c = column(&history(t, vec![forged.clone()]), Some(&just_lowered));
         assert_eq!(c.holds, Some(true), "{c:?}");
         // A journal moved without its budgets' changes: not judged.
-        let c = within_budget(&history(t, vec![forged]), Some(&[]));
+        let c = column(&history(t, vec![forged]), Some(&[]));
         assert_eq!(c.holds, Some(true), "{c:?}");
     }
 
@@ -320,21 +317,18 @@ mod tests {
         let b = budget(2_000);
         let unchecked = history(t, Vec::new());
         let long_before = [change(Some(b.clone()), 0, t - 2 * HOUR)];
-        let c = within_budget(&unchecked, Some(&long_before));
+        let c = column(&unchecked, Some(&long_before));
         assert_eq!(c.holds, Some(false), "{c:?}");
         assert!(c.detail.contains("budget daily (set by cfo)"), "{c:?}");
         // Set within the clocks' margin of the dispatch: not judged.
         let just_before = [change(Some(b.clone()), 0, t - 1_000)];
-        assert_eq!(
-            within_budget(&unchecked, Some(&just_before)).holds,
-            Some(true)
-        );
+        assert_eq!(column(&unchecked, Some(&just_before)).holds, Some(true));
         // Removed long before: nothing was in force.
         let removed = [
             change(Some(b), 0, t - 3 * HOUR),
             change(None, 1, t - 2 * HOUR),
         ];
-        let c = within_budget(&unchecked, Some(&removed));
+        let c = column(&unchecked, Some(&removed));
         assert_eq!(c.holds, Some(true), "{c:?}");
         assert_eq!(c.detail, "no budget in force matched it");
     }
@@ -343,6 +337,6 @@ mod tests {
     fn nothing_sent_is_not_judged() {
         let mut h = history(0, Vec::new());
         h.pop();
-        assert_eq!(within_budget(&h, Some(&[])).holds, None);
+        assert_eq!(column(&h, Some(&[])).holds, None);
     }
 }

@@ -151,13 +151,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
     };
     let mut columns = vec![valid(&derived, &history, src)];
     columns.push(happened_once(&derived, &history, src.records));
-    let dispatches: Vec<_> = history
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::Dispatched(d) => Some((r.at_ms, d)),
-            _ => None,
-        })
-        .collect();
+    let dispatches = dispatches(&history);
     let authorized = history
         .iter()
         .any(|r| matches!(r.event, Event::Authorized(_)));
@@ -199,7 +193,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
             },
         )
     });
-    columns.push(budget::within_budget(&history, src.budgets));
+    columns.push(budget::within_budget(&history, &dispatches, src.budgets));
     columns.push(approval::approved_by(&derived));
     columns.push(approval::verified(
         &derived,
@@ -225,6 +219,17 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
         outcome: Some(derived.outcome),
         columns,
     }
+}
+
+/// Every `DISPATCHED` of a history, with the time it was written.
+fn dispatches(history: &[Record]) -> Vec<(i64, &crate::core::Dispatched)> {
+    history
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Dispatched(d) => Some((r.at_ms, d)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
