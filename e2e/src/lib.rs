@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod cell;
 pub mod day;
+pub mod mcp;
 pub mod procs;
 pub mod report;
 pub mod stack;

@@ -1,6 +1,6 @@
 //! `interlock`: inspect and operate a journal — list and show effects, grant and revoke leases,
 //! recover in-flight effects, export and verify receipts, serve Stripe webhooks, serve the gate
-//! over gRPC, and keep score.
+//! over gRPC, stand in front of an MCP server, and keep score.
 //! Errors name the cause and the fix; `verify` exits 1 when anything fails to hold.
 
 #![allow(clippy::print_stdout)] // a command line's output is its product
@@ -9,6 +9,7 @@ mod budget_cmd;
 mod inbox_cmd;
 mod journal_cmd;
 mod lease_cmd;
+mod mcp_cmd;
 mod receipt_cmd;
 mod serve_cmd;
 mod transfer;
@@ -98,6 +99,9 @@ enum Command {
     Confirm(journal_cmd::ConfirmArgs),
     /// Serve the gate over gRPC (interlock.v1.GateService), configured by a TOML file.
     Serve(serve_cmd::ServeArgs),
+    /// Stand in front of an MCP server (started as a child, after `--`): the tool calls the
+    /// configuration names go through the gate, everything else passes through.
+    McpProxy(mcp_cmd::McpProxyArgs),
     /// The approvers' web inbox.
     Inbox {
         #[command(subcommand)]
@@ -209,6 +213,7 @@ fn main() -> ExitCode {
             }
             Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| Exit::Holds),
             Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| Exit::Holds),
+            Command::McpProxy(args) => mcp_cmd::run(args, &named.name).map(|()| Exit::Holds),
             // The inbox only reads the journal: the workflows write.
             Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| Exit::Holds),
             Command::Scoreboard { prefix, json } => {

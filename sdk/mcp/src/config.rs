@@ -13,8 +13,16 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// The journal: a file, or a `postgres://` URL.
-    pub journal: String,
+    /// The journal: a file, or a `postgres://` URL. None: the command line's `--journal`.
+    pub journal: Option<String>,
+    /// The PostgreSQL schema that holds the journal (for a `postgres://` journal).
+    #[serde(default = "default_schema")]
+    pub journal_schema: String,
+    /// How long one send (the gated `tools/call`) may take before it is cut off as unknown.
+    pub send_timeout_ms: Option<u64>,
+    /// The largest message the proxy reads from the client; a longer line is refused unread.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
     /// The gated tools, by the name the server lists them under. Every other tool passes through.
     #[serde(default)]
     pub tools: BTreeMap<String, GatedTool>,
@@ -34,14 +42,32 @@ pub struct GatedTool {
     /// The argument the proxy fills with the effect's id, for the server to deduplicate on or to
     /// record where `lookup` can find it.
     pub idempotency_argument: Option<String>,
+    /// A field of a tool error's structured content that, when `true`, says the call was
+    /// definitely not carried out (Stripe's 4xx). Without it every tool error is unknown: the
+    /// call may have acted, so it is settled by the tier, never taken as a failure.
+    pub definite_error_field: Option<String>,
     /// The server deduplicates calls on `idempotency_argument` (a retry with the same id does
     /// not act twice): tier 1.
     #[serde(default)]
     pub dedupes: bool,
+    /// How long the server remembers an id it deduplicates on, in hours (with `dedupes`): the
+    /// gate checks at start that a resend can never outlive it.
+    pub dedupe_window_hours: Option<u64>,
     /// A read tool answering "did this call already happen?" given the effect's id: tier 2.
     pub lookup: Option<Lookup>,
     /// A read tool whose answer the call was decided on, read again before every send.
     pub premises: Option<PremiseRead>,
+}
+
+fn default_schema() -> String {
+    "interlock".into()
+}
+
+/// 4 MiB: a tool call's arguments, with room to spare; a longer line is refused unread.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+fn default_max_message_bytes() -> usize {
+    DEFAULT_MAX_MESSAGE_BYTES
 }
 
 /// A read tool that finds an effect by its id.
@@ -66,6 +92,10 @@ pub struct PremiseRead {
     pub arguments: BTreeMap<String, String>,
     /// The fields of its answer that must not change (`a.b` reaches into an object).
     pub fields: Vec<String>,
+    /// Its argument the proxy fills with the effect's id, so the read leaves the effect's own
+    /// result out (a refund must not count itself among the refunds already made, or a resend
+    /// after a crash would find its own refund and stop).
+    pub effect_id_argument: Option<String>,
     /// The repair offered when they do.
     pub repair: Option<Repair>,
 }
@@ -177,10 +207,27 @@ impl ProxyConfig {
             field,
             message,
         };
-        if self.journal.trim().is_empty() {
+        if self.journal.as_deref().is_some_and(|j| j.trim().is_empty()) {
             return Err(invalid(
                 "journal".into(),
-                "is empty: name a journal file or a postgres:// URL".into(),
+                "is empty: name a journal file or a postgres:// URL, or leave it out for the \
+                 command line's --journal"
+                    .into(),
+            ));
+        }
+        if self.max_message_bytes < 1024 {
+            return Err(invalid(
+                "max_message_bytes".into(),
+                format!(
+                    "{} is too small for a tool call: use at least 1024 (default {})",
+                    self.max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
+        if self.send_timeout_ms == Some(0) {
+            return Err(invalid(
+                "send_timeout_ms".into(),
+                "is 0: give the send time to answer, or leave it out for the gate's default".into(),
             ));
         }
         if self.tools.is_empty() {
@@ -251,6 +298,33 @@ impl ProxyConfig {
                     ));
                 }
             }
+            match (t.dedupes, t.dedupe_window_hours) {
+                (true, None | Some(0)) => {
+                    return Err(invalid(
+                        at("dedupe_window_hours"),
+                        "is missing or 0 but dedupes is true: say how long the server remembers \
+                         an id (Stripe: 24), so the gate can check a resend never outlives it"
+                            .into(),
+                    ));
+                }
+                (false, Some(_)) => {
+                    return Err(invalid(
+                        at("dedupe_window_hours"),
+                        "is set but dedupes is not: set dedupes = true if the server \
+                         deduplicates, or leave the window out"
+                            .into(),
+                    ));
+                }
+                _ => {}
+            }
+            if let Some(f) = t.definite_error_field.as_deref()
+                && field_path(f).is_none()
+            {
+                return Err(invalid(
+                    at("definite_error_field"),
+                    format!("{f:?} is not a field path (names joined by dots)"),
+                ));
+            }
             if t.dedupes && id_arg.is_none() {
                 return Err(invalid(
                     at("dedupes"),
@@ -309,6 +383,20 @@ impl ProxyConfig {
                         at("premises.fields"),
                         format!("{f:?} is not a field path (names joined by dots)"),
                     ));
+                }
+                if let Some(e) = &p.effect_id_argument {
+                    if blank(e) {
+                        return Err(invalid(
+                            at("premises.effect_id_argument"),
+                            "is empty".into(),
+                        ));
+                    }
+                    if p.arguments.contains_key(e) {
+                        return Err(invalid(
+                            at("premises.effect_id_argument"),
+                            format!("{e:?} is also filled from the call in premises.arguments"),
+                        ));
+                    }
                 }
                 if let Some((read_arg, _)) = p.arguments.iter().find(|(a, c)| blank(a) || blank(c))
                 {
@@ -394,6 +482,7 @@ repair = { argument = "amount", at_most = "refund.remaining" }
         assert_eq!(premises.arguments["order_id"], "order_id");
         let mut one = t.clone();
         one.dedupes = true;
+        one.dedupe_window_hours = Some(24);
         assert_eq!(one.tier(), Tier::One);
         let mut three = t.clone();
         three.lookup = None;
@@ -418,7 +507,7 @@ repair = { argument = "amount", at_most = "refund.remaining" }
     fn a_tier_the_server_cannot_back_is_refused_naming_the_field_and_the_fix() {
         let (field, message) = refused(&FULL.replace(
             r#"idempotency_argument = "idempotency_key""#,
-            "dedupes = true",
+            "dedupes = true\ndedupe_window_hours = 24",
         ));
         assert_eq!(field, "tools.create_refund.dedupes");
         assert!(message.contains("idempotency_argument"), "{message}");
@@ -475,6 +564,42 @@ repair = { argument = "amount", at_most = "refund.remaining" }
         ] {
             assert!(FULL.contains(from), "{from}");
             let (got, message) = refused(&FULL.replace(from, to));
+            assert_eq!(got, field, "{to}: {message}");
+        }
+        for (from, to, field) in [
+            (
+                "lease = \"approval\"",
+                "lease = \"approval\"\ndedupes = true",
+                "tools.create_refund.dedupe_window_hours",
+            ),
+            (
+                "lease = \"approval\"",
+                "lease = \"approval\"\ndedupe_window_hours = 24",
+                "tools.create_refund.dedupe_window_hours",
+            ),
+            (
+                "lease = \"approval\"",
+                "lease = \"approval\"\ndefinite_error_field = \"a..b\"",
+                "tools.create_refund.definite_error_field",
+            ),
+            (
+                "tool = \"get_order\"",
+                "tool = \"get_order\"\neffect_id_argument = \"order_id\"",
+                "tools.create_refund.premises.effect_id_argument",
+            ),
+            (
+                "journal = \"interlock.db\"",
+                "journal = \"interlock.db\"\nmax_message_bytes = 10",
+                "max_message_bytes",
+            ),
+            (
+                "journal = \"interlock.db\"",
+                "journal = \"interlock.db\"\nsend_timeout_ms = 0",
+                "send_timeout_ms",
+            ),
+        ] {
+            assert!(FULL.contains(from), "{from}");
+            let (got, message) = refused(&FULL.replacen(from, to, 1));
             assert_eq!(got, field, "{to}: {message}");
         }
         let (field, _) = refused(r#"journal = "j.db""#);

@@ -22,6 +22,8 @@ pub mod code {
     pub const INVALID_REQUEST: i64 = -32600;
     /// The method's parameters are wrong (a gated call without its key arguments).
     pub const INVALID_PARAMS: i64 = -32602;
+    /// The proxy itself failed (the gate could not finish a call).
+    pub const INTERNAL_ERROR: i64 = -32603;
 }
 
 /// One message from the client, judged.
@@ -282,6 +284,7 @@ key = ["request_id"]
 lease = "approval"
 idempotency_argument = "idempotency_key"
 dedupes = true
+dedupe_window_hours = 24
 "#,
             Path::new("t.toml"),
         )

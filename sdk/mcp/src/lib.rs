@@ -6,9 +6,18 @@
 //! own. This crate keeps the library free of MCP: the library does not know the protocol, and the
 //! proxy only maps it onto the gate.
 //!
-//! What exists so far: the configuration ([`config`]) — which tools are gated, how each names the
-//! approved request, where its premises and lookup come from, and the tier that follows — and the
-//! judging of every client frame before anything is sent ([`frame`]).
+//! The parts: the configuration ([`config`]); the judging of every client frame before anything
+//! is sent ([`frame`]); which effect a call is ([`key`]); the server as a child process
+//! ([`upstream`]); a gated tool as the gate's target and premise reader ([`tool`]); what the
+//! agent hears back ([`answer`]); and the run that ties them ([`proxy`]).
 
+pub mod answer;
 pub mod config;
 pub mod frame;
+pub mod key;
+pub mod proxy;
+pub mod tool;
+pub mod upstream;
+
+pub use config::ProxyConfig;
+pub use proxy::{ProxyError, run};

@@ -1,0 +1,268 @@
+//! `interlock mcp-proxy` under a hostile client, in front of the real example MCP server and the
+//! payments API: frames that are not JSON, not JSON-RPC, of the wrong types, ten megabytes long,
+//! gated calls missing what the gate needs or carrying the id the proxy fills, a gated call before
+//! `initialize`, and client ids chosen to collide with the proxy's own. Every one is answered,
+//! the proxy stays up, and the payments API's records show only the one refund a valid call made.
+//!
+//! Needs `interlock` beside the test's binaries (`cargo build -p interlock-cli`, which
+//! `scripts/test` runs first) and the example server's Python package (`scripts/setup`).
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use interlock::{SystemClock, Tier};
+use interlock_testkit::payments_api::PaymentsApi;
+use interlock_testkit::sim::SimPayments;
+use serde_json::{Value, json};
+
+struct Proxy {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    answers: Receiver<Value>,
+}
+
+impl Proxy {
+    fn start(interlock: &Path, config: &Path, api: &PaymentsApi, log: &Path) -> Self {
+        let server = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../worker-examples/mcp/payments_server.py");
+        let mut child = Command::new(interlock)
+            .args(["mcp-proxy", "--config"])
+            .arg(config)
+            .arg("--")
+            .arg("python3")
+            .arg(server)
+            .env("STRIPE_API_BASE", &api.base_url)
+            .env("STRIPE_SECRET_KEY", "sk_test_local")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the proxy wrote a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            answers,
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.write(v.to_string().as_bytes());
+    }
+
+    fn next(&self) -> Value {
+        match self.answers.recv_timeout(Duration::from_secs(30)) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => panic!("the proxy did not answer in 30 s"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the proxy closed its output"),
+        }
+    }
+
+    /// The error code of the next answer, which must be an error for `id`.
+    fn error_code(&self, id: &Value) -> i64 {
+        let a = self.next();
+        assert_eq!(&a["id"], id, "{a}");
+        a["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("not an error: {a}"))
+    }
+}
+
+fn call(id: Value, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+}
+
+#[test]
+fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
+    let interlock = Path::new(env!("CARGO_BIN_EXE_mcp-matrix"))
+        .parent()
+        .unwrap()
+        .join("interlock");
+    assert!(
+        interlock.exists(),
+        "{} is missing: run `cargo build -p interlock-cli` first",
+        interlock.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(86_400),
+        Arc::new(SystemClock),
+    );
+    sim.add_payment("pi_hostile", 5000);
+    let api = PaymentsApi::start(sim, "sk_test_local").unwrap();
+    let journal = dir.path().join("journal.db");
+    let shipped = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../worker-examples/mcp/interlock.mcp.toml"),
+    )
+    .unwrap();
+    let config = dir.path().join("interlock.mcp.toml");
+    std::fs::write(
+        &config,
+        shipped.replace(
+            "journal = \"interlock-mcp.db\"",
+            &format!("journal = {:?}", journal.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let granted = Command::new(&interlock)
+        .arg("--journal")
+        .arg(&journal)
+        .args(["lease", "grant", "lease-1", "--approver", "ops@example.com"])
+        .output()
+        .unwrap();
+    assert!(granted.status.success(), "{granted:?}");
+    let log = dir.path().join("proxy.log");
+    let mut p = Proxy::start(&interlock, &config, &api, &log);
+    let refund = |amount: i64| json!({"payment_intent": "pi_hostile", "amount": amount, "request_id": "r-1", "approval": "lease-1"});
+
+    // A gated call before `initialize`: the server will not serve the proxy's reads before its
+    // handshake, so the call is answered with nothing sent.
+    p.send(&call(json!("early"), "create_refund", refund(1000)));
+    let early = p.next();
+    assert_eq!(early["id"], "early", "{early}");
+    assert!(
+        early["error"].is_object() || early["result"]["isError"] == true,
+        "a call before initialize must not succeed: {early}"
+    );
+
+    // Frames that are not messages.
+    p.write(b"this is not json");
+    assert_eq!(p.error_code(&Value::Null), -32700);
+    p.write(b"[]");
+    assert_eq!(p.error_code(&Value::Null), -32600);
+    p.write(b"42");
+    assert_eq!(p.error_code(&Value::Null), -32600);
+    p.send(&json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}));
+    assert_eq!(p.error_code(&json!(1)), -32600);
+    p.send(&json!({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"}));
+    assert_eq!(p.error_code(&Value::Null), -32600);
+    p.send(&json!({"jsonrpc": "2.0", "id": 2, "method": 7}));
+    assert_eq!(p.error_code(&json!(2)), -32600);
+    // Ten megabytes on one line: refused unread, and the next line is read as usual.
+    let mut huge = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"create_refund\",\"arguments\":{\"pad\":\"".to_vec();
+    huge.extend(std::iter::repeat_n(b'x', 10 << 20));
+    huge.extend(b"\"}}}");
+    p.write(&huge);
+    let too_long = p.next();
+    assert_eq!(too_long["error"]["code"], -32600, "{too_long}");
+    assert!(
+        too_long["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the proxy's limit")
+    );
+
+    // The handshake, passed through.
+    p.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hostile", "version": "0"}}}));
+    let init = p.next();
+    assert_eq!(init["id"], 0, "{init}");
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    // Gated calls missing what the gate needs, or carrying what the proxy fills.
+    let mut missing = refund(1000);
+    missing.as_object_mut().unwrap().remove("request_id");
+    p.send(&call(json!(10), "create_refund", missing));
+    assert_eq!(p.error_code(&json!(10)), -32602);
+    let mut no_lease = refund(1000);
+    no_lease["approval"] = json!("");
+    p.send(&call(json!(11), "create_refund", no_lease));
+    assert_eq!(p.error_code(&json!(11)), -32602);
+    let mut own_key = refund(1000);
+    own_key["idempotency_key"] = json!("mine");
+    p.send(&call(json!(12), "create_refund", own_key));
+    assert_eq!(p.error_code(&json!(12)), -32602);
+    p.send(&call(
+        json!(13),
+        "create_refund",
+        json!(["not", "an", "object"]),
+    ));
+    assert_eq!(p.error_code(&json!(13)), -32602);
+    let mut wrong_type = refund(1000);
+    wrong_type["request_id"] = json!({"nested": true});
+    p.send(&call(json!(14), "create_refund", wrong_type));
+    assert_eq!(p.error_code(&json!(14)), -32602);
+    // An unknown method goes to the server, whose own error comes back under the client's id.
+    p.send(&json!({"jsonrpc": "2.0", "id": "u", "method": "no/such/method"}));
+    assert_eq!(p.error_code(&json!("u")), -32601);
+
+    // Ids chosen to collide with the proxy's own (it numbers its requests to the server from
+    // 1): a gated call — whose premise read and send are the proxy's own requests — beside
+    // requests numbered as the proxy numbers, and the same numbers as strings. Each answer comes
+    // back once, to its own id.
+    p.send(&call(json!(1), "create_refund", refund(1000)));
+    for id in [json!(2), json!(3), json!("1"), json!("2")] {
+        p.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+    }
+    p.send(&call(
+        json!(4),
+        "get_order",
+        json!({"payment_intent": "pi_hostile"}),
+    ));
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let a = p.next();
+        assert!(a.get("result").is_some(), "{a}");
+        seen.push(a["id"].clone());
+        if a["id"] == 1 {
+            assert_ne!(a["result"]["isError"], true, "{a}");
+            assert_eq!(
+                a["result"]["_meta"]["interlock/outcome"]["label"],
+                "COMMITTED/first_send"
+            );
+        }
+    }
+    seen.sort_by_key(Value::to_string);
+    let mut want = vec![
+        json!(1),
+        json!(2),
+        json!(3),
+        json!(4),
+        json!("1"),
+        json!("2"),
+    ];
+    want.sort_by_key(Value::to_string);
+    assert_eq!(seen, want, "each id answered once");
+
+    // Still up, and the payments API saw exactly the one valid refund.
+    p.send(&json!({"jsonrpc": "2.0", "id": "last", "method": "ping"}));
+    assert_eq!(p.next()["id"], "last");
+    let refunds = api.sim.refunds("pi_hostile");
+    assert_eq!(
+        refunds.iter().map(|r| r.amount).collect::<Vec<_>>(),
+        vec![1000],
+        "only the valid call refunded; the proxy's log: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // The client closing its side ends the proxy cleanly.
+    p.stdin.take();
+    let status = p.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

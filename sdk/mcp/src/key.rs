@@ -1,0 +1,181 @@
+//! Which effect a gated call is. The same key arguments are the same approved request, sent at
+//! most once: a repeated call (a retry, a reconnect after a crash) lands on the same effect and
+//! is answered from the journal. One exception keeps repairs possible: a request whose effect
+//! was refused or definitely failed was never carried out, so a new decision for it (other
+//! arguments, or facts read again) becomes the request's next effect, `KEY.2`, `KEY.3`, … —
+//! never while any earlier one is in flight or landed, so the request is still carried out at
+//! most once.
+
+use interlock::core::{EffectState, Premises, Resolution};
+use interlock::effect::{MAX_KEY_LEN, percent_encoded};
+use interlock::{EffectKey, JournalError};
+use serde_json::Value;
+
+/// How many decisions one request may take before the proxy stops opening new effects for it
+/// (the last is then answered as it stands).
+pub const MAX_DECISIONS: usize = 16;
+
+/// Room kept at the end of a key for `.N`.
+const SUFFIX_ROOM: usize = 4;
+
+/// The request's first effect: `mcp:TOOL:V1:V2…`, each part percent-encoded (so the parts
+/// cannot run into each other, and `.` is free for the decision's number), or a derived key when
+/// that would be too long.
+pub fn base(tool: &str, values: &[Value]) -> EffectKey {
+    let mut k = format!("mcp:{}", percent_encoded(tool));
+    for v in values {
+        k.push(':');
+        match v {
+            Value::String(s) => k.push_str(&percent_encoded(s)),
+            other => k.push_str(&percent_encoded(&other.to_string())),
+        }
+    }
+    if k.len() + SUFFIX_ROOM <= MAX_KEY_LEN
+        && let Ok(key) = EffectKey::fixed(k.clone())
+    {
+        return key;
+    }
+    let mut parts = vec![tool.to_owned()];
+    parts.extend(values.iter().map(Value::to_string));
+    EffectKey::derive(&parts)
+}
+
+/// The request's `n`th effect (`n` from 1).
+pub fn nth(base: &EffectKey, n: usize) -> EffectKey {
+    if n <= 1 {
+        return base.clone();
+    }
+    // A base key leaves room for the suffix, so this is always a usable key.
+    EffectKey::fixed(format!("{base}.{n}")).unwrap_or_else(|_| base.clone())
+}
+
+/// Whether a call (its payload's hash, the facts it was decided on) belongs to an effect in
+/// `state`, or is a new decision after one that was never carried out.
+pub fn belongs(state: &EffectState, payload_hash: &str, decided: &Premises) -> bool {
+    match state {
+        EffectState::Resolved {
+            first,
+            resolution: Resolution::Refused(r),
+        } if r.is_final => first.payload_hash == payload_hash && &first.premises == decided,
+        EffectState::Resolved {
+            first,
+            resolution: Resolution::Failed(_),
+        } => first.payload_hash == payload_hash && &first.premises == decided,
+        _ => true,
+    }
+}
+
+/// The effect a call is: the first of the request's effects it belongs to.
+pub fn choose(
+    base: &EffectKey,
+    payload_hash: &str,
+    decided: &Premises,
+    mut state: impl FnMut(&EffectKey) -> Result<EffectState, JournalError>,
+) -> Result<EffectKey, JournalError> {
+    for n in 1..=MAX_DECISIONS {
+        let key = nth(base, n);
+        if belongs(&state(&key)?, payload_hash, decided) {
+            return Ok(key);
+        }
+    }
+    Ok(nth(base, MAX_DECISIONS))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::collections::HashMap;
+
+    use interlock::core::{Committed, Failed, Proposed, RefusalCode, Refused, Via};
+    use serde_json::json;
+
+    use super::*;
+
+    fn proposed(hash: &str, premises: &Premises) -> Proposed {
+        Proposed {
+            payload: json!({}),
+            payload_hash: hash.into(),
+            premises: premises.clone(),
+            lease: "l".into(),
+            target: "t".into(),
+            tier: 1,
+            window_ms: None,
+            labels: Default::default(),
+        }
+    }
+
+    fn refused(hash: &str, premises: &Premises) -> EffectState {
+        EffectState::Resolved {
+            first: proposed(hash, premises),
+            resolution: Resolution::Refused(Refused {
+                code: RefusalCode::StalePremise,
+                reason: String::new(),
+                changes: vec![],
+                repairs: vec![],
+                is_final: true,
+                payload_hash: hash.into(),
+            }),
+        }
+    }
+
+    fn pick(states: &HashMap<String, EffectState>, hash: &str, decided: &Premises) -> String {
+        let base = base("create_refund", &[json!("r-1")]);
+        choose(&base, hash, decided, |k| {
+            Ok(states.get(k.as_str()).cloned().unwrap_or_default())
+        })
+        .unwrap()
+        .to_string()
+    }
+
+    #[test]
+    fn the_same_request_is_the_same_effect_and_parts_cannot_run_together() {
+        assert_eq!(base("t", &[json!("r-1")]).as_str(), "mcp:t:r-1");
+        assert_ne!(
+            base("t", &[json!("a:b")]),
+            base("t", &[json!("a"), json!("b")])
+        );
+        assert_ne!(base("t", &[json!(1)]), base("t", &[json!("1.2")]));
+        let long = base("t", &[json!("x".repeat(300))]);
+        assert_eq!(long.as_str().len(), 64, "derived when too long");
+        assert_eq!(nth(&long, 2).as_str().len(), 66);
+    }
+
+    #[test]
+    fn a_new_decision_opens_a_new_effect_only_after_one_that_was_never_carried_out() {
+        let was = Premises::from([("refundable".to_owned(), json!(5000))]);
+        let now = Premises::from([("refundable".to_owned(), json!(3000))]);
+        let mut states = HashMap::new();
+        assert_eq!(pick(&states, "h1", &was), "mcp:create_refund:r-1");
+        states.insert("mcp:create_refund:r-1".to_owned(), refused("h1", &was));
+        // The same call on the same facts is the refused effect: the refusal is its answer.
+        assert_eq!(pick(&states, "h1", &was), "mcp:create_refund:r-1");
+        // A repaired call, or the same one decided on facts read again, is the next effect.
+        assert_eq!(pick(&states, "h2", &now), "mcp:create_refund:r-1.2");
+        assert_eq!(pick(&states, "h1", &now), "mcp:create_refund:r-1.2");
+        // Once the next one landed, every call for the request is that one (a conflict, or a
+        // replay), never a third.
+        let landed = EffectState::Resolved {
+            first: proposed("h2", &now),
+            resolution: Resolution::Committed(Committed {
+                token: 1,
+                via: Via::FirstSend,
+                result: json!({}),
+            }),
+        };
+        states.insert("mcp:create_refund:r-1.2".to_owned(), landed);
+        assert_eq!(pick(&states, "h3", &now), "mcp:create_refund:r-1.2");
+        assert_eq!(pick(&states, "h1", &was), "mcp:create_refund:r-1");
+        // A definite failure is never carried out either.
+        let failed = EffectState::Resolved {
+            first: proposed("h1", &was),
+            resolution: Resolution::Failed(Failed {
+                token: 1,
+                code: "tool_error".into(),
+                message: String::new(),
+            }),
+        };
+        let states = HashMap::from([("mcp:create_refund:r-1".to_owned(), failed)]);
+        assert_eq!(pick(&states, "h2", &was), "mcp:create_refund:r-1.2");
+    }
+}
