@@ -27,6 +27,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from temporalio.exceptions import ApplicationError, FailureError
 
+# The proto's numbers as the gate names them, and its JSON fields, shared with the decorator's
+# client (interlock_gate.py).
+from interlock_gate import REFUSAL, VIA, json_value  # noqa: F401  (re-exported)
+
 # Failure types, as interlock_temporal names them (the workflow and retry policies match on them).
 REFUSED = "InterlockRefused"
 AMBIGUOUS = "InterlockAmbiguous"
@@ -37,33 +41,6 @@ IN_FLIGHT = "InterlockInFlight"
 UNAVAILABLE = "InterlockUnavailable"
 # The gate server rejected the call, or answered something this worker does not know: not retried.
 SERVER = "InterlockServer"
-
-# `Via::as_str` (sdk/core/src/record.rs) by the proto's `Via` number.
-VIA: dict[int, str] = {
-    1: "first_send",
-    2: "idempotent_resend",
-    3: "found_by_lookup",
-    4: "reapplied_after_lookup",
-    5: "failed_but_landed",
-    6: "late_answer",
-    7: "confirmed_by_target",
-}
-
-# `RefusalCode::as_str` (sdk/core/src/record.rs) by the proto's `RefusalCode` number.
-REFUSAL: dict[int, str] = {
-    1: "stale_premise",
-    2: "lease",
-    3: "conflicting_payload",
-    4: "premise_error",
-    5: "lease_error",
-    6: "stale_premise_at_recovery",
-    7: "lease_at_recovery",
-    8: "premise_error_at_recovery",
-    9: "lease_error_at_recovery",
-    10: "target_conflict",
-    11: "lease_spent",
-    12: "budget",
-}
 
 # gRPC status codes (by `grpc.StatusCode` name) worth another attempt: the server is down or
 # restarting, overloaded, or the call was cut off. Every other code is final.
@@ -135,16 +112,6 @@ def report(
         "detail": detail,
         "repairs": list(repairs),
     }
-
-
-def json_value(text: str) -> Any:
-    """A ``*_json`` field's value: parsed JSON, null when empty, the raw text when not JSON."""
-    if text == "":
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _compact(value: Any) -> str:
