@@ -10,7 +10,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -29,8 +29,7 @@ struct Proxy {
 
 impl Proxy {
     fn start(interlock: &Path, config: &Path, api: &PaymentsApi, log: &Path) -> Self {
-        let server = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../worker-examples/mcp/payments_server.py");
+        let server = interlock_e2e::mcp::example("payments_server.py");
         let mut child = Command::new(interlock)
             .args(["mcp-proxy", "--config"])
             .arg(config)
@@ -117,17 +116,10 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
     sim.add_payment("pi_hostile", 5000);
     let api = PaymentsApi::start(sim, "sk_test_local").unwrap();
     let journal = dir.path().join("journal.db");
-    let shipped = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../worker-examples/mcp/interlock.mcp.toml"),
-    )
-    .unwrap();
     let config = dir.path().join("interlock.mcp.toml");
     std::fs::write(
         &config,
-        shipped.replace(
-            "journal = \"interlock-mcp.db\"",
-            &format!("journal = {:?}", journal.display().to_string()),
-        ),
+        interlock_e2e::mcp::example_config(&journal).unwrap(),
     )
     .unwrap();
     let granted = Command::new(&interlock)

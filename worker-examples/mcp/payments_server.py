@@ -54,7 +54,9 @@ def _call(method: str, path: str, form: dict | None = None, key: str | None = No
     if key:
         req.add_header("Idempotency-Key", key)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        # Well under the proxy's send timeout (30 s by default): a call that cannot finish in
+        # time gives up here rather than land after the proxy gave up on it.
+        with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         try:

@@ -166,8 +166,22 @@ pub struct Rig {
     logs: PathBuf,
 }
 
+/// The configuration shipped beside the example server, with `journal` as its journal.
+pub fn example_config(journal: &Path) -> anyhow::Result<String> {
+    let shipped = std::fs::read_to_string(example("interlock.mcp.toml"))?;
+    if shipped.lines().any(|l| l.starts_with("journal")) {
+        bail!(
+            "worker-examples/mcp/interlock.mcp.toml names a journal; the README's steps expect none"
+        );
+    }
+    Ok(format!(
+        "journal = {:?}\n{shipped}",
+        journal.display().to_string()
+    ))
+}
+
 /// The repository's example MCP server and its proxy configuration.
-fn example(file: &str) -> PathBuf {
+pub fn example(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../worker-examples/mcp")
         .join(file)
@@ -190,20 +204,8 @@ impl Rig {
         );
         let api = PaymentsApi::start(sim, SECRET)?;
         let journal = dir.path().join("journal.db");
-        // The configuration shipped beside the example server, with the rig's journal.
-        let shipped = std::fs::read_to_string(example("interlock.mcp.toml"))?;
-        let line = "journal = \"interlock-mcp.db\"";
-        if !shipped.contains(line) {
-            bail!("worker-examples/mcp/interlock.mcp.toml no longer has {line}");
-        }
         let config = dir.path().join("interlock.mcp.toml");
-        std::fs::write(
-            &config,
-            shipped.replace(
-                line,
-                &format!("journal = {:?}", journal.display().to_string()),
-            ),
-        )?;
+        std::fs::write(&config, example_config(&journal)?)?;
         let holds = dir.path().join("holds");
         let logs = dir.path().join("logs");
         std::fs::create_dir_all(&holds)?;
@@ -396,10 +398,10 @@ impl Rig {
                 client.close().await;
                 if system == System::Gated {
                     checks.push(self.left_in_flight(&agent.request));
+                    // The server dies with the proxy (it is started under a parent-death
+                    // signal): nothing it was holding can land after the proxy gave it up.
+                    checks.push(gone_within(server_pid, Duration::from_secs(5)).await);
                 }
-                // A server orphaned by a killed proxy has done whatever it was going to do by
-                // the time its held call is released; give it that moment.
-                tokio::time::sleep(Duration::from_millis(300)).await;
                 kill9(server_pid);
                 let again = self.connect(system, &log).await?;
                 let a = again.call("create_refund", &agent.refund(REFUND)).await?;
@@ -476,6 +478,27 @@ impl Rig {
             seconds: t0.elapsed().as_secs_f64(),
         }
     }
+}
+
+/// Whether process `pid` ended within `limit`.
+async fn gone_within(pid: u32, limit: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid) {
+        if t0.elapsed() > limit {
+            return Err(format!("the server (pid {pid}) outlived the killed proxy"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// A process that ended and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// The agent's side of one cell.

@@ -78,12 +78,17 @@ pub fn for_outcome(call: &Call<'_>, outcome: &Outcome, receipt: Option<Value>) -
         Outcome::Committed {
             result, replayed, ..
         } => {
+            // The server's own tool result; or, where a lookup found the effect, the record it
+            // found, shown as a tool result holding it.
             let mut result = match result {
-                Value::Object(o) => o.clone(),
-                other => Map::from_iter([(
-                    "content".to_owned(),
-                    json!([{"type": "text", "text": other.to_string()}]),
-                )]),
+                Value::Object(o) if o.get("content").is_some_and(Value::is_array) => o.clone(),
+                other => Map::from_iter([
+                    (
+                        "content".to_owned(),
+                        json!([{"type": "text", "text": other.to_string()}]),
+                    ),
+                    ("structuredContent".to_owned(), other.clone()),
+                ]),
             };
             meta.insert("replayed".into(), json!(replayed));
             let m = result
@@ -223,6 +228,23 @@ mod tests {
         assert_eq!(a["_meta"][META_RECEIPT]["key"], "k");
         assert_eq!(a["_meta"][META_OUTCOME]["label"], "COMMITTED/first_send");
         assert!(a.get("isError").is_none());
+    }
+
+    #[test]
+    fn an_effect_found_by_a_lookup_is_answered_as_a_tool_result() {
+        let found = json!({"id": "re_1", "amount": 2000});
+        let outcome = Outcome::Committed {
+            via: Via::FoundByLookup,
+            result: found.clone(),
+            replayed: false,
+        };
+        let a = for_outcome(&CALL, &outcome, None);
+        assert_eq!(a["structuredContent"], found);
+        assert_eq!(a["content"][0]["type"], "text");
+        assert_eq!(
+            a["_meta"][META_OUTCOME]["label"],
+            "COMMITTED/found_by_lookup"
+        );
     }
 
     #[test]

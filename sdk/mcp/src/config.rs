@@ -46,6 +46,12 @@ pub struct GatedTool {
     /// definitely not carried out (Stripe's 4xx). Without it every tool error is unknown: the
     /// call may have acted, so it is settled by the tier, never taken as a failure.
     pub definite_error_field: Option<String>,
+    /// Whether a JSON-RPC error -32600 to -32602 (invalid request, unknown method, invalid
+    /// parameters: MCP's protocol errors, answered before a tool runs) means the call was not
+    /// carried out. MCP says so; set it false for a server whose tools answer such an error
+    /// after acting, and every JSON-RPC error is then unknown.
+    #[serde(default = "yes")]
+    pub protocol_errors_definite: bool,
     /// The server deduplicates calls on `idempotency_argument` (a retry with the same id does
     /// not act twice): tier 1.
     #[serde(default)]
@@ -57,6 +63,10 @@ pub struct GatedTool {
     pub lookup: Option<Lookup>,
     /// A read tool whose answer the call was decided on, read again before every send.
     pub premises: Option<PremiseRead>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_schema() -> String {

@@ -58,6 +58,10 @@ pub enum FromClient {
     },
     /// Forward as it came: a notification, or an answer to a request of the server's.
     Forward(Value),
+    /// Dropped unanswered: a message without an id that is not a notification (a `tools/call`
+    /// without an id would be carried out by a lenient server with no one to answer, and past
+    /// the gate). Why, for the log.
+    Dropped(String),
     /// Refused: answer the client with this error response, send nothing.
     Refused(Value),
 }
@@ -144,6 +148,11 @@ fn one(message: Value, config: &ProxyConfig) -> FromClient {
         return refuse(code::INVALID_REQUEST, "\"method\" must be a string".into());
     };
     let Some(id) = id else {
+        if !method.starts_with("notifications/") {
+            return FromClient::Dropped(format!(
+                "a {method:?} without an id is not a notification: dropped, nothing sent"
+            ));
+        }
         if method == "notifications/cancelled" {
             return match m.get("params").and_then(|p| p.get("requestId")) {
                 Some(r) if is_id(r) => FromClient::Cancelled {
@@ -156,6 +165,12 @@ fn one(message: Value, config: &ProxyConfig) -> FromClient {
         }
         return FromClient::Forward(message);
     };
+    if method.starts_with("notifications/") {
+        return refuse(
+            code::INVALID_REQUEST,
+            format!("{method} is a notification and must not carry an id"),
+        );
+    }
     if method != "tools/call" {
         return FromClient::Request { id, message };
     }
@@ -411,6 +426,11 @@ dedupe_window_hours = 24
         assert!(matches!(judge(note).as_slice(), [FromClient::Forward(_)]));
         let answer = r#"{"jsonrpc":"2.0","id":3,"result":{"roots":[]}}"#;
         assert!(matches!(judge(answer).as_slice(), [FromClient::Forward(_)]));
+        // A call without an id would run past the gate on a lenient server, unanswered.
+        let idless = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"create_refund","arguments":{}}}"#;
+        assert!(matches!(judge(idless).as_slice(), [FromClient::Dropped(_)]));
+        let with_id = r#"{"jsonrpc":"2.0","id":1,"method":"notifications/cancelled","params":{"requestId":1}}"#;
+        assert_eq!(refused_code(with_id), (json!(1), code::INVALID_REQUEST));
         let batch = format!("[{note},{{}},{answer}]");
         let judged = judge(&batch);
         assert!(matches!(

@@ -318,7 +318,7 @@ impl Shared {
             .all(|j| matches!(j, FromClient::Request { .. } | FromClient::Forward(_)));
         if batch && plain {
             // A batch with nothing for the gate passes as the batch it is.
-            let messages = judged
+            let messages: Vec<Value> = judged
                 .into_iter()
                 .map(|j| match j {
                     FromClient::Request { id, message } => {
@@ -329,7 +329,15 @@ impl Shared {
                     _ => Value::Null,
                 })
                 .collect();
+            let notes: Vec<Value> = messages
+                .iter()
+                .filter(|m| m.get("id").is_none())
+                .cloned()
+                .collect();
             self.upstream_or_log(self.upstream.forward_requests(Value::Array(messages)));
+            for m in &notes {
+                self.forwarded(m);
+            }
             return;
         }
         for j in judged {
@@ -366,20 +374,26 @@ impl Shared {
                 }
             }
             FromClient::Forward(m) => {
-                let initialized = m.get("method") == Some(&json!("notifications/initialized"));
                 self.upstream_or_log(self.upstream.forward(&m));
-                if initialized {
-                    self.initialized.store(true, Ordering::SeqCst);
-                    let s = self.clone();
-                    // Off the client's thread: the recovery's own calls need the server's
-                    // answers, and the client may go on talking meanwhile (gated calls wait).
-                    let _ = std::thread::Builder::new()
-                        .name("mcp-recovery".into())
-                        .spawn(move || s.ensure_recovered());
-                }
+                self.forwarded(&m);
             }
             FromClient::Refused(e) => self.to_client(&e),
+            FromClient::Dropped(why) => tracing::warn!(%why, "a client message was dropped"),
         }
+    }
+
+    /// After a notification went to the server: the handshake's end starts this start's
+    /// recovery, off the client's thread (the recovery's own calls need the server's answers, and
+    /// the client may go on talking meanwhile; gated calls wait for it).
+    fn forwarded(self: &Arc<Self>, m: &Value) {
+        if m.get("method") != Some(&json!("notifications/initialized")) {
+            return;
+        }
+        self.initialized.store(true, Ordering::SeqCst);
+        let s = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("mcp-recovery".into())
+            .spawn(move || s.ensure_recovered());
     }
 
     /// Remember the client's requests whose answers the proxy looks into.
@@ -405,7 +419,12 @@ impl Shared {
             }
             _ => return,
         };
-        lock(&self.watch).insert(id_key(id), watch);
+        let mut watching = lock(&self.watch);
+        // A client reusing an id under way: neither answer can be told apart, so neither is
+        // taken as what the agent read.
+        if watching.remove(&id_key(id)).is_none() {
+            watching.insert(id_key(id), watch);
+        }
     }
 
     fn read_server(self: &Arc<Self>, output: impl Read) {
@@ -443,8 +462,8 @@ impl Shared {
             };
             self.to_client(&out);
         }
+        self.upstream.gone("its output closed".into());
         let status = self.upstream.exit_status();
-        self.upstream.gone(format!("it exited ({status})"));
         tracing::error!(server = %status, "the MCP server exited");
         let _ = self.events.send(Event::ServerGone(status));
     }
@@ -606,11 +625,15 @@ impl Shared {
             }
             gated.insert(id_key(&id), stop.clone());
         }
+        // What the client had read when the call arrived: a read answered later (one sent
+        // beside the call) is not what the call was decided on.
+        let payload = Value::Object(arguments);
+        let seen = self.seen_for(&tool, &payload);
         let s = self.clone();
         let spawned = std::thread::Builder::new()
             .name("mcp-gated-call".into())
             .spawn(move || {
-                let answer = s.gated_call(&tool, arguments, &key_values, lease, &stop);
+                let answer = s.gated_call(&tool, payload, seen, &key_values, lease, &stop);
                 lock(&s.gated).remove(&id_key(&id));
                 match answer {
                     Gated::Answer(result) => {
@@ -635,16 +658,17 @@ impl Shared {
     fn gated_call(
         &self,
         tool_name: &str,
-        arguments: Map<String, Value>,
+        payload: Value,
+        seen: Option<Value>,
         key_values: &[Value],
         lease: String,
         stop: &Arc<AtomicBool>,
     ) -> Gated {
+        let t0 = Instant::now();
         self.ensure_recovered();
         let Some(tool) = self.tools.get(tool_name) else {
             return Gated::Error(format!("tool {tool_name} is not gated"));
         };
-        let payload = Value::Object(arguments);
         let base = key::base(tool_name, key_values);
         let retry = |reason: String, key: &EffectKey| {
             let outcome = Outcome::Retry {
@@ -661,7 +685,7 @@ impl Shared {
                 None,
             ))
         };
-        let decided = match self.decided(tool, &base, &payload) {
+        let decided = match Self::decided(tool, seen, &base, &payload) {
             Ok(d) => d,
             Err(why) => return retry(why, &base),
         };
@@ -688,7 +712,13 @@ impl Shared {
         if matches!(outcome, Outcome::Superseded { .. }) && stop.load(Ordering::SeqCst) {
             return Gated::Cancelled;
         }
-        tracing::info!(tool = %tool_name, key = %key, outcome = %outcome.label(), "gated call");
+        tracing::info!(
+            tool = %tool_name,
+            key = %key,
+            outcome = %outcome.label(),
+            ms = t0.elapsed().as_millis(),
+            "gated call"
+        );
         if let (Outcome::Refused(r), Some(p)) = (&outcome, &tool.premises) {
             // The refusal told the agent the facts as the gate read them: its next call is
             // decided on those.
@@ -719,16 +749,26 @@ impl Shared {
         ))
     }
 
-    /// The facts a call was decided on: what the client last read with the same read, or, if it
-    /// read nothing, what the read answers now.
-    fn decided(&self, tool: &Tool, base: &EffectKey, payload: &Value) -> Result<Premises, String> {
+    /// What the client last read with the read a call of `tool` stands on, if it did.
+    fn seen_for(&self, tool: &str, payload: &Value) -> Option<Value> {
+        let p = self.tools.get(tool)?.premises.as_ref()?;
+        let args = p.arguments(payload).ok()?;
+        lock(&self.seen)
+            .get(&(p.tool().to_owned(), canonical_json(&Value::Object(args))))
+            .cloned()
+    }
+
+    /// The facts a call was decided on: what the client had read with the same read when the
+    /// call arrived (`seen`), or, if it read nothing, what the read answers now.
+    fn decided(
+        tool: &Tool,
+        seen: Option<Value>,
+        base: &EffectKey,
+        payload: &Value,
+    ) -> Result<Premises, String> {
         let Some(p) = &tool.premises else {
             return Ok(Premises::new());
         };
-        let args = p.arguments(payload).map_err(|e| e.to_string())?;
-        let seen = lock(&self.seen)
-            .get(&(p.tool().to_owned(), canonical_json(&Value::Object(args))))
-            .cloned();
         match seen {
             Some(v) => p
                 .fields_of(&v)
@@ -747,4 +787,24 @@ enum Gated {
     Error(String),
     /// Cancelled by the client before its send: no answer.
     Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn a_line_over_the_limit_is_skipped_unread_and_the_next_is_read_whole() {
+        let mut input =
+            std::io::Cursor::new([b"x".repeat(100), b"\n{\"a\":1}\r\n\n{\"b\"".to_vec()].concat());
+        let mut r = BufReader::with_capacity(8, &mut input);
+        assert!(matches!(read_line(&mut r, 50).unwrap(), Line::TooLong(100)));
+        assert!(matches!(read_line(&mut r, 50).unwrap(), Line::Frame(f) if f == b"{\"a\":1}"));
+        assert!(matches!(read_line(&mut r, 50).unwrap(), Line::Frame(f) if f.is_empty()));
+        // A last line without its newline is still a frame; then the end.
+        assert!(matches!(read_line(&mut r, 50).unwrap(), Line::Frame(f) if f == b"{\"b\""));
+        assert!(matches!(read_line(&mut r, 50).unwrap(), Line::End));
+    }
 }

@@ -48,10 +48,11 @@ impl ToolTarget {
     }
 }
 
-/// The server went away with a send or a lookup under way. Nothing may be concluded about the
-/// effect — not failed, not unknown, not found — so this thread waits for the process to end
-/// (the proxy exits when the server does) and leaves the effect in flight, exactly as a crash
-/// at this point would, for the recovery at the next start.
+/// The server went away with a send or a lookup under way, or did not answer a send in time.
+/// Nothing may be concluded about the effect — not failed, not unknown, not found — so the
+/// server is stopped (a call it is still working on must not land later, outside any claim),
+/// this thread waits for the process to end (the proxy exits when the server does), and the
+/// effect is left in flight, exactly as a crash at this point would, for the next start.
 fn left_in_flight(upstream: &Upstream, why: &UpstreamError) -> ! {
     tracing::warn!(%why, "the MCP server went away mid-call; the effect is left in flight for recovery");
     upstream.gone(why.to_string());
@@ -87,8 +88,9 @@ impl Target for ToolTarget {
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
         let params = json!({"name": self.tool, "arguments": self.arguments(req.key, req.payload)});
         match self.upstream.call("tools/call", params, req.timeout) {
-            Ok(answer) => send_answer(&answer, self.cfg.definite_error_field.as_deref()),
-            Err(e @ UpstreamError::Timeout { .. }) => SendAnswer::Unknown(e.to_string()),
+            Ok(answer) => send_answer(&answer, &self.cfg),
+            // The server may still be working on the call, and would land it after the gate's
+            // claim on it ran out: it is stopped, and the call left in flight as after a crash.
             Err(e) => left_in_flight(&self.upstream, &e),
         }
     }
@@ -164,14 +166,21 @@ pub fn set_path(v: &mut Value, path: &str, new: Value) {
 }
 
 /// A JSON-RPC error the server answers before running the tool (the request is malformed, the
-/// method or tool unknown, its parameters invalid) means it was not carried out; any other
-/// error may come after the tool acted.
+/// method or tool unknown, its parameters invalid: MCP's protocol errors) means it was not
+/// carried out; any other error may come after the tool acted.
 fn not_carried_out(code: i64) -> bool {
     (-32602..=-32600).contains(&code)
 }
 
+/// Whether a result is complete: without `resultType` (older protocol versions), or
+/// `"complete"`. Anything else (a server asking for input first) says nothing about the effect.
+fn complete(result: &Value) -> bool {
+    matches!(result.get("resultType"), None | Some(Value::Null))
+        || result.get("resultType") == Some(&json!("complete"))
+}
+
 /// The server's answer to the gated `tools/call`, on the core's table.
-pub fn send_answer(answer: &Value, definite_error_field: Option<&str>) -> SendAnswer {
+pub fn send_answer(answer: &Value, cfg: &GatedTool) -> SendAnswer {
     if let Some(err) = answer.get("error") {
         let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
         let message = err
@@ -179,7 +188,7 @@ pub fn send_answer(answer: &Value, definite_error_field: Option<&str>) -> SendAn
             .and_then(Value::as_str)
             .unwrap_or("(no message)")
             .to_owned();
-        return if not_carried_out(code) {
+        return if cfg.protocol_errors_definite && not_carried_out(code) {
             SendAnswer::Definite {
                 code: format!("jsonrpc_{code}"),
                 message,
@@ -193,11 +202,18 @@ pub fn send_answer(answer: &Value, definite_error_field: Option<&str>) -> SendAn
     let Some(result) = answer.get("result") else {
         return SendAnswer::Unknown("the server's answer has neither a result nor an error".into());
     };
+    if !complete(result) {
+        return SendAnswer::Unknown(format!(
+            "the server answered a result that is not complete ({}); the proxy cannot take part \
+             in what it asks for",
+            result["resultType"]
+        ));
+    }
     if result.get("isError") != Some(&json!(true)) {
         return SendAnswer::Done(result.clone());
     }
     let text = content_text(result);
-    let definite = definite_error_field.is_some_and(|f| {
+    let definite = cfg.definite_error_field.as_deref().is_some_and(|f| {
         result.get("structuredContent").and_then(|s| at_path(s, f)) == Some(&json!(true))
     });
     if definite {
@@ -227,7 +243,15 @@ pub fn lookup_answer(tool: &str, answer: &Value) -> LookupAnswer {
     if result.get("isError") == Some(&json!(true)) {
         return LookupAnswer::Unknown(format!("lookup {tool} failed: {}", content_text(result)));
     }
-    let mut found = content_value(result).unwrap_or(Value::Null);
+    if !complete(result) {
+        return LookupAnswer::Unknown(format!(
+            "lookup {tool} answered a result that is not complete"
+        ));
+    }
+    // No content is no answer, never "not found".
+    let Some(mut found) = content_value(result) else {
+        return LookupAnswer::Unknown(format!("lookup {tool} answered no content"));
+    };
     if let Value::Object(m) = &found
         && m.len() == 1
         && let Some(inner) = m.get("result")
@@ -237,7 +261,8 @@ pub fn lookup_answer(tool: &str, answer: &Value) -> LookupAnswer {
     match found {
         Value::Null => LookupAnswer::NotFound,
         Value::Array(all) => by_key(all),
-        v @ Value::Object(_) => LookupAnswer::Found(v),
+        // An object is an effect only with an id (`{"found": false}` is not a refund).
+        v @ Value::Object(_) => by_key([v]),
         other => LookupAnswer::Unknown(format!(
             "lookup {tool} answered {other}, not a list of effects, an effect or null"
         )),
@@ -400,20 +425,29 @@ mod tests {
         json!({"jsonrpc": "2.0", "id": 1, "result": result})
     }
 
+    fn tool(definite_error_field: Option<&str>) -> GatedTool {
+        let mut t: GatedTool = toml::from_str("key = [\"k\"]\nlease = \"l\"").unwrap();
+        t.definite_error_field = definite_error_field.map(str::to_owned);
+        t
+    }
+
     #[test]
     fn a_tool_error_is_unknown_unless_the_server_says_it_did_not_act() {
+        let (none, definite) = (tool(None), tool(Some("definite")));
         let done = ok(json!({"content": [{"type": "text", "text": "re_1"}]}));
-        assert!(matches!(send_answer(&done, None), SendAnswer::Done(_)));
+        assert!(matches!(send_answer(&done, &none), SendAnswer::Done(_)));
+        let asks = ok(json!({"resultType": "input_required", "content": []}));
+        assert!(matches!(send_answer(&asks, &none), SendAnswer::Unknown(_)));
         let declined = ok(
             json!({"isError": true, "content": [{"type": "text", "text": "card declined"}],
             "structuredContent": {"definite": true}}),
         );
         assert!(matches!(
-            send_answer(&declined, None),
+            send_answer(&declined, &none),
             SendAnswer::Unknown(_)
         ));
         assert!(matches!(
-            send_answer(&declined, Some("definite")),
+            send_answer(&declined, &definite),
             SendAnswer::Definite { .. }
         ));
         let server_down = ok(
@@ -421,19 +455,25 @@ mod tests {
             "structuredContent": {"definite": false}}),
         );
         assert!(matches!(
-            send_answer(&server_down, Some("definite")),
+            send_answer(&server_down, &definite),
             SendAnswer::Unknown(_)
         ));
         let bad_params =
             json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "no"}});
         assert!(matches!(
-            send_answer(&bad_params, None),
+            send_answer(&bad_params, &none),
             SendAnswer::Definite { .. }
+        ));
+        let mut distrusted = tool(None);
+        distrusted.protocol_errors_definite = false;
+        assert!(matches!(
+            send_answer(&bad_params, &distrusted),
+            SendAnswer::Unknown(_)
         ));
         let internal =
             json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}});
         assert!(matches!(
-            send_answer(&internal, None),
+            send_answer(&internal, &none),
             SendAnswer::Unknown(_)
         ));
     }
@@ -454,6 +494,15 @@ mod tests {
         assert!(matches!(
             found(json!({"id": "re_1", "amount": 5})),
             LookupAnswer::Found(_)
+        ));
+        assert!(matches!(
+            found(json!({"found": false})),
+            LookupAnswer::Unknown(_)
+        ));
+        let empty = ok(json!({"content": []}));
+        assert!(matches!(
+            lookup_answer("find", &empty),
+            LookupAnswer::Unknown(_)
         ));
         assert!(matches!(
             found(json!({"result": 5})),

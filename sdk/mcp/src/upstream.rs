@@ -59,6 +59,15 @@ pub enum Routed {
     Own,
 }
 
+/// util-linux's `setpriv`, if it is on PATH.
+fn setpriv() -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join("setpriv"))
+        .find(|p| p.is_file())
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -66,6 +75,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Upstream {
     /// Start the server: `command[0]` with the rest as its arguments, its stderr the proxy's.
     /// Returns its stdout, for the one thread that reads it.
+    ///
+    /// The server must not outlive the proxy: a call it is still working on would land after the
+    /// proxy's journal gave it up, where no claim covers it. On Linux the server is started
+    /// through util-linux's `setpriv --pdeathsig KILL`, so the kernel kills it when the thread
+    /// that started it (the proxy's main thread, which lives as long as the proxy) ends, SIGKILL
+    /// included. Without `setpriv` a warning says the guarantee is missing.
     pub fn spawn(command: &[String]) -> std::io::Result<(Self, ChildStdout)> {
         let Some((program, args)) = command.split_first() else {
             return Err(std::io::Error::new(
@@ -73,7 +88,21 @@ impl Upstream {
                 "no MCP server command: give it after `--`",
             ));
         };
-        let mut child = Command::new(program)
+        let mut cmd = match setpriv() {
+            Some(setpriv) => {
+                let mut c = Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+                c
+            }
+            None => {
+                tracing::warn!(
+                    "setpriv (util-linux) is not on PATH: the MCP server is not killed with the \
+                     proxy, so a call it is working on when the proxy dies could land late"
+                );
+                Command::new(program)
+            }
+        };
+        let mut child = cmd
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -184,6 +213,10 @@ impl Upstream {
             Ok(answer) => Ok(answer),
             Err(RecvTimeoutError::Timeout) => {
                 lock(&self.routes).own.remove(&id);
+                // An answer that arrived as the wait ran out is still the answer.
+                if let Ok(answer) = rx.try_recv() {
+                    return Ok(answer);
+                }
                 Err(UpstreamError::Timeout {
                     method: method.to_owned(),
                     ms: timeout.as_millis(),
@@ -226,12 +259,16 @@ impl Upstream {
         }
     }
 
-    /// The server's output closed: every request of the proxy's own still waiting learns it,
-    /// and no new one is sent.
+    /// The server is done with: every request of the proxy's own still waiting learns it, no
+    /// new one is sent, and the server is killed (it may still be working on a call, which must
+    /// not land later; its output then closes, and the proxy ends).
     pub fn gone(&self, why: String) {
-        let mut routes = lock(&self.routes);
-        routes.gone = Some(why);
-        routes.own.clear();
+        {
+            let mut routes = lock(&self.routes);
+            routes.gone.get_or_insert(why);
+            routes.own.clear();
+        }
+        let _ = lock(&self.child).kill();
     }
 
     /// Close the server's input (it should exit, as MCP's stdio transport says) and wait up to
@@ -257,10 +294,16 @@ impl Upstream {
         }
     }
 
-    /// How the server ended, once it has (waits for it).
+    /// How the server ended, once it has (waits for it without holding it, so `gone` can
+    /// always kill it meanwhile).
     pub fn exit_status(&self) -> String {
-        lock(&self.child)
-            .wait()
-            .map_or_else(|e| e.to_string(), |s| s.to_string())
+        loop {
+            match lock(&self.child).try_wait() {
+                Ok(Some(status)) => return status.to_string(),
+                Ok(None) => {}
+                Err(e) => return e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
