@@ -1,7 +1,9 @@
 """Call one tool of an MCP server from the shell, as an agent's MCP client would: start the
 server command given after ``--`` over stdio, do the handshake, call the tool, print what came
-back as one line of JSON (the tool's text, whether it is an error, and the gate's outcome when
-``interlock mcp-proxy`` answered), and exit 0 unless the answer is an error.
+back as one line of JSON (the tool's text, whether it is a tool error, and the gate's outcome
+when ``interlock mcp-proxy`` answered), and exit 0 when a tool result came back, tool errors
+included (a refusal is an answer); 1 when the call itself failed (a JSON-RPC error, the server
+gone).
 
     python3 call.py create_refund '{"payment_intent": "pi_1", ...}' -- \\
         interlock mcp-proxy --config interlock.mcp.toml -- python3 payments_server.py
@@ -27,7 +29,7 @@ async def call(tool: str, arguments: dict, command: list[str]) -> int:
     text = " ".join(c.text for c in result.content if getattr(c, "type", None) == "text")
     outcome = (result.meta or {}).get("interlock/outcome", {})
     print(json.dumps({"outcome": outcome.get("label"), "isError": bool(result.is_error), "text": text}))
-    return 1 if result.is_error else 0
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +40,11 @@ def main(argv: list[str]) -> int:
     if not command:
         sys.stderr.write("call.py: no server command after --\n")
         return 2
-    return anyio.run(call, tool, arguments, command)
+    try:
+        return anyio.run(call, tool, arguments, command)
+    except Exception as e:  # the MCP client raises its own errors and exception groups
+        sys.stderr.write(f"call.py: {tool} failed: {e!r}\n")
+        return 1
 
 
 if __name__ == "__main__":

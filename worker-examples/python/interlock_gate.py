@@ -69,6 +69,9 @@ REFUSAL: dict[int, str] = {
     12: "budget",
 }
 
+# gRPC codes after which a Submit may have reached the server and gone on there.
+SENT_MAYBE = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "INTERNAL", "UNKNOWN", "ABORTED"})
+
 # How many decisions one request may take before the client stops opening new effects for it.
 MAX_DECISIONS = 16
 
@@ -174,7 +177,10 @@ class InFlight(GateError):
 
 class Unavailable(GateError):
     """The gate server could not be asked, or refused the request itself (``code``: the gRPC
-    status). Nothing is known to have been sent by this call; a repeat is safe."""
+    status), before any Submit reached it: nothing was sent by this call. (A Submit that may have
+    reached it and got no answer is ``InFlight``.)"""
+
+    outcome = "UNAVAILABLE"
 
     def __init__(self, key: str, code: str, message: str):
         super().__init__(key, f"the gate server answered {code}: {message}")
@@ -229,14 +235,46 @@ def never_carried_out(status: int) -> bool:
     return status in (gate_pb2.EFFECT_STATUS_REFUSED, gate_pb2.EFFECT_STATUS_FAILED)
 
 
-def belongs(status: int, first: Mapping[str, Any], payload: Any, premises: Mapping[str, Any]) -> bool:
+def landed_late(records: Sequence[Any]) -> bool:
+    """Whether an effect's records show it landed although it ended refused or failed: the
+    target's confirmation, or a late success (``landed_late`` in ``sdk/core/src/state.rs``)."""
+    for r in records:
+        if r.kind == "CONFIRMED":
+            return True
+        if r.kind == "LATE_RESULT":
+            answer = (json_value(r.event_json) or {}).get("answer") or {}
+            if isinstance(answer, dict) and (answer.get("done") is not None or answer.get("several")):
+                return True
+    return False
+
+
+def belongs(
+    status: int,
+    first: Mapping[str, Any],
+    payload: Any,
+    premises: Mapping[str, Any],
+    landed: bool = False,
+) -> bool:
     """Whether a call (its payload, the facts it was decided on) is the effect whose first
-    proposal is ``first``, or a new decision after one that was never carried out."""
-    if not never_carried_out(status):
+    proposal is ``first``, or a new decision after one that was never carried out. One that
+    ended refused or failed but ``landed`` late was carried out after all: every call for the
+    request stays with it."""
+    if landed or not never_carried_out(status):
         return True
     return _compact(first.get("payload")) == _compact(payload) and _compact(
         first.get("premises", {})
     ) == _compact(dict(premises))
+
+
+def effect_key(request: str, n: int) -> str:
+    """The request's ``n``th effect (from 1): the request id with every byte outside
+    ``[A-Za-z0-9_~-]`` written as ``%XX`` (so ``.`` is free for the decision's number, and
+    ``r.2`` can never be ``r``'s second decision), then ``.N`` from the second on."""
+    encoded = "".join(
+        chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_~-") else f"%{b:02X}"
+        for b in request.encode()
+    )
+    return encoded if n == 1 else f"{encoded}.{n}"
 
 
 def _pick(pick: Pick, arguments: Mapping[str, Any], what: str) -> str:
@@ -349,14 +387,29 @@ class Gate:
             lease=lease,
             premises=[gate_pb2.Premise(name=n, value_json=_compact(v)) for n, v in sorted(facts.items())],
         )
-        outcome = self._rpc(key, "Submit", gate_pb2.SubmitRequest(target=target, effect=effect)).outcome
+        try:
+            outcome = self._stub.Submit(
+                gate_pb2.SubmitRequest(target=target, effect=effect),
+                timeout=self.timeout,
+                metadata=self._metadata(),
+            ).outcome
+        except grpc.RpcError as e:
+            if e.code().name in SENT_MAYBE:
+                # The server may have received the Submit and gone on with it.
+                raise InFlight(
+                    key,
+                    f"the gate server did not answer ({e.code().name}: {e.details() or ''}); the "
+                    "effect may be under way: call again with the same arguments",
+                    1.0,
+                ) from None
+            raise Unavailable(key, e.code().name, e.details() or "") from None
         return settle(key, target, outcome)
 
     def _effect_for(self, request: str, payload: Any, facts: Mapping[str, Any]) -> str:
         """The request's effect this call is: the first it belongs to (module docstring)."""
         key = request
         for n in range(1, MAX_DECISIONS + 1):
-            key = request if n == 1 else f"{request}.{n}"
+            key = effect_key(request, n)
             try:
                 found = self._stub.GetEffect(
                     gate_pb2.GetEffectRequest(key=key), timeout=self.timeout, metadata=self._metadata()
@@ -366,14 +419,17 @@ class Gate:
                     return key
                 raise Unavailable(key, e.code().name, e.details() or "") from None
             first = json_value(found.records[0].event_json) if found.records else {}
-            if belongs(found.status, first if isinstance(first, dict) else {}, payload, facts):
+            first = first if isinstance(first, dict) else {}
+            if belongs(found.status, first, payload, facts, landed_late(found.records)):
                 return key
         return key
 
-    def recover(self) -> list[tuple[str, str]]:
-        """Settle every effect of this gate's targets left in flight (by a crash of this process
-        or of the server): each is recovered by its target's tier, its approval and facts read
-        again before any resend. Returns ``(key, outcome)`` for each; call it on start-up."""
+    def recover(self, targets: Optional[Sequence[str]] = None) -> list[tuple[str, str]]:
+        """Settle every effect of ``targets`` (default: those of the functions decorated so far)
+        left in flight by a crash of this process or of the server: each is recovered by its
+        target's tier, its approval and facts read again before any resend. Returns ``(key,
+        outcome)`` for each; call it on start-up, after the decorated functions are defined."""
+        wanted = set(targets) if targets is not None else set(self._targets)
         settled: list[tuple[str, str]] = []
         token = ""
         while True:
@@ -381,7 +437,7 @@ class Gate:
                 "", "ListEffects", gate_pb2.ListEffectsRequest(page_size=500, page_token=token)
             )
             for e in page.effects:
-                if e.status != gate_pb2.EFFECT_STATUS_IN_FLIGHT or e.target not in self._targets:
+                if e.status != gate_pb2.EFFECT_STATUS_IN_FLIGHT or e.target not in wanted:
                     continue
                 outcome = self._rpc(
                     e.key, "Recover", gate_pb2.RecoverRequest(target=e.target, key=e.key)

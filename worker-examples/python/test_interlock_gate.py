@@ -66,6 +66,23 @@ class WhichEffect(unittest.TestCase):
         self.assertFalse(ig.belongs(refused, self.first, {"amount": 2000}, {"refunded_by_others": 1000}))
 
 
+    def test_a_refused_effect_that_landed_late_keeps_every_call(self) -> None:
+        refused = gate_pb2.EFFECT_STATUS_REFUSED
+        confirmed = [gate_pb2.Record(kind="PROPOSED"), gate_pb2.Record(kind="REFUSED"), gate_pb2.Record(kind="CONFIRMED")]
+        self.assertTrue(ig.landed_late(confirmed))
+        late = gate_pb2.Record(kind="LATE_RESULT", event_json='{"kind": "LATE_RESULT", "token": 1, "answer": {"done": {"id": "re_1"}}}')
+        self.assertTrue(ig.landed_late([late]))
+        unknown = gate_pb2.Record(kind="LATE_RESULT", event_json='{"kind": "LATE_RESULT", "token": 1, "answer": {"unknown": "timeout"}}')
+        self.assertFalse(ig.landed_late([unknown]))
+        self.assertTrue(ig.belongs(refused, self.first, {"amount": 1000}, {}, landed=True))
+
+    def test_a_requests_effects_cannot_be_another_requests(self) -> None:
+        self.assertEqual(ig.effect_key("req-9", 1), "req-9")
+        self.assertEqual(ig.effect_key("r-1", 2), "r-1.2")
+        self.assertNotEqual(ig.effect_key("r-1.2", 1), ig.effect_key("r-1", 2))
+        self.assertEqual(ig.effect_key("a b/é", 1), "a%20b%2F%C3%A9")
+
+
 class Decorator(unittest.TestCase):
     def test_the_key_and_the_approval_come_from_the_calls_arguments(self) -> None:
         gate = ig.Gate("127.0.0.1:1")

@@ -14,7 +14,8 @@ what it left in flight before deciding anything.
         --payment pi_123 --amount 2000 --request req-1 --approval lease-1 [--shape anthropic]
 
 Prints the conversation as JSON lines on stdout, one message each, and exits 0 when the refund
-landed (1 when the gate answered it will not land, 2 on a usage or connection error).
+landed, 1 when it did not (refused, failed, or not settled yet: run it again, nothing is sent
+twice), 2 on a usage error or when the gate server could not be asked.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class ScriptedModel:
         if result.get("outcome") == "REFUSED" and repairs and self.calls < 6:
             # The refusal says what moved and what would still fit: decide again on that.
             return self._call("create_refund", dict(refund, amount=repairs[0]["payload"]["amount"]))
+        if result.get("outcome") == "IN_FLIGHT":
+            return self._say(f"The refund is not settled yet: {result.get('message')}")
         return self._say(f"The refund did not go through: {result.get('message')}")
 
 

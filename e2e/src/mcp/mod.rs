@@ -31,6 +31,8 @@ const SECRET: &str = "sk_test_local";
 const PAID: i64 = 5000;
 /// The refund the agent decides on, in the cases where the payment is not fully refunded.
 const REFUND: i64 = 2000;
+/// The proxy's send timeout in the case that stalls past it.
+const SHORT_SEND_TIMEOUT_MS: u64 = 1500;
 
 /// How the agent reaches the payments server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,11 +83,15 @@ pub enum Case {
     ServerKilledMidCall,
     /// The client cancels the call while it is held before the refund is sent.
     CancelledBeforeSend,
+    /// The server holds the call before the refund past the proxy's send timeout (1.5 s here):
+    /// the proxy stops the server and leaves the call in flight; the client reconnects and
+    /// repeats. Through the proxy only.
+    StallsPastSendTimeout,
 }
 
 impl Case {
     /// Every case, in the report's order.
-    pub const ALL: [Case; 8] = [
+    pub const ALL: [Case; 9] = [
         Case::FirstCall,
         Case::DuplicateCall,
         Case::HandRefundBeforeCall,
@@ -94,6 +100,7 @@ impl Case {
         Case::KilledAfterSend,
         Case::ServerKilledMidCall,
         Case::CancelledBeforeSend,
+        Case::StallsPastSendTimeout,
     ];
 
     /// The name in reports.
@@ -107,6 +114,7 @@ impl Case {
             Case::KilledAfterSend => "killed_after_send",
             Case::ServerKilledMidCall => "server_killed_mid_call",
             Case::CancelledBeforeSend => "cancelled_before_send",
+            Case::StallsPastSendTimeout => "stalls_past_send_timeout",
         }
     }
 
@@ -118,9 +126,10 @@ impl Case {
                 "no refund on the stale decision; the repaired refund of $30 (what was left)"
             }
             Case::ApprovalRevoked | Case::CancelledBeforeSend => "no refund",
-            Case::KilledBeforeSend | Case::KilledAfterSend | Case::ServerKilledMidCall => {
-                "one refund of $20 after the reconnect"
-            }
+            Case::KilledBeforeSend
+            | Case::KilledAfterSend
+            | Case::ServerKilledMidCall
+            | Case::StallsPastSendTimeout => "one refund of $20 after the reconnect",
         }
     }
 
@@ -131,6 +140,11 @@ impl Case {
             Case::HandRefundBeforeCall => vec![PAID - 2000],
             _ => vec![REFUND],
         }
+    }
+
+    /// Whether the case applies to `system` (a send timeout is the proxy's).
+    pub fn applies_to(self, system: System) -> bool {
+        self != Case::StallsPastSendTimeout || system == System::Gated
     }
 }
 
@@ -161,6 +175,8 @@ pub struct Rig {
     interlock: PathBuf,
     server: PathBuf,
     config: PathBuf,
+    /// The same configuration with a short send timeout.
+    slow_config: PathBuf,
     journal: PathBuf,
     holds: PathBuf,
     logs: PathBuf,
@@ -206,6 +222,14 @@ impl Rig {
         let journal = dir.path().join("journal.db");
         let config = dir.path().join("interlock.mcp.toml");
         std::fs::write(&config, example_config(&journal)?)?;
+        let slow_config = dir.path().join("interlock.mcp.short-timeout.toml");
+        std::fs::write(
+            &slow_config,
+            format!(
+                "send_timeout_ms = {SHORT_SEND_TIMEOUT_MS}\n{}",
+                example_config(&journal)?
+            ),
+        )?;
         let holds = dir.path().join("holds");
         let logs = dir.path().join("logs");
         std::fs::create_dir_all(&holds)?;
@@ -216,6 +240,7 @@ impl Rig {
             interlock: interlock.to_owned(),
             server: example("payments_server.py"),
             config,
+            slow_config,
             journal,
             holds,
             logs,
@@ -228,6 +253,15 @@ impl Rig {
     }
 
     async fn connect(&self, system: System, log: &Path) -> anyhow::Result<Client> {
+        self.connect_with(system, log, &self.config).await
+    }
+
+    async fn connect_with(
+        &self,
+        system: System,
+        log: &Path,
+        config: &Path,
+    ) -> anyhow::Result<Client> {
         let env = vec![
             ("STRIPE_API_BASE".to_owned(), self.api.base_url.clone()),
             ("STRIPE_SECRET_KEY".to_owned(), SECRET.to_owned()),
@@ -242,7 +276,7 @@ impl Rig {
                 let args = [
                     "mcp-proxy",
                     "--config",
-                    &self.config.display().to_string(),
+                    &config.display().to_string(),
                     "--",
                     "python3",
                     &server,
@@ -403,6 +437,39 @@ impl Rig {
                     checks.push(gone_within(server_pid, Duration::from_secs(5)).await);
                 }
                 kill9(server_pid);
+                let again = self.connect(system, &log).await?;
+                let a = again.call("create_refund", &agent.refund(REFUND)).await?;
+                again.close().await;
+                said.push(heard(&a));
+                return Ok(self.cell(system, case, &agent, said, checks, t0));
+            }
+            Case::StallsPastSendTimeout => {
+                // This cell's connection goes through a proxy with the short send timeout.
+                client.close().await;
+                let client = self.connect_with(system, &log, &self.slow_config).await?;
+                client
+                    .call("get_order", &json!({"payment_intent": pi}))
+                    .await?;
+                self.hold("before_send")?;
+                let pending = client.start("create_refund", &agent.refund(REFUND)).await?;
+                let server_pid = self.wait_at("before_send").await?;
+                // Past the send timeout the proxy stops the server and ends: the call is cut off.
+                match tokio::time::timeout(Duration::from_secs(20), pending.answer()).await {
+                    Ok(Ok(a)) => checks.push(Err(format!("the call was answered: {}", heard(&a)))),
+                    Ok(Err(_)) => said.push("connection lost".into()),
+                    Err(_) => checks.push(Err("the proxy never gave up on the call".into())),
+                }
+                checks.push(self.left_in_flight(&agent.request));
+                checks.push(gone_within(server_pid, Duration::from_secs(5)).await);
+                self.release("before_send");
+                // Nothing the stopped server held may land now.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if !self.agent_refunds(&pi).is_empty() {
+                    checks.push(Err(
+                        "a refund landed after the proxy gave the call up".into()
+                    ));
+                }
+                client.close().await;
                 let again = self.connect(system, &log).await?;
                 let a = again.call("create_refund", &agent.refund(REFUND)).await?;
                 again.close().await;
@@ -589,7 +656,7 @@ mod interlock_mcp_meta {
 pub async fn run_all(rig: &Rig, systems: &[System], cases: &[Case]) -> anyhow::Result<Vec<Cell>> {
     let mut cells = Vec::new();
     for &case in cases {
-        for &system in systems {
+        for &system in systems.iter().filter(|s| case.applies_to(**s)) {
             let cell = rig
                 .run(system, case)
                 .await

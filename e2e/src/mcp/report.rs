@@ -44,7 +44,10 @@ pub fn markdown(cells: &[Cell], command: &str) -> String {
          the proxy, the journal is checked to hold the cut-off call in flight first, never \
          failed). The scripted agent takes a repair when an answer offers one (only the proxy's \
          refusals do); straight to the server, the stale full refund is refused by the payments \
-         API as too large, and nothing tells the agent what changed.\n\n\
+         API as too large, and nothing tells the agent what changed. `stalls_past_send_timeout` \
+         runs through the proxy only (the send timeout is the proxy's, 1.5 s in that cell): the \
+         proxy stops the server, which must not land the call after that, and the reconnect \
+         recovers it.\n\n\
          | case | must hold |"
     );
     for s in &systems {

@@ -32,7 +32,7 @@ pub struct ProxyConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GatedTool {
-    /// The effect's target name in the journal and on receipts (default: the tool's name).
+    /// The effect's target name in the journal and on receipts (default: `mcp:TOOL`).
     pub target: Option<String>,
     /// The arguments whose values name the approved request: two calls with the same values are
     /// the same action, sent at most once.
@@ -153,9 +153,11 @@ impl GatedTool {
         }
     }
 
-    /// The effect's target name.
-    pub fn target_name<'a>(&'a self, tool: &'a str) -> &'a str {
-        self.target.as_deref().unwrap_or(tool)
+    /// The effect's target name: `target`, or `mcp:TOOL` (a name no target of `interlock
+    /// serve` or a worker takes by accident: an effect is recovered only through a target of the
+    /// name it was journaled under).
+    pub fn target_name(&self, tool: &str) -> String {
+        self.target.clone().unwrap_or_else(|| format!("mcp:{tool}"))
     }
 }
 
@@ -247,6 +249,19 @@ impl ProxyConfig {
                  through the gate"
                     .into(),
             ));
+        }
+        let mut targets = std::collections::BTreeMap::new();
+        for (name, t) in &self.tools {
+            if let Some(other) = targets.insert(t.target_name(name), name) {
+                return Err(invalid(
+                    format!("tools.{name}.target"),
+                    format!(
+                        "{:?} is also tool {other}'s target: each gated tool needs a target of \
+                         its own, or an effect could be recovered through the other tool",
+                        t.target_name(name)
+                    ),
+                ));
+            }
         }
         for (name, t) in &self.tools {
             let at = |f: &str| format!("tools.{name}.{f}");
@@ -488,6 +503,9 @@ repair = { argument = "amount", at_most = "refund.remaining" }
         let t = &cfg.tools["create_refund"];
         assert_eq!(t.tier(), Tier::Two);
         assert_eq!(t.target_name("create_refund"), "payments");
+        let mut unnamed = t.clone();
+        unnamed.target = None;
+        assert_eq!(unnamed.target_name("create_refund"), "mcp:create_refund");
         let premises = t.premises.as_ref().unwrap();
         assert_eq!(premises.arguments["order_id"], "order_id");
         let mut one = t.clone();
@@ -612,6 +630,10 @@ repair = { argument = "amount", at_most = "refund.remaining" }
             let (got, message) = refused(&FULL.replacen(from, to, 1));
             assert_eq!(got, field, "{to}: {message}");
         }
+        let twice =
+            format!("{FULL}\n[tools.other]\ntarget = \"payments\"\nkey = [\"k\"]\nlease = \"l\"\n");
+        let (field, _) = refused(&twice);
+        assert_eq!(field, "tools.other.target");
         let (field, _) = refused(r#"journal = "j.db""#);
         assert_eq!(field, "tools");
     }

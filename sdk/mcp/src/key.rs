@@ -23,21 +23,36 @@ const SUFFIX_ROOM: usize = 4;
 /// that would be too long.
 pub fn base(tool: &str, values: &[Value]) -> EffectKey {
     let mut k = format!("mcp:{}", percent_encoded(tool));
-    for v in values {
+    let parts: Vec<String> = values.iter().map(part).collect();
+    for p in &parts {
         k.push(':');
-        match v {
-            Value::String(s) => k.push_str(&percent_encoded(s)),
-            other => k.push_str(&percent_encoded(&other.to_string())),
-        }
+        k.push_str(&percent_encoded(p));
     }
     if k.len() + SUFFIX_ROOM <= MAX_KEY_LEN
         && let Ok(key) = EffectKey::fixed(k.clone())
     {
         return key;
     }
-    let mut parts = vec![tool.to_owned()];
-    parts.extend(values.iter().map(Value::to_string));
-    EffectKey::derive(&parts)
+    let mut all = vec![tool.to_owned()];
+    all.extend(parts.iter().map(|p| format!("{p:?}")));
+    EffectKey::derive(&all)
+}
+
+/// A key argument's value as one part of the key: a string as it is, a number as the number it
+/// is (`1`, `1.0` and `1e0` are one request), a boolean as `true`/`false`.
+fn part(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (None, Some(u), _) => u.to_string(),
+            (None, None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+                format!("{f:.0}")
+            }
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
 }
 
 /// The request's `n`th effect (`n` from 1).
@@ -50,8 +65,18 @@ pub fn nth(base: &EffectKey, n: usize) -> EffectKey {
 }
 
 /// Whether a call (its payload's hash, the facts it was decided on) belongs to an effect in
-/// `state`, or is a new decision after one that was never carried out.
-pub fn belongs(state: &EffectState, payload_hash: &str, decided: &Premises) -> bool {
+/// `state`, or is a new decision after one that was never carried out. An effect that ended
+/// refused or failed but `landed_late` (a late success, or the target's confirmation, came after
+/// it) was carried out after all: every call for the request stays with it.
+pub fn belongs(
+    state: &EffectState,
+    landed_late: bool,
+    payload_hash: &str,
+    decided: &Premises,
+) -> bool {
+    if landed_late {
+        return true;
+    }
     match state {
         EffectState::Resolved {
             first,
@@ -65,16 +90,18 @@ pub fn belongs(state: &EffectState, payload_hash: &str, decided: &Premises) -> b
     }
 }
 
-/// The effect a call is: the first of the request's effects it belongs to.
+/// The effect a call is: the first of the request's effects it belongs to. `read` gives an
+/// effect's state and whether it landed late (see [`belongs`]).
 pub fn choose(
     base: &EffectKey,
     payload_hash: &str,
     decided: &Premises,
-    mut state: impl FnMut(&EffectKey) -> Result<EffectState, JournalError>,
+    mut read: impl FnMut(&EffectKey) -> Result<(EffectState, bool), JournalError>,
 ) -> Result<EffectKey, JournalError> {
     for n in 1..=MAX_DECISIONS {
         let key = nth(base, n);
-        if belongs(&state(&key)?, payload_hash, decided) {
+        let (state, landed_late) = read(&key)?;
+        if belongs(&state, landed_late, payload_hash, decided) {
             return Ok(key);
         }
     }
@@ -122,7 +149,7 @@ mod tests {
     fn pick(states: &HashMap<String, EffectState>, hash: &str, decided: &Premises) -> String {
         let base = base("create_refund", &[json!("r-1")]);
         choose(&base, hash, decided, |k| {
-            Ok(states.get(k.as_str()).cloned().unwrap_or_default())
+            Ok((states.get(k.as_str()).cloned().unwrap_or_default(), false))
         })
         .unwrap()
         .to_string()
@@ -136,6 +163,12 @@ mod tests {
             base("t", &[json!("a"), json!("b")])
         );
         assert_ne!(base("t", &[json!(1)]), base("t", &[json!("1.2")]));
+        assert_eq!(
+            base("t", &[json!(1)]),
+            base("t", &[json!(1.0)]),
+            "one number, one request"
+        );
+        assert_eq!(base("t", &[json!(1)]), base("t", &[json!("1")]));
         let long = base("t", &[json!("x".repeat(300))]);
         assert_eq!(long.as_str().len(), 64, "derived when too long");
         assert_eq!(nth(&long, 2).as_str().len(), 66);
@@ -175,7 +208,11 @@ mod tests {
                 message: String::new(),
             }),
         };
-        let states = HashMap::from([("mcp:create_refund:r-1".to_owned(), failed)]);
+        let states = HashMap::from([("mcp:create_refund:r-1".to_owned(), failed.clone())]);
         assert_eq!(pick(&states, "h2", &was), "mcp:create_refund:r-1.2");
+        // Unless it landed after all (a late success, the target's confirmation): then it was
+        // carried out, and the request has no next effect.
+        assert!(belongs(&failed, true, "h2", &now));
+        assert!(!belongs(&failed, false, "h2", &now));
     }
 }

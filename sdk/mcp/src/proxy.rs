@@ -55,9 +55,10 @@ pub enum ProxyError {
     /// The server could not be started.
     #[error("{0}")]
     Start(std::io::Error),
-    /// The server exited while the client was still connected.
+    /// The server went away (it exited, or was stopped because a gated call was cut off at
+    /// it) while the client was still connected.
     #[error(
-        "the MCP server exited ({status}); {in_flight} gated call(s) under way were left in \
+        "the MCP server is gone ({status}); {in_flight} gated call(s) under way were left in \
          flight for the recovery at the next start"
     )]
     ServerExited {
@@ -184,6 +185,10 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
         );
     }
     let (events, ended) = mpsc::channel();
+    let told = Mutex::new(events.clone());
+    upstream.on_gone(Box::new(move |why: &str| {
+        let _ = lock(&told).send(Event::ServerGone(why.to_owned()));
+    }));
     let shared = Arc::new(Shared {
         config,
         tools,
@@ -210,10 +215,18 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
         .spawn(move || s.read_client(std::io::stdin().lock()))
         .map_err(ProxyError::Start)?;
     match ended.recv() {
-        Ok(Event::ServerGone(why)) => Err(ProxyError::ServerExited {
-            status: why,
-            in_flight: lock(&shared.gated).len(),
-        }),
+        Ok(Event::ServerGone(why)) => {
+            // Gated calls that already have their answer (or are journaling it) finish and are
+            // answered; those cut off by the server's end wait, parked, for the process to end.
+            let until = Instant::now() + Duration::from_secs(5);
+            while lock(&shared.gated).len() > shared.upstream.parked() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(ProxyError::ServerExited {
+                status: why,
+                in_flight: lock(&shared.gated).len(),
+            })
+        }
         Ok(Event::ClientClosed) | Err(_) => {
             // The client is done: let the gated calls under way finish (their answers are
             // journaled whether or not anyone hears them), then stop the server.
@@ -465,7 +478,6 @@ impl Shared {
         self.upstream.gone("its output closed".into());
         let status = self.upstream.exit_status();
         tracing::error!(server = %status, "the MCP server exited");
-        let _ = self.events.send(Event::ServerGone(status));
     }
 
     /// A message from the server, routed; what the client gets of it, looked into.
@@ -690,7 +702,12 @@ impl Shared {
             Err(why) => return retry(why, &base),
         };
         let hash = interlock::effect::sha256_hex(&canonical_json(&payload));
-        let key = match key::choose(&base, &hash, &decided, |k| self.journal.state(k)) {
+        let key = match key::choose(&base, &hash, &decided, |k| {
+            let seen = self.journal.read(k)?;
+            let events = seen.records().iter().map(|r| &r.event);
+            let landed = !interlock::core::state::landed_late(seen.state(), events).is_empty();
+            Ok((seen.into_state(), landed))
+        }) {
             Ok(k) => k,
             Err(e) => return retry(format!("the journal could not be read: {e}"), &base),
         };

@@ -32,7 +32,7 @@ impl ToolTarget {
     pub fn new(tool: &str, cfg: &GatedTool, upstream: Arc<Upstream>) -> Self {
         Self {
             tool: tool.to_owned(),
-            name: cfg.target_name(tool).to_owned(),
+            name: cfg.target_name(tool),
             cfg: cfg.clone(),
             upstream,
         }
@@ -54,7 +54,8 @@ impl ToolTarget {
 /// this thread waits for the process to end (the proxy exits when the server does), and the
 /// effect is left in flight, exactly as a crash at this point would, for the next start.
 fn left_in_flight(upstream: &Upstream, why: &UpstreamError) -> ! {
-    tracing::warn!(%why, "the MCP server went away mid-call; the effect is left in flight for recovery");
+    tracing::warn!(%why, "a gated call was cut off at the MCP server; the server is stopped and the effect left in flight for recovery");
+    upstream.park();
     upstream.gone(why.to_string());
     loop {
         std::thread::park();

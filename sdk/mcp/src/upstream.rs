@@ -4,13 +4,20 @@
 //! space that no client can reach into. When the server goes away, every request of the proxy's
 //! own still waiting learns it at once and nothing is guessed about it: a gated send cut off that
 //! way is left in flight for the recovery at the next start.
+//!
+//! Writes go through one writer thread, so a server that stops reading holds up no caller: a
+//! gated send that cannot even be written before its deadline is given up like one that got no
+//! answer, and the server is stopped — with every process it started (its process group), so a
+//! call it still holds cannot land later.
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -22,7 +29,7 @@ pub enum UpstreamError {
     /// The server exited or closed its output.
     #[error("the MCP server is gone: {0}")]
     Gone(String),
-    /// No answer in time.
+    /// No answer in time (or the request could not even be written in time).
     #[error("the MCP server did not answer {method} within {ms} ms")]
     Timeout {
         /// The request's method.
@@ -43,11 +50,25 @@ struct Routes {
     gone: Option<String>,
 }
 
+/// A line for the server, and who waits to hear it was written.
+struct Line {
+    bytes: Vec<u8>,
+    written: Option<SyncSender<std::io::Result<()>>>,
+}
+
+/// What to do once the server is gone.
+type OnGone = Box<dyn Fn(&str) + Send>;
+
 /// The server's side of the proxy.
 pub struct Upstream {
-    stdin: Mutex<Option<ChildStdin>>,
+    writer: Mutex<Option<Sender<Line>>>,
     routes: Mutex<Routes>,
     child: Mutex<Child>,
+    /// The server's process group (its own pid): every process it started.
+    group: u32,
+    on_gone: Mutex<Option<OnGone>>,
+    /// Gated calls whose threads wait for the proxy to end (their effect left in flight).
+    parked: AtomicUsize,
 }
 
 /// What one message from the server is for.
@@ -104,6 +125,7 @@ impl Upstream {
         };
         let mut child = cmd
             .args(args)
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -119,14 +141,37 @@ impl Upstream {
                 "the MCP server's pipes were not opened",
             ));
         };
+        let (writer, lines) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("mcp-server-writer".into())
+            .spawn(move || write_lines(stdin, &lines))?;
+        let group = child.id();
         Ok((
             Self {
-                stdin: Mutex::new(Some(stdin)),
+                writer: Mutex::new(Some(writer)),
                 routes: Mutex::default(),
                 child: Mutex::new(child),
+                group,
+                on_gone: Mutex::new(None),
+                parked: AtomicUsize::new(0),
             },
             stdout,
         ))
+    }
+
+    /// Call `f` with the reason once the server is gone (the proxy ends then).
+    pub fn on_gone(&self, f: OnGone) {
+        *lock(&self.on_gone) = Some(f);
+    }
+
+    /// A gated call's thread will wait for the proxy to end, its effect left in flight.
+    pub fn park(&self) {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many gated calls wait for the proxy to end.
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::SeqCst)
     }
 
     /// The server's process id.
@@ -134,17 +179,39 @@ impl Upstream {
         lock(&self.child).id()
     }
 
-    fn write(&self, message: &Value) -> Result<(), UpstreamError> {
-        let mut line = serde_json::to_vec(message)
+    /// Write a message; with a `deadline`, wait until it was written (or give up then).
+    fn write(&self, message: &Value, deadline: Option<Instant>) -> Result<(), UpstreamError> {
+        let mut bytes = serde_json::to_vec(message)
             .map_err(|e| UpstreamError::Write(std::io::Error::other(e)))?;
-        line.push(b'\n');
-        let mut stdin = lock(&self.stdin);
-        let Some(pipe) = stdin.as_mut() else {
-            return Err(UpstreamError::Gone("its input was closed".into()));
+        bytes.push(b'\n');
+        let (written, heard) = match deadline {
+            Some(_) => {
+                let (tx, rx) = mpsc::sync_channel(1);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
         };
-        pipe.write_all(&line)
-            .and_then(|()| pipe.flush())
-            .map_err(UpstreamError::Write)
+        let queued = lock(&self.writer)
+            .as_ref()
+            .is_some_and(|w| w.send(Line { bytes, written }).is_ok());
+        if !queued {
+            return Err(UpstreamError::Gone("its input was closed".into()));
+        }
+        let (Some(heard), Some(deadline)) = (heard, deadline) else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match heard.recv_timeout(left) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(UpstreamError::Write(e)),
+            Err(RecvTimeoutError::Timeout) => Err(UpstreamError::Timeout {
+                method: "a write".into(),
+                ms: left.as_millis(),
+            }),
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(UpstreamError::Gone("its input was closed".into()))
+            }
+        }
     }
 
     /// Forward a client's request, or a batch of messages, each request's id replaced by one of
@@ -164,12 +231,12 @@ impl Upstream {
                 m => rewrite(m),
             }
         }
-        self.write(&message)
+        self.write(&message, None)
     }
 
     /// Forward a message as it came (a notification, an answer to the server's request).
     pub fn forward(&self, message: &Value) -> Result<(), UpstreamError> {
-        self.write(message)
+        self.write(message, None)
     }
 
     /// Forward a client's cancellation of a request passed through, under the id the server
@@ -179,20 +246,21 @@ impl Upstream {
         match upstream {
             Some(u) => {
                 message["params"]["requestId"] = json!(u);
-                self.write(&message)
+                self.write(&message, None)
             }
             None => Ok(()),
         }
     }
 
     /// A request of the proxy's own: its answer (the whole response, `result` or `error`), or
-    /// why there is none.
+    /// why there is none. `timeout` covers writing the request and its answer.
     pub fn call(
         &self,
         method: &str,
         params: Value,
         timeout: Duration,
     ) -> Result<Value, UpstreamError> {
+        let deadline = Instant::now() + timeout;
         let (tx, rx) = mpsc::sync_channel(1);
         let id = {
             let mut routes = lock(&self.routes);
@@ -203,13 +271,13 @@ impl Upstream {
             routes.own.insert(id, tx);
             id
         };
-        let sent =
-            self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        if let Err(e) = sent {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if let Err(e) = self.write(&request, Some(deadline)) {
             lock(&self.routes).own.remove(&id);
             return Err(e);
         }
-        match rx.recv_timeout(timeout) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
             Ok(answer) => Ok(answer),
             Err(RecvTimeoutError::Timeout) => {
                 lock(&self.routes).own.remove(&id);
@@ -260,34 +328,45 @@ impl Upstream {
     }
 
     /// The server is done with: every request of the proxy's own still waiting learns it, no
-    /// new one is sent, and the server is killed (it may still be working on a call, which must
-    /// not land later; its output then closes, and the proxy ends).
+    /// new one is sent, and the server is killed with every process it started (it may still be
+    /// working on a call, which must not land later); the proxy is told, and ends.
     pub fn gone(&self, why: String) {
-        {
+        let first = {
             let mut routes = lock(&self.routes);
-            routes.gone.get_or_insert(why);
+            let first = routes.gone.is_none();
+            routes.gone.get_or_insert(why.clone());
             routes.own.clear();
+            first
+        };
+        self.kill_group();
+        if first && let Some(f) = lock(&self.on_gone).as_ref() {
+            f(&why);
         }
+    }
+
+    /// SIGKILL the server's process group (the server and whatever it started).
+    fn kill_group(&self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.group)])
+            .stderr(Stdio::null())
+            .status();
         let _ = lock(&self.child).kill();
     }
 
     /// Close the server's input (it should exit, as MCP's stdio transport says) and wait up to
-    /// `grace` for it, then kill it. Returns how it ended.
+    /// `grace` for it, then kill it with its process group. Returns how it ended.
     pub fn shut_down(&self, grace: Duration) -> String {
-        lock(&self.stdin).take();
-        let deadline = std::time::Instant::now() + grace;
-        let mut child = lock(&self.child);
+        lock(&self.writer).take();
+        let deadline = Instant::now() + grace;
         loop {
-            match child.try_wait() {
+            match lock(&self.child).try_wait() {
                 Ok(Some(status)) => return status.to_string(),
-                Ok(None) if std::time::Instant::now() < deadline => {
+                Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Ok(None) => {
-                    let _ = child.kill();
-                    return child
-                        .wait()
-                        .map_or_else(|e| e.to_string(), |s| format!("killed ({s})"));
+                    self.kill_group();
+                    return format!("killed after {} ms", grace.as_millis());
                 }
                 Err(e) => return e.to_string(),
             }
@@ -304,6 +383,20 @@ impl Upstream {
                 Err(e) => return e.to_string(),
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The writer thread: each line in order, each writer told how it went. Ends when the proxy
+/// closes the server's input (dropping the channel), which the server sees as its end of input.
+fn write_lines(mut stdin: ChildStdin, lines: &mpsc::Receiver<Line>) {
+    for line in lines {
+        let done = stdin.write_all(&line.bytes).and_then(|()| stdin.flush());
+        if let Err(e) = &done {
+            tracing::warn!(%e, "writing to the MCP server failed");
+        }
+        if let Some(w) = line.written {
+            let _ = w.send(done);
         }
     }
 }
