@@ -254,6 +254,17 @@ async fn main() -> anyhow::Result<()> {
             "passthrough": added("read_through_proxy", "read_straight"),
         },
         "goal_added_p50_ms": GOAL_ADDED_P50_MS,
+        "ways": {
+            "straight": "create_refund straight to the server, with an idempotency key",
+            "gated": "create_refund through the proxy as worker-examples/mcp/interlock.mcp.toml \
+                      configures it: journaled, the lease checked, get_order read once more \
+                      before the send, the receipt built",
+            "gated_without_premises": "the same without the premise read: the gate alone",
+            "read_straight": "get_order straight to the server",
+            "read_through_proxy": "get_order through the proxy, which passes it through",
+        },
+        "note": "each refund on a payment of its own, after the agent read it (untimed); \
+                 latencies as the client measures them, in milliseconds",
         "interlock": interlock.display().to_string(),
     });
     for w in ways {
