@@ -98,15 +98,7 @@ fn call(id: Value, tool: &str, arguments: Value) -> Value {
 
 #[test]
 fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
-    let interlock = Path::new(env!("CARGO_BIN_EXE_mcp-matrix"))
-        .parent()
-        .unwrap()
-        .join("interlock");
-    assert!(
-        interlock.exists(),
-        "{} is missing: run `cargo build -p interlock-cli` first",
-        interlock.display()
-    );
+    let interlock = interlock_e2e::mcp::interlock().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sim = SimPayments::new(
         Tier::One,

@@ -10,7 +10,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,15 +29,7 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let interlock = Path::new(env!("CARGO_BIN_EXE_mcp-matrix"))
-            .parent()
-            .unwrap()
-            .join("interlock");
-        assert!(
-            interlock.exists(),
-            "{} is missing: run `cargo build -p interlock-cli` first",
-            interlock.display()
-        );
+        let interlock = interlock_e2e::mcp::interlock().unwrap();
         let sim = SimPayments::new(
             Tier::One,
             Duration::from_secs(86_400),

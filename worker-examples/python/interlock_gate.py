@@ -187,14 +187,16 @@ class Unavailable(GateError):
         self.code = code
 
 
-def _changes(changes: Sequence[Any]) -> list[dict[str, Any]]:
+def changes_of(changes: Sequence[Any]) -> list[dict[str, Any]]:
+    """The proto's ``Change`` messages as dicts (``field``, ``was``, ``now``)."""
     return [
         {"field": c.field, "was": json_value(c.was_json), "now": json_value(c.now_json)}
         for c in changes
     ]
 
 
-def _repairs(repairs: Sequence[Any]) -> list[dict[str, Any]]:
+def repairs_of(repairs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The proto's ``Repair`` messages as dicts (``kind``, ``summary``, ``payload``)."""
     return [
         {"kind": r.kind, "summary": r.summary, "payload": json_value(r.payload_json)}
         for r in repairs
@@ -214,11 +216,11 @@ def settle(key: str, target: str, outcome: Any) -> Receipt:
     if kind == "refused":
         r = outcome.refused
         code = REFUSAL.get(r.code, str(r.code))
-        raise Refused(key, code, r.reason, _changes(r.changes), _repairs(r.repairs))
+        raise Refused(key, code, r.reason, changes_of(r.changes), repairs_of(r.repairs))
     if kind == "failed":
         raise Failed(key, outcome.failed.code, outcome.failed.message)
     if kind == "ambiguous":
-        raise Ambiguous(key, outcome.ambiguous.reason, _changes(outcome.ambiguous.changes))
+        raise Ambiguous(key, outcome.ambiguous.reason, changes_of(outcome.ambiguous.changes))
     if kind == "applied_twice":
         t = outcome.applied_twice
         raise AppliedTwice(key, t.reason, [json_value(f) for f in t.found_json])

@@ -30,6 +30,8 @@ from temporalio.exceptions import ApplicationError, FailureError
 # The proto's numbers as the gate names them, and its JSON fields, shared with the decorator's
 # client (interlock_gate.py).
 from interlock_gate import REFUSAL, VIA, json_value  # noqa: F401  (re-exported)
+from interlock_gate import changes_of as _changes
+from interlock_gate import repairs_of as _repairs
 
 # Failure types, as interlock_temporal names them (the workflow and retry policies match on them).
 REFUSED = "InterlockRefused"
@@ -117,20 +119,6 @@ def report(
 def _compact(value: Any) -> str:
     """``serde_json::Value::to_string``: compact JSON."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _changes(changes: Sequence[Any]) -> list[dict[str, Any]]:
-    return [
-        {"field": c.field, "was": json_value(c.was_json), "now": json_value(c.now_json)}
-        for c in changes
-    ]
-
-
-def _repairs(repairs: Sequence[Any]) -> list[dict[str, Any]]:
-    return [
-        {"kind": r.kind, "summary": r.summary, "payload": json_value(r.payload_json)}
-        for r in repairs
-    ]
 
 
 def _details(

@@ -77,10 +77,7 @@ async fn main() -> anyhow::Result<()> {
     let (rounds, per_round) = if args.quick { (2, 10) } else { (7, 100) };
     let interlock = match args.interlock {
         Some(p) => p,
-        None => std::env::current_exe()?
-            .parent()
-            .context("this binary's directory")?
-            .join("interlock"),
+        None => interlock_e2e::mcp::interlock()?,
     };
     if !interlock.exists() {
         bail!("no interlock binary at {}", interlock.display());

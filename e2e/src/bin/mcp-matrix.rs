@@ -35,10 +35,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let interlock = match args.interlock {
         Some(p) => p,
-        None => std::env::current_exe()?
-            .parent()
-            .context("this binary's directory")?
-            .join("interlock"),
+        None => interlock_e2e::mcp::interlock()?,
     };
     let rig = Rig::new(&interlock)?;
     let systems: Vec<System> = if args.gated_only {

@@ -182,6 +182,11 @@ pub struct Rig {
     logs: PathBuf,
 }
 
+/// The `interlock` binary beside the running one (the CLI, which runs the proxy).
+pub fn interlock() -> anyhow::Result<PathBuf> {
+    crate::stack::sibling("interlock")
+}
+
 /// The configuration shipped beside the example server, with `journal` as its journal.
 pub fn example_config(journal: &Path) -> anyhow::Result<String> {
     let shipped = std::fs::read_to_string(example("interlock.mcp.toml"))?;

@@ -682,20 +682,20 @@ impl Shared {
             return Gated::Error(format!("tool {tool_name} is not gated"));
         };
         let base = key::base(tool_name, key_values);
+        let answer = |key: &EffectKey, outcome: &Outcome, receipt: Option<Value>| {
+            let call = Call {
+                tool: tool_name,
+                key: key.as_str(),
+                tier: tool.tier,
+            };
+            Gated::Answer(answer::for_outcome(&call, outcome, receipt))
+        };
         let retry = |reason: String, key: &EffectKey| {
             let outcome = Outcome::Retry {
                 retry_after: self.retry_after,
                 reason,
             };
-            Gated::Answer(answer::for_outcome(
-                &Call {
-                    tool: tool_name,
-                    key: key.as_str(),
-                    tier: tool.tier,
-                },
-                &outcome,
-                None,
-            ))
+            answer(key, &outcome, None)
         };
         let decided = match Self::decided(tool, seen, &base, &payload) {
             Ok(d) => d,
@@ -755,15 +755,7 @@ impl Shared {
             .flatten()
             .and_then(|records| interlock::receipt::build(&records))
             .and_then(|r| serde_json::to_value(r).ok());
-        Gated::Answer(answer::for_outcome(
-            &Call {
-                tool: tool_name,
-                key: key.as_str(),
-                tier: tool.tier,
-            },
-            &outcome,
-            receipt,
-        ))
+        answer(&key, &outcome, receipt)
     }
 
     /// What the client last read with the read a call of `tool` stands on, if it did.
