@@ -5,7 +5,7 @@
 //! is said to be unknown.
 
 use interlock::Outcome;
-use interlock::core::{Change, Repair};
+use interlock::core::{Change, RefusalCode, Repair};
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Map, Value, json};
 
@@ -107,10 +107,12 @@ pub fn for_outcome(call: &Call<'_>, outcome: &Outcome, receipt: Option<Value>) -
             meta.insert("reason".into(), json!(r.reason));
             meta.insert("changes".into(), json!(r.changes));
             meta.insert("repairs".into(), json!(r.repairs));
-            let again = if r.is_final {
-                "Calling again with the same arguments gets the same refusal."
+            let again = if !r.changes.is_empty() {
+                "A call made now is taken as decided on the facts as they are above."
+            } else if r.code == RefusalCode::ConflictingPayload {
+                "The request already stands with other arguments; that call is its answer."
             } else {
-                "Nothing was recorded for these arguments."
+                "Calling again with the same arguments and facts gets the same refusal."
             };
             tool_error(
                 format!(
@@ -204,7 +206,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
     use interlock::Via;
-    use interlock::core::{RefusalCode, Refused};
+    use interlock::core::Refused;
 
     use super::*;
 
@@ -271,6 +273,10 @@ mod tests {
         assert!(text.contains("refundable was 5000"), "{text}");
         assert!(text.contains("{\"amount\":3000}"), "{text}");
         assert!(text.contains("Nothing was sent"), "{text}");
+        assert!(
+            text.contains("decided on the facts as they are above"),
+            "{text}"
+        );
         assert_eq!(
             a["_meta"][META_OUTCOME]["repairs"][0]["payload"]["amount"],
             3000
