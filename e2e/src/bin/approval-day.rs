@@ -412,8 +412,16 @@ async fn play(
                 head.step.kind,
                 RouteKind::Routed | RouteKind::Escalated | RouteKind::Repair
             );
-            // Whoever (if anyone) reviews it: a request the rules' budget sent to a person.
-            if head.request.ends_with(&format!("-{OVER_BUDGET_SUFFIX}")) {
+            // A request the rules' budget sent to a person: its over-budget request was routed
+            // to one as a repair of the request (not refused by a rule on being assessed again,
+            // which brings it to no one), as the scoreboard counts it.
+            if head.request.ends_with(&format!("-{OVER_BUDGET_SUFFIX}"))
+                && day.desk.journal.routes(&head.request)?.iter().any(|r| {
+                    r.step.kind == RouteKind::Repair
+                        && interlock::approval::reason::class(&r.step.reason)
+                            == interlock::approval::reason::OVER_BUDGET
+                })
+            {
                 seen.over_budget.insert(n);
             }
             if !open || !handled.insert((head.request.clone(), head.n)) {
