@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use interlock::core::Tier;
 use serde::Deserialize;
 
 /// The proxy's configuration, as read from its file.
@@ -121,30 +122,9 @@ pub struct Repair {
     pub at_most: String,
 }
 
-/// What the gate can promise about a gated tool, from what its server can do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    /// The server deduplicates on the effect's id: a resend after a crash cannot act twice.
-    One,
-    /// The server can be asked whether the effect happened: a crash is settled by asking.
-    Two,
-    /// Neither: a crash after the send ends `AMBIGUOUS`, for a person to settle.
-    Three,
-}
-
-impl Tier {
-    /// The tier's number, as receipts state it.
-    pub fn number(self) -> u8 {
-        match self {
-            Tier::One => 1,
-            Tier::Two => 2,
-            Tier::Three => 3,
-        }
-    }
-}
-
 impl GatedTool {
-    /// The tier that follows from what the server can do.
+    /// The tier that follows from what the server can do: 1 when it deduplicates on the
+    /// effect's id, 2 when a lookup finds it, 3 when neither.
     pub fn tier(&self) -> Tier {
         match (&self.idempotency_argument, self.dedupes, &self.lookup) {
             (Some(_), true, _) => Tier::One,
@@ -515,7 +495,7 @@ repair = { argument = "amount", at_most = "refund.remaining" }
         let mut three = t.clone();
         three.lookup = None;
         assert_eq!(three.tier(), Tier::Three);
-        assert_eq!(Tier::Three.number(), 3);
+        assert_eq!(u8::from(Tier::Three), 3);
     }
 
     #[test]

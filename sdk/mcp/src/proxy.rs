@@ -172,7 +172,7 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
                 });
             }
         };
-        let tier = cfg.tier().number();
+        let tier = u8::from(cfg.tier());
         tracing::info!(tool = %name, tier, journal = %shown, "gating tool");
         tools.insert(
             name.clone(),

@@ -13,7 +13,7 @@ use interlock::target::{SendRequest, Target, by_key};
 use interlock::{EffectKey, effect::canonical_json};
 use serde_json::{Map, Value, json};
 
-use crate::config::{self, GatedTool, PremiseRead, field_path};
+use crate::config::{GatedTool, PremiseRead, field_path};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// How long a read of the proxy's own (a premise read, a lookup) may take.
@@ -68,11 +68,7 @@ impl Target for ToolTarget {
     }
 
     fn tier(&self) -> Tier {
-        match self.cfg.tier() {
-            config::Tier::One => Tier::One,
-            config::Tier::Two => Tier::Two,
-            config::Tier::Three => Tier::Three,
-        }
+        self.cfg.tier()
     }
 
     fn dedupe_window(&self) -> Option<Duration> {

@@ -174,11 +174,6 @@ impl Upstream {
         self.parked.load(Ordering::SeqCst)
     }
 
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        lock(&self.child).id()
-    }
-
     /// Write a message; with a `deadline`, wait until it was written (or give up then).
     fn write(&self, message: &Value, deadline: Option<Instant>) -> Result<(), UpstreamError> {
         let mut bytes = serde_json::to_vec(message)
