@@ -69,6 +69,7 @@ pub mod lease;
 pub mod liveness;
 pub mod premise;
 pub mod receipt;
+pub mod settle;
 pub mod target;
 pub mod verify;
 

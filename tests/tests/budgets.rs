@@ -203,6 +203,103 @@ fn a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it(kind: Kind
     assert_eq!(blind.applied().len(), 1);
 }
 
+fn a_person_s_settlement_ends_an_ambiguous_effect_and_not_applied_gives_its_place_back(kind: Kind) {
+    use interlock::approval::{Approver, ApproverKey, Approvers};
+    use interlock::core::Status;
+    use interlock::core::settle::Finding;
+    use interlock::settle::{DEFAULT_GROUP, Settlers, SignedSettlement, draft, settle};
+
+    let s = setup(kind, "settle", &[sum_per_day("daily", 3000)]);
+    let blind = Ledger::new(Tier::Three);
+    // One request reached the service before its worker died, the other never left.
+    for (key, amount, point) in [
+        ("sent", 1500, FaultPoint::AfterSend),
+        ("unsent", 1000, FaultPoint::AfterDispatch),
+    ] {
+        let crashed = s
+            .store
+            .crashing_at(Arc::new(s.clock.clone()), blind.clone(), point)
+            .unwrap();
+        assert!(matches!(
+            crashed.submit(&effect(key, amount)),
+            Err(GateError::Crashed(_))
+        ));
+    }
+    s.clock.advance(600_000);
+    let gate = bound(&s, blind.clone(), "a2");
+    for (key, amount) in [("sent", 1500), ("unsent", 1000)] {
+        let out = gate.submit(&effect(key, amount)).unwrap();
+        assert!(matches!(out, Outcome::Ambiguous(_)), "{key}: {out:?}");
+    }
+    let more = gate.submit(&effect("more", 1000)).unwrap();
+    assert!(budget_refusal(&more).is_some(), "{more:?}");
+
+    // Olga, of the operators, looks at the service and signs what she finds for each.
+    let olga = ApproverKey::from_seed("olga", [7; 32]);
+    let directory = Approvers {
+        approvers: [(
+            "olga".to_owned(),
+            Approver {
+                public_key: olga.public_hex(),
+                name: "Olga".into(),
+            },
+        )]
+        .into(),
+        groups: [(DEFAULT_GROUP.to_owned(), vec!["olga".to_owned()])].into(),
+        chain: Vec::new(),
+    };
+    let settlers = Settlers {
+        directory: &directory,
+        group: DEFAULT_GROUP,
+    };
+    let journal = s.store.store();
+    let now = s.clock.now_ms();
+    let applied_key = blind.applied()[0].0.clone();
+    for (key, finding) in [
+        (
+            "sent",
+            Finding::Applied {
+                reference: applied_key,
+            },
+        ),
+        ("unsent", Finding::NotApplied),
+    ] {
+        let statement = draft(journal.as_ref(), key, finding, "olga", "ledger", now).unwrap();
+        let signed = SignedSettlement::sign(&olga, statement).unwrap();
+        settle(journal.as_ref(), settlers, &signed).unwrap();
+    }
+    let status = |key: &str| {
+        journal
+            .state(&EffectKey::fixed(key).unwrap())
+            .unwrap()
+            .status()
+    };
+    assert_eq!(status("sent"), Some(Status::Committed));
+    assert_eq!(status("unsent"), Some(Status::Failed));
+    // The unsent effect's 1000 is free again; the sent one's 1500 stays used.
+    let again = gate.submit(&effect("more-again", 1000)).unwrap();
+    assert!(matches!(again, Outcome::Committed { .. }), "{again:?}");
+    let over = gate.submit(&effect("over", 1000)).unwrap();
+    assert!(budget_refusal(&over).is_some(), "{over:?}");
+    // verify names who settled each, with the signature checked against the directory.
+    let v = interlock::verify::verify(
+        journal.as_ref(),
+        &EffectKey::fixed("unsent").unwrap(),
+        &interlock::verify::Sources {
+            approvers: Some(&directory),
+            ..Default::default()
+        },
+    );
+    let by = v.columns.iter().find(|c| c.name == "settled by").unwrap();
+    assert_eq!(by.holds, Some(true), "{}", by.detail);
+    assert!(
+        by.detail.starts_with("olga found it not applied"),
+        "{}",
+        by.detail
+    );
+    assert_eq!(blind.applied().len(), 2, "the sent one and `more-again`");
+}
+
 fn every_change_names_who_made_it_and_a_removed_budget_counts_nothing(kind: Kind) {
     let s = setup(kind, "changes", &[sum_per_day("daily", 1000)]);
     let store = s.store.store();
@@ -529,6 +626,7 @@ interlock_tests::every_store!(
     racing_handles_never_take_a_budget_past_its_limit,
     a_scope_and_per_count_only_matching_effects_each_in_its_own_counter,
     a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it,
+    a_person_s_settlement_ends_an_ambiguous_effect_and_not_applied_gives_its_place_back,
     every_change_names_who_made_it_and_a_removed_budget_counts_nothing,
     a_rolling_window_frees_room_as_its_oldest_places_age_out,
 );

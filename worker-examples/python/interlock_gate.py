@@ -51,6 +51,7 @@ VIA: dict[int, str] = {
     5: "failed_but_landed",
     6: "late_answer",
     7: "confirmed_by_target",
+    8: "settled_by_person",
 }
 
 # `RefusalCode::as_str` (sdk/core/src/record.rs) by the proto's `RefusalCode` number.

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use interlock::approval::Approvers;
 use interlock::{JournalStore, SystemClock};
 use interlock_inbox::{Inbox, Temporal, auth::Auth};
 use interlock_stripe::{StripeConfig, StripeRefundsSetup};
@@ -35,13 +34,7 @@ pub(crate) struct ServeArgs {
 pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Result<()> {
     let InboxCmd::Serve(args) = cmd;
     crate::serve_cmd::init_logs();
-    let text = std::fs::read_to_string(&args.approvers).with_context(|| {
-        format!(
-            "reading the approver directory {} (--approvers, INTERLOCK_APPROVERS)",
-            args.approvers.display()
-        )
-    })?;
-    let approvers = Approvers::from_json(&args.approvers.display().to_string(), &text)?;
+    let approvers = crate::read_approvers(&args.approvers)?;
     let setup = StripeRefundsSetup::new(
         StripeConfig::from_env().context("the inbox reads the facts now from the Stripe API")?,
     )

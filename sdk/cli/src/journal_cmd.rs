@@ -42,6 +42,9 @@ pub(crate) enum JournalCmd {
         #[arg(long)]
         from: std::path::PathBuf,
     },
+    /// End an AMBIGUOUS effect with what you found at the target, signed with your own key:
+    /// refused while a send of it may still land, and unless you are in the settling group.
+    Settle(crate::settle_cmd::SettleArgs),
 }
 
 #[derive(Args)]
@@ -112,6 +115,7 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
     match cmd {
         JournalCmd::Export { out } => crate::transfer::export(j, &out)?,
         JournalCmd::Import { from } => crate::transfer::import(j, &from)?,
+        JournalCmd::Settle(args) => crate::settle_cmd::run(j, args)?,
         JournalCmd::List { json } => {
             let keys = j.keys()?;
             let mut rows = Vec::new();
@@ -213,10 +217,7 @@ pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<bool>
     let mut gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
         .with_attempt("cli-recover");
     if let Some(path) = &args.approvers {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the approver directory {}", path.display()))?;
-        let dir = interlock::approval::Approvers::from_json(&path.display().to_string(), &text)?;
-        gate = gate.with_approvers(Arc::new(dir))?;
+        gate = gate.with_approvers(Arc::new(crate::read_approvers(path)?))?;
     }
     let bound = stripe.bind(&gate)?;
     let outcome = bound.recover(&key(&args.key)?)?;

@@ -12,6 +12,7 @@ mod lease_cmd;
 mod mcp_cmd;
 mod receipt_cmd;
 mod serve_cmd;
+mod settle_cmd;
 mod transfer;
 mod webhook_cmd;
 
@@ -119,6 +120,22 @@ enum Command {
     },
 }
 
+/// The approver directory at `path` (JSON), checked.
+pub(crate) fn read_approvers(
+    path: &std::path::Path,
+) -> anyhow::Result<interlock::approval::Approvers> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading the approver directory {} (--approvers, INTERLOCK_APPROVERS)",
+            path.display()
+        )
+    })?;
+    Ok(interlock::approval::Approvers::from_json(
+        &path.display().to_string(),
+        &text,
+    )?)
+}
+
 /// Where the journal is, as given on the command line or in the environment.
 pub(crate) struct Named {
     name: String,
@@ -191,7 +208,8 @@ fn main() -> ExitCode {
         match cli.command {
             // Import is the one journal command that writes.
             Command::Journal {
-                what: what @ journal_cmd::JournalCmd::Import { .. },
+                what:
+                    what @ (journal_cmd::JournalCmd::Import { .. } | journal_cmd::JournalCmd::Settle(_)),
             } => journal_cmd::run(&*write()?, what).map(|()| Exit::Holds),
             Command::Journal { what } => journal_cmd::run(&*read()?, what).map(|()| Exit::Holds),
             Command::Recover(args) => {

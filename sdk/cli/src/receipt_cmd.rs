@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use interlock::approval::Approvers;
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
@@ -74,9 +73,13 @@ pub(crate) struct VerifyArgs {
     #[arg(long)]
     ed25519_public_key_file: Option<PathBuf>,
     /// The approver directory (JSON: approvers with public keys, groups, the escalation chain),
-    /// to check each person's signed approval against their public key.
+    /// to check each person's signed approval, and each settlement of an ambiguous effect,
+    /// against their public key.
     #[arg(long, value_name = "FILE")]
     approvers: Option<PathBuf>,
+    /// The directory group whose members may settle an ambiguous effect.
+    #[arg(long, default_value = interlock::settle::DEFAULT_GROUP)]
+    settle_group: String,
     /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for its own records.
     #[arg(long)]
     ask_target: bool,
@@ -278,11 +281,7 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
         }
     }
     let approvers = match &args.approvers {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the approver directory {}", path.display()))?;
-            Some(Approvers::from_json(&path.display().to_string(), &text)?)
-        }
+        Some(path) => Some(crate::read_approvers(path)?),
         None => None,
     };
     let mut ks = keys(j, args.key, args.all)?;
@@ -327,6 +326,7 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
                 accept_unchecked_signatures: args.accept_unchecked_signatures,
                 approvers: approvers.as_ref(),
                 budgets: Some(&budgets),
+                settlers: Some(&args.settle_group),
             },
         ));
     }

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use interlock::{EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock, Tier};
 use interlock_testkit::sim::{RefundPayload, SimPayments, SimRefundPremises, SimTarget};
@@ -491,14 +491,14 @@ fn a_journal_moves_between_sqlite_and_postgres_with_every_chain_intact() {
     );
 }
 
-#[test]
-fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
+/// A journal holding a tier-3 refund whose worker died after DISPATCHED, which `interlock recover`
+/// has left AMBIGUOUS: nothing can say whether it landed.
+fn ambiguous_refund(dir: &Path) -> std::path::PathBuf {
     use interlock::faults::FaultPoint;
     use interlock_stripe::{StripeConfig, StripeRefunds};
     use interlock_testkit::faults::{Action, ScriptedFaults};
 
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("journal.db");
+    let path = dir.join("journal.db");
     let clock = Arc::new(SystemClock);
     let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
     journal
@@ -508,10 +508,15 @@ fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
                 .cap("amount", 2000),
         )
         .unwrap();
-    // A tier-3 refund whose worker died after DISPATCHED: nothing can say whether it landed.
     let faults = ScriptedFaults::new();
     faults.arm(FaultPoint::AfterDispatch, Action::Crash);
-    let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path))
+    // A claim lives 5 s (send timeout + settle): its request may land until then.
+    let config = GateConfig::builder(&path)
+        .send_timeout(Duration::from_secs(4))
+        .settle(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let gate = Gate::new(journal.clone(), journal, clock, config)
         .unwrap()
         .with_faults(faults);
     let dead = StripeConfig::new("http://127.0.0.1:9", "sk_test_x").unwrap();
@@ -540,6 +545,14 @@ fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
         .output()
         .unwrap();
     assert_eq!(recover.status.code(), Some(4), "{}", text(&recover));
+    assert!(text(&recover).contains("AMBIGUOUS"), "{}", text(&recover));
+    path
+}
+
+#[test]
+fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ambiguous_refund(dir.path());
     let usage = cli(&path, &["journal", "list", "--no-such-flag"]);
     assert_eq!(usage.status.code(), Some(2), "{}", text(&usage));
     let runtime = cli(&path, &["journal", "show", "no-such-key"]);
@@ -643,4 +656,93 @@ fn budgets_are_set_listed_shown_and_removed_with_who_changed_them() {
             .unwrap();
     assert!(show["in_force"].is_null());
     assert_eq!(show["changes"][1]["by"], "cfo@example");
+}
+
+#[test]
+fn an_operator_settles_an_ambiguous_effect_once_no_send_can_land_and_verify_names_them() {
+    use interlock::approval::ApproverKey;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = ambiguous_refund(dir.path());
+    let olga = ApproverKey::from_seed("olga", [7; 32]);
+    let ivan = ApproverKey::from_seed("ivan", [8; 32]);
+    for (who, seed) in [("olga", [7u8; 32]), ("ivan", [8u8; 32])] {
+        std::fs::write(dir.path().join(format!("{who}.key")), hex(&seed)).unwrap();
+    }
+    let directory = serde_json::json!({
+        "approvers": {
+            "olga": {"public_key": olga.public_hex(), "name": "Olga"},
+            "ivan": {"public_key": ivan.public_hex(), "name": "Ivan"},
+        },
+        "groups": {"operators": ["olga"], "support": ["ivan"]},
+        "chain": [{"group": "support", "sla_ms": 60000}],
+    });
+    let approvers = dir.path().join("approvers.json");
+    std::fs::write(&approvers, directory.to_string()).unwrap();
+    let settle = |who: &str, finding: &[&str]| {
+        let key = dir.path().join(format!("{who}.key"));
+        let mut args = vec!["journal", "settle", "case-1-refund", "--person", who];
+        args.extend(finding);
+        args.extend(["--signing-key-file", key.to_str().unwrap()]);
+        args.extend(["--approvers", approvers.to_str().unwrap()]);
+        args.extend(["--note", "no refund on pi_1 in the dashboard"]);
+        cli(&path, &args)
+    };
+    // Recovery took the dead worker's claim a moment ago: its request may still land.
+    let early = settle("olga", &["--not-applied"]);
+    assert_eq!(early.status.code(), Some(3), "{}", text(&early));
+    assert!(text(&early).contains("may still land"), "{}", text(&early));
+    let outsider = settle("ivan", &["--not-applied"]);
+    assert_eq!(outsider.status.code(), Some(3), "{}", text(&outsider));
+    assert!(
+        text(&outsider).contains("not a member of group operators"),
+        "{}",
+        text(&outsider)
+    );
+    let neither = settle("olga", &[]);
+    assert_eq!(neither.status.code(), Some(2), "{}", text(&neither));
+    // Until the dead worker's claim's deadline, which the refusal names.
+    let until: i64 = text(&early)
+        .split("until ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {}", text(&early)));
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let wait = u64::try_from(until + 200)
+        .unwrap()
+        .saturating_sub(now.as_millis() as u64);
+    std::thread::sleep(Duration::from_millis(wait));
+    let settled = settle("olga", &["--not-applied"]);
+    assert_eq!(settled.status.code(), Some(0), "{}", text(&settled));
+    assert!(
+        text(&settled).contains("settled by olga → FAILED"),
+        "{}",
+        text(&settled)
+    );
+    let replayed = settle("olga", &["--applied", "re_1"]);
+    assert_eq!(replayed.status.code(), Some(3), "{}", text(&replayed));
+    assert!(
+        text(&replayed).contains("not AMBIGUOUS"),
+        "{}",
+        text(&replayed)
+    );
+    let verify = cli(
+        &path,
+        &[
+            "verify",
+            "case-1-refund",
+            "--approvers",
+            approvers.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        text(&verify).contains("olga found it not applied (no refund on pi_1 in the dashboard)"),
+        "{}",
+        text(&verify)
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -10,6 +10,7 @@ pub mod decide;
 pub mod limits;
 pub mod mutants;
 pub mod record;
+pub mod settle;
 pub mod state;
 pub mod status;
 pub mod tier;
@@ -24,6 +25,7 @@ pub use record::{
     Failed, Holder, LateResult, LeaseVerdict, Premises, Proposed, Recheck, RefusalCode, Refused,
     Repair, TakeoverReason, Via,
 };
+pub use settle::{Finding, SettleRefusal, Settled, Settlement};
 pub use state::{Claim, EffectState, HistoryError, Resolution};
 pub use status::Status;
 pub use tier::{Effective, MarginError, Tier};

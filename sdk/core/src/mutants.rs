@@ -37,11 +37,14 @@ pub enum Mutant {
     FencedDispatchKeepsWindow,
     /// An `AMBIGUOUS` effect gives its lease's use back, though it may have landed.
     AmbiguousGivesUseBack,
+    /// A person's statement settles an `AMBIGUOUS` effect while a send of it may still land, or
+    /// though they looked at the target before its window closed.
+    SettleWhileSendMayLand,
 }
 
 impl Mutant {
     /// Every mutant of the core.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::BindingTier,
         Mutant::TokenOnlyTakeover,
         Mutant::UnknownLateCloses,
@@ -53,6 +56,7 @@ impl Mutant {
         Mutant::ConfirmationIgnored,
         Mutant::FencedDispatchKeepsWindow,
         Mutant::AmbiguousGivesUseBack,
+        Mutant::SettleWhileSendMayLand,
     ];
 
     /// Stable name, for reports.
@@ -69,6 +73,7 @@ impl Mutant {
             Self::ConfirmationIgnored => "confirmation_ignored_in_flight",
             Self::FencedDispatchKeepsWindow => "fenced_dispatch_keeps_its_window",
             Self::AmbiguousGivesUseBack => "ambiguous_effect_gives_its_use_back",
+            Self::SettleWhileSendMayLand => "settled_while_a_send_may_land",
         }
     }
 }
@@ -94,6 +99,7 @@ mod switch {
             Mutant::ConfirmationIgnored => 256,
             Mutant::FencedDispatchKeepsWindow => 512,
             Mutant::AmbiguousGivesUseBack => 1024,
+            Mutant::SettleWhileSendMayLand => 2048,
         }
     }
 

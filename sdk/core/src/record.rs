@@ -52,6 +52,9 @@ pub enum Via {
     /// The target itself confirmed the effect (a signed webhook, or a lookup recorded as
     /// `CONFIRMED`) while it was still in flight.
     ConfirmedByTarget,
+    /// The effect was left `AMBIGUOUS`, and a person who looked at the target settled it as
+    /// applied, in a statement signed with their own key (`SETTLED`).
+    SettledByPerson,
 }
 
 impl Via {
@@ -65,6 +68,7 @@ impl Via {
             Self::FailedButLanded => "failed_but_landed",
             Self::LateAnswer => "late_answer",
             Self::ConfirmedByTarget => "confirmed_by_target",
+            Self::SettledByPerson => "settled_by_person",
         }
     }
 }
@@ -409,6 +413,8 @@ pub enum Event {
     LateResult(LateResult),
     /// See [`Confirmed`].
     Confirmed(Confirmed),
+    /// See [`crate::settle::Settled`].
+    Settled(crate::settle::Settled),
 }
 
 impl Event {
@@ -426,6 +432,7 @@ impl Event {
             Self::AppliedTwice(_) => "APPLIED_TWICE",
             Self::LateResult(_) => "LATE_RESULT",
             Self::Confirmed(_) => "CONFIRMED",
+            Self::Settled(_) => "SETTLED",
         }
     }
 }

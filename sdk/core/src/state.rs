@@ -151,14 +151,25 @@ pub fn fold<'a>(
 ) -> Result<EffectState, HistoryError> {
     let mut state = EffectState::Absent;
     for (index, (at_ms, event)) in history.into_iter().enumerate() {
-        state = step(state, at_ms, event).map_err(|why| HistoryError {
-            index,
-            kind: event.kind(),
-            why,
-        })?;
-        if let EffectState::InFlight { claim, .. } = &mut state {
-            claim.seen_ms = claim.seen_ms.max(at_ms);
-        }
+        state = fold_one(state, index, at_ms, event)?;
+    }
+    Ok(state)
+}
+
+/// `state` after record `index` of its key, appended at `at_ms`.
+pub(crate) fn fold_one(
+    state: EffectState,
+    index: usize,
+    at_ms: i64,
+    event: &Event,
+) -> Result<EffectState, HistoryError> {
+    let mut state = step(state, at_ms, event).map_err(|why| HistoryError {
+        index,
+        kind: event.kind(),
+        why,
+    })?;
+    if let EffectState::InFlight { claim, .. } = &mut state {
+        claim.seen_ms = claim.seen_ms.max(at_ms);
     }
     Ok(state)
 }
@@ -307,7 +318,21 @@ fn step(state: EffectState, at_ms: i64, event: &Event) -> Result<EffectState, St
             first,
             resolution: Resolution::AppliedTwice(a.clone()),
         },
+        // A person's signed word on an effect nobody could decide: it ends as they found it.
+        (
+            S::Resolved {
+                first,
+                resolution: Resolution::Ambiguous(_),
+            },
+            Event::Settled(s),
+        ) => S::Resolved {
+            first,
+            resolution: super::settle::resolution_of(s),
+        },
         (S::Resolved { .. }, _) => return Err("the effect was already resolved".into()),
+        (S::InFlight { .. }, Event::Settled(_)) => {
+            return Err("only an AMBIGUOUS effect is settled, and this one is in flight".into());
+        }
         (S::Proposed { .. }, _) => return Err("nothing was dispatched yet".into()),
     })
 }
@@ -368,6 +393,11 @@ pub fn landed_evidence<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<V
             Event::Committed(c) => absorb(&mut seen, &c.result),
             Event::LateResult(l) => landed_in(&l.answer).for_each(|v| absorb(&mut seen, v)),
             Event::AppliedTwice(t) => t.found.iter().for_each(|v| absorb(&mut seen, v)),
+            Event::Settled(s) => {
+                if let Some(v) = super::settle::found_value(s) {
+                    absorb(&mut seen, &v);
+                }
+            }
             Event::Confirmed(c)
                 if !super::mutants::on(super::mutants::Mutant::ConfirmationIgnored) =>
             {

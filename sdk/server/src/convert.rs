@@ -161,6 +161,7 @@ pub fn via(v: Via) -> pb::Via {
         Via::FailedButLanded => pb::Via::FailedButLanded,
         Via::LateAnswer => pb::Via::LateAnswer,
         Via::ConfirmedByTarget => pb::Via::ConfirmedByTarget,
+        Via::SettledByPerson => pb::Via::SettledByPerson,
         _ => pb::Via::Unspecified,
     }
 }

@@ -21,4 +21,5 @@ pub use route::{
     Route, RouteKind, RouteStep, StoredRoute, admits, escalations, next_step, parse_detail, reason,
 };
 pub use scoreboard::{EffectSummary, ScoreError, Scoreboard, Times};
+pub(crate) use statement::strictly_verifies;
 pub use statement::{ApproverKey, SignedApproval, Statement};

@@ -78,25 +78,27 @@ impl SignedApproval {
     /// Whether the signature verifies with `key` (strict Ed25519: no malleable signatures, no
     /// weak keys; the signature written as lower-case hex, one spelling per signature).
     pub fn verifies_with(&self, key: &VerifyingKey) -> bool {
-        if self.alg != SignatureAlg::Ed25519
-            || !self
-                .signature
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return false;
-        }
-        hex::decode(&self.signature)
-            .ok()
-            .and_then(|v| <[u8; 64]>::try_from(v).ok())
-            .is_some_and(|v| {
-                key.verify_strict(
-                    &self.statement.signed_bytes(),
-                    &ed25519_dalek::Signature::from_bytes(&v),
-                )
-                .is_ok()
-            })
+        self.alg == SignatureAlg::Ed25519
+            && strictly_verifies(key, &self.statement.signed_bytes(), &self.signature)
     }
+}
+
+/// Whether `signature` (lower-case hex, one spelling per signature) is `key`'s strict Ed25519
+/// signature over `bytes`: no malleable signatures, no weak keys.
+pub(crate) fn strictly_verifies(key: &VerifyingKey, bytes: &[u8], signature: &str) -> bool {
+    if !signature
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return false;
+    }
+    hex::decode(signature)
+        .ok()
+        .and_then(|v| <[u8; 64]>::try_from(v).ok())
+        .is_some_and(|v| {
+            key.verify_strict(bytes, &ed25519_dalek::Signature::from_bytes(&v))
+                .is_ok()
+        })
 }
 
 /// An approver's private key. Each approver holds their own; the directory holds the public
@@ -144,6 +146,11 @@ impl ApproverKey {
         hex::encode(self.key.verifying_key().to_bytes())
     }
 
+    /// This key's signature over `bytes`, lower-case hex.
+    pub(crate) fn sign_bytes(&self, bytes: &[u8]) -> String {
+        hex::encode(self.key.sign(bytes).to_bytes())
+    }
+
     /// Sign `statement`. The statement's `approver` must be this key's owner.
     pub fn sign(&self, statement: Statement) -> Result<SignedApproval, KeyError> {
         if statement.approver != self.approver {
@@ -152,7 +159,7 @@ impl ApproverKey {
                 self.approver, statement.approver
             )));
         }
-        let signature = hex::encode(self.key.sign(&statement.signed_bytes()).to_bytes());
+        let signature = self.sign_bytes(&statement.signed_bytes());
         Ok(SignedApproval {
             statement,
             alg: SignatureAlg::Ed25519,

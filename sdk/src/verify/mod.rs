@@ -13,6 +13,7 @@ use serde_json::Value;
 
 mod approval;
 mod budget;
+mod settled;
 
 use crate::approval::Approvers;
 use crate::core::state::landed_evidence;
@@ -81,6 +82,9 @@ pub struct Sources<'a> {
     /// The journal's log of budget changes, to check that each dispatch counted every budget in
     /// force that matched it (without it only the recorded counts are checked).
     pub budgets: Option<&'a [crate::budget::BudgetChange]>,
+    /// The directory group whose members may settle an ambiguous effect (default
+    /// [`crate::settle::DEFAULT_GROUP`]); their keys are read from `approvers`.
+    pub settlers: Option<&'a str>,
 }
 
 fn col(name: &'static str, holds: Option<bool>, detail: impl Into<String>) -> Column {
@@ -214,6 +218,11 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
         None => col("confirmed by target", None, "no confirmation recorded"),
     });
     columns.push(approval::escalations(&derived));
+    columns.push(settled::settled_by(
+        &history,
+        src.approvers,
+        src.settlers.unwrap_or(crate::settle::DEFAULT_GROUP),
+    ));
     Verification {
         key: key.to_string(),
         outcome: Some(derived.outcome),
@@ -315,11 +324,17 @@ fn valid(derived: &Receipt, history: &[Record], src: &Sources<'_>) -> Column {
         .get(anchor.records.len()..)
         .filter(|t| !t.is_empty())
     {
+        // A person's settlement of an ambiguous effect carries its own signature, which the
+        // "settled by" column checks; an `AMBIGUOUS` receipt does not anchor it, and need not.
+        let settles_it = |e: &Event| {
+            matches!(e, Event::Settled(_)) && anchor.outcome == crate::core::Status::Ambiguous
+        };
         let unanchored = tail.iter().find(|r| {
             !matches!(
                 &r.event,
                 Event::Confirmed(_) | Event::LateResult(_) | Event::AppliedTwice(_)
             ) && !matches!(&r.event, Event::Refused(n) if !n.is_final)
+                && !settles_it(&r.event)
         });
         // After a final outcome only evidence may follow.
         if !anchor.outcome.is_final() || unanchored.is_some() {

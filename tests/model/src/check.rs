@@ -356,6 +356,10 @@ pub fn describe(before: &State, action: Action, after: &State) -> String {
         ),
         Action::Confirm => "the service confirms the refund (signed webhook)".into(),
         Action::Fence(i) => format!("{}'s caller goes away before its send (fenced)", who(i)),
+        Action::Settle => format!(
+            "a person looks at the service (applied: {}) and signs what they found",
+            before.service.applied
+        ),
     };
     let mut notes = Vec::new();
     for (_, e, _) in after.journal.0.iter().skip(before.journal.0.len()) {
@@ -393,6 +397,7 @@ fn record_name(e: &interlock_core::Event) -> String {
         ),
         E::LateResult(l) => format!("LATE_RESULT(token {}, {})", l.token, l.answer),
         E::Failed(f) => format!("FAILED({})", f.code),
+        E::Settled(s) => format!("SETTLED({:?})", s.statement.finding),
         other => other.kind().to_owned(),
     }
 }

@@ -29,6 +29,7 @@ struct Faults {
     lossy: bool,
     conflicts: u8,
     confirmations: bool,
+    settles: bool,
     store_outage: bool,
     lease_expires: Option<i64>,
     fences: u8,
@@ -60,6 +61,7 @@ fn model(name: &str, tier: Tier, bindings: Vec<Binding>, f: Faults, b: Bounds) -
         stale_lease_read: false,
         conflicts: f.conflicts,
         confirmations: f.confirmations,
+        settles: f.settles,
         store_outage: f.store_outage,
         lease_expires: f.lease_expires,
         fences: f.fences,
@@ -188,6 +190,16 @@ pub fn models(quick: bool) -> Vec<Config> {
             w(Tier::Three, 2),
             Faults {
                 confirmations: true,
+                ..revoke
+            },
+            b(1, 1, 6),
+        ),
+        model(
+            "tier 3, 2 workers, a person settles",
+            Tier::Three,
+            w(Tier::Three, 2),
+            Faults {
+                settles: true,
                 ..revoke
             },
             b(1, 1, 6),

@@ -18,6 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use interlock_core::decide::{plan_submit, plan_takeover};
+use interlock_core::settle::{self, Finding, Settlement};
 use interlock_core::state::fold;
 use interlock_core::tier::Effective;
 use interlock_core::transition::{self, Holding, RecoveryFacts, TierFacts};
@@ -88,6 +89,9 @@ pub struct Config {
     pub conflicts: u8,
     /// The service may confirm (a signed webhook) a refund it holds under the key, once.
     pub confirmations: bool,
+    /// A person may settle an `AMBIGUOUS` effect: they look at the service and sign what they
+    /// find there (`interlock journal settle`), at any moment, as often as they are refused.
+    pub settles: bool,
     /// The lease store may go down once (and come back): its reads answer with an error.
     pub store_outage: bool,
     /// The lease expires at this tick.
@@ -477,6 +481,9 @@ pub enum Action {
     Confirm,
     /// Actor `i`'s caller goes away between its dispatch and its send.
     Fence(u8),
+    /// A person looks at the service now and signs what they find, to settle an `AMBIGUOUS`
+    /// effect; the core records it or refuses it.
+    Settle,
 }
 
 /// A safety property broken by a transition itself (checked at the instant of a send).
@@ -799,6 +806,9 @@ pub fn actions(cfg: &Config, s: &State) -> Vec<Action> {
     if cfg.confirmations && !s.confirmed && s.service.applied > 0 {
         out.push(Action::Confirm);
     }
+    if cfg.settles && resolution(s) == Some("AMBIGUOUS") {
+        out.push(Action::Settle);
+    }
     if s.fences_left > 0 && cfg.has_lookup() {
         for (i, a) in s.actors.iter().enumerate() {
             if matches!(a.pc, Pc::Send { .. }) && cfg.bindings[i].tier != Tier::Three {
@@ -919,6 +929,7 @@ pub fn apply(cfg: &Config, s: &State, action: Action) -> (State, Option<Breach>)
             n.journal.append(now, events);
         }
         Action::Fence(i) => breach = fence(&mut n, i),
+        Action::Settle => settle(&mut n),
     }
     // Answers nobody will read are dropped, so they do not split states.
     let actors = n.actors.clone();
@@ -1336,6 +1347,38 @@ fn fence(n: &mut State, i: u8) -> Option<Breach> {
             Some(Breach::FencedWindowOpen)
         }
         _ => None,
+    }
+}
+
+/// An honest person looks at the service now and signs what they find; the core decides, on the
+/// journal as it stands, whether that may end the effect (a refusal writes nothing). The record
+/// hash a statement names is stood in for by the `AMBIGUOUS` record's position: the model has
+/// one key and one ambiguity, and the check that the two agree is the core's.
+fn settle(n: &mut State) {
+    let history = || n.journal.0.iter().map(|(at, e, _)| (*at, e.as_ref()));
+    let Ok(window) = settle::window(history()) else {
+        return;
+    };
+    let finding = if n.service.applied > 0 {
+        Finding::Applied {
+            reference: "re_1".into(),
+        }
+    } else {
+        Finding::NotApplied
+    };
+    let statement = Settlement {
+        effect: "k".into(),
+        ambiguous: window.index.to_string(),
+        finding,
+        person: "olga".into(),
+        note: String::new(),
+        looked_ms: n.now,
+    };
+    let ambiguous = window.index.to_string();
+    if settle::check("k", &window, &ambiguous, &statement, n.now).is_ok() {
+        let now = n.now;
+        let event = settle::settled(&window, statement, "ed25519", "");
+        n.journal.append(now, vec![event]);
     }
 }
 

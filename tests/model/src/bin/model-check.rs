@@ -69,7 +69,7 @@ struct Args {
     #[arg(long)]
     only: Option<String>,
     /// Change one bound of every model run (`field=value`, repeatable): attempts, crashes,
-    /// jumps, horizon, revoke, move_premise, server_errors, lossy, conflicts, confirmations,
+    /// jumps, horizon, revoke, move_premise, server_errors, lossy, conflicts, confirmations, settles,
     /// store_outage, fences, lease_expires (a tick; 0 for none).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     set: Vec<String>,
@@ -214,6 +214,7 @@ fn tweak(mut c: Config, pairs: &[String]) -> anyhow::Result<Config> {
             "lossy" => c.lossy = flag,
             "conflicts" => c.conflicts = small,
             "confirmations" => c.confirmations = flag,
+            "settles" => c.settles = flag,
             "store_outage" => c.store_outage = flag,
             "fences" => c.fences = small,
             "lease_expires" => c.lease_expires = flag.then_some(n),
@@ -345,7 +346,7 @@ fn markdown(
     let mut md = String::from(
         "# Model check\n\nRegenerate with `cargo run --release -p interlock-model --bin model-check`. \
          Every interleaving of the actors' steps, crashes, revocations and expiries, premise \
-         moves, lease-store outages, conflicting submissions, confirmations by the service, \
+         moves, lease-store outages, conflicting submissions, confirmations by the service, settlements by a person, \
          fenced callers, service faults and clock steps, up to each model's bounds, explored on \
          the real decision core (see `docs/model-check.md`).\n\n",
     );
