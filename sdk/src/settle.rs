@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::approval::{ApproverKey, Approvers, strictly_verifies};
 use crate::core::Event;
 use crate::core::settle::{self as rules, Finding, SettleRefusal, Settled, Settlement};
+use crate::core::state::landed_evidence;
 use crate::effect::{EffectKey, canonical_json};
 use crate::journal::{Journal, JournalError, Record};
 use crate::receipt::{KeyError, SignatureAlg};
@@ -208,7 +209,15 @@ pub fn settle(
     let out = journal.append_with(&effect, &mut |tx| {
         let decided = rules::window(tx.records.iter().map(|r| (r.at_ms, &r.event))).and_then(|w| {
             let hash = &tx.records[w.index].hash;
-            rules::check(&key, &w, hash, &signed.statement, tx.now_ms)?;
+            let landed = landed_evidence(tx.records.iter().map(|r| &r.event));
+            rules::check(
+                &key,
+                &w,
+                hash,
+                &signed.statement,
+                &landed,
+                (tx.now_ms, rules::MAX_SKEW_MS),
+            )?;
             Ok(rules::settled(
                 &w,
                 signed.statement.clone(),

@@ -124,7 +124,7 @@ fn a_member_s_signed_statement_settles_once_no_send_can_land_and_only_once() {
         ),
         "{err}"
     );
-    clock.advance(3_000);
+    clock.advance(9_000);
     let err = settle(&j, settlers, &early).unwrap_err();
     assert!(
         matches!(
@@ -137,13 +137,13 @@ fn a_member_s_signed_statement_settles_once_no_send_can_land_and_only_once() {
         "{err}"
     );
     // Someone outside the group, a forged signature, a statement edited after signing: refused.
-    let by_ivan = draft(&j, KEY, found.clone(), "ivan", "", 6_000).unwrap();
+    let by_ivan = draft(&j, KEY, found.clone(), "ivan", "", 11_000).unwrap();
     let by_ivan = SignedSettlement::sign(&ivan, by_ivan).unwrap();
     assert!(matches!(
         settle(&j, settlers, &by_ivan),
         Err(SettleError::NotPermitted { .. })
     ));
-    let stmt = draft(&j, KEY, found, "olga", "dashboard", 6_000).unwrap();
+    let stmt = draft(&j, KEY, found, "olga", "dashboard", 11_000).unwrap();
     let mut forged = SignedSettlement::sign(
         &ivan,
         Settlement {
@@ -180,7 +180,7 @@ fn a_member_s_signed_statement_settles_once_no_send_can_land_and_only_once() {
         matches!(
             err,
             SettleError::Refused {
-                refusal: SettleRefusal::NotAmbiguous { .. },
+                refusal: SettleRefusal::AlreadySettled { .. },
                 ..
             }
         ),
@@ -225,4 +225,57 @@ fn a_statement_drafted_for_another_effect_does_not_settle_this_one() {
             ..
         })
     ));
+}
+
+#[test]
+fn the_target_s_word_recorded_after_the_ambiguity_outweighs_a_person_s_contrary_statement() {
+    let clock = ManualClock::at(0);
+    let j = ambiguous_journal(&clock);
+    // Stripe's webhook for the refund arrives after recovery marked the effect ambiguous.
+    j.append_with(&EffectKey::fixed(KEY).unwrap(), &mut |_| {
+        vec![Event::Confirmed(crate::core::Confirmed {
+            via: "webhook".into(),
+            event: Some("evt_1".into()),
+            refund: Some("re_1".into()),
+            status: Some("succeeded".into()),
+            amount: Some(500),
+            payment_intent: Some("pi_1".into()),
+            charge: None,
+            created: Some(1),
+        })]
+    })
+    .unwrap();
+    let olga = ApproverKey::from_seed("olga", [7; 32]);
+    let dir = directory(&olga, &ApproverKey::from_seed("ivan", [8; 32]));
+    let settlers = Settlers {
+        directory: &dir,
+        group: DEFAULT_GROUP,
+    };
+    clock.advance(20_000);
+    let sign = |finding| {
+        let stmt = draft(&j, KEY, finding, "olga", "", 20_000).unwrap();
+        SignedSettlement::sign(&olga, stmt).unwrap()
+    };
+    for wrong in [
+        Finding::NotApplied,
+        Finding::Applied {
+            reference: "re_2".into(),
+        },
+    ] {
+        let err = settle(&j, settlers, &sign(wrong)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SettleError::Refused {
+                    refusal: SettleRefusal::ContradictsEvidence { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    let right = Finding::Applied {
+        reference: "re_1".into(),
+    };
+    settle(&j, settlers, &sign(right)).unwrap();
 }

@@ -37,9 +37,10 @@ pub(crate) struct SettleArgs {
     /// What you looked at, in your words (kept in the journal with the statement).
     #[arg(long, default_value = "")]
     note: String,
-    /// When you looked at the target, ms since the epoch (default: now).
-    #[arg(long)]
-    looked_ms: Option<i64>,
+    /// When you looked at the target: `now`, or ms since the epoch. Say when you looked, not
+    /// when you sign: a look taken before a send's window closed does not count.
+    #[arg(long, value_name = "MS|now")]
+    looked_at: String,
 }
 
 pub(crate) fn run(j: &dyn JournalStore, args: SettleArgs) -> anyhow::Result<()> {
@@ -51,7 +52,12 @@ pub(crate) fn run(j: &dyn JournalStore, args: SettleArgs) -> anyhow::Result<()> 
         Some(reference) => Finding::Applied { reference },
         None => Finding::NotApplied,
     };
-    let looked_ms = args.looked_ms.unwrap_or_else(|| SystemClock.now_ms());
+    let looked_ms = match args.looked_at.as_str() {
+        "now" => SystemClock.now_ms(),
+        ms => ms.parse().with_context(|| {
+            format!("--looked-at {ms}: give `now` or the time in ms since the epoch")
+        })?,
+    };
     let statement = draft(j, &args.key, finding, &args.person, &args.note, looked_ms)?;
     let signed = SignedSettlement::sign(&key, statement)?;
     let settlers = Settlers {

@@ -19,9 +19,11 @@ use super::record::{Committed, Event, Failed, Via};
 use super::state::{EffectState, HistoryError, Resolution, fold_one};
 use super::status::Status;
 
-/// How far a statement's time of looking may run ahead of the journal's clock: two honest clocks
-/// disagree by seconds, not minutes.
-pub const MAX_SKEW_MS: i64 = 60_000;
+/// How far the signer's clock may disagree with the journal's. A look must come this long after
+/// the last send's window closed, by the signer's clock, and may be stamped at most this far
+/// ahead of the journal's: a signer whose clock runs fast cannot pass off a look taken before the
+/// window closed as one taken after.
+pub const MAX_SKEW_MS: i64 = 5_000;
 
 /// The field of a settled effect's result naming who settled it.
 pub const SETTLED_BY: &str = "interlock_settled_by";
@@ -130,6 +132,18 @@ pub enum SettleRefusal {
          it; run `interlock recover` on it (or let the worker's retry run) first"
     )]
     InFlight,
+    /// Nothing was ever dispatched.
+    #[error(
+        "the effect was proposed but never dispatched: nothing was sent, so there is nothing to \
+         settle; `interlock recover` continues or refuses it"
+    )]
+    NeverSent,
+    /// A person settled it already.
+    #[error("the effect was settled already, by {by}")]
+    AlreadySettled {
+        /// Who settled it.
+        by: String,
+    },
     /// The effect is decided (or was settled already).
     #[error("the effect is {status}, not AMBIGUOUS: only an ambiguous effect is settled")]
     NotAmbiguous {
@@ -145,16 +159,19 @@ pub enum SettleRefusal {
         /// When the last window closes.
         until_ms: i64,
     },
-    /// The person looked before every send's window closed.
+    /// The person looked before every send's window closed (with the clocks' margin).
     #[error(
-        "the statement says the target was looked at at {looked_ms}, while a send could still \
-         land until {until_ms}: look again and sign what you find then"
+        "the statement says the target was looked at at {looked_ms}, but a send could still \
+         land until {until_ms} (and a look counts only {margin_ms} ms after that, for the \
+         clocks' disagreement): look again after then and sign what you find"
     )]
     LookedTooEarly {
         /// When they looked.
         looked_ms: i64,
         /// When the last window closed.
         until_ms: i64,
+        /// How long after it a look counts.
+        margin_ms: i64,
     },
     /// The statement's time of looking is ahead of the journal's clock.
     #[error(
@@ -184,9 +201,24 @@ pub enum SettleRefusal {
         /// The hash of the journal's record.
         recorded: String,
     },
-    /// An applied finding with no reference.
-    #[error("an applied finding must name the target's reference for the effect (its id)")]
+    /// An applied finding with no usable reference.
+    #[error(
+        "an applied finding must name the target's reference for the effect (its id), with no \
+         spaces or control characters"
+    )]
     NoReference,
+    /// The journal holds proof the effect landed, and the statement says otherwise.
+    #[error(
+        "the journal holds the target's word that the effect landed as {found} (a confirmation \
+         or a late answer recorded since it was left ambiguous); the statement says {said}: look \
+         again"
+    )]
+    ContradictsEvidence {
+        /// What the journal shows landed.
+        found: String,
+        /// What the statement says.
+        said: String,
+    },
     /// The key's history breaks the journal's grammar.
     #[error(transparent)]
     History(#[from] HistoryError),
@@ -199,7 +231,11 @@ pub fn window<'a>(
 ) -> Result<Window, SettleRefusal> {
     let mut state = EffectState::Absent;
     let mut found = None;
+    let mut settled = None;
     for (index, (at_ms, event)) in history.into_iter().enumerate() {
+        if let Event::Settled(s) = event {
+            settled = Some(s.statement.person.clone());
+        }
         if let (Event::Ambiguous(_), EffectState::InFlight { claim, .. }) = (event, &state) {
             found = Some(Window {
                 index,
@@ -209,22 +245,68 @@ pub fn window<'a>(
         }
         state = fold_one(state, index, at_ms, event)?;
     }
+    if let Some(by) = settled {
+        return Err(SettleRefusal::AlreadySettled { by });
+    }
     match (state.status(), found) {
         (None, _) => Err(SettleRefusal::NoSuchEffect),
-        (Some(Status::Proposed | Status::InFlight), _) => Err(SettleRefusal::InFlight),
+        (Some(Status::Proposed), _) => Err(SettleRefusal::NeverSent),
+        (Some(Status::InFlight), _) => Err(SettleRefusal::InFlight),
         (Some(Status::Ambiguous), Some(w)) => Ok(w),
         (Some(status), _) => Err(SettleRefusal::NotAmbiguous { status }),
     }
 }
 
+/// A reference as the target would name it: no surrounding or inner whitespace, no control
+/// characters (a pasted trailing space would otherwise name another effect than the target's).
+fn usable_reference(reference: &str) -> bool {
+    !reference.is_empty()
+        && !reference
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Whether what the statement found agrees with the effects the journal shows landed: a
+/// statement that the effect did not land, or landed as another reference, is refused.
+fn agrees_with_evidence(statement: &Settlement, landed: &[Value]) -> Result<(), SettleRefusal> {
+    let ids: Vec<String> = landed
+        .iter()
+        .map(|v| {
+            v.get("id")
+                .and_then(Value::as_str)
+                .map_or_else(|| v.to_string(), str::to_owned)
+        })
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let found = ids.join(", ");
+    match &statement.finding {
+        Finding::NotApplied => Err(SettleRefusal::ContradictsEvidence {
+            found,
+            said: "it was not applied".into(),
+        }),
+        Finding::Applied { reference } if !ids.iter().any(|i| i == reference) => {
+            Err(SettleRefusal::ContradictsEvidence {
+                found,
+                said: format!("it was applied as {reference}"),
+            })
+        }
+        Finding::Applied { .. } => Ok(()),
+    }
+}
+
 /// Whether `statement` may settle the effect `key`, whose `AMBIGUOUS` record (hash
-/// `ambiguous_hash`) stands in `window`, at `now_ms`.
+/// `ambiguous_hash`) stands in `window`, at `now_ms`, when the key's records show `landed`
+/// landed ([`crate::state::landed_evidence`]) and the signer's clock may disagree with the
+/// journal's by `max_skew_ms` ([`MAX_SKEW_MS`] where they are different machines).
 pub fn check(
     key: &str,
     window: &Window,
     ambiguous_hash: &str,
     statement: &Settlement,
-    now_ms: i64,
+    landed: &[Value],
+    (now_ms, max_skew_ms): (i64, i64),
 ) -> Result<(), SettleRefusal> {
     if statement.effect != key {
         return Err(SettleRefusal::OtherEffect {
@@ -237,10 +319,12 @@ pub fn check(
             recorded: ambiguous_hash.to_owned(),
         });
     }
-    if matches!(&statement.finding, Finding::Applied { reference } if reference.trim().is_empty()) {
+    if matches!(&statement.finding, Finding::Applied { reference } if !usable_reference(reference))
+    {
         return Err(SettleRefusal::NoReference);
     }
-    if statement.looked_ms > now_ms.saturating_add(MAX_SKEW_MS) {
+    agrees_with_evidence(statement, landed)?;
+    if statement.looked_ms > now_ms.saturating_add(max_skew_ms) {
         return Err(SettleRefusal::LookedInFuture {
             looked_ms: statement.looked_ms,
             now_ms,
@@ -253,10 +337,11 @@ pub fn check(
     if now_ms <= until_ms {
         return Err(SettleRefusal::SendMayLand { until_ms });
     }
-    if statement.looked_ms <= until_ms {
+    if statement.looked_ms <= until_ms.saturating_add(max_skew_ms) {
         return Err(SettleRefusal::LookedTooEarly {
             looked_ms: statement.looked_ms,
             until_ms,
+            margin_ms: max_skew_ms,
         });
     }
     Ok(())

@@ -83,8 +83,11 @@ fn applied() -> Finding {
     }
 }
 
+/// A look this long after the window closes counts, whatever the signer's clock says.
+const AFTER: i64 = 4_000 + MAX_SKEW_MS + 1;
+
 #[test]
-fn settling_waits_until_no_send_can_land_and_for_a_look_taken_after_that() {
+fn settling_waits_until_no_send_can_land_and_for_a_look_taken_clearly_after_that() {
     let h = ambiguous(4_000);
     let w = window_of(&h).unwrap();
     assert_eq!((w.index, w.token, w.quiet_after_ms), (3, 2, 4_000));
@@ -94,51 +97,86 @@ fn settling_waits_until_no_send_can_land_and_for_a_look_taken_after_that() {
             &w,
             "hash-of-ambiguous",
             &statement(applied(), looked),
-            now,
+            &[],
+            (now, MAX_SKEW_MS),
         )
     };
     assert_eq!(
         check_at(3_000, 3_500),
         Err(SettleRefusal::SendMayLand { until_ms: 4_000 })
     );
+    // Looked after the window by the signer's clock, but not by more than the clocks may
+    // disagree: a fast clock could be hiding a look taken before it closed.
     assert_eq!(
-        check_at(3_900, 4_500),
+        check_at(4_100, AFTER + 500),
         Err(SettleRefusal::LookedTooEarly {
-            looked_ms: 3_900,
-            until_ms: 4_000
+            looked_ms: 4_100,
+            until_ms: 4_000,
+            margin_ms: MAX_SKEW_MS
         })
     );
-    assert_eq!(check_at(4_100, 4_500), Ok(()));
+    assert_eq!(check_at(AFTER, AFTER + 500), Ok(()));
+    // Stamped too far ahead of the journal's clock.
+    assert!(matches!(
+        check_at(AFTER + MAX_SKEW_MS + 1_000, AFTER),
+        Err(SettleRefusal::LookedInFuture { .. })
+    ));
 }
 
 #[test]
 fn a_statement_settles_only_the_ambiguity_it_names_of_the_effect_it_names() {
     let w = window_of(&ambiguous(4_000)).unwrap();
-    let mut s = statement(Finding::NotApplied, 5_000);
-    assert_eq!(check("k", &w, "hash-of-ambiguous", &s, 5_000), Ok(()));
+    let s = statement(Finding::NotApplied, AFTER);
+    let check_now = |key, hash, s: &Settlement| check(key, &w, hash, s, &[], (AFTER, MAX_SKEW_MS));
+    assert_eq!(check_now("k", "hash-of-ambiguous", &s), Ok(()));
     assert!(matches!(
-        check("k2", &w, "hash-of-ambiguous", &s, 5_000),
+        check_now("k2", "hash-of-ambiguous", &s),
         Err(SettleRefusal::OtherEffect { .. })
     ));
     assert!(matches!(
-        check("k", &w, "another-hash", &s, 5_000),
+        check_now("k", "another-hash", &s),
         Err(SettleRefusal::OtherAmbiguity { .. })
     ));
-    s.looked_ms = 5_000 + MAX_SKEW_MS + 1;
+    for reference in [" ", "re_1 ", "re\t1", ""] {
+        let odd = statement(
+            Finding::Applied {
+                reference: reference.into(),
+            },
+            AFTER,
+        );
+        assert_eq!(
+            check_now("k", "hash-of-ambiguous", &odd),
+            Err(SettleRefusal::NoReference),
+            "{reference:?}"
+        );
+    }
+}
+
+#[test]
+fn a_statement_that_contradicts_the_target_s_recorded_word_is_refused() {
+    let w = window_of(&ambiguous(4_000)).unwrap();
+    let landed = [json!({"id": "re_9", "status": "succeeded"})];
+    let at = |finding| {
+        check(
+            "k",
+            &w,
+            "hash-of-ambiguous",
+            &statement(finding, AFTER),
+            &landed,
+            (AFTER, MAX_SKEW_MS),
+        )
+    };
     assert!(matches!(
-        check("k", &w, "hash-of-ambiguous", &s, 5_000),
-        Err(SettleRefusal::LookedInFuture { .. })
+        at(Finding::NotApplied),
+        Err(SettleRefusal::ContradictsEvidence { .. })
     ));
-    let blank = statement(
-        Finding::Applied {
-            reference: " ".into(),
-        },
-        5_000,
-    );
-    assert_eq!(
-        check("k", &w, "hash-of-ambiguous", &blank, 5_000),
-        Err(SettleRefusal::NoReference)
-    );
+    assert!(matches!(
+        at(Finding::Applied {
+            reference: "re_8".into()
+        }),
+        Err(SettleRefusal::ContradictsEvidence { .. })
+    ));
+    assert_eq!(at(applied()), Ok(()));
 }
 
 #[test]
@@ -155,9 +193,11 @@ fn an_effect_in_flight_or_already_decided_is_not_settled() {
     ));
     assert_eq!(
         window_of(&settled_once),
-        Err(SettleRefusal::NotAmbiguous {
-            status: Status::Committed
-        })
+        Err(SettleRefusal::AlreadySettled { by: "olga".into() })
+    );
+    assert_eq!(
+        window_of(&ambiguous(4_000)[..1]),
+        Err(SettleRefusal::NeverSent)
     );
 }
 

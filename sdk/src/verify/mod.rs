@@ -222,6 +222,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
         &history,
         src.approvers,
         src.settlers.unwrap_or(crate::settle::DEFAULT_GROUP),
+        src.accept_unchecked_signatures,
     ));
     Verification {
         key: key.to_string(),

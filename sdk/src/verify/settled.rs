@@ -7,6 +7,7 @@
 use crate::approval::Approvers;
 use crate::core::Event;
 use crate::core::settle::{self as rules, Finding, Settled};
+use crate::core::state::landed_evidence;
 use crate::journal::Record;
 use crate::settle::Settlers;
 
@@ -14,7 +15,12 @@ use super::{Column, col};
 
 const NAME: &str = "settled by";
 
-pub(super) fn settled_by(history: &[Record], approvers: Option<&Approvers>, group: &str) -> Column {
+pub(super) fn settled_by(
+    history: &[Record],
+    approvers: Option<&Approvers>,
+    group: &str,
+    accept_unchecked: bool,
+) -> Column {
     let Some((i, s)) = history
         .iter()
         .enumerate()
@@ -27,13 +33,15 @@ pub(super) fn settled_by(history: &[Record], approvers: Option<&Approvers>, grou
     };
     let said = said(s, history[i].at_ms);
     let before = &history[..i];
+    let landed = landed_evidence(before.iter().map(|r| &r.event));
     let allowed = rules::window(before.iter().map(|r| (r.at_ms, &r.event))).and_then(|w| {
         rules::check(
             &history[i].key,
             &w,
             &before[w.index].hash,
             &s.statement,
-            history[i].at_ms,
+            &landed,
+            (history[i].at_ms, rules::MAX_SKEW_MS),
         )
     });
     if let Err(why) = allowed {
@@ -43,10 +51,12 @@ pub(super) fn settled_by(history: &[Record], approvers: Option<&Approvers>, grou
             format!("{said}, but it could not stand: {why}"),
         );
     }
+    // An unchecked signature proves nothing: without the directory a settlement fails, as a
+    // signed receipt checked without its key does, unless the caller accepts it unchecked.
     let Some(directory) = approvers else {
         return col(
             NAME,
-            None,
+            (!accept_unchecked).then_some(false),
             format!(
                 "{said}; the signature was NOT checked: give the approver directory to check it"
             ),

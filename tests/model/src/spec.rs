@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use interlock_core::decide::{plan_submit, plan_takeover};
 use interlock_core::settle::{self, Finding, Settlement};
-use interlock_core::state::fold;
+use interlock_core::state::{fold, landed_evidence};
 use interlock_core::tier::Effective;
 use interlock_core::transition::{self, Holding, RecoveryFacts, TierFacts};
 use interlock_core::{
@@ -1375,7 +1375,9 @@ fn settle(n: &mut State) {
         looked_ms: n.now,
     };
     let ambiguous = window.index.to_string();
-    if settle::check("k", &window, &ambiguous, &statement, n.now).is_ok() {
+    let landed = landed_evidence(n.journal.0.iter().map(|(_, e, _)| e.as_ref()));
+    // The person reads the model's one clock: no skew between signer and journal.
+    if settle::check("k", &window, &ambiguous, &statement, &landed, (n.now, 0)).is_ok() {
         let now = n.now;
         let event = settle::settled(&window, statement, "ed25519", "");
         n.journal.append(now, vec![event]);
