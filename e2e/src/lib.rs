@@ -5,6 +5,7 @@ pub mod cases;
 pub mod cell;
 pub mod day;
 pub mod mcp;
+pub mod metrics;
 pub mod procs;
 pub mod report;
 pub mod stack;

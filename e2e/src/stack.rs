@@ -17,7 +17,7 @@ use crate::procs::DevServer;
 use interlock_testkit::payments_api::{PaymentsApi, Routes};
 
 /// A child process killed when dropped.
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {

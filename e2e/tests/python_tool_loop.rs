@@ -41,8 +41,8 @@ impl World {
         std::fs::write(
             dir.path().join("serve.toml"),
             format!(
-                "listen = \"unix:{}\"\njournal = \"{}\"\n\n[targets.refunds]\nkind = \
-                 \"stripe_refunds\"\ntier = 1\napi_base = \"{}\"\n",
+                "listen = \"unix:{}\"\njournal = \"{}\"\nmetrics_listen = \"127.0.0.1:0\"\n\n\
+                 [targets.refunds]\nkind = \"stripe_refunds\"\ntier = 1\napi_base = \"{}\"\n",
                 socket.display(),
                 dir.path().join("journal.db").display(),
                 api.base_url
@@ -83,6 +83,41 @@ impl World {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The gate server's `/metrics`, scraped at the address its log names.
+    fn metrics(&self) -> String {
+        let n = std::fs::read_dir(self.dir.path()).unwrap().count();
+        let t0 = Instant::now();
+        let url = loop {
+            let logs = std::fs::read_dir(self.dir.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("serve-"));
+            let found = logs
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .find_map(|log| {
+                    log.lines().find_map(|l| {
+                        l.split("metrics at http")
+                            .nth(1)
+                            .map(|u| format!("http{u}"))
+                    })
+                });
+            if let Some(url) = found {
+                break url;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no metrics address in the logs ({n})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        ureq::get(url.trim())
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
     }
 
     fn kill_server(&mut self) {
@@ -171,6 +206,37 @@ fn the_tool_loop_refunds_once_and_takes_the_repair_a_refusal_offers() {
     );
     assert_eq!(w.agent_refunds("pi_hand"), vec![2000]);
     assert_eq!(w.api.sim.refunded("pi_hand"), 3000);
+
+    // The gate server's metrics count what it did, and the journal's effects.
+    let text = w.metrics();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+    };
+    let attempts = |outcome: &str, code: &str, replayed: &str| {
+        value(&format!(
+            "interlock_attempts_total{{target=\"refunds\",outcome=\"{outcome}\",\
+             refusal_code=\"{code}\",replayed=\"{replayed}\"}}"
+        ))
+    };
+    assert_eq!(attempts("committed", "", "false"), 2.0, "{text}");
+    assert!(attempts("committed", "", "true") >= 1.0, "{text}");
+    assert_eq!(attempts("refused", "stale_premise", "false"), 1.0, "{text}");
+    assert_eq!(
+        value("interlock_send_duration_seconds_count{target=\"refunds\"}"),
+        2.0
+    );
+    assert!(value("interlock_journal_append_duration_seconds_count") >= 4.0);
+    assert_eq!(
+        value("interlock_journal_effects{status=\"committed\"}"),
+        2.0
+    );
+    assert_eq!(value("interlock_journal_effects{status=\"refused\"}"), 1.0);
+    assert_eq!(
+        value("interlock_journal_effects{status=\"in_flight\"}"),
+        0.0
+    );
 }
 
 #[test]

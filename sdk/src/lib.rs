@@ -67,6 +67,7 @@ pub mod gate;
 pub mod journal;
 pub mod lease;
 pub mod liveness;
+pub mod metrics;
 pub mod premise;
 pub mod receipt;
 pub mod settle;

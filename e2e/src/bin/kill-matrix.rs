@@ -175,6 +175,18 @@ fn main() -> anyhow::Result<()> {
     } else {
         format!("scripts/main-job{flag} (kill-matrix --repeat {repeat})")
     };
+    // What an operator's alerts would read, against the journal's own listing.
+    let agreement = interlock_e2e::metrics::check(&env)?;
+    eprintln!(
+        "metrics agree with `interlock journal list` on {} effects: {}",
+        agreement.listed.values().sum::<u64>(),
+        agreement
+            .listed
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let md = markdown(&cells, &command);
     let json = serde_json::json!({ "cells": cells, "systems": summarize(&cells) });
     std::fs::create_dir_all(&out_dir)?;

@@ -10,6 +10,7 @@ mod inbox_cmd;
 mod journal_cmd;
 mod lease_cmd;
 mod mcp_cmd;
+mod metrics_cmd;
 mod receipt_cmd;
 mod serve_cmd;
 mod settle_cmd;
@@ -103,6 +104,9 @@ enum Command {
     /// Stand in front of an MCP server (started as a child, after `--`): the tool calls the
     /// configuration names go through the gate, everything else passes through.
     McpProxy(mcp_cmd::McpProxyArgs),
+    /// Serve Prometheus metrics for the journal at /metrics: every effect by where it stands,
+    /// read from the journal (docs/operations.md).
+    Metrics(metrics_cmd::MetricsArgs),
     /// The approvers' web inbox.
     Inbox {
         #[command(subcommand)]
@@ -232,6 +236,7 @@ fn main() -> ExitCode {
             Command::Confirm(args) => journal_cmd::confirm(&*write()?, args).map(|()| Exit::Holds),
             Command::Serve(args) => serve_cmd::run(args, &named.name).map(|()| Exit::Holds),
             Command::McpProxy(args) => mcp_cmd::run(args, &named.name).map(|()| Exit::Holds),
+            Command::Metrics(args) => metrics_cmd::run(read()?, args).map(|()| Exit::Holds),
             // The inbox only reads the journal: the workflows write.
             Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| Exit::Holds),
             Command::Scoreboard { prefix, json } => {

@@ -18,6 +18,10 @@ pub(crate) struct ServeArgs {
     /// Listen here instead of the configuration's `listen` (IP:PORT or unix:/path).
     #[arg(long)]
     listen: Option<String>,
+    /// Serve Prometheus metrics at /metrics on this address (HOST:PORT), instead of the
+    /// configuration's `metrics_listen`.
+    #[arg(long, env = "INTERLOCK_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
 }
 
 /// Logs to stderr at `RUST_LOG`'s level (default `info`), for the long-running commands.
@@ -42,6 +46,14 @@ pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
         .context("--listen")?;
     let server = Server::from_config(&cfg, journal, Arc::new(SystemClock), |gate| gate)
         .context("starting the gate server")?;
+    let _metrics = match args.metrics_listen.or(cfg.metrics_listen.clone()) {
+        Some(at) => {
+            let m = crate::metrics_cmd::start(&at, server.api().journal().clone())?;
+            eprintln!("interlock serve: metrics at http://{}/metrics", m.addr());
+            Some(m)
+        }
+        None => None,
+    };
     interlock_server::run_until_signalled(server, &listen, |address| {
         eprintln!("interlock serve: listening on {address}");
     })?;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::state::{EffectState, Resolution};
 
 /// Where an effect stands: unresolved, or how it ended.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum Status {

@@ -24,6 +24,9 @@ pub struct ServerConfig {
     /// `unix:/path/to/gate.sock`.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// Where to serve Prometheus metrics at `/metrics` (`host:port`, e.g. `127.0.0.1:9464`).
+    /// None: not served.
+    pub metrics_listen: Option<String>,
     /// The journal: a file, or a `postgres://` URL. None: the command line's `--journal`.
     pub journal: Option<String>,
     /// The journal's PostgreSQL schema (for a `postgres://` journal).

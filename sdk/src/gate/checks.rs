@@ -228,7 +228,13 @@ impl Bound {
         let premises = &self.premises;
         let read_at_ms = self.now();
         let began = std::time::Instant::now();
-        let read = catch_unwind(AssertUnwindSafe(|| premises.read(key, &first.payload)));
+        let span = tracing::info_span!(
+            "interlock.premises.read",
+            moved = tracing::field::Empty,
+            error = tracing::field::Empty
+        );
+        let read =
+            span.in_scope(|| catch_unwind(AssertUnwindSafe(|| premises.read(key, &first.payload))));
         let took = began.elapsed();
         let (premises_now, error, unavailable) = match read {
             Ok(Ok(p)) => (p, None, false),
@@ -248,6 +254,10 @@ impl Bound {
         } else {
             Vec::new()
         };
+        span.record("moved", changes.len());
+        if let Some(e) = &error {
+            span.record("error", e.as_str());
+        }
         PremiseCheck {
             premises_now,
             changes,
@@ -278,8 +288,21 @@ impl Bound {
 
     pub(super) fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
         let target = &self.target;
-        catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
-            .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+        let span = tracing::info_span!("interlock.lookup", found = tracing::field::Empty);
+        let answer = span.in_scope(|| {
+            catch_unwind(AssertUnwindSafe(|| target.lookup(key, payload)))
+                .unwrap_or_else(|_| LookupAnswer::Unknown("the target panicked in lookup".into()))
+        });
+        span.record(
+            "found",
+            match &answer {
+                LookupAnswer::Found(_) => "found",
+                LookupAnswer::Several(_) => "several",
+                LookupAnswer::NotFound => "not_found",
+                LookupAnswer::Unknown(_) => "unknown",
+            },
+        );
+        answer
     }
 }
 

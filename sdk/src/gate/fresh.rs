@@ -35,7 +35,7 @@ impl Bound {
         first: &Proposed,
         seen: &Verified,
     ) -> Result<Step, GateError> {
-        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
+        let out = self.gate.append_after(key, seen, &mut |tx| {
             let (lease, grant) = self.authorization_in(tx, key, first);
             transition::authorize(tx.state, first, &lease.verdict, grant)
         })?;
@@ -69,7 +69,7 @@ impl Bound {
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
         let mut stale = false;
-        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
+        let out = self.gate.append_after(key, seen, &mut |tx| {
             // The read's age is judged by the clock inside the transaction: a stall anywhere
             // between the read and this write counts.
             let holding = self.written_now(&holding);

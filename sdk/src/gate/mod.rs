@@ -291,6 +291,26 @@ impl Gate {
         &self.journal
     }
 
+    /// The journal's read-decide-append, timed and traced.
+    fn append_after(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut crate::journal::Decide<'_>,
+    ) -> Result<crate::journal::AppendOutcome, JournalError> {
+        let span =
+            tracing::debug_span!("interlock.journal.append", records = tracing::field::Empty);
+        let _in = span.enter();
+        let started = Instant::now();
+        let out = self.journal.append_after(key, seen, decide);
+        crate::metrics::journal_append(started.elapsed());
+        if let Ok(o) = &out {
+            let kinds: Vec<&str> = o.appended.iter().map(|r| r.event.kind()).collect();
+            span.record("records", tracing::field::display(kinds.join(",")));
+        }
+        out
+    }
+
     /// Bind a target and its premise reader. A tier-1 target's dedupe margin is checked here,
     /// at start-up, instead of being trusted.
     pub fn bind(
@@ -380,6 +400,14 @@ enum Step {
 impl Bound {
     /// Run one attempt of `effect`: replay, recover, or check and send.
     pub fn submit(&self, effect: &Effect) -> Result<Outcome, GateError> {
+        let span = self.attempt_span("submit", &effect.key);
+        let _in = span.enter();
+        let out = self.submit_rounds(effect);
+        self.finish(&span, &out);
+        out
+    }
+
+    fn submit_rounds(&self, effect: &Effect) -> Result<Outcome, GateError> {
         self.fault(FaultPoint::Start, &effect.key)?;
         for _ in 0..MAX_ROUNDS {
             if let Step::Done(o) = self.submit_once(effect)? {
@@ -389,9 +417,57 @@ impl Bound {
         Ok(self.busy("the effect kept changing under this attempt"))
     }
 
+    /// The span of one attempt: its fields are filled in as it learns them and when it ends.
+    fn attempt_span(&self, how: &'static str, key: &EffectKey) -> tracing::Span {
+        tracing::info_span!(
+            "interlock.attempt",
+            how,
+            key = %key,
+            target = self.target.name(),
+            tier = u8::from(self.tier()),
+            token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            via = tracing::field::Empty,
+            refusal_code = tracing::field::Empty,
+        )
+    }
+
+    /// Record how an attempt ended, on its span and in the metrics.
+    fn finish(&self, span: &tracing::Span, out: &Result<Outcome, GateError>) {
+        let target = self.target.name();
+        match out {
+            Ok(o) => {
+                crate::metrics::attempt(target, o);
+                span.record("outcome", o.label());
+                match o {
+                    Outcome::Committed { via, .. } => {
+                        span.record("via", via.as_str());
+                    }
+                    Outcome::Refused(r) => {
+                        span.record("refusal_code", r.code.as_str());
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                crate::metrics::attempt_error(target);
+                span.record("outcome", "ERROR");
+                tracing::warn!(error = %e, "the attempt stopped without an outcome");
+            }
+        }
+    }
+
     /// Resolve whatever the journal holds for `key`: continue a proposal, recover an in-flight
     /// send, or replay a resolution.
     pub fn recover(&self, key: &EffectKey) -> Result<Outcome, GateError> {
+        let span = self.attempt_span("recover", key);
+        let _in = span.enter();
+        let out = self.recover_rounds(key);
+        self.finish(&span, &out);
+        out
+    }
+
+    fn recover_rounds(&self, key: &EffectKey) -> Result<Outcome, GateError> {
         self.fault(FaultPoint::Start, key)?;
         for _ in 0..MAX_ROUNDS {
             let seen = self.gate.journal.read(key)?;
@@ -421,7 +497,7 @@ impl Bound {
             // Refused either way; the journal keeps one note per distinct refused payload, a
             // bounded number per key, so a caller looping conflicts grows nothing.
             SubmitPlan::Conflict { recorded } => {
-                self.gate.journal.append_after(key, &seen, &mut |tx| {
+                self.gate.append_after(key, &seen, &mut |tx| {
                     transition::conflict(tx.records.iter().map(|r| &r.event), &hash, &recorded)
                 })?;
                 Step::Done(Outcome::Refused(transition::conflict_note(
@@ -465,7 +541,18 @@ impl Bound {
             }
             EffectState::InFlight { first, claim } => {
                 self.check_binding(key, first)?;
-                self.recover_claim(key, first, claim, seen)
+                let span = tracing::info_span!(
+                    "interlock.recovery",
+                    token = claim.token,
+                    ended = tracing::field::Empty
+                );
+                let _in = span.enter();
+                let step = self.recover_claim(key, first, claim, seen)?;
+                if let Step::Done(o) = &step {
+                    crate::metrics::recovery(self.target.name(), o);
+                    span.record("ended", o.label());
+                }
+                Ok(step)
             }
             EffectState::Absent | EffectState::Resolved { .. } => Ok(Step::Again),
         }

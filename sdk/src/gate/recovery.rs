@@ -62,9 +62,12 @@ impl Bound {
         };
         let (holding, _) = self.holding();
         let settle = ms(self.gate.cfg.settle);
-        let out = self.gate.journal.append_after(key, seen, &mut |tx| {
-            transition::takeover(tx.state, claim, reason, now, settle, &holding)
-        })?;
+        let out =
+            tracing::info_span!("interlock.takeover", token, reason = ?reason).in_scope(|| {
+                self.gate.append_after(key, seen, &mut |tx| {
+                    transition::takeover(tx.state, claim, reason, now, settle, &holding)
+                })
+            })?;
         if out.appended.is_empty() {
             return Ok(Step::Again);
         }
@@ -109,7 +112,7 @@ impl Bound {
             let (holding, started) = self.holding();
             let now = self.now();
             let mut plan = None;
-            let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
+            let out = self.gate.append_after(key, &seen, &mut |tx| {
                 let holding = self.written_now(&holding);
                 let lease = self.lease_in(tx, key, first);
                 let transient = matches!(lease.verdict, LeaseVerdict::Error { .. })

@@ -131,9 +131,22 @@ impl Bound {
             timeout,
         };
         let target = &self.target;
-        let answer = catch_unwind(AssertUnwindSafe(|| target.send(&req))).unwrap_or_else(|_| {
-            SendAnswer::Unknown("the target panicked while sending; it may have sent".into())
+        tracing::Span::current().record("token", token);
+        let span = tracing::info_span!(
+            "interlock.send",
+            token,
+            via = via.as_str(),
+            answer = tracing::field::Empty
+        );
+        let sent_at = Instant::now();
+        let answer = span.in_scope(|| {
+            catch_unwind(AssertUnwindSafe(|| target.send(&req))).unwrap_or_else(|_| {
+                SendAnswer::Unknown("the target panicked while sending; it may have sent".into())
+            })
         });
+        crate::metrics::send(target.name(), sent_at.elapsed());
+        span.record("answer", answer_kind(&answer));
+        drop(span);
         tracing::debug!(key = %key, token, ?answer, "send answered");
         self.fault(FaultPoint::AfterSend, key)?;
         let has_lookup = self.target.has_lookup();
@@ -142,7 +155,7 @@ impl Bound {
             (self.lookup(key, &first.payload), asked_at)
         });
         let now = self.now();
-        let out = self.gate.journal.append_after(key, &seen, &mut |tx| {
+        let out = self.gate.append_after(key, &seen, &mut |tx| {
             transition::record_answer(
                 tx.state,
                 token,
@@ -187,10 +200,22 @@ impl Bound {
         why: &str,
     ) -> Result<(), GateError> {
         let why = format!("{why}; nothing was sent under claim {token}");
-        self.gate.journal.append_after(key, seen, &mut |tx| {
+        self.gate.append_after(key, seen, &mut |tx| {
             transition::withdraw(tx.state, token, &holding.holder, &why)
         })?;
         Ok(())
+    }
+}
+
+/// The kind of a send's answer, for its span: a closed set.
+fn answer_kind(a: &SendAnswer) -> &'static str {
+    match a {
+        SendAnswer::Done(_) => "done",
+        SendAnswer::Replayed(_) => "replayed",
+        SendAnswer::Definite { .. } => "definite_error",
+        SendAnswer::Conflict(_) => "conflict",
+        SendAnswer::SavedError(_) => "saved_error",
+        SendAnswer::Unknown(_) => "unknown",
     }
 }
 

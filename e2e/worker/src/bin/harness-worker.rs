@@ -101,6 +101,8 @@ async fn main() -> anyhow::Result<()> {
     // The journal's calls block (SQLite, or PostgreSQL's blocking driver): opening it and binding
     // the gate run on a blocking thread, as every gated activity does.
     let deps = Arc::new(tokio::task::spawn_blocking(move || Deps::new(settings)).await??);
+    // INTERLOCK_METRICS_LISTEN: this worker's counters, and the journal's effects, at /metrics.
+    let _metrics = interlock::metrics::Endpoint::from_env(deps.journal().clone())?;
     let runtime = Runtime::from_current_tokio(Default::default())?;
     let identity = format!("harness-worker@pid{}", std::process::id());
     let client = e2e_worker::connect::client(&addr, identity).await?;

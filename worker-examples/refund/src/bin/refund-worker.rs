@@ -9,17 +9,19 @@
 //!   `interlock-journal.db`) or a `postgres://` URL shared by workers on every host. The leases
 //!   (`interlock lease grant`) must be granted in the same journal.
 //! * `INTERLOCK_SHOP_URL`: the shop's order service, if eligibility is the shop's to say.
+//! * `INTERLOCK_METRICS_LISTEN` (`host:port`): serve Prometheus metrics at `/metrics` there.
 
 use std::sync::Arc;
 
 use anyhow::Context;
+use interlock::metrics::Endpoint;
 use interlock::{Clock, Gate, SystemClock};
 use interlock_postgres::PgOptions;
 use interlock_stripe::StripeRefundsSetup;
 use refund_template::{RefundActivities, RefundWorkflow, task_queue};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 
-fn activities() -> anyhow::Result<RefundActivities> {
+fn activities() -> anyhow::Result<(RefundActivities, Option<Endpoint>)> {
     let journal =
         std::env::var("INTERLOCK_JOURNAL").unwrap_or_else(|_| "interlock-journal.db".into());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -30,6 +32,7 @@ fn activities() -> anyhow::Result<RefundActivities> {
                 interlock_postgres::shown(&journal)
             )
         })?;
+    let metrics = Endpoint::from_env(opened.store.clone())?;
     let gate = Gate::new(
         opened.store.clone(),
         opened.store,
@@ -37,10 +40,11 @@ fn activities() -> anyhow::Result<RefundActivities> {
         opened.config.build()?,
     )?;
     let stripe = StripeRefundsSetup::from_env()?;
-    Ok(RefundActivities {
+    let activities = RefundActivities {
         refunds: stripe.bind(&gate)?,
         premises: stripe.premises(),
-    })
+    };
+    Ok((activities, metrics))
 }
 
 #[tokio::main]
@@ -52,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     // Opening a journal blocks (SQLite, or PostgreSQL's blocking driver).
-    let activities = tokio::task::spawn_blocking(activities).await??;
+    let (activities, _metrics) = tokio::task::spawn_blocking(activities).await??;
     let client =
         interlock_temporal::connect::client(format!("refund-worker@pid{}", std::process::id()))
             .await?;
