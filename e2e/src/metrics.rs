@@ -79,19 +79,12 @@ pub fn check(env: &Env) -> anyhow::Result<Agreement> {
     if gauge("interlock_journal_up ") != Some(1) {
         wrong.push("interlock_journal_up is not 1".to_owned());
     }
-    for status in [
-        "proposed",
-        "in_flight",
-        "committed",
-        "refused",
-        "failed",
-        "ambiguous",
-        "applied_twice",
-    ] {
+    for status in interlock::core::Status::ALL {
+        let status = status.label().to_ascii_lowercase();
         let scraped = gauge(&format!(
             "interlock_journal_effects{{status=\"{status}\"}} "
         ));
-        let want = listed.get(status).copied().unwrap_or(0);
+        let want = listed.get(&status).copied().unwrap_or(0);
         if scraped != Some(want) {
             wrong.push(format!("{status}: scraped {scraped:?}, listed {want}"));
         }

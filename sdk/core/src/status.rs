@@ -28,6 +28,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order above.
+    pub const ALL: [Status; 7] = [
+        Status::Proposed,
+        Status::InFlight,
+        Status::Committed,
+        Status::Refused,
+        Status::Failed,
+        Status::Ambiguous,
+        Status::AppliedTwice,
+    ];
+
     /// The label, as written in receipts and shown to people (`COMMITTED`, `APPLIED_TWICE`, …).
     pub fn label(self) -> &'static str {
         match self {
@@ -84,15 +95,7 @@ mod tests {
 
     #[test]
     fn each_status_serializes_as_its_label() {
-        for s in [
-            Status::Proposed,
-            Status::InFlight,
-            Status::Committed,
-            Status::Refused,
-            Status::Failed,
-            Status::Ambiguous,
-            Status::AppliedTwice,
-        ] {
+        for s in Status::ALL {
             assert_eq!(
                 serde_json::to_value(s).ok(),
                 Some(serde_json::Value::String(s.label().into()))

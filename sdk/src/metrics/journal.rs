@@ -22,21 +22,10 @@ pub struct JournalCounts {
     pub landed_late: u64,
 }
 
-/// Every status an effect can stand at, for gauges that report zeros too.
-pub const STATUSES: [Status; 7] = [
-    Status::Proposed,
-    Status::InFlight,
-    Status::Committed,
-    Status::Refused,
-    Status::Failed,
-    Status::Ambiguous,
-    Status::AppliedTwice,
-];
-
 /// Count the journal's effects.
 pub fn journal_counts(journal: &dyn Journal) -> Result<JournalCounts, JournalError> {
     let mut out = JournalCounts {
-        by_status: STATUSES.iter().map(|s| (*s, 0)).collect(),
+        by_status: Status::ALL.iter().map(|s| (*s, 0)).collect(),
         landed_late: 0,
     };
     let mut after: Option<String> = None;

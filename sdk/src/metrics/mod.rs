@@ -15,7 +15,7 @@ mod render;
 
 #[cfg(feature = "metrics-endpoint")]
 pub use endpoint::{Endpoint, EndpointError};
-pub use journal::{JournalCounts, STATUSES, journal_counts};
+pub use journal::{JournalCounts, journal_counts};
 pub use registry::{BUCKETS, Histogram, Registry, Series, registry};
 pub use render::render;
 

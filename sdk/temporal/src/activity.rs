@@ -369,7 +369,20 @@ pub async fn gated(
             info.activity_id
         ))
         .with_stop(Arc::new(move || seen.load(Ordering::SeqCst)));
-    let joined = heartbeat_while(ctx, &cancelled, move || gate.submit(&effect)).await;
+    // The attempt's spans nest under the activity's, on the blocking thread the gate runs on.
+    let span = tracing::info_span!(
+        "interlock.activity",
+        workflow_id = info.workflow_id.as_deref().unwrap_or("standalone"),
+        run_id = info.workflow_run_id.as_deref().unwrap_or(""),
+        activity_id = info.activity_id.as_str(),
+        activity_type = info.activity_type.as_str(),
+        attempt,
+        key = %key,
+    );
+    let joined = heartbeat_while(ctx, &cancelled, move || {
+        span.in_scope(|| gate.submit(&effect))
+    })
+    .await;
     let result = joined.map_err(|e| Failure {
         type_name: JOURNAL,
         message: format!("the gate's task died: {e}"),
