@@ -48,7 +48,12 @@ pub fn check(env: &Env) -> anyhow::Result<Agreement> {
             break format!("http://{}", rest.trim());
         }
     };
-    let text = ureq::get(&url)
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(60)))
+        .build()
+        .into();
+    let text = agent
+        .get(&url)
         .call()
         .with_context(|| format!("scraping {url}"))?
         .body_mut()

@@ -70,6 +70,8 @@ impl World {
             .args(["serve", "--config"])
             .arg(self.dir.path().join("serve.toml"))
             .env("STRIPE_SECRET_KEY", "sk_test_local")
+            // The journal's gauges read at every scrape, so the test sees its own effects.
+            .env("INTERLOCK_METRICS_REFRESH_MS", "0")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(self.dir.path().join(format!("serve-{n}.log"))).unwrap())
             .spawn()

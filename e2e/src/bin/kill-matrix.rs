@@ -175,18 +175,6 @@ fn main() -> anyhow::Result<()> {
     } else {
         format!("scripts/main-job{flag} (kill-matrix --repeat {repeat})")
     };
-    // What an operator's alerts would read, against the journal's own listing.
-    let agreement = interlock_e2e::metrics::check(&env)?;
-    eprintln!(
-        "metrics agree with `interlock journal list` on {} effects: {}",
-        agreement.listed.values().sum::<u64>(),
-        agreement
-            .listed
-            .iter()
-            .map(|(s, n)| format!("{s} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
     let md = markdown(&cells, &command);
     let json = serde_json::json!({ "cells": cells, "systems": summarize(&cells) });
     std::fs::create_dir_all(&out_dir)?;
@@ -199,6 +187,20 @@ fn main() -> anyhow::Result<()> {
         "\n{md}\nwrote {}",
         out_dir.join(format!("{stem}.md")).display()
     );
+    // What an operator's alerts would read, against the journal's own listing (after the
+    // results are written, so a disagreement loses none of them).
+    let agreement = interlock_e2e::metrics::check(&env);
+    if let Ok(a) = &agreement {
+        eprintln!(
+            "metrics agree with `interlock journal list` on {} effects: {}",
+            a.listed.values().sum::<u64>(),
+            a.listed
+                .iter()
+                .map(|(s, n)| format!("{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let failed_gated = cells
         .iter()
         .filter(|c| c.system.starts_with("gated") && !c.held)
@@ -209,5 +211,6 @@ fn main() -> anyhow::Result<()> {
     if failed_gated > 0 {
         bail!("{failed_gated} gated cell(s) did not hold");
     }
+    agreement?;
     Ok(())
 }

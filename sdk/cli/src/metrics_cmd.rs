@@ -14,24 +14,16 @@ pub(crate) const DEFAULT_REFRESH_MS: u64 = 10_000;
 #[derive(clap::Args)]
 pub(crate) struct MetricsArgs {
     /// Where to listen (HOST:PORT; port 0 picks a free one, printed on stderr).
-    #[arg(
-        long,
-        env = "INTERLOCK_METRICS_LISTEN",
-        default_value = "127.0.0.1:9464"
-    )]
+    #[arg(long, default_value = "127.0.0.1:9464")]
     listen: String,
     /// Read the journal for the gauges at most this often (ms); 0 reads it at every scrape.
     #[arg(long, default_value_t = DEFAULT_REFRESH_MS)]
     refresh_ms: u64,
 }
 
-/// Start `/metrics` on `at` over `journal`, refreshed at the default interval.
+/// Start `/metrics` on `at` over `journal`, refreshed as `INTERLOCK_METRICS_REFRESH_MS` says.
 pub(crate) fn start(at: &str, journal: Arc<dyn JournalStore>) -> anyhow::Result<Endpoint> {
-    Ok(Endpoint::start(
-        at,
-        Some(journal),
-        Duration::from_millis(DEFAULT_REFRESH_MS),
-    )?)
+    Ok(Endpoint::start_with_env_refresh(at, journal)?)
 }
 
 pub(crate) fn run(journal: Arc<dyn JournalStore>, args: MetricsArgs) -> anyhow::Result<()> {

@@ -46,7 +46,11 @@ pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
         .context("--listen")?;
     let server = Server::from_config(&cfg, journal, Arc::new(SystemClock), |gate| gate)
         .context("starting the gate server")?;
-    let _metrics = match args.metrics_listen.or(cfg.metrics_listen.clone()) {
+    let listen_metrics = args
+        .metrics_listen
+        .filter(|a| !a.trim().is_empty())
+        .or(cfg.metrics_listen.clone());
+    let _metrics = match listen_metrics {
         Some(at) => {
             let m = crate::metrics_cmd::start(&at, server.api().journal().clone())?;
             eprintln!("interlock serve: metrics at http://{}/metrics", m.addr());

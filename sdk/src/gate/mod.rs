@@ -304,7 +304,7 @@ impl Gate {
         let started = Instant::now();
         let out = self.journal.append_after(key, seen, decide);
         crate::metrics::journal_append(started.elapsed());
-        if let Ok(o) = &out {
+        if let (false, Ok(o)) = (span.is_disabled(), &out) {
             let kinds: Vec<&str> = o.appended.iter().map(|r| r.event.kind()).collect();
             span.record("records", tracing::field::display(kinds.join(",")));
         }
@@ -425,7 +425,6 @@ impl Bound {
             key = %key,
             target = self.target.name(),
             tier = u8::from(self.tier()),
-            token = tracing::field::Empty,
             outcome = tracing::field::Empty,
             via = tracing::field::Empty,
             refusal_code = tracing::field::Empty,
@@ -541,18 +540,7 @@ impl Bound {
             }
             EffectState::InFlight { first, claim } => {
                 self.check_binding(key, first)?;
-                let span = tracing::info_span!(
-                    "interlock.recovery",
-                    token = claim.token,
-                    ended = tracing::field::Empty
-                );
-                let _in = span.enter();
-                let step = self.recover_claim(key, first, claim, seen)?;
-                if let Step::Done(o) = &step {
-                    crate::metrics::recovery(self.target.name(), o);
-                    span.record("ended", o.label());
-                }
-                Ok(step)
+                self.recover_claim(key, first, claim, seen)
             }
             EffectState::Absent | EffectState::Resolved { .. } => Ok(Step::Again),
         }

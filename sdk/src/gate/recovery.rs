@@ -73,7 +73,17 @@ impl Bound {
         }
         tracing::info!(key = %key, token, ?reason, "took over an in-flight effect");
         self.fault(FaultPoint::AfterTakeover, key)?;
-        self.resolve_as_recoverer(key, first, token, effective, lock, out.history)
+        // A recovery is counted once its takeover is written: an attempt that finds the holder
+        // still live waits, and takes nothing over.
+        let span = tracing::info_span!("interlock.recovery", token, ended = tracing::field::Empty);
+        let step = span.in_scope(|| {
+            self.resolve_as_recoverer(key, first, token, effective, lock, out.history)
+        })?;
+        if let Step::Done(o) = &step {
+            crate::metrics::recovery(self.target.name(), o);
+            span.record("ended", o.label());
+        }
+        Ok(step)
     }
 
     /// What the tier recovery acts on depends on: journaled at the proposal, lowered by this

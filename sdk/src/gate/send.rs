@@ -131,7 +131,6 @@ impl Bound {
             timeout,
         };
         let target = &self.target;
-        tracing::Span::current().record("token", token);
         let span = tracing::info_span!(
             "interlock.send",
             token,

@@ -1,22 +1,27 @@
 //! `/metrics` over HTTP, for a worker or a server to expose: one thread answering scrapes one at a
-//! time (a scrape every few seconds needs no more), the journal's counts read at most once per
-//! refresh interval however often it is scraped.
+//! time (a scrape every few seconds needs no more), and another reading the journal for the
+//! gauges once per refresh interval, so a scrape never waits on a journal read (except the first,
+//! before any read has finished, and with a refresh of 0, which reads at every scrape).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
 
 use super::{JournalCounts, journal_counts, registry, render};
 use crate::journal::Journal;
 
+/// How often the journal is read for the gauges unless told otherwise.
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(10);
+
 /// The endpoint could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot serve metrics on {listen}: {what} (name a free address, such as 127.0.0.1:9464)")]
+#[error("cannot serve metrics on {listen}: {what}")]
 pub struct EndpointError {
     /// The address asked for.
     pub listen: String,
-    /// What went wrong.
+    /// What went wrong, and the fix.
     pub what: String,
 }
 
@@ -25,39 +30,54 @@ pub struct Endpoint {
     addr: SocketAddr,
     server: Arc<tiny_http::Server>,
     thread: Option<JoinHandle<()>>,
+    gauges: Arc<Gauges>,
+    refresher: Option<Thread>,
 }
 
-struct Cache {
+/// The journal's counts as last read: `None` before the first read, `Some(None)` when it failed.
+struct Gauges {
     journal: Option<Arc<dyn Journal>>,
-    refresh: Duration,
-    last: Mutex<Option<(Instant, Option<JournalCounts>)>>,
+    last: Mutex<Option<Option<JournalCounts>>>,
+    stop: AtomicBool,
 }
 
-impl Cache {
-    fn counts(&self) -> Option<Option<JournalCounts>> {
+impl Gauges {
+    fn read(&self) -> Option<JournalCounts> {
         let journal = self.journal.as_ref()?;
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, counts)) = last.as_ref()
-            && at.elapsed() < self.refresh
-        {
-            return Some(counts.clone());
-        }
-        let counts = match journal_counts(journal.as_ref()) {
+        match journal_counts(journal.as_ref()) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the journal for the metrics' gauges");
                 None
             }
-        };
-        *last = Some((Instant::now(), counts.clone()));
-        Some(counts)
+        }
+    }
+
+    fn refresh(&self) -> Option<JournalCounts> {
+        let counts = self.read();
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(counts.clone());
+        counts
+    }
+
+    /// What a scrape shows: `None` without a journal.
+    fn for_scrape(&self, every_scrape: bool) -> Option<Option<JournalCounts>> {
+        self.journal.as_ref()?;
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match last {
+            Some(counts) if !every_scrape => Some(counts),
+            _ => Some(self.refresh()),
+        }
     }
 }
 
 impl Endpoint {
     /// Serve `/metrics` on `listen` (`host:port`; port 0 picks a free one): this process's
-    /// counters and histograms, and — given a journal — its effects counted at most once per
-    /// `refresh`.
+    /// counters and histograms, and — given a journal — its effects, read every `refresh` (a
+    /// refresh of 0 reads the journal at every scrape).
     pub fn start(
         listen: &str,
         journal: Option<Arc<dyn Journal>>,
@@ -67,23 +87,45 @@ impl Endpoint {
             listen: listen.to_owned(),
             what,
         };
-        let server = Arc::new(tiny_http::Server::http(listen).map_err(|e| err(e.to_string()))?);
+        let server = Arc::new(tiny_http::Server::http(listen).map_err(|e| {
+            err(format!(
+                "{e} (name a free address, such as 127.0.0.1:9464, or port 0 for any)"
+            ))
+        })?);
         let addr = server
             .server_addr()
             .to_ip()
             .ok_or_else(|| err("not an IP address".into()))?;
-        let cache = Cache {
+        let gauges = Arc::new(Gauges {
             journal,
-            refresh,
             last: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        });
+        let every_scrape = refresh.is_zero();
+        let refresher = if gauges.journal.is_some() && !every_scrape {
+            let g = gauges.clone();
+            let t = std::thread::Builder::new()
+                .name("interlock-metrics-journal".into())
+                .spawn(move || {
+                    while !g.stop.load(Ordering::SeqCst) {
+                        g.refresh();
+                        std::thread::park_timeout(refresh);
+                    }
+                })
+                .map_err(|e| err(e.to_string()))?;
+            Some(t.thread().clone())
+        } else {
+            None
         };
         let serving = server.clone();
+        let shown = gauges.clone();
         let thread = std::thread::Builder::new()
             .name("interlock-metrics".into())
             .spawn(move || {
                 for request in serving.incoming_requests() {
-                    answer(request, &cache);
+                    answer(request, &shown, every_scrape);
                 }
+                tracing::info!("the metrics endpoint stopped accepting scrapes");
             })
             .map_err(|e| err(e.to_string()))?;
         tracing::info!(%addr, "serving metrics at /metrics");
@@ -91,18 +133,57 @@ impl Endpoint {
             addr,
             server,
             thread: Some(thread),
+            gauges,
+            refresher,
         })
     }
 
-    /// The variable that names where a worker serves its metrics.
+    /// The variable that names where a worker or `interlock serve` serves its metrics.
     pub const LISTEN_ENV: &'static str = "INTERLOCK_METRICS_LISTEN";
 
-    /// [`Endpoint::start`] on the address `INTERLOCK_METRICS_LISTEN` names, refreshing the
-    /// journal's counts every 10 s; `None` when it is unset or empty.
+    /// The variable that sets how often the journal is read for the gauges, in ms (default
+    /// 10,000; `off` serves no journal gauges, for workers that share a journal another process
+    /// already reports on).
+    pub const REFRESH_ENV: &'static str = "INTERLOCK_METRICS_REFRESH_MS";
+
+    /// The refresh [`Endpoint::REFRESH_ENV`] asks for: `None` for `off`.
+    pub fn refresh_from_env() -> Result<Option<Duration>, EndpointError> {
+        match std::env::var(Self::REFRESH_ENV) {
+            Err(_) => Ok(Some(DEFAULT_REFRESH)),
+            Ok(v) if v.trim().is_empty() => Ok(Some(DEFAULT_REFRESH)),
+            Ok(v) if v.trim() == "off" => Ok(None),
+            Ok(v) => v
+                .trim()
+                .parse()
+                .map(|ms| Some(Duration::from_millis(ms)))
+                .map_err(|_| EndpointError {
+                    listen: String::new(),
+                    what: format!(
+                        "{}={v}: give a number of milliseconds, or `off`",
+                        Self::REFRESH_ENV
+                    ),
+                }),
+        }
+    }
+
+    /// [`Endpoint::start`] on `listen` over `journal`, with the refresh
+    /// [`Endpoint::REFRESH_ENV`] asks for.
+    pub fn start_with_env_refresh(
+        listen: &str,
+        journal: Arc<dyn Journal>,
+    ) -> Result<Self, EndpointError> {
+        match Self::refresh_from_env()? {
+            Some(refresh) => Self::start(listen, Some(journal), refresh),
+            None => Self::start(listen, None, DEFAULT_REFRESH),
+        }
+    }
+
+    /// The endpoint `INTERLOCK_METRICS_LISTEN` names, over `journal`; `None` when it is unset
+    /// or empty.
     pub fn from_env(journal: Arc<dyn Journal>) -> Result<Option<Self>, EndpointError> {
         match std::env::var(Self::LISTEN_ENV) {
             Ok(at) if !at.trim().is_empty() => {
-                Self::start(at.trim(), Some(journal), Duration::from_secs(10)).map(Some)
+                Self::start_with_env_refresh(at.trim(), journal).map(Some)
             }
             _ => Ok(None),
         }
@@ -114,12 +195,12 @@ impl Endpoint {
     }
 }
 
-fn answer(request: tiny_http::Request, cache: &Cache) {
+fn answer(request: tiny_http::Request, gauges: &Gauges, every_scrape: bool) {
     let path = request.url().split('?').next().unwrap_or_default();
     let response = if request.method() != &tiny_http::Method::Get {
         tiny_http::Response::from_string("only GET /metrics is served\n").with_status_code(405)
     } else if path == "/metrics" {
-        let counts = cache.counts();
+        let counts = gauges.for_scrape(every_scrape);
         let text = render(registry(), counts.as_ref().map(Option::as_ref));
         let mut r = tiny_http::Response::from_string(text);
         if let Ok(h) = tiny_http::Header::from_bytes(
@@ -140,6 +221,12 @@ fn answer(request: tiny_http::Request, cache: &Cache) {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        // The journal reader is told to stop and left to finish on its own: a read stuck on a
+        // database must not hold up the process's shutdown.
+        self.gauges.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = &self.refresher {
+            t.unpark();
+        }
         self.server.unblock();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

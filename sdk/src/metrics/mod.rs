@@ -14,7 +14,7 @@ mod registry;
 mod render;
 
 #[cfg(feature = "metrics-endpoint")]
-pub use endpoint::{Endpoint, EndpointError};
+pub use endpoint::{DEFAULT_REFRESH, Endpoint, EndpointError};
 pub use journal::{JournalCounts, journal_counts};
 pub use registry::{BUCKETS, Histogram, Registry, Series, registry};
 pub use render::render;
@@ -71,7 +71,8 @@ pub fn attempt_error(target: &str) {
     );
 }
 
-/// Count one recovery of an in-flight effect through `target`, by how this attempt left it.
+/// Count one recovery of an in-flight effect through `target` (an attempt that took over its
+/// claim), by how this attempt left it.
 pub fn recovery(target: &str, o: &Outcome) {
     registry().inc(
         "interlock_recoveries_total",
