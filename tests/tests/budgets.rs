@@ -166,6 +166,18 @@ fn a_scope_and_per_count_only_matching_effects_each_in_its_own_counter(kind: Kin
     let person = gate.submit(&effect("p1", 100)).unwrap();
     assert!(matches!(person, Outcome::Committed { .. }), "{person:?}");
     assert_eq!(service.applied().len(), 4);
+    // The metrics show the budget by its fullest counter (cus_1's), no customer as a label.
+    let gauges = interlock::metrics::budget_gauges(&*s.store.store(), s.clock.now_ms()).unwrap();
+    assert_eq!(
+        gauges,
+        [interlock::metrics::BudgetGauge {
+            id: "bot-twice-per-customer".into(),
+            limit: 2,
+            used: 2,
+            reserved: 0,
+            counters: 2,
+        }]
+    );
 }
 
 fn a_failed_effect_gives_its_place_back_and_an_ambiguous_one_keeps_it(kind: Kind) {

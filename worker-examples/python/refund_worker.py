@@ -17,6 +17,10 @@ Configured by the environment:
 * ``INTERLOCK_GATE_TARGET_T1`` / ``INTERLOCK_GATE_TARGET_T2``: the server's target names for
   ``gated_py_t1`` / ``gated_py_t2``; defaults ``refunds`` (the example configuration's tier-1
   target) / ``refunds_t2``.
+* OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and the other ``OTEL_*`` variables): when set,
+  each workflow task and activity is a span exported over OTLP/gRPC (service
+  ``refund-worker-py`` unless ``OTEL_SERVICE_NAME`` says otherwise), and every call to the gate
+  server carries its ``traceparent``, so the server's spans join the activity's trace.
 
 Logs go to stderr. Runs until SIGTERM or SIGINT.
 """
@@ -29,7 +33,7 @@ import os
 import signal
 import sys
 import time
-from typing import Mapping
+from typing import Mapping, Optional
 
 import grpc
 from temporalio.client import Client
@@ -37,6 +41,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.worker import Worker
 
 import gen_stubs
+import tracecontext
 
 gen_stubs.ensure_importable()
 
@@ -133,6 +138,24 @@ async def run(env: Mapping[str, str]) -> None:
         log.info("stopped before reaching Temporal")
         return
     client = connecting.result()
+    export = tracecontext.start(env, "refund-worker-py")
+    try:
+        await poll(client, queue, identity, settings, addr, stop, export)
+    finally:
+        if export is not None:
+            export.shutdown()
+
+
+async def poll(
+    client: Client,
+    queue: str,
+    identity: str,
+    settings: GateSettings,
+    addr: str,
+    stop: asyncio.Event,
+    export: Optional[tracecontext.Export],
+) -> None:
+    """Run the worker until ``stop`` is set."""
     async with channel(settings.address) as gate_channel:
         acts = RefundActivities(gate_channel, settings)
         worker = Worker(
@@ -144,6 +167,7 @@ async def run(env: Mapping[str, str]) -> None:
             # workflow (as in the Rust worker).
             max_cached_workflows=0,
             identity=identity,
+            interceptors=export.interceptors if export is not None else [],
         )
         async with worker:
             log.info(

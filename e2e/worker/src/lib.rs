@@ -16,12 +16,8 @@ pub use activities::{Deps, RefundActivities, Settings};
 pub use model::{Decision, RefundReport, RefundRequest, System};
 pub use workflow::RefundWorkflow;
 
-/// Logs to stderr at `RUST_LOG`'s level (default `info`), for this crate's binaries.
-pub fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Logs to stderr at `RUST_LOG`'s level (default `info`) and traces exported when the `OTEL_*`
+/// variables ask, for this crate's binaries; keep what it returns for the life of the process.
+pub fn init_logs(service: &str) -> anyhow::Result<interlock_telemetry::Telemetry> {
+    Ok(interlock_telemetry::install(service, "info")?)
 }

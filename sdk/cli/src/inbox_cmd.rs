@@ -33,7 +33,6 @@ pub(crate) struct ServeArgs {
 
 pub(crate) fn run(journal: Arc<dyn JournalStore>, cmd: InboxCmd) -> anyhow::Result<()> {
     let InboxCmd::Serve(args) = cmd;
-    crate::serve_cmd::init_logs();
     let approvers = crate::read_approvers(&args.approvers)?;
     let setup = StripeRefundsSetup::new(
         StripeConfig::from_env().context("the inbox reads the facts now from the Stripe API")?,

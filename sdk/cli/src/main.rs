@@ -202,6 +202,22 @@ enum Exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The long-running commands log at `info` unless RUST_LOG says otherwise; the others only
+    // when it does. Any of them exports its spans when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let long_running = matches!(
+        cli.command,
+        Command::Serve(_) | Command::McpProxy(_) | Command::Metrics(_) | Command::Inbox { .. }
+    );
+    let telemetry = match interlock_telemetry::install(
+        "interlock",
+        if long_running { "info" } else { "off" },
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(Exit::Error as u8);
+        }
+    };
     let named = Named {
         name: cli.journal,
         schema: cli.journal_schema,
@@ -244,11 +260,14 @@ fn main() -> ExitCode {
             }
         }
     };
-    match run() {
+    let exit = match run() {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(Exit::Error as u8)
         }
-    }
+    };
+    // The spans still batched are sent before the process ends.
+    drop(telemetry);
+    exit
 }

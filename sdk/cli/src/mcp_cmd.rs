@@ -19,7 +19,6 @@ pub(crate) struct McpProxyArgs {
 }
 
 pub(crate) fn run(args: McpProxyArgs, journal: &str) -> anyhow::Result<()> {
-    crate::serve_cmd::init_logs();
     let cfg = ProxyConfig::load(&args.config)?;
     interlock_mcp::run(cfg, journal, &args.command)
         .with_context(|| format!("interlock mcp-proxy -- {}", args.command.join(" ")))

@@ -27,7 +27,6 @@ pub(crate) fn start(at: &str, journal: Arc<dyn JournalStore>) -> anyhow::Result<
 }
 
 pub(crate) fn run(journal: Arc<dyn JournalStore>, args: MetricsArgs) -> anyhow::Result<()> {
-    crate::serve_cmd::init_logs();
     let endpoint = Endpoint::start(
         &args.listen,
         Some(journal),

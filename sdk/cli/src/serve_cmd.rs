@@ -24,19 +24,7 @@ pub(crate) struct ServeArgs {
     metrics_listen: Option<String>,
 }
 
-/// Logs to stderr at `RUST_LOG`'s level (default `info`), for the long-running commands.
-pub(crate) fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 pub(crate) fn run(args: ServeArgs, journal: &str) -> anyhow::Result<()> {
-    init_logs();
     let mut cfg = ServerConfig::load(&args.config)?;
     if let Some(listen) = args.listen {
         cfg.listen = listen;

@@ -232,6 +232,14 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| status::died(&e))?
 }
 
+/// The span of one call, a child of the caller's trace when its metadata carries one
+/// (`traceparent`): the gate's spans for the call nest under it.
+fn call_span(rpc: &'static str, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
+    let span = tracing::info_span!("interlock.rpc", rpc, target = tracing::field::Empty);
+    interlock_telemetry::continue_trace(&span, metadata);
+    span
+}
+
 fn invalid(e: Invalid) -> Status {
     status::invalid(&e)
 }
@@ -242,8 +250,10 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::DecideResponse>, Status> {
+        let span = call_span("Decide", request.metadata());
         let r = request.into_inner();
         let entry = self.target(&r.target)?;
+        span.record("target", r.target.as_str());
         let key = convert::key("key", &r.key).map_err(invalid)?;
         let payload =
             convert::json_field("payload_json", &r.payload_json, true).map_err(invalid)?;
@@ -251,8 +261,7 @@ impl GateService for GateApi {
         Self::check_payload(entry, &payload)?;
         let bound = entry.bound.clone();
         let effect = blocking(move || {
-            bound
-                .decide(key, &payload, lease)
+            span.in_scope(|| bound.decide(key, &payload, lease))
                 .map_err(|e| status::decide(&e))
         })
         .await?;
@@ -265,9 +274,11 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let span = call_span("Submit", request.metadata());
         let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let entry = self.target(&r.target)?;
+        span.record("target", r.target.as_str());
         let effect = convert::effect_from(r.effect.as_ref()).map_err(invalid)?;
         Self::check_payload(entry, &effect.payload)?;
         Self::check_premises(entry, &effect)?;
@@ -277,7 +288,11 @@ impl GateService for GateApi {
             let attempt = convert::name("attempt", &r.attempt).map_err(invalid)?;
             bound = bound.with_attempt(format!("grpc:{attempt}"));
         }
-        let outcome = blocking(move || bound.submit(&effect).map_err(|e| status::gate(&e))).await?;
+        let outcome = blocking(move || {
+            span.in_scope(|| bound.submit(&effect))
+                .map_err(|e| status::gate(&e))
+        })
+        .await?;
         Ok(Response::new(pb::SubmitResponse {
             outcome: Some(convert::outcome(outcome)),
         }))
@@ -287,13 +302,19 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::RecoverRequest>,
     ) -> Result<Response<pb::RecoverResponse>, Status> {
+        let span = call_span("Recover", request.metadata());
         let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let entry = self.target(&r.target)?;
+        span.record("target", r.target.as_str());
         let key = convert::key("key", &r.key).map_err(invalid)?;
         self.check_deadline(&r.target, deadline)?;
         let (bound, _guard) = self.stoppable(&entry.bound, &r.target, deadline);
-        let outcome = blocking(move || bound.recover(&key).map_err(|e| status::gate(&e))).await?;
+        let outcome = blocking(move || {
+            span.in_scope(|| bound.recover(&key))
+                .map_err(|e| status::gate(&e))
+        })
+        .await?;
         Ok(Response::new(pb::RecoverResponse {
             outcome: Some(convert::outcome(outcome)),
         }))

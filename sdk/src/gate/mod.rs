@@ -437,7 +437,7 @@ impl Bound {
         match out {
             Ok(o) => {
                 crate::metrics::attempt(target, o);
-                span.record("outcome", o.label());
+                span.record("outcome", crate::metrics::outcome_label(o));
                 match o {
                     Outcome::Committed { via, .. } => {
                         span.record("via", via.as_str());
@@ -450,7 +450,7 @@ impl Bound {
             }
             Err(e) => {
                 crate::metrics::attempt_error(target);
-                span.record("outcome", "ERROR");
+                span.record("outcome", "error");
                 tracing::warn!(error = %e, "the attempt stopped without an outcome");
             }
         }

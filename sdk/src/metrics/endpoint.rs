@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
-use super::{JournalCounts, journal_counts, registry, render};
-use crate::journal::Journal;
+use super::{JournalCounts, budget_gauges, journal_counts, registry, render};
+use crate::JournalStore;
+use crate::clock::{Clock, SystemClock};
 
 /// How often the journal is read for the gauges unless told otherwise.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(10);
@@ -36,7 +37,7 @@ pub struct Endpoint {
 
 /// The journal's counts as last read: `None` before the first read, `Some(None)` when it failed.
 struct Gauges {
-    journal: Option<Arc<dyn Journal>>,
+    journal: Option<Arc<dyn JournalStore>>,
     last: Mutex<Option<Option<JournalCounts>>>,
     stop: AtomicBool,
 }
@@ -44,13 +45,21 @@ struct Gauges {
 impl Gauges {
     fn read(&self) -> Option<JournalCounts> {
         let journal = self.journal.as_ref()?;
-        match journal_counts(journal.as_ref()) {
-            Ok(c) => Some(c),
+        let mut counts = match journal_counts(journal.as_ref()) {
+            Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the journal for the metrics' gauges");
-                None
+                return None;
+            }
+        };
+        match budget_gauges(journal.as_ref(), SystemClock.now_ms()) {
+            Ok(b) => counts.budgets = b,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the budgets for the metrics' gauges");
+                return None;
             }
         }
+        Some(counts)
     }
 
     fn refresh(&self) -> Option<JournalCounts> {
@@ -80,7 +89,7 @@ impl Endpoint {
     /// refresh of 0 reads the journal at every scrape).
     pub fn start(
         listen: &str,
-        journal: Option<Arc<dyn Journal>>,
+        journal: Option<Arc<dyn JournalStore>>,
         refresh: Duration,
     ) -> Result<Self, EndpointError> {
         let err = |what: String| EndpointError {
@@ -170,7 +179,7 @@ impl Endpoint {
     /// [`Endpoint::REFRESH_ENV`] asks for.
     pub fn start_with_env_refresh(
         listen: &str,
-        journal: Arc<dyn Journal>,
+        journal: Arc<dyn JournalStore>,
     ) -> Result<Self, EndpointError> {
         match Self::refresh_from_env()? {
             Some(refresh) => Self::start(listen, Some(journal), refresh),
@@ -180,7 +189,7 @@ impl Endpoint {
 
     /// The endpoint `INTERLOCK_METRICS_LISTEN` names, over `journal`; `None` when it is unset
     /// or empty.
-    pub fn from_env(journal: Arc<dyn Journal>) -> Result<Option<Self>, EndpointError> {
+    pub fn from_env(journal: Arc<dyn JournalStore>) -> Result<Option<Self>, EndpointError> {
         match std::env::var(Self::LISTEN_ENV) {
             Ok(at) if !at.trim().is_empty() => {
                 Self::start_with_env_refresh(at.trim(), journal).map(Some)

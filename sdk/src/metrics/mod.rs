@@ -15,7 +15,7 @@ mod render;
 
 #[cfg(feature = "metrics-endpoint")]
 pub use endpoint::{DEFAULT_REFRESH, Endpoint, EndpointError};
-pub use journal::{JournalCounts, journal_counts};
+pub use journal::{BudgetGauge, JournalCounts, budget_gauges, journal_counts};
 pub use registry::{BUCKETS, Histogram, Registry, Series, registry};
 pub use render::render;
 

@@ -136,8 +136,49 @@ pub fn render(registry: &Registry, journal: Option<Option<&JournalCounts>>) -> S
              adopt each.",
         );
         let _ = writeln!(out, "interlock_journal_landed_late {}", c.landed_late);
+        budgets(&mut out, &c.budgets);
     }
     out
+}
+
+/// A budget gauge: its name, its help and its value.
+type BudgetSeries = (&'static str, &'static str, fn(&super::BudgetGauge) -> i64);
+
+/// The budgets in force: each one's limit and its fullest counter in the current window.
+fn budgets(out: &mut String, budgets: &[super::BudgetGauge]) {
+    if budgets.is_empty() {
+        return;
+    }
+    let series: [BudgetSeries; 4] = [
+        (
+            "interlock_budget_limit",
+            "A budget's limit: the most its counters may hold in one window.",
+            |b| b.limit,
+        ),
+        (
+            "interlock_budget_used",
+            "What committed effects hold in the budget's fullest counter of the current window.",
+            |b| b.used,
+        ),
+        (
+            "interlock_budget_reserved",
+            "What effects in flight or ambiguous hold there (counted against the limit until \
+             they end).",
+            |b| b.reserved,
+        ),
+        (
+            "interlock_budget_counters",
+            "The budget's counters with a place in the current window (one per value of its \
+             `per` fields).",
+            |b| i64::try_from(b.counters).unwrap_or(i64::MAX),
+        ),
+    ];
+    for (name, help, value) in series {
+        header(out, name, "gauge", help);
+        for b in budgets {
+            let _ = writeln!(out, "{name}{{budget=\"{}\"}} {}", escape(&b.id), value(b));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +200,13 @@ mod tests {
         let counts = JournalCounts {
             by_status: [(Status::Ambiguous, 2)].into(),
             landed_late: 1,
+            budgets: vec![super::super::BudgetGauge {
+                id: "refunds-daily".into(),
+                limit: 50_000,
+                used: 20_000,
+                reserved: 2_000,
+                counters: 2,
+            }],
         };
         let text = render(&r, Some(Some(&counts)));
         for line in [
@@ -171,6 +219,11 @@ mod tests {
             "interlock_journal_up 1",
             "interlock_journal_effects{status=\"ambiguous\"} 2",
             "interlock_journal_landed_late 1",
+            "# TYPE interlock_budget_limit gauge",
+            "interlock_budget_limit{budget=\"refunds-daily\"} 50000",
+            "interlock_budget_used{budget=\"refunds-daily\"} 20000",
+            "interlock_budget_reserved{budget=\"refunds-daily\"} 2000",
+            "interlock_budget_counters{budget=\"refunds-daily\"} 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

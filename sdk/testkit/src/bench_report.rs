@@ -113,6 +113,7 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
     }
     md.push('\n');
     render_budgets(&mut md, &journal["budgets"]);
+    render_tracing(&mut md, &journal["tracing"]);
     render_postgres(&mut md, &journal["postgres"]);
     match grpc {
         None => md.push_str(
@@ -129,6 +130,70 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
         Some(e2e) => render_e2e(&mut md, e2e),
     }
     md
+}
+
+/// `median (min–max)`.
+fn spread(v: &Value) -> String {
+    format!(
+        "{} ({}–{})",
+        num(&v["median"]),
+        num(&v["min"]),
+        num(&v["max"])
+    )
+}
+
+fn render_tracing(md: &mut String, t: &Value) {
+    if t.is_null() {
+        return;
+    }
+    let _ = write!(
+        md,
+        "### With traces exported\n\n\
+         The gate's spans exported over OTLP/gRPC ({}), beside the same effects with export \
+         off; each side runs in a process of its own, set up as a worker is \
+         (`interlock_telemetry::install` and the standard `OTEL_*` variables). {} rounds, each \
+         measuring both on fresh journals in turn (the order alternating): {} effects one after \
+         another, then 16 senders for {} ms. Each figure is the median of the rounds (min–max); \
+         the ratio's median is of the rounds' own ratios. The collector received {} spans for {} \
+         effects sent with export on ({} per effect, {} of them attempt spans). The goal is \
+         within 10% (a median ratio of at least 0.9).\n\n\
+         | run | export off, effects/s | export on, effects/s | on / off |\n\
+         |---|---|---|---|\n",
+        t["exporter"].as_str().unwrap_or(""),
+        num(&t["rounds"]),
+        num(&t["serial_effects_per_round"]),
+        num(&t["senders_16_ms_per_round"]),
+        num(&t["spans_received"]),
+        num(&t["effects_exported"]),
+        num(&t["spans_per_effect"]),
+        num(&t["attempt_spans_received"]),
+    );
+    for (name, row) in [
+        ("serial", &t["serial"]),
+        ("16 senders (threads)", &t["senders_16"]),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} |",
+            spread(&row["without_effects_per_s"]),
+            spread(&row["with_effects_per_s"]),
+            spread(&row["with_over_without"]),
+        );
+    }
+    let short: Vec<&str> = [("serial", "serial"), ("senders_16", "16 senders")]
+        .into_iter()
+        .filter(|(r, _)| {
+            t[*r]["with_over_without"]["median"]
+                .as_f64()
+                .is_none_or(|x| x < 0.9)
+        })
+        .map(|(_, name)| name)
+        .collect();
+    if short.is_empty() {
+        md.push_str("\nGoal met.\n\n");
+    } else {
+        let _ = write!(md, "\nGoal not met ({}).\n\n", short.join(", "));
+    }
 }
 
 fn render_budgets(md: &mut String, b: &Value) {
@@ -153,14 +218,6 @@ fn render_budgets(md: &mut String, b: &Value) {
         num(&b["serial_effects_per_round"]),
         num(&b["senders_16_ms_per_round"]),
     );
-    let spread = |v: &Value| {
-        format!(
-            "{} ({}–{})",
-            num(&v["median"]),
-            num(&v["min"]),
-            num(&v["max"])
-        )
-    };
     for (name, row) in [
         ("serial", &b["serial"]),
         ("16 senders (threads)", &b["senders_16"]),

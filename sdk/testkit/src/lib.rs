@@ -6,6 +6,7 @@
 
 pub mod bench_report;
 pub mod faults;
+pub mod otlp;
 pub mod payments_api;
 pub mod pg;
 pub mod proxy;

@@ -34,6 +34,19 @@ struct Args {
     /// nothing (for profiling).
     #[arg(long, conflicts_with_all = ["senders", "render"])]
     budgets_only: bool,
+    /// Measure only the same effects with trace export on and off, print, and write nothing.
+    #[arg(long, conflicts_with_all = ["senders", "render", "budgets_only"])]
+    tracing_only: bool,
+    /// Run as one round of the tracing comparison, export on or off, in this directory
+    /// (internal).
+    #[arg(long, hide = true, value_parser = ["on", "off"])]
+    tracing_round: Option<String>,
+    /// The round's directory (internal).
+    #[arg(long, hide = true)]
+    round_dir: Option<PathBuf>,
+    /// The round's serial effects (internal).
+    #[arg(long, hide = true, default_value_t = 100)]
+    effects: usize,
     /// Measure nothing: regenerate docs/benchmarks.md from the committed results/bench_*.json.
     #[arg(long, conflicts_with_all = ["quick", "senders"])]
     render: bool,
@@ -55,6 +68,10 @@ fn main() -> anyhow::Result<()> {
     if let Some(journal) = &args.sender {
         return sender_process(journal, &args.name, Duration::from_millis(args.millis));
     }
+    if let (Some(on), Some(dir)) = (&args.tracing_round, &args.round_dir) {
+        let each = Duration::from_millis(args.millis);
+        return tracing_round_process(dir, on == "on", args.effects, each);
+    }
     if args.render {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let journal = interlock_testkit::bench_report::read_result(&root, "bench_journal.json")
@@ -74,6 +91,11 @@ fn main() -> anyhow::Result<()> {
     if args.budgets_only {
         let budgets = budgets(dir.path(), serial_effects, each)?;
         println!("{}", serde_json::to_string_pretty(&budgets)?);
+        return Ok(());
+    }
+    if args.tracing_only {
+        let tracing = tracing_cost(dir.path(), serial_effects, each)?;
+        println!("{}", serde_json::to_string_pretty(&tracing)?);
         return Ok(());
     }
 
@@ -154,6 +176,8 @@ fn main() -> anyhow::Result<()> {
 
     eprintln!("the same effects with and without three matching budgets…");
     let budgets = budgets(dir.path(), serial_effects, each)?;
+    eprintln!("the same effects with trace export on and off…");
+    let tracing = tracing_cost(dir.path(), serial_effects, each)?;
 
     let report = json!({
         "generated_by": "cargo run --release -p interlock-tests --bin gate-bench",
@@ -179,6 +203,7 @@ fn main() -> anyhow::Result<()> {
         "seconds_per_concurrent_run": each.as_secs_f64(),
         "concurrent": concurrent,
         "budgets": budgets,
+        "tracing": tracing,
         "postgres": postgres(quick, probe, each)?,
     });
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -273,21 +298,6 @@ fn budgets(dir: &Path, serial_effects: usize, each: Duration) -> anyhow::Result<
         serial.push(s);
         sixteen.push(c);
     }
-    let spread = |mut v: Vec<f64>, digits: i32| {
-        v.sort_by(f64::total_cmp);
-        json!({
-            "median": round(v[v.len() / 2], digits),
-            "min": round(v[0], digits),
-            "max": round(v[v.len() - 1], digits),
-        })
-    };
-    let side = |rounds: &[[f64; 2]]| {
-        json!({
-            "without_effects_per_s": spread(rounds.iter().map(|r| r[0]).collect(), 1),
-            "with_effects_per_s": spread(rounds.iter().map(|r| r[1]).collect(), 1),
-            "with_over_without": spread(rounds.iter().map(|r| r[1] / r[0]).collect(), 3),
-        })
-    };
     Ok(json!({
         "budgets_per_effect": bench::three_budgets().len(),
         "rounds": BUDGET_ROUNDS,
@@ -300,6 +310,133 @@ fn budgets(dir: &Path, serial_effects: usize, each: Duration) -> anyhow::Result<
 
 /// How many rounds the budgets' comparison takes (an odd number, for a plain median).
 const BUDGET_ROUNDS: usize = 7;
+
+/// The median, min and max of `v`, rounded to `digits`.
+fn spread(mut v: Vec<f64>, digits: i32) -> Value {
+    v.sort_by(f64::total_cmp);
+    json!({
+        "median": round(v[v.len() / 2], digits),
+        "min": round(v[0], digits),
+        "max": round(v[v.len() - 1], digits),
+    })
+}
+
+/// Rounds of (effects/s without, effects/s with): each side's spread and their ratio's.
+fn side(rounds: &[[f64; 2]]) -> Value {
+    json!({
+        "without_effects_per_s": spread(rounds.iter().map(|r| r[0]).collect(), 1),
+        "with_effects_per_s": spread(rounds.iter().map(|r| r[1]).collect(), 1),
+        "with_over_without": spread(rounds.iter().map(|r| r[1] / r[0]).collect(), 3),
+    })
+}
+
+/// Serial and 16-sender throughput with the gate's spans exported over OTLP/gRPC to a collector
+/// (one in this process, receiving for real) beside the same without export: each round runs
+/// both, in turn and alternating which goes first, each in a process of its own set up exactly
+/// as a worker is (`interlock_telemetry::install`, the variables a team sets). The spans the
+/// collector received are counted, so an exporter that kept up by dropping spans would show.
+fn tracing_cost(dir: &Path, serial_effects: usize, each: Duration) -> anyhow::Result<Value> {
+    let receiver = interlock_testkit::otlp::Receiver::start()?;
+    let per_round = (2 * serial_effects / BUDGET_ROUNDS).max(50);
+    let each = 2 * each / BUDGET_ROUNDS as u32;
+    let (mut serial, mut sixteen) = (Vec::new(), Vec::new());
+    let mut effects_exported = 0;
+    for round in 0..BUDGET_ROUNDS {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let (mut s, mut c) = ([0.0; 2], [0.0; 2]);
+        for on in order {
+            let round_dir = dir.join(format!("tracing-{round}-{on}"));
+            std::fs::create_dir_all(&round_dir)?;
+            let mut cmd = Command::new(std::env::current_exe()?);
+            cmd.args(["--tracing-round", if on { "on" } else { "off" }])
+                .arg("--round-dir")
+                .arg(&round_dir)
+                .args(["--effects", &per_round.to_string()])
+                .args(["--millis", &each.as_millis().to_string()])
+                .stderr(Stdio::inherit());
+            for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("OTEL_")) {
+                cmd.env_remove(k);
+            }
+            if on {
+                cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+                    .env("OTEL_SERVICE_NAME", "gate-bench")
+                    // Sent often, in batches large enough that nothing is dropped at this rate.
+                    .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+                    .env("OTEL_BSP_MAX_QUEUE_SIZE", "262144")
+                    .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8192");
+            }
+            let out = cmd.output().context("running a tracing round")?;
+            anyhow::ensure!(out.status.success(), "a tracing round failed");
+            let v: Value =
+                serde_json::from_slice(&out.stdout).context("a tracing round's report")?;
+            s[usize::from(on)] = v["serial_effects_per_s"].as_f64().unwrap_or(0.0);
+            c[usize::from(on)] = v["senders_16_effects_per_s"].as_f64().unwrap_or(0.0);
+            if on {
+                effects_exported += v["effects"].as_u64().unwrap_or(0);
+            }
+        }
+        eprintln!(
+            "  round {round}: serial {:.2}, 16 senders {:.2} (export on / off)",
+            s[1] / s[0],
+            c[1] / c[0]
+        );
+        serial.push(s);
+        sixteen.push(c);
+    }
+    let spans = receiver.spans();
+    let attempts = spans
+        .iter()
+        .filter(|s| s.name == "interlock.attempt")
+        .count();
+    Ok(json!({
+        "rounds": BUDGET_ROUNDS,
+        "serial_effects_per_round": per_round,
+        "senders_16_ms_per_round": each.as_millis() as u64,
+        "exporter": "OTLP/gRPC, batches every 200 ms, to a collector in the benchmark's own process",
+        "effects_exported": effects_exported,
+        "spans_received": spans.len(),
+        "attempt_spans_received": attempts,
+        "spans_per_effect": round(spans.len() as f64 / effects_exported.max(1) as f64, 2),
+        "serial": side(&serial),
+        "senders_16": side(&sixteen),
+    }))
+}
+
+/// One round of [`tracing_cost`]: logs and traces set up as a worker sets them (export on when
+/// the variables name a collector), then `effects` effects one after another and 16 senders for
+/// `each`, on a fresh journal; prints the two rates and the effects sent, after the last spans
+/// are flushed.
+fn tracing_round_process(
+    dir: &Path,
+    on: bool,
+    effects: usize,
+    each: Duration,
+) -> anyhow::Result<()> {
+    let telemetry = interlock_telemetry::install("gate-bench", "off")?;
+    anyhow::ensure!(telemetry.exporting() == on, "export should be {on}");
+    let (bound, _journal) = bench::bound(&dir.join("journal.db"), true)?;
+    let t = Instant::now();
+    for i in 0..effects as u64 {
+        bench::one_effect(&bound, "serial", i)?;
+    }
+    let serial = effects as f64 / t.elapsed().as_secs_f64().max(1e-9);
+    let (done, took) = bench::threads(&bound, 16, "c16", each)?;
+    let sixteen = done as f64 / took.as_secs_f64().max(1e-9);
+    telemetry.shutdown()?;
+    println!(
+        "{}",
+        json!({
+            "serial_effects_per_s": serial,
+            "senders_16_effects_per_s": sixteen,
+            "effects": effects as u64 + done,
+        })
+    );
+    Ok(())
+}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0

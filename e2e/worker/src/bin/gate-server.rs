@@ -29,7 +29,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    e2e_worker::init_logs();
+    let _telemetry = e2e_worker::init_logs("gate-server")?;
     let cfg = ServerConfig::load(&args.config)?;
     let listen = Listen::parse(&cfg.listen).map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = match SkewClock::from_env() {

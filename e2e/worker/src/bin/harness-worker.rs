@@ -75,7 +75,7 @@ fn read(path: &Path, what: &str) -> anyhow::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    e2e_worker::init_logs();
+    let _telemetry = e2e_worker::init_logs("harness-worker")?;
     let addr = args.temporal_address;
     let queue = args.task_queue;
     let settings = Settings {

@@ -49,12 +49,9 @@ fn activities() -> anyhow::Result<(RefundActivities, Option<Endpoint>)> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Logs at RUST_LOG's level (default info); traces to a collector when
+    // OTEL_EXPORTER_OTLP_ENDPOINT names one. Kept to the end of main, which flushes them.
+    let _telemetry = interlock_telemetry::install("refund-worker", "info")?;
     // Opening a journal blocks (SQLite, or PostgreSQL's blocking driver).
     let (activities, _metrics) = tokio::task::spawn_blocking(activities).await??;
     let client =
