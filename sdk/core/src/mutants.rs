@@ -80,11 +80,15 @@ impl Mutant {
 
 #[cfg(feature = "mutants")]
 mod switch {
-    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::cell::Cell;
 
     use super::Mutant;
 
-    static ACTIVE: AtomicU16 = AtomicU16::new(0);
+    thread_local! {
+        // Per thread: the model checker hunts several mutants at once, one per thread, each
+        // exploring on the thread that switched it in.
+        static ACTIVE: Cell<u16> = const { Cell::new(0) };
+    }
 
     fn bit(m: Mutant) -> u16 {
         match m {
@@ -103,13 +107,13 @@ mod switch {
         }
     }
 
-    /// Switch the core to `mutant` (or back to itself with `None`), process-wide.
+    /// Switch the core to `mutant` (or back to itself with `None`) on the calling thread.
     pub fn activate(mutant: Option<Mutant>) {
-        ACTIVE.store(mutant.map_or(0, bit), Ordering::SeqCst);
+        ACTIVE.with(|a| a.set(mutant.map_or(0, bit)));
     }
 
     pub(crate) fn on(m: Mutant) -> bool {
-        ACTIVE.load(Ordering::Relaxed) & bit(m) != 0
+        ACTIVE.with(Cell::get) & bit(m) != 0
     }
 }
 

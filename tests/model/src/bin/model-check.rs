@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use anyhow::Context;
 use interlock_core::mutants::{self, Mutant};
@@ -90,12 +92,11 @@ fn main() -> anyhow::Result<()> {
         })
         .map(|c| tweak(c, &args.set))
         .collect::<anyhow::Result<_>>()?;
-    let mut reports = Vec::new();
-    for cfg in &configs {
+    let reports = on_every_core(&configs, |cfg| {
         eprintln!("model {}: exploring…", cfg.name);
         let r = explore(cfg, false, &mut |n, d| {
             if !quick {
-                eprintln!("  {n} states, depth {d}");
+                eprintln!("  model {}: {n} states, depth {d}", cfg.name);
             }
         });
         eprintln!(
@@ -107,8 +108,8 @@ fn main() -> anyhow::Result<()> {
             r.first_broken()
                 .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
         );
-        reports.push(r);
-    }
+        r
+    });
     let limit_configs: Vec<LimitsConfig> = limits_models(quick)
         .into_iter()
         .filter(|c| {
@@ -117,8 +118,7 @@ fn main() -> anyhow::Result<()> {
                 .is_none_or(|o| c.name.contains(o.as_str()))
         })
         .collect();
-    let mut limit_reports = Vec::new();
-    for cfg in &limit_configs {
+    let limit_reports = on_every_core(&limit_configs, |cfg| {
         let r = explore_limits(cfg, false);
         eprintln!(
             "model {}: {} states, depth {}, {:.1} s: {}",
@@ -129,13 +129,17 @@ fn main() -> anyhow::Result<()> {
             r.first_broken()
                 .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
         );
-        limit_reports.push(r);
-    }
-    let bugs = Mutant::ALL.iter().map(|m| Bug::Core(*m)).chain([
-        Bug::LeaseReadBeforePremises,
-        Bug::UseWrittenApart,
-        Bug::PlaceNotStretched,
-    ]);
+        r
+    });
+    let bugs: Vec<Bug> = Mutant::ALL
+        .iter()
+        .map(|m| Bug::Core(*m))
+        .chain([
+            Bug::LeaseReadBeforePremises,
+            Bug::UseWrittenApart,
+            Bug::PlaceNotStretched,
+        ])
+        .collect();
     // Hunt in the smallest models first: a mutant is usually caught in seconds there.
     let mut by_size: Vec<Config> = configs.clone();
     by_size.sort_by_key(|c| {
@@ -144,13 +148,12 @@ fn main() -> anyhow::Result<()> {
             .find(|r| r.name == c.name)
             .map_or(u64::MAX, |r| r.states)
     });
-    let mut mutant_reports = Vec::new();
-    if !args.no_mutants {
-        for bug in bugs {
-            mutant_reports.push(hunt(bug, &by_size, &limit_configs));
-        }
-    }
-    mutants::activate(None);
+    let mutant_reports = if args.no_mutants {
+        Vec::new()
+    } else {
+        // Each hunt switches its mutant in on its own thread only.
+        on_every_core(&bugs, |bug| hunt(*bug, &by_size, &limit_configs))
+    };
 
     let failed_models: Vec<&str> = reports
         .iter()
@@ -190,6 +193,41 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// `f` over `items` on a thread per core, the results in the items' order. Models are explored
+/// independently (and a mutant is switched in per thread), so the run takes about a core's share
+/// of the time it took on one.
+fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let out: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else { break };
+            let r = f(item);
+            *out[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(items.len());
+    std::thread::scope(|s| {
+        // This thread is one of them.
+        for _ in 1..threads {
+            // Deep explorations recurse: as much stack as the main thread has.
+            let started = std::thread::Builder::new()
+                .stack_size(8 << 20)
+                .spawn_scoped(s, work);
+            if let Err(e) = started {
+                eprintln!("could not start a worker thread ({e}): fewer cores are used");
+            }
+        }
+        work();
+    });
+    out.into_iter()
+        .filter_map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .collect()
 }
 
 /// `--set field=value` (repeatable) changes one bound of every model run, to explore by hand.
