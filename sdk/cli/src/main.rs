@@ -208,14 +208,24 @@ fn main() -> ExitCode {
         cli.command,
         Command::Serve(_) | Command::McpProxy(_) | Command::Metrics(_) | Command::Inbox { .. }
     );
-    let telemetry = match interlock_telemetry::install(
-        "interlock",
-        if long_running { "info" } else { "off" },
-    ) {
+    let default_log = if long_running { "info" } else { "off" };
+    let telemetry = match interlock_telemetry::install("interlock", default_log) {
         Ok(t) => t,
-        Err(e) => {
+        // A server stops at once; a one-shot command (`recover`, `journal settle` in an
+        // incident) runs without export rather than not at all.
+        Err(e) if long_running => {
             eprintln!("error: {e}");
             return ExitCode::from(Exit::Error as u8);
+        }
+        Err(e) => {
+            eprintln!("warning: traces are not exported: {e}");
+            match interlock_telemetry::install_logs_only(default_log) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(Exit::Error as u8);
+                }
+            }
         }
     };
     let named = Named {

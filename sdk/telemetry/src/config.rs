@@ -27,6 +27,8 @@ const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
 const EXPORTER: &str = "OTEL_TRACES_EXPORTER";
 const DISABLED: &str = "OTEL_SDK_DISABLED";
+const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+const TRACES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
 const SERVICE: &str = "OTEL_SERVICE_NAME";
 
 /// Decide from `var` (a lookup of the environment; an empty value counts as unset, as the
@@ -59,6 +61,13 @@ pub(crate) fn traces(
         && value.trim() != "grpc"
     {
         return Err(TelemetryError::UnsupportedProtocol { var: name, value });
+    }
+    if let Some((name, value)) = [TRACES_COMPRESSION, COMPRESSION]
+        .into_iter()
+        .find_map(|name| var(name).map(|v| (name, v)))
+        && value.trim() != "none"
+    {
+        return Err(TelemetryError::UnsupportedCompression { var: name, value });
     }
     if !endpoint.starts_with("http://") {
         return Err(TelemetryError::Endpoint {
@@ -154,6 +163,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), "{e}");
+        let e = with(&[on, (COMPRESSION, "gzip")]).unwrap_err().to_string();
+        assert!(e.contains("OTEL_EXPORTER_OTLP_COMPRESSION=gzip"), "{e}");
+        assert!(matches!(
+            with(&[on, (TRACES_COMPRESSION, "none")]),
+            Ok(Traces::Otlp { .. })
+        ));
         let e = with(&[(ENDPOINT, "https://collector:4317")])
             .unwrap_err()
             .to_string();

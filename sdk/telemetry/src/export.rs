@@ -63,15 +63,24 @@ pub(crate) fn otlp_provider(
 ) -> Result<SdkTracerProvider, TelemetryError> {
     let runtime = runtime()?;
     // The channel is built inside the runtime: it spawns its connection's task there.
-    let inner = {
+    let built = {
         let _in = runtime.enter();
         opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)
             .build()
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?
     };
-    Ok(provider(OnOwnRuntime { inner, runtime }, service))
+    match built {
+        Ok(inner) => Ok(provider(OnOwnRuntime { inner, runtime }, service)),
+        Err(e) => {
+            // Dropped without waiting: a worker calls this inside its own runtime, where
+            // dropping another one would panic.
+            runtime.shutdown_background();
+            Err(TelemetryError::Exporter(format!(
+                "{e} (endpoint {endpoint})"
+            )))
+        }
+    }
 }
 
 /// A provider batching spans to `exporter`.

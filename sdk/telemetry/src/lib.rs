@@ -59,6 +59,14 @@ pub enum TelemetryError {
         /// Its value.
         value: String,
     },
+    /// Compression is asked for.
+    #[error("{var}={value}: compression is not built in; unset it, or set it to none")]
+    UnsupportedCompression {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// `INTERLOCK_TRACES_FILTER` does not parse.
     #[error("{TRACES_FILTER}={value}: {reason} (example: {DEFAULT_TRACES_FILTER})")]
     Filter {
@@ -75,8 +83,8 @@ pub enum TelemetryError {
     AlreadyInstalled,
 }
 
-/// What [`install`] set up; dropping it sends the spans still batched (waiting for the
-/// collector at most `OTEL_EXPORTER_OTLP_TIMEOUT`).
+/// What [`install`] set up; dropping it sends the spans still batched, waiting for them at most
+/// 5 seconds. A process ended by a signal it does not handle loses its last batch.
 #[must_use = "dropping it stops the export; keep it for the life of the process"]
 #[derive(Debug)]
 pub struct Telemetry {
@@ -114,6 +122,12 @@ impl Drop for Telemetry {
 /// otherwise. Call once, at the start of `main`, and keep what it returns.
 pub fn install(service: &str, default_log: &str) -> Result<Telemetry, TelemetryError> {
     install_from(&|name| std::env::var(name).ok(), service, default_log)
+}
+
+/// Logs only, as [`install`] sets them up, whatever the `OTEL_*` variables say: for a command
+/// that must run even when they ask for what is not built in.
+pub fn install_logs_only(default_log: &str) -> Result<Telemetry, TelemetryError> {
+    install_from(&|_| None, "interlock", default_log)
 }
 
 /// [`install`], reading the variables through `var` instead of the environment.
