@@ -195,6 +195,43 @@ pub fn draft(
     })
 }
 
+/// Whether the core lets `statement` end the effect `key`, whose records are `records`, at the
+/// journal's time `now_ms`: the window of its `AMBIGUOUS` record if it does.
+fn admits(
+    key: &str,
+    records: &[Record],
+    statement: &Settlement,
+    now_ms: i64,
+) -> Result<rules::Window, SettleRefusal> {
+    let w = rules::window(records.iter().map(|r| (r.at_ms, &r.event)))?;
+    let landed = landed_evidence(records.iter().map(|r| &r.event));
+    rules::check(
+        key,
+        &w,
+        &records[w.index].hash,
+        statement,
+        &landed,
+        (now_ms, rules::MAX_SKEW_MS),
+    )?;
+    Ok(w)
+}
+
+/// Whether [`settle`] would record `statement` if it were signed now (at `now_ms`): the same rules,
+/// read outside the journal's write transaction, so that a person is not asked to sign what would
+/// be refused. Its signature and its person are not checked here, and [`settle`] checks all of it
+/// again where it counts.
+pub fn precheck(
+    journal: &dyn Journal,
+    statement: &Settlement,
+    now_ms: i64,
+) -> Result<(), SettleError> {
+    let key = statement.effect.clone();
+    let records = journal.history(&EffectKey::fixed(key.clone())?)?;
+    admits(&key, &records, statement, now_ms)
+        .map(|_| ())
+        .map_err(|refusal| SettleError::Refused { key, refusal })
+}
+
 /// Record `signed`, once its person is checked against `settlers`, if the core lets it end the
 /// effect at the journal's clock as read in the write transaction. Returns the `SETTLED` record.
 pub fn settle(
@@ -207,23 +244,13 @@ pub fn settle(
     let effect = EffectKey::fixed(key.clone())?;
     let mut refused = None;
     let out = journal.append_with(&effect, &mut |tx| {
-        let decided = rules::window(tx.records.iter().map(|r| (r.at_ms, &r.event))).and_then(|w| {
-            let hash = &tx.records[w.index].hash;
-            let landed = landed_evidence(tx.records.iter().map(|r| &r.event));
-            rules::check(
-                &key,
-                &w,
-                hash,
-                &signed.statement,
-                &landed,
-                (tx.now_ms, rules::MAX_SKEW_MS),
-            )?;
-            Ok(rules::settled(
+        let decided = admits(&key, tx.records, &signed.statement, tx.now_ms).map(|w| {
+            rules::settled(
                 &w,
                 signed.statement.clone(),
                 signed.alg.label(),
                 &signed.signature,
-            ))
+            )
         });
         match decided {
             Ok(event) => vec![event],

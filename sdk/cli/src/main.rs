@@ -11,6 +11,7 @@ mod journal_cmd;
 mod lease_cmd;
 mod mcp_cmd;
 mod metrics_cmd;
+mod ops_cmd;
 mod receipt_cmd;
 mod serve_cmd;
 mod settle_cmd;
@@ -112,6 +113,12 @@ enum Command {
         #[command(subcommand)]
         what: inbox_cmd::InboxCmd,
     },
+    /// The operators' web page: effects in flight, ambiguous, applied twice and failed, recovery
+    /// on request, and settling an ambiguous effect with a statement signed in the browser.
+    Ops {
+        #[command(subcommand)]
+        what: ops_cmd::OpsCmd,
+    },
     /// How the requests went — cleared with no person, sent after one, closed by repair,
     /// refused, escalated, decision times — counted from the journal alone.
     Scoreboard {
@@ -178,6 +185,21 @@ impl Named {
         })
     }
 
+    /// Open for changes a journal that exists already (a page over a mistyped name would
+    /// otherwise show an empty journal as if nothing needed a person).
+    pub(crate) fn open_existing(&self) -> anyhow::Result<Opened> {
+        if interlock_postgres::is_server(&self.name) {
+            let opts = PgOptions {
+                create: false,
+                ..PgOptions::in_schema(self.schema.clone())
+            };
+            return interlock_postgres::open_named(&self.name, Arc::new(SystemClock), &opts)
+                .with_context(|| format!("opening the journal at {}", self.shown()));
+        }
+        self.open(false)?;
+        self.open(true)
+    }
+
     /// The journal's name for messages (never a password).
     pub(crate) fn shown(&self) -> String {
         interlock_postgres::shown(&self.name)
@@ -206,7 +228,11 @@ fn main() -> ExitCode {
     // when it does. Any of them exports its spans when OTEL_EXPORTER_OTLP_ENDPOINT is set.
     let long_running = matches!(
         cli.command,
-        Command::Serve(_) | Command::McpProxy(_) | Command::Metrics(_) | Command::Inbox { .. }
+        Command::Serve(_)
+            | Command::McpProxy(_)
+            | Command::Metrics(_)
+            | Command::Inbox { .. }
+            | Command::Ops { .. }
     );
     let default_log = if long_running { "info" } else { "off" };
     let telemetry = match interlock_telemetry::install("interlock", default_log) {
@@ -265,6 +291,10 @@ fn main() -> ExitCode {
             Command::Metrics(args) => metrics_cmd::run(read()?, args).map(|()| Exit::Holds),
             // The inbox only reads the journal: the workflows write.
             Command::Inbox { what } => inbox_cmd::run(read()?, what).map(|()| Exit::Holds),
+            // The operators' page writes: recovery and settlements.
+            Command::Ops { what } => {
+                ops_cmd::run(named.open_existing()?, what).map(|()| Exit::Holds)
+            }
             Command::Scoreboard { prefix, json } => {
                 journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| Exit::Holds)
             }

@@ -182,6 +182,60 @@ fn errors_name_the_cause_and_the_fix() {
 }
 
 #[test]
+fn the_operators_page_will_not_start_over_a_journal_that_is_not_there_or_with_nobody_to_admit() {
+    let dir = tempfile::tempdir().unwrap();
+    let directory = |groups: serde_json::Value| {
+        let key = interlock::approval::ApproverKey::from_seed("olga", [7; 32]).public_hex();
+        let path = dir.path().join("approvers.json");
+        let body = serde_json::json!({
+            "approvers": {"olga": {"public_key": key}},
+            "groups": groups,
+            "chain": [{"group": "support", "sla_ms": 1000}],
+        });
+        std::fs::write(&path, body.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let with_operators = directory(serde_json::json!({"support": ["olga"], "operators": ["olga"]}));
+    let missing = dir.path().join("typo.db");
+    let out = cli(
+        &missing,
+        &[
+            "ops",
+            "serve",
+            "--approvers",
+            &with_operators,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("no journal at"), "{}", text(&out));
+    assert!(
+        !missing.exists(),
+        "an empty journal was created in its place"
+    );
+    let (j, _) = journal_with_a_refund(dir.path());
+    let nobody = directory(serde_json::json!({"support": ["olga"]}));
+    let out = cli(
+        &j,
+        &[
+            "ops",
+            "serve",
+            "--approvers",
+            &nobody,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("no member in group \"operators\""),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn verify_exits_0_on_an_intact_journal_and_1_after_tampering() {
     let s = Signed::new();
     let export = s.export();

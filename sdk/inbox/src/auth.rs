@@ -33,6 +33,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Mutex, PoisonError};
 
 use interlock::approval::{Approvers, Statement};
+use interlock::core::settle::Settlement;
 
 /// Prefixed to every sign-in challenge, so a sign-in signature is never an approval.
 const LOGIN_DOMAIN: &str = "interlock-inbox-login-v1\n";
@@ -86,12 +87,32 @@ pub enum AuthError {
     /// The form did not carry the session's CSRF token.
     #[error("the form's CSRF token does not match this session: reload the page and try again")]
     Csrf,
+    /// The approver directory could not be read: nobody is admitted until it can.
+    #[error("the approver directory cannot be read, so nobody is admitted: {0}")]
+    Directory(String),
+    /// The person is in the directory, and this page does not admit them.
+    #[error("{0}")]
+    NotAdmitted(String),
     /// Too many sign-ins or drafts are outstanding.
     #[error(
         "too many sign-ins are under way at once: the inbox keeps a bounded number and refuses more \
          rather than cancel any under way; try again in two minutes, when unanswered ones lapse"
     )]
     Busy,
+}
+
+/// A statement drafted by the server for a person to sign in their browser.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Drafted {
+    /// An approval, drafted from route step `step` of its request.
+    Approval {
+        /// What is signed.
+        statement: Statement,
+        /// The route step it was drafted from.
+        step: u32,
+    },
+    /// A settlement of an `AMBIGUOUS` effect.
+    Settlement(Settlement),
 }
 
 /// A sign-in challenge waiting for its answer.
@@ -196,9 +217,8 @@ fn client_of(ip: IpAddr) -> IpAddr {
 struct State {
     challenges: Challenges,
     sessions: HashMap<String, Session>,
-    /// Draft id → the session it is for, the statement, the route step it was drafted from,
-    /// and when it lapses.
-    drafts: HashMap<String, (String, Statement, u32, i64)>,
+    /// Draft id → the session it is for, the statement, and when it lapses.
+    drafts: HashMap<String, (String, Drafted, i64)>,
     /// Route steps an approval or a refusal was delivered for, by whom, and when.
     decided: HashMap<(String, u32), (String, i64)>,
     denied: HashSet<String>,
@@ -323,41 +343,31 @@ impl Auth {
         self.state().sessions.remove(token);
     }
 
-    /// Keep `statement`, drafted from route step `n` of its request, for the session `token` to
-    /// sign; returns the draft's id.
-    pub fn draft(
-        &self,
-        token: &str,
-        statement: Statement,
-        n: u32,
-        now_ms: i64,
-    ) -> Result<String, AuthError> {
+    /// Keep `statement` for the session `token` to sign; returns the draft's id.
+    pub fn draft(&self, token: &str, statement: Drafted, now_ms: i64) -> Result<String, AuthError> {
         let id = self::token();
         if id.is_empty() {
             return Err(AuthError::Busy);
         }
         let mut s = self.state();
-        s.drafts.retain(|_, (_, _, _, exp)| *exp > now_ms);
+        s.drafts.retain(|_, (_, _, exp)| *exp > now_ms);
         if s.drafts.len() >= MAX_DRAFTS {
             return Err(AuthError::Busy);
         }
-        s.drafts.insert(
-            id.clone(),
-            (token.to_owned(), statement, n, now_ms + DRAFT_MS),
-        );
+        s.drafts
+            .insert(id.clone(), (token.to_owned(), statement, now_ms + DRAFT_MS));
         Ok(id)
     }
 
-    /// The statement drafted as `draft` for the session `token`, and the route step it was
-    /// drafted from, once.
-    pub fn take_draft(&self, token: &str, draft: &str, now_ms: i64) -> Option<(Statement, u32)> {
+    /// The statement drafted as `draft` for the session `token`, once.
+    pub fn take_draft(&self, token: &str, draft: &str, now_ms: i64) -> Option<Drafted> {
         let mut s = self.state();
         match s.drafts.get(draft) {
             Some((owner, ..)) if same(owner, token) => {}
             _ => return None,
         }
         match s.drafts.remove(draft) {
-            Some((_, st, n, exp)) if exp > now_ms => Some((st, n)),
+            Some((_, st, exp)) if exp > now_ms => Some(st),
             _ => None,
         }
     }
@@ -615,7 +625,16 @@ mod tests {
             expires_ms: 1,
             repair_of: None,
         };
-        let draft = auth.draft("session-a", st, 0, 0).unwrap();
+        let draft = auth
+            .draft(
+                "session-a",
+                Drafted::Approval {
+                    statement: st,
+                    step: 0,
+                },
+                0,
+            )
+            .unwrap();
         assert!(auth.take_draft("session-b", &draft, 0).is_none());
         assert!(
             auth.take_draft("session-a", &draft, 0).is_some(),

@@ -5,11 +5,16 @@
 //! payload its page shows. The inbox hands the signed approval to the request's workflow and
 //! grants nothing itself; it reads the journal only, and needs a Stripe key only to read the
 //! facts now (give it a restricted, read-only one).
+//!
+//! The operators' page ([`ops`]) is served by the same crate with the same sign-in, as a server
+//! of its own: it writes to the journal (recovery, settlements), which the inbox never does.
 
 pub mod auth;
 pub mod deliver;
 pub mod desk;
+pub mod ops;
 mod pages;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,27 +3,19 @@
 //! decision is re-checked against the journal at the moment it is made (the request may have
 //! escalated since the page was loaded), and every refusal names the cause.
 //!
-//! Sign-in challenges are bounded per client (see [`crate::auth`]), and the client is the
-//! address the request came from. `interlock inbox serve` listens on loopback behind a TLS proxy,
-//! so there every request comes from the proxy: from a loopback peer the client is therefore the
-//! address the proxy appended to `X-Forwarded-For` (its last entry), and from any other peer that
-//! header is ignored, since the client could have written it. A proxy must append (nginx:
-//! `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`) or set the header; one that
-//! passes a client's own header on unchanged lets clients name themselves, and then only the
-//! bound on all challenges together (which evicts nobody) holds.
+//! Sign-in, sessions and the headers are the shared door's ([`crate::web`]).
 
 // A handler's early return is the response itself; boxing it would only add noise.
 #![allow(clippy::result_large_err)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{ConnectInfo, Form, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use base64::Engine as _;
 use interlock::EffectKey;
 use interlock::approval::{Route, RouteKind, SignedApproval, Statement};
@@ -33,121 +25,47 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Inbox;
-use crate::auth::{AuthError, Session};
+use crate::auth::{AuthError, Drafted};
 use crate::desk::{self, Item, Standing};
-
-const COOKIE: &str = "interlock_session";
+use crate::web::{
+    Door, checked, door_routes, error_page, harden, json_error, link, render, signed_in,
+};
 /// How long a signed approval lives: long enough for the send's retries.
 const APPROVAL_MS: i64 = 3_600_000;
 
 type Shared = State<Arc<Inbox>>;
 
 pub(crate) fn router(inbox: Arc<Inbox>) -> Router {
-    Router::new()
+    door_routes::<Inbox>()
         .route("/", get(home))
-        .route("/login", get(login_page).post(login))
-        .route("/login/challenge", get(challenge))
-        .route("/logout", post(logout))
         .route("/history", get(history))
         .route("/request/{id}", get(request_page))
         .route("/request/{id}/statement", post(statement))
         .route("/request/{id}/approve", post(approve))
         .route("/request/{id}/deny", post(deny))
-        .route("/receipt/{id}", get(receipt))
-        .route("/static/inbox.js", get(script))
         .layer(axum::middleware::map_response(harden))
         .with_state(inbox)
 }
 
-/// Headers every answer carries: scripts only from the inbox itself, never framed, never cached
-/// (pages carry the CSRF token), content types taken as given.
-async fn harden(mut r: Response) -> Response {
-    let h = r.headers_mut();
-    for (name, value) in [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
-             frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-        ),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-    ] {
-        h.insert(name, HeaderValue::from_static(value));
+impl Door for Inbox {
+    fn auth(&self) -> &crate::auth::Auth {
+        &self.auth
     }
-    r
+    fn approvers(&self) -> Result<Arc<interlock::approval::Approvers>, String> {
+        Ok(self.approvers.clone())
+    }
+    fn journal(&self) -> &Arc<dyn interlock::JournalStore> {
+        &self.journal
+    }
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+    const NAME: &'static str = "Interlock inbox";
+    const COOKIE: &'static str = "interlock_session";
 }
 
 fn now(inbox: &Inbox) -> i64 {
     inbox.clock.now_ms()
-}
-
-/// A path segment, percent-encoded.
-fn link(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn render(t: &impl Template) -> Response {
-    match t.render() {
-        Ok(html) => Html(html).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "a page could not be rendered");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the page could not be rendered",
-            )
-                .into_response()
-        }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "error.html")]
-struct ErrorPage<'a> {
-    title: &'a str,
-    message: &'a str,
-}
-
-fn error_page(status: StatusCode, title: &str, message: &str) -> Response {
-    (status, render(&ErrorPage { title, message })).into_response()
-}
-
-fn json_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (status, Json(json!({ "error": message.to_string() }))).into_response()
-}
-
-fn session_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v.to_owned())
-}
-
-/// The signed-in session, or the way to the sign-in page.
-fn signed_in(inbox: &Inbox, headers: &HeaderMap) -> Result<(String, Session), Response> {
-    let token = session_token(headers).ok_or_else(|| Redirect::to("/login").into_response())?;
-    inbox
-        .auth
-        .session(&token, now(inbox))
-        .map(|s| (token, s))
-        .map_err(|_| Redirect::to("/login").into_response())
-}
-
-/// The session for a form or a JSON call, checked against its CSRF token.
-fn checked(inbox: &Inbox, headers: &HeaderMap, csrf: &str) -> Result<(String, Session), AuthError> {
-    let token = session_token(headers).ok_or(AuthError::NoSession)?;
-    let s = inbox.auth.checked(&token, csrf, now(inbox))?;
-    Ok((token, s))
 }
 
 fn groups_of(inbox: &Inbox, approver: &str) -> String {
@@ -173,131 +91,6 @@ async fn items(inbox: &Arc<Inbox>) -> Result<Vec<Item>, Response> {
             &e.to_string(),
         )
     })
-}
-
-async fn script() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        include_str!("../static/inbox.js"),
-    )
-        .into_response()
-}
-
-#[derive(Template)]
-#[template(path = "login.html")]
-struct LoginPage;
-
-async fn login_page() -> Response {
-    render(&LoginPage)
-}
-
-#[derive(Deserialize)]
-struct ChallengeQuery {
-    approver: String,
-}
-
-/// The address a request came from: the peer's, or, when the peer is a proxy on this host, the
-/// one it appended to `X-Forwarded-For`. Without the peer's address (the router served without
-/// [`ConnectInfo`]) every request counts as one unknown client.
-fn client(peer: Option<SocketAddr>, headers: &HeaderMap) -> IpAddr {
-    let Some(peer) = peer.map(|p| p.ip()) else {
-        return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-    };
-    let loopback = match peer {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    };
-    if !loopback {
-        return peer;
-    }
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .map(str::trim)
-        .and_then(|a| {
-            a.parse::<IpAddr>()
-                .ok()
-                .or_else(|| a.parse::<SocketAddr>().ok().map(|s| s.ip()))
-        })
-        .unwrap_or(peer)
-}
-
-async fn challenge(
-    State(inbox): Shared,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
-    Query(q): Query<ChallengeQuery>,
-) -> Response {
-    let from = client(peer.map(|Extension(ConnectInfo(p))| p), &headers);
-    match inbox.auth.challenge(&q.approver, from, now(&inbox)) {
-        Ok(nonce) => Json(json!({ "nonce": nonce })).into_response(),
-        Err(e) => {
-            let busy = e == AuthError::Busy;
-            let mut r = json_error(StatusCode::SERVICE_UNAVAILABLE, e);
-            if busy {
-                tracing::warn!(%from, "sign-in challenges are full: refused one");
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("120"));
-            }
-            r
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct LoginBody {
-    approver: String,
-    nonce: String,
-    signature: String,
-}
-
-async fn login(State(inbox): Shared, Json(b): Json<LoginBody>) -> Response {
-    match inbox.auth.login(
-        &inbox.approvers,
-        &b.approver,
-        &b.nonce,
-        &b.signature,
-        now(&inbox),
-    ) {
-        Ok((token, _)) => {
-            tracing::info!(approver = %b.approver, "signed in");
-            let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-            let mut r = Json(json!({ "ok": true })).into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                r.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            r
-        }
-        Err(e) => {
-            tracing::warn!(approver = %b.approver, error = %e, "sign-in refused");
-            json_error(StatusCode::UNAUTHORIZED, e)
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct CsrfForm {
-    csrf: String,
-}
-
-async fn logout(State(inbox): Shared, headers: HeaderMap, Form(f): Form<CsrfForm>) -> Response {
-    match checked(&inbox, &headers, &f.csrf) {
-        Ok((token, _)) => {
-            inbox.auth.logout(&token);
-            let mut r = Redirect::to("/login").into_response();
-            r.headers_mut().insert(
-                header::SET_COOKIE,
-                HeaderValue::from_static("interlock_session=; Max-Age=0; Path=/"),
-            );
-            r
-        }
-        Err(e) => error_page(StatusCode::FORBIDDEN, "Not signed out", &e.to_string()),
-    }
 }
 
 struct Row {
@@ -327,7 +120,7 @@ struct Done {
 }
 
 async fn home(State(inbox): Shared, headers: HeaderMap, Query(d): Query<Done>) -> Response {
-    let (_, s) = match signed_in(&inbox, &headers) {
+    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -423,7 +216,7 @@ async fn request_page(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let (_, s) = match signed_in(&inbox, &headers) {
+    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -557,7 +350,7 @@ async fn statement(
     Path(id): Path<String>,
     Json(b): Json<StatementBody>,
 ) -> Response {
-    let (token, s) = match checked(&inbox, &headers, &b.csrf) {
+    let (token, s, _) = match checked(inbox.as_ref(), &headers, &b.csrf) {
         Ok(x) => x,
         Err(e) => return json_error(StatusCode::FORBIDDEN, e),
     };
@@ -588,7 +381,14 @@ async fn statement(
         repair_of: route.step.repair_of.clone(),
     };
     let bytes = base64::engine::general_purpose::STANDARD.encode(st.signed_bytes());
-    match inbox.auth.draft(&token, st, route.n, issued) {
+    match inbox.auth.draft(
+        &token,
+        Drafted::Approval {
+            statement: st,
+            step: route.n,
+        },
+        issued,
+    ) {
         Ok(draft) => Json(json!({ "draft": draft, "bytes": bytes })).into_response(),
         Err(e) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
@@ -607,11 +407,15 @@ async fn approve(
     Path(id): Path<String>,
     Json(b): Json<ApproveBody>,
 ) -> Response {
-    let (token, s) = match checked(&inbox, &headers, &b.csrf) {
+    let (token, s, _) = match checked(inbox.as_ref(), &headers, &b.csrf) {
         Ok(x) => x,
         Err(e) => return json_error(StatusCode::FORBIDDEN, e),
     };
-    let Some((st, n)) = inbox.auth.take_draft(&token, &b.draft, now(&inbox)) else {
+    let Some(Drafted::Approval {
+        statement: st,
+        step: n,
+    }) = inbox.auth.take_draft(&token, &b.draft, now(&inbox))
+    else {
         return json_error(
             StatusCode::CONFLICT,
             "the statement to sign is unknown, used or expired: reload the page and approve again",
@@ -683,8 +487,8 @@ async fn deny(
     Path(id): Path<String>,
     Form(f): Form<DenyForm>,
 ) -> Response {
-    let s = match checked(&inbox, &headers, &f.csrf) {
-        Ok((_, s)) => s,
+    let s = match checked(inbox.as_ref(), &headers, &f.csrf) {
+        Ok((_, s, _)) => s,
         Err(e) => return error_page(StatusCode::FORBIDDEN, "Not declined", &e.to_string()),
     };
     let route = match still_there(&inbox, &id, f.n, &s.approver).await {
@@ -736,7 +540,7 @@ struct HistoryPage {
 }
 
 async fn history(State(inbox): Shared, headers: HeaderMap) -> Response {
-    let (_, s) = match signed_in(&inbox, &headers) {
+    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -768,69 +572,4 @@ async fn history(State(inbox): Shared, headers: HeaderMap) -> Response {
         csrf: s.csrf,
         rows,
     })
-}
-
-async fn receipt(State(inbox): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(r) = signed_in(&inbox, &headers) {
-        return r;
-    }
-    let key = match EffectKey::fixed(id.clone()) {
-        Ok(k) => k,
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
-    };
-    let journal = inbox.journal.clone();
-    let history = tokio::task::spawn_blocking(move || journal.history(&key)).await;
-    match history {
-        Ok(Ok(h)) => match interlock::receipt::build(&h) {
-            Some(r) => Json(r).into_response(),
-            None => json_error(
-                StatusCode::NOT_FOUND,
-                format!("no effect {id} is in the journal"),
-            ),
-        },
-        Ok(Err(e)) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn forwarded(values: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in values {
-            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
-
-    #[test]
-    fn only_a_proxy_on_this_host_is_believed_about_who_the_client_is() {
-        let at = |a: &str| Some(a.parse::<SocketAddr>().unwrap());
-        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
-        let claims = forwarded(&["192.0.2.66, 198.51.100.20"]);
-        // From a proxy on this host: the address it appended, never the client's own claims.
-        assert_eq!(client(at("127.0.0.1:9000"), &claims), ip("198.51.100.20"));
-        assert_eq!(client(at("[::1]:9000"), &claims), ip("198.51.100.20"));
-        assert_eq!(
-            client(
-                at("127.0.0.1:9000"),
-                &forwarded(&["192.0.2.66", "[2001:db8::1]:443"])
-            ),
-            ip("2001:db8::1"),
-            "the last header's last entry"
-        );
-        assert_eq!(
-            client(at("127.0.0.1:9000"), &forwarded(&["unknown"])),
-            ip("127.0.0.1")
-        );
-        assert_eq!(
-            client(at("127.0.0.1:9000"), &HeaderMap::new()),
-            ip("127.0.0.1")
-        );
-        // From anyone else, the header is theirs to write: their own address counts.
-        assert_eq!(client(at("203.0.113.7:5000"), &claims), ip("203.0.113.7"));
-        assert_eq!(client(None, &claims), ip("0.0.0.0"));
-    }
 }

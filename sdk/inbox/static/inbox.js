@@ -1,4 +1,5 @@
-// The inbox's only script: the approver's key is used here, in the browser, and never sent.
+// The only script of the inbox and the operators' page: the person's key is used here, in the
+// browser, and never sent.
 const inbox = (() => {
   const fromHex = (s) => {
     if (!/^([0-9a-fA-F]{2})*$/.test(s)) throw new Error('the key must be hex digits');
@@ -86,6 +87,53 @@ const inbox = (() => {
         }
       });
     },
+    settleForm() {
+      const form = document.getElementById('settle-form');
+      const result = document.getElementById('result');
+      form.addEventListener('submit', async (ev) => {
+        ev.preventDefault();
+        result.className = '';
+        result.textContent = 'signing…';
+        try {
+          const { key, keyId, person, csrf } = form.dataset;
+          const chosen = form.querySelector('input[name=finding]:checked');
+          if (!chosen) throw new Error('say what you found: applied (with its reference) or not applied');
+          const finding = chosen.value;
+          const reference = document.getElementById('reference').value.trim();
+          const note = document.getElementById('note').value;
+          const looked = document.getElementById('looked').value.trim();
+          if (!looked) throw new Error('say when you looked at the target: now, or the time in ms since the epoch');
+          const seed = sessionStorage.getItem('interlock-key');
+          if (!seed) throw new Error('your key is kept only in the tab you signed in with: sign in again');
+          const draft = await post(`/effect/${key}/statement`, { csrf, finding, reference, note, looked });
+          const bytes = fromB64(draft.bytes);
+          // Sign nothing but what this form says, for this effect, in this person's name.
+          const text = new TextDecoder().decode(bytes);
+          const prefix = 'interlock-settlement-v1\n';
+          if (!text.startsWith(prefix)) throw new Error('the server sent something that is not a settlement: not signed');
+          const st = JSON.parse(text.slice(prefix.length));
+          const problems = [];
+          if (st.effect !== keyId) problems.push(`effect ${st.effect}`);
+          if (st.person !== person) problems.push(`person ${st.person}`);
+          if (st.note !== note) problems.push(`note ${st.note}`);
+          if (!st.finding || st.finding.found !== finding) problems.push(`finding ${JSON.stringify(st.finding)}`);
+          if (finding === 'applied' && st.finding.reference !== reference) problems.push(`reference ${st.finding.reference}`);
+          // The time of the look is the person's word: exactly what was typed, or, for `now`,
+          // this browser's clock within two minutes.
+          const lookedOk = looked === 'now'
+            ? Math.abs(st.looked_ms - Date.now()) <= 120000
+            : String(st.looked_ms) === looked;
+          if (!lookedOk) problems.push(`looked at ${st.looked_ms}`);
+          if (problems.length) throw new Error(`the statement to sign is not what this form says (${problems.join(', ')}): not signed`);
+          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), bytes);
+          const done = await post(`/effect/${key}/settle`, { csrf, draft: draft.draft, signature: toHex(sig) });
+          location.href = `/effect/${key}?done=` + encodeURIComponent(done.message);
+        } catch (e) {
+          result.className = 'error';
+          result.textContent = e.message;
+        }
+      });
+    },
     signOutForm() {
       // The key leaves this tab with the session.
       document.getElementById('sign-out-form').addEventListener('submit', () => {
@@ -98,5 +146,6 @@ const inbox = (() => {
 document.addEventListener('DOMContentLoaded', () => {
   if (document.getElementById('login')) inbox.loginForm();
   if (document.getElementById('approve')) inbox.approveButton();
+  if (document.getElementById('settle-form')) inbox.settleForm();
   if (document.getElementById('sign-out-form')) inbox.signOutForm();
 });

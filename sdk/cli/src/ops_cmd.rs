@@ -1,0 +1,138 @@
+//! `interlock ops serve`: the operators' page over the workers' journal. It writes to the journal
+//! (recovery and settlements), so it opens it for writing, unlike the inbox; recovery goes through
+//! the gate bound to the Stripe target configured as the workers configure it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use interlock::approval::Approvers;
+use interlock::gate::GateConfigBuilder;
+use interlock::{Clock, EffectKey, Gate, JournalStore, Outcome, SystemClock};
+use interlock_inbox::auth::Auth;
+use interlock_inbox::ops::{Directory, Ops, Recover};
+use interlock_stripe::StripeRefundsSetup;
+
+use interlock_postgres::Opened;
+
+/// The operators' page's commands.
+#[derive(clap::Subcommand)]
+pub(crate) enum OpsCmd {
+    /// Serve the operators' page until interrupted.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Where to listen (loopback by default: put TLS in front of it for anything else).
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    listen: SocketAddr,
+    /// The approver directory (JSON) that holds the operators' public keys.
+    #[arg(long, env = "INTERLOCK_APPROVERS")]
+    approvers: PathBuf,
+    /// The directory group whose members may use the page and settle.
+    #[arg(long, default_value = interlock::settle::DEFAULT_GROUP)]
+    group: String,
+    /// The target's name as the journal records it (recovery binds it under this name).
+    #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
+    target_name: String,
+}
+
+/// Recovery through the gate bound to the Stripe target, bound afresh for each effect: what the
+/// journal says of the target since the page started (a demotion after it applied an effect
+/// twice) and the directory as it is now are what recovery acts on, as `interlock recover`.
+struct ByGate {
+    store: Arc<dyn JournalStore>,
+    config: GateConfigBuilder,
+    stripe: StripeRefundsSetup,
+}
+
+impl Recover for ByGate {
+    fn target(&self) -> &str {
+        &self.stripe.name
+    }
+
+    fn recover(
+        &self,
+        key: &EffectKey,
+        operator: &str,
+        directory: Arc<Approvers>,
+    ) -> Result<Outcome, String> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let gate = Gate::new(
+            self.store.clone(),
+            self.store.clone(),
+            clock,
+            self.config.clone().build().map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())?
+        .with_attempt(format!("ops-page:{operator}"))
+        .with_approvers(directory)
+        .map_err(|e| e.to_string())?;
+        let bound = self.stripe.bind(&gate).map_err(|e| e.to_string())?;
+        bound.recover(key).map_err(|e| e.to_string())
+    }
+}
+
+/// Recovery with the Stripe target as the workers configure it (`STRIPE_API_BASE`,
+/// `STRIPE_SECRET_KEY`, `INTERLOCK_STRIPE_TIER`, `INTERLOCK_SHOP_URL`), or why there is none.
+fn recoverer(opened: &Opened, target_name: &str) -> Result<Arc<dyn Recover>, String> {
+    let mut stripe = StripeRefundsSetup::from_env().map_err(|e| e.to_string())?;
+    stripe.name = target_name.to_owned();
+    // Checked once here, so that a configuration that cannot build says so at start-up.
+    opened.config.clone().build().map_err(|e| e.to_string())?;
+    Ok(Arc::new(ByGate {
+        store: opened.store.clone(),
+        config: opened.config.clone(),
+        stripe,
+    }))
+}
+
+/// The approver directory, read from `path` at each call.
+fn directory(path: PathBuf) -> Directory {
+    Arc::new(move || {
+        crate::read_approvers(&path)
+            .map(Arc::new)
+            .map_err(|e| format!("{e:#}"))
+    })
+}
+
+pub(crate) fn run(opened: Opened, cmd: OpsCmd) -> anyhow::Result<()> {
+    let OpsCmd::Serve(args) = cmd;
+    let approvers = crate::read_approvers(&args.approvers)?;
+    if approvers
+        .groups
+        .get(&args.group)
+        .is_none_or(std::vec::Vec::is_empty)
+    {
+        anyhow::bail!(
+            "the approver directory {} has no member in group {:?}, whose members use the page: \
+             add the operators to it (or name their group with --group)",
+            args.approvers.display(),
+            args.group
+        );
+    }
+    let recover = recoverer(&opened, &args.target_name);
+    if let Err(why) = &recover {
+        eprintln!("warning: the page cannot run recovery (it lists and settles): {why}");
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let ops = Arc::new(Ops {
+            journal: opened.store,
+            approvers: directory(args.approvers),
+            group: args.group,
+            recover,
+            clock: Arc::new(SystemClock),
+            auth: Auth::default(),
+        });
+        let listener = interlock_inbox::bind(args.listen).await?;
+        let addr = listener.local_addr()?;
+        eprintln!("interlock ops: listening on http://{addr}/");
+        interlock_inbox::ops::serve(ops, listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,392 @@
+//! What the inbox and the operators' page share: the sign-in by a person's own key, the session
+//! and its CSRF token, the headers that keep scripts to the server's own, and how an answer or a
+//! refusal is rendered. Both pages stand on a [`Door`]; a person signed in at one is not signed in
+//! at the other (each server keeps its own sessions, under a cookie of its own name, since
+//! cookies do not tell ports apart). A door may admit only some of the directory (the operators'
+//! page admits its group), asked of the directory as it is at each request, so a person removed
+//! from it loses their session's use at once.
+//!
+//! Sign-in challenges are bounded per client (see [`crate::auth`]), and the client is the
+//! address the request came from. The servers listen on loopback behind a TLS proxy, so there
+//! every request comes from the proxy: from a loopback peer the client is therefore the address
+//! the proxy appended to `X-Forwarded-For` (its last entry), and from any other peer that header
+//! is ignored, since the client could have written it. A proxy must append (nginx:
+//! `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`) or set the header; one that
+//! passes a client's own header on unchanged lets clients name themselves, and then only the
+//! bound on all challenges together (which evicts nobody) holds.
+
+// A handler's early return is the response itself; boxing it would only add noise.
+#![allow(clippy::result_large_err)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{ConnectInfo, Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use interlock::approval::Approvers;
+use interlock::{EffectKey, JournalStore};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth::{Auth, AuthError, Session};
+
+/// What a page that people sign in to stands on.
+pub(crate) trait Door: Send + Sync + 'static {
+    /// Sign-ins, sessions and drafts.
+    fn auth(&self) -> &Auth;
+    /// The directory that holds the people's keys, as it is now.
+    fn approvers(&self) -> Result<Arc<Approvers>, String>;
+    /// Why `person` may not use this page, if they may not.
+    fn refuses(&self, _person: &str, _directory: &Approvers) -> Option<String> {
+        None
+    }
+    /// The journal receipts are read from.
+    fn journal(&self) -> &Arc<dyn JournalStore>;
+    /// The clock sessions are dated by.
+    fn now_ms(&self) -> i64;
+    /// The page's name, in its heading.
+    const NAME: &'static str;
+    /// The session cookie's name.
+    const COOKIE: &'static str;
+}
+
+/// The routes every door has: sign-in, sign-out, the script, receipts.
+pub(crate) fn door_routes<D: Door>() -> Router<Arc<D>> {
+    Router::new()
+        .route("/login", get(login_page::<D>).post(login::<D>))
+        .route("/login/challenge", get(challenge::<D>))
+        .route("/logout", post(logout::<D>))
+        .route("/receipt/{id}", get(receipt::<D>))
+        .route("/static/inbox.js", get(script))
+}
+
+/// Headers every answer carries: scripts only from the server itself, never framed, never cached
+/// (pages carry the CSRF token), content types taken as given.
+pub(crate) async fn harden(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+             frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    r
+}
+
+/// A path segment, percent-encoded.
+pub(crate) fn link(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub(crate) fn render(t: &impl Template) -> Response {
+    match t.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "a page could not be rendered");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page could not be rendered",
+            )
+                .into_response()
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    title: &'a str,
+    message: &'a str,
+}
+
+pub(crate) fn error_page(status: StatusCode, title: &str, message: &str) -> Response {
+    (status, render(&ErrorPage { title, message })).into_response()
+}
+
+pub(crate) fn json_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, Json(json!({ "error": message.to_string() }))).into_response()
+}
+
+fn session_token(cookie: &str, headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == cookie)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Whether the door admits `person` by the directory as it is now.
+fn admitted<D: Door>(door: &D, person: &str) -> Result<Arc<Approvers>, AuthError> {
+    let dir = door.approvers().map_err(AuthError::Directory)?;
+    if dir.key_of(person).is_none() {
+        return Err(AuthError::UnknownApprover(person.to_owned()));
+    }
+    match door.refuses(person, &dir) {
+        Some(why) => Err(AuthError::NotAdmitted(why)),
+        None => Ok(dir),
+    }
+}
+
+/// The signed-in session (of a person the door still admits) and the directory as it is now, or
+/// the way to the sign-in page.
+pub(crate) fn signed_in<D: Door>(
+    door: &D,
+    headers: &HeaderMap,
+) -> Result<(Session, Arc<Approvers>), Response> {
+    let token =
+        session_token(D::COOKIE, headers).ok_or_else(|| Redirect::to("/login").into_response())?;
+    let s = door
+        .auth()
+        .session(&token, door.now_ms())
+        .map_err(|_| Redirect::to("/login").into_response())?;
+    match admitted(door, &s.approver) {
+        Ok(dir) => Ok((s, dir)),
+        Err(e) => Err(error_page(
+            StatusCode::FORBIDDEN,
+            "Not admitted",
+            &e.to_string(),
+        )),
+    }
+}
+
+/// The session for a form or a JSON call, checked against its CSRF token, of a person the door
+/// still admits, and the directory as it is now.
+pub(crate) fn checked<D: Door>(
+    door: &D,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<(String, Session, Arc<Approvers>), AuthError> {
+    let token = session_token(D::COOKIE, headers).ok_or(AuthError::NoSession)?;
+    let s = door.auth().checked(&token, csrf, door.now_ms())?;
+    let dir = admitted(door, &s.approver)?;
+    Ok((token, s, dir))
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../static/inbox.js"),
+    )
+        .into_response()
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    name: &'static str,
+}
+
+async fn login_page<D: Door>() -> Response {
+    render(&LoginPage { name: D::NAME })
+}
+
+#[derive(Deserialize)]
+struct ChallengeQuery {
+    approver: String,
+}
+
+/// The address a request came from: the peer's, or, when the peer is a proxy on this host, the
+/// one it appended to `X-Forwarded-For`. Without the peer's address (the router served without
+/// [`ConnectInfo`]) every request counts as one unknown client.
+fn client(peer: Option<SocketAddr>, headers: &HeaderMap) -> IpAddr {
+    let Some(peer) = peer.map(|p| p.ip()) else {
+        return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    };
+    let loopback = match peer {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    };
+    if !loopback {
+        return peer;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim)
+        .and_then(|a| {
+            a.parse::<IpAddr>()
+                .ok()
+                .or_else(|| a.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        })
+        .unwrap_or(peer)
+}
+
+async fn challenge<D: Door>(
+    State(door): State<Arc<D>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    Query(q): Query<ChallengeQuery>,
+) -> Response {
+    let from = client(peer.map(|Extension(ConnectInfo(p))| p), &headers);
+    match door.auth().challenge(&q.approver, from, door.now_ms()) {
+        Ok(nonce) => Json(json!({ "nonce": nonce })).into_response(),
+        Err(e) => {
+            let busy = e == AuthError::Busy;
+            let mut r = json_error(StatusCode::SERVICE_UNAVAILABLE, e);
+            if busy {
+                tracing::warn!(%from, "sign-in challenges are full: refused one");
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("120"));
+            }
+            r
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginBody {
+    approver: String,
+    nonce: String,
+    signature: String,
+}
+
+async fn login<D: Door>(State(door): State<Arc<D>>, Json(b): Json<LoginBody>) -> Response {
+    let dir = match door.approvers() {
+        Ok(d) => d,
+        Err(e) => return json_error(StatusCode::SERVICE_UNAVAILABLE, AuthError::Directory(e)),
+    };
+    match door
+        .auth()
+        .login(&dir, &b.approver, &b.nonce, &b.signature, door.now_ms())
+    {
+        Ok((token, _)) => {
+            // Whom the page does not admit gets no session (and is told so only once their key
+            // is proven).
+            if let Some(why) = door.refuses(&b.approver, &dir) {
+                door.auth().logout(&token);
+                tracing::warn!(approver = %b.approver, page = D::NAME, "sign-in refused: {why}");
+                return json_error(StatusCode::FORBIDDEN, why);
+            }
+            tracing::info!(approver = %b.approver, page = D::NAME, "signed in");
+            let cookie = format!("{}={token}; HttpOnly; SameSite=Strict; Path=/", D::COOKIE);
+            let mut r = Json(json!({ "ok": true })).into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(e) => {
+            tracing::warn!(approver = %b.approver, error = %e, "sign-in refused");
+            json_error(StatusCode::UNAUTHORIZED, e)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CsrfForm {
+    pub(crate) csrf: String,
+}
+
+async fn logout<D: Door>(
+    State(door): State<Arc<D>>,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    // Signing out needs only the session and its token: a person the page no longer admits may
+    // still end their session.
+    let token = session_token(D::COOKIE, &headers).unwrap_or_default();
+    match door.auth().checked(&token, &f.csrf, door.now_ms()) {
+        Ok(_) => {
+            door.auth().logout(&token);
+            let mut r = Redirect::to("/login").into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("{}=; Max-Age=0; Path=/", D::COOKIE)) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(e) => error_page(StatusCode::FORBIDDEN, "Not signed out", &e.to_string()),
+    }
+}
+
+async fn receipt<D: Door>(
+    State(door): State<Arc<D>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(r) = signed_in(door.as_ref(), &headers) {
+        return r;
+    }
+    let key = match EffectKey::fixed(id.clone()) {
+        Ok(k) => k,
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, e),
+    };
+    let journal = door.journal().clone();
+    let history = tokio::task::spawn_blocking(move || journal.history(&key)).await;
+    match history {
+        Ok(Ok(h)) => match interlock::receipt::build(&h) {
+            Some(r) => Json(r).into_response(),
+            None => json_error(
+                StatusCode::NOT_FOUND,
+                format!("no effect {id} is in the journal"),
+            ),
+        },
+        Ok(Err(e)) => json_error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwarded(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_a_proxy_on_this_host_is_believed_about_who_the_client_is() {
+        let at = |a: &str| Some(a.parse::<SocketAddr>().unwrap());
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        let claims = forwarded(&["192.0.2.66, 198.51.100.20"]);
+        // From a proxy on this host: the address it appended, never the client's own claims.
+        assert_eq!(client(at("127.0.0.1:9000"), &claims), ip("198.51.100.20"));
+        assert_eq!(client(at("[::1]:9000"), &claims), ip("198.51.100.20"));
+        assert_eq!(
+            client(
+                at("127.0.0.1:9000"),
+                &forwarded(&["192.0.2.66", "[2001:db8::1]:443"])
+            ),
+            ip("2001:db8::1"),
+            "the last header's last entry"
+        );
+        assert_eq!(
+            client(at("127.0.0.1:9000"), &forwarded(&["unknown"])),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            client(at("127.0.0.1:9000"), &HeaderMap::new()),
+            ip("127.0.0.1")
+        );
+        // From anyone else, the header is theirs to write: their own address counts.
+        assert_eq!(client(at("203.0.113.7:5000"), &claims), ip("203.0.113.7"));
+        assert_eq!(client(None, &claims), ip("0.0.0.0"));
+    }
+}
