@@ -7,106 +7,18 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::process::{Child, Command, Stdio};
+mod browser;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use browser::{Kill, browser, chromedriver, free_port, wait_for_port};
 use e2e_worker::approvals::Ending;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use interlock::approval::RouteKind;
 use interlock_e2e::procs::WorkerProc;
 use interlock_e2e::stack;
 use interlock_e2e::story::{self, Desk, Person};
-use serde_json::json;
-
-/// A child process, in a process group of its own, stopped with everything it started when
-/// dropped (chromedriver's browsers too, even when the test fails before closing them).
-struct Kill(Child);
-
-impl Kill {
-    fn spawn(cmd: &mut Command) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        Self(cmd.process_group(0).spawn().unwrap())
-    }
-}
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(port: u16, what: &str) {
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "{what} did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A headless chromium session of its own (its own cookies and storage: one approver each).
-async fn browser(driver: u16) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{driver}"))
-        .await
-        .expect("chromedriver session (run scripts/setup: Debian's chromium and chromium-driver)")
-}
-
-async fn sign_in(c: &Client, base: &str, who: &Person) {
-    let seed = who.seed_hex();
-    c.goto(&format!("{base}/login")).await.unwrap();
-    c.find(Locator::Id("approver"))
-        .await
-        .unwrap()
-        .send_keys(who.id)
-        .await
-        .unwrap();
-    c.find(Locator::Id("key"))
-        .await
-        .unwrap()
-        .send_keys(&seed)
-        .await
-        .unwrap();
-    c.find(Locator::Id("sign-in"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let who_el = c
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Id("who"))
-        .await;
-    assert_eq!(
-        who_el.unwrap().text().await.unwrap(),
-        who.id,
-        "signed in as {}",
-        who.id
-    );
-}
 
 /// Reload the inbox until `request` is listed, and open it.
 async fn open_from_inbox(c: &Client, base: &str, request: &str) {
@@ -167,16 +79,6 @@ async fn click_approve(c: &Client) -> Result<String, String> {
 #[test]
 fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_approve_after_an_escalation()
  {
-    let which = |c: &str| {
-        Command::new("which")
-            .arg(c)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    assert!(
-        which("chromium") && which("chromedriver"),
-        "chromium and chromedriver are missing: run scripts/setup (Debian packages chromium, chromium-driver)"
-    );
     let work = tempfile::tempdir().unwrap();
     // The dev server takes this port and the next three.
     let port = 7290;
@@ -219,14 +121,7 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
             .stderr(std::fs::File::create(work.path().join("inbox.log")).unwrap()),
     );
     wait_for_port(inbox_port, "the inbox");
-    let driver_port = free_port();
-    let _driver = Kill::spawn(
-        Command::new("chromedriver")
-            .arg(format!("--port={driver_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_for_port(driver_port, "chromedriver");
+    let (_driver, driver_port) = chromedriver();
     let base = format!("http://127.0.0.1:{inbox_port}");
     env.sim.add_payment("pi_web_a", 10_000);
     env.sim.add_payment("pi_web_b", 9_000);
@@ -247,8 +142,8 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
         let (ana, mia) = (&people[0], &people[2]);
         let ana_web = browser(driver_port).await;
         let mia_web = browser(driver_port).await;
-        sign_in(&ana_web, &base, ana).await;
-        sign_in(&mia_web, &base, mia).await;
+        browser::sign_in(&ana_web, &base, ana.id, &ana.seed_hex()).await;
+        browser::sign_in(&mia_web, &base, mia.id, &mia.seed_hex()).await;
 
         // A budget on the first payment, with room for what is asked.
         env.journal

@@ -10,13 +10,16 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
+mod browser;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use fantoccini::{Client, ClientBuilder, Locator};
+use browser::{Kill, browser, chromedriver, free_port, wait_for_port};
+use fantoccini::{Client, Locator};
 use interlock::approval::ApproverKey;
 use interlock::core::settle::Settlement;
 use interlock::settle::SignedSettlement;
@@ -34,63 +37,8 @@ fn bin(name: &str) -> PathBuf {
     interlock_e2e::stack::sibling(name).unwrap()
 }
 
-/// A child process in a process group of its own, killed with everything it started when
-/// dropped.
-struct Killed(Child);
-
-impl Killed {
-    fn spawn(cmd: &mut Command) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        Self(cmd.process_group(0).spawn().unwrap())
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(port: u16, what: &str) {
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "{what} did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn now_ms() -> i64 {
     interlock_e2e::procs::now_ms()
-}
-
-async fn browser(driver: u16) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{driver}"))
-        .await
-        .expect("chromedriver session (run scripts/setup: Debian's chromium and chromium-driver)")
 }
 
 async fn text(c: &Client, id: &str) -> String {
@@ -167,16 +115,6 @@ fn post(base: &str, path: &str, cookie: &str, body: &Value) -> (u16, Value) {
 
 #[test]
 fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothing_can_land() {
-    let which = |c: &str| {
-        Command::new("which")
-            .arg(c)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    assert!(
-        which("chromium") && which("chromedriver"),
-        "chromium and chromedriver are missing: run scripts/setup (Debian packages chromium, chromium-driver)"
-    );
     let dir = tempfile::tempdir().unwrap();
     let server = DevServer::start(dir.path(), PORT).unwrap();
     let sim = SimPayments::new(
@@ -246,7 +184,7 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
 
     // One refund goes through; the next is applied by the API, which holds its answer while the
     // worker is SIGKILLed: nothing the gate can ask will say whether it landed.
-    let worker = Killed::spawn(run("refund-worker", &[]).stderr(Stdio::null()));
+    let worker = Kill::spawn(run("refund-worker", &[]).stderr(Stdio::null()));
     let ok = run("refund-start", &["case-ok", "pi_ok", "1000", "case-ok"])
         .output()
         .unwrap();
@@ -257,7 +195,7 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
     );
     let stall = Stall::new();
     sim.hold_next_response(stall.clone());
-    let _starter = Killed::spawn(
+    let _starter = Kill::spawn(
         run("refund-start", &["case-cut", "pi_cut", "2000", "case-cut"])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
@@ -278,7 +216,7 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
 
     // The operators' page, as an operator would start it.
     let ops_port = free_port();
-    let _ops = Killed::spawn(
+    let _ops = Kill::spawn(
         run(
             "interlock",
             &["ops", "serve", "--listen", &format!("127.0.0.1:{ops_port}")],
@@ -286,35 +224,13 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
         .stderr(std::fs::File::create(dir.path().join("ops.log")).unwrap()),
     );
     wait_for_port(ops_port, "the operators' page");
-    let driver_port = free_port();
-    let _driver = Killed::spawn(
-        Command::new("chromedriver")
-            .arg(format!("--port={driver_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_for_port(driver_port, "chromedriver");
+    let (_driver, driver_port) = chromedriver();
     let base = format!("http://127.0.0.1:{ops_port}");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let key = rt.block_on(async {
         let c = browser(driver_port).await;
-        c.goto(&format!("{base}/login")).await.unwrap();
-        c.find(Locator::Id("approver")).await.unwrap().send_keys("olga").await.unwrap();
-        c.find(Locator::Id("key"))
-            .await
-            .unwrap()
-            .send_keys(&hex::encode(OLGA_SEED))
-            .await
-            .unwrap();
-        c.find(Locator::Id("sign-in")).await.unwrap().click().await.unwrap();
-        let who = c
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Id("who"))
-            .await
-            .unwrap();
-        assert_eq!(who.text().await.unwrap(), "olga");
+        browser::sign_in(&c, &base, "olga", &hex::encode(OLGA_SEED)).await;
 
         // The board: one committed, one in flight, drawn as bars and a latency point.
         let in_flight = text(&c, "in-flight").await;

@@ -338,4 +338,33 @@ pub trait Journal: Send + Sync {
 /// whether the store is SQLite or a database server.
 pub trait JournalStore: Journal + crate::lease::LeaseAdmin {}
 
+/// Keys read per page by [`for_each_key`].
+const KEYS_PAGE: usize = 1_000;
+
+/// Call `each` with every effect key of `journal`, in key order, a page of keys at a time (so a
+/// large journal's keys are never all held at once). A stored key that is not an effect key is
+/// reported as damage, naming it.
+pub fn for_each_key(
+    journal: &dyn Journal,
+    each: &mut dyn FnMut(EffectKey) -> Result<(), JournalError>,
+) -> Result<(), JournalError> {
+    let mut after: Option<String> = None;
+    loop {
+        let page = journal.keys_page(after.as_deref(), KEYS_PAGE)?;
+        for k in &page {
+            each(
+                EffectKey::fixed(k.clone()).map_err(|e| JournalError::Corrupt {
+                    path: journal.location().to_owned(),
+                    place: format!("key {k}"),
+                    what: e.to_string(),
+                })?,
+            )?;
+        }
+        match page.last() {
+            Some(last) if page.len() == KEYS_PAGE => after = Some(last.clone()),
+            _ => return Ok(()),
+        }
+    }
+}
+
 impl<T: Journal + crate::lease::LeaseAdmin> JournalStore for T {}

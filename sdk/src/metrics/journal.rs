@@ -7,12 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::core::Status;
 use crate::core::state::landed_late;
-use crate::effect::EffectKey;
 use crate::journal::{Journal, JournalError, JournalStore};
 use crate::lease::LeaseError;
-
-/// Keys read per page.
-const PAGE: usize = 1_000;
 
 /// The journal's effects, counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -72,25 +68,14 @@ pub fn journal_counts(journal: &dyn Journal) -> Result<JournalCounts, JournalErr
         landed_late: 0,
         budgets: Vec::new(),
     };
-    let mut after: Option<String> = None;
-    loop {
-        let page = journal.keys_page(after.as_deref(), PAGE)?;
-        for k in &page {
-            let key = EffectKey::fixed(k.clone()).map_err(|e| JournalError::Corrupt {
-                path: journal.location().to_owned(),
-                place: format!("key {k}"),
-                what: e.to_string(),
-            })?;
-            let seen = journal.read(&key)?;
-            if let Some(s) = seen.state().status() {
-                *out.by_status.entry(s).or_default() += 1;
-            }
-            let late = landed_late(seen.state(), seen.records().iter().map(|r| &r.event));
-            out.landed_late += u64::from(!late.is_empty());
+    crate::journal::for_each_key(journal, &mut |key| {
+        let seen = journal.read(&key)?;
+        if let Some(s) = seen.state().status() {
+            *out.by_status.entry(s).or_default() += 1;
         }
-        match page.last() {
-            Some(last) if page.len() == PAGE => after = Some(last.clone()),
-            _ => return Ok(out),
-        }
-    }
+        let late = landed_late(seen.state(), seen.records().iter().map(|r| &r.event));
+        out.landed_late += u64::from(!late.is_empty());
+        Ok(())
+    })?;
+    Ok(out)
 }

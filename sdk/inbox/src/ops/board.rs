@@ -9,10 +9,8 @@ use std::collections::BTreeMap;
 
 use interlock::core::{Event, Status};
 use interlock::journal::Record;
-use interlock::{EffectKey, Journal, JournalError};
+use interlock::{Journal, JournalError};
 
-/// Keys read per page of the journal.
-const PAGE: usize = 1_000;
 /// The charts cover at most this much time, ending now.
 pub const SPAN_MS: i64 = 86_400_000;
 /// The most buckets a chart has.
@@ -71,24 +69,12 @@ impl Board {
     /// Read every effect of `journal`.
     pub fn read(journal: &dyn Journal) -> Result<Self, JournalError> {
         let mut board = Self::default();
-        let mut after: Option<String> = None;
-        loop {
-            let page = journal.keys_page(after.as_deref(), PAGE)?;
-            for k in &page {
-                let key = EffectKey::fixed(k.clone()).map_err(|e| JournalError::Corrupt {
-                    path: journal.location().to_owned(),
-                    place: format!("key {k}"),
-                    what: e.to_string(),
-                })?;
-                let records = journal.history(&key)?;
-                board.samples.extend(sample(&records));
-                board.effects.extend(row(&records));
-            }
-            match page.last() {
-                Some(last) if page.len() == PAGE => after = Some(last.clone()),
-                _ => break,
-            }
-        }
+        interlock::journal::for_each_key(journal, &mut |key| {
+            let records = journal.history(&key)?;
+            board.samples.extend(sample(&records));
+            board.effects.extend(row(&records));
+            Ok(())
+        })?;
         Ok(board)
     }
 
