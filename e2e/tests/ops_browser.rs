@@ -306,12 +306,13 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
         while now_ms() < quiet_ms + interlock::core::settle::MAX_SKEW_MS + 500 {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // A look taken while the send could still land does not count, even signed after.
+        // A look taken before a look counts (the window's end and the clocks' margin) does not,
+        // even signed after: the boundary itself is refused.
         let (status, body) = post(
             &base,
             &path("statement"),
             &cookie,
-            &applied(&(quiet_ms - 1).to_string()),
+            &applied(&(quiet_ms + interlock::core::settle::MAX_SKEW_MS).to_string()),
         );
         assert_eq!(status, 409, "{body}");
         assert!(body["error"].as_str().unwrap().contains("look again after"), "{body}");
@@ -356,6 +357,7 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
         let sent: Value = serde_json::from_str(sent.as_str().unwrap()).unwrap();
         let (status, body) = post(&base, &path("settle"), &cookie, &sent);
         assert_eq!(status, 409, "a replayed statement: {body}");
+        assert!(body["error"].as_str().unwrap().contains("used"), "{body}");
         // And nothing more can be drafted for it: it is settled.
         let (status, body) = post(&base, &path("statement"), &cookie, &statement("now"));
         assert_eq!(status, 409, "{body}");

@@ -27,7 +27,8 @@ pub(crate) struct ServeArgs {
     /// Where to listen (loopback by default: put TLS in front of it for anything else).
     #[arg(long, default_value = "127.0.0.1:8089")]
     listen: SocketAddr,
-    /// The approver directory (JSON) that holds the operators' public keys.
+    /// The approver directory (JSON) the workers check signed approvals against, holding the
+    /// operators' public keys too (recovery checks approvals against it). Re-read at every request.
     #[arg(long, env = "INTERLOCK_APPROVERS")]
     approvers: PathBuf,
     /// The directory group whose members may use the page and settle.

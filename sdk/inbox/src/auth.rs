@@ -66,6 +66,9 @@ pub struct Session {
     pub csrf: String,
     /// When it lapses.
     pub expires_ms: i64,
+    /// The public key (hex) the person signed in with: the session is worth nothing once the
+    /// directory holds another key for them.
+    pub key: String,
 }
 
 /// Why a sign-in or a form was refused.
@@ -90,6 +93,12 @@ pub enum AuthError {
     /// The approver directory could not be read: nobody is admitted until it can.
     #[error("the approver directory cannot be read, so nobody is admitted: {0}")]
     Directory(String),
+    /// The directory holds another key for the person than the one they signed in with.
+    #[error(
+        "the approver directory holds another key for {0} than the one this session was signed \
+         in with: sign in again with the key it holds"
+    )]
+    KeyReplaced(String),
     /// The person is in the directory, and this page does not admit them.
     #[error("{0}")]
     NotAdmitted(String),
@@ -311,6 +320,7 @@ impl Auth {
             approver: approver.to_owned(),
             csrf,
             expires_ms: now_ms + SESSION_MS,
+            key: hex::encode(key.to_bytes()),
         };
         let mut s = self.state();
         s.sessions.retain(|_, x| x.expires_ms > now_ms);

@@ -3,8 +3,10 @@
 //! refusal is rendered. Both pages stand on a [`Door`]; a person signed in at one is not signed in
 //! at the other (each server keeps its own sessions, under a cookie of its own name, since
 //! cookies do not tell ports apart). A door may admit only some of the directory (the operators'
-//! page admits its group), asked of the directory as it is at each request, so a person removed
-//! from it loses their session's use at once.
+//! page admits its group). Each request asks the door's directory as the door holds it then (the
+//! operators' page re-reads its file; the inbox keeps the one it started with) whether the
+//! session's person is still in it, with the key they signed in with, and admitted: a person
+//! removed, or whose key was replaced, loses the session's use at once.
 //!
 //! Sign-in challenges are bounded per client (see [`crate::auth`]), and the client is the
 //! address the request came from. The servers listen on loopback behind a TLS proxy, so there
@@ -134,11 +136,17 @@ fn session_token(cookie: &str, headers: &HeaderMap) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
-/// Whether the door admits `person` by the directory as it is now.
-fn admitted<D: Door>(door: &D, person: &str) -> Result<Arc<Approvers>, AuthError> {
+/// Whether the door admits the session's person by the directory as it is now: still in it, with
+/// the key they signed in with, and admitted by the page.
+fn admitted<D: Door>(door: &D, s: &Session) -> Result<Arc<Approvers>, AuthError> {
+    let person = &s.approver;
     let dir = door.approvers().map_err(AuthError::Directory)?;
-    if dir.key_of(person).is_none() {
-        return Err(AuthError::UnknownApprover(person.to_owned()));
+    match dir.key_of(person) {
+        None => return Err(AuthError::UnknownApprover(person.to_owned())),
+        Some(k) if hex::encode(k.to_bytes()) != s.key => {
+            return Err(AuthError::KeyReplaced(person.to_owned()));
+        }
+        Some(_) => {}
     }
     match door.refuses(person, &dir) {
         Some(why) => Err(AuthError::NotAdmitted(why)),
@@ -158,7 +166,7 @@ pub(crate) fn signed_in<D: Door>(
         .auth()
         .session(&token, door.now_ms())
         .map_err(|_| Redirect::to("/login").into_response())?;
-    match admitted(door, &s.approver) {
+    match admitted(door, &s) {
         Ok(dir) => Ok((s, dir)),
         Err(e) => Err(error_page(
             StatusCode::FORBIDDEN,
@@ -177,7 +185,7 @@ pub(crate) fn checked<D: Door>(
 ) -> Result<(String, Session, Arc<Approvers>), AuthError> {
     let token = session_token(D::COOKIE, headers).ok_or(AuthError::NoSession)?;
     let s = door.auth().checked(&token, csrf, door.now_ms())?;
-    let dir = admitted(door, &s.approver)?;
+    let dir = admitted(door, &s)?;
     Ok((token, s, dir))
 }
 

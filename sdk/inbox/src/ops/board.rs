@@ -13,7 +13,8 @@ use interlock::{Journal, JournalError};
 
 /// The charts cover at most this much time, ending now.
 pub const SPAN_MS: i64 = 86_400_000;
-/// The most buckets a chart has.
+/// A chart's span is cut into at most this many bucket widths (so it has at most one more
+/// bucket, the one holding now, when its start does not fall on a bucket's edge).
 pub const MAX_BUCKETS: i64 = 24;
 /// Bucket widths, smallest first: the chart takes the first that fits its span in
 /// [`MAX_BUCKETS`].
@@ -148,8 +149,8 @@ pub struct Buckets {
 
 impl Buckets {
     /// Buckets ending with the one holding `now_ms` and beginning with the one holding `from_ms`,
-    /// or [`SPAN_MS`] before now if that is earlier: at most [`MAX_BUCKETS`] of the narrowest
-    /// width that fits (an hour at the most).
+    /// or [`SPAN_MS`] before now if that is later: of the narrowest width that cuts the span into
+    /// fewer than [`MAX_BUCKETS`] (an hour at the most, then 25 buckets for a day).
     pub fn covering(from_ms: i64, now_ms: i64) -> Self {
         let from = from_ms.clamp(now_ms.saturating_sub(SPAN_MS), now_ms);
         let span = now_ms - from;

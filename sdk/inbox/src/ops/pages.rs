@@ -151,7 +151,8 @@ impl Section {
         statuses: &[Status],
         (id, title, what): (&'static str, &'static str, &'static str),
     ) -> Self {
-        let all: Vec<&EffectRow> = statuses.iter().flat_map(|st| b.at(*st)).collect();
+        let mut all: Vec<&EffectRow> = statuses.iter().flat_map(|st| b.at(*st)).collect();
+        all.sort_by(|x, y| y.last_ms.cmp(&x.last_ms).then_with(|| x.key.cmp(&y.key)));
         Self {
             id,
             title,
@@ -567,6 +568,13 @@ async fn statement(
             ),
         );
     }
+    // The note stays in the journal for good and `verify` prints it to terminals.
+    if b.note.chars().any(|c| c.is_control() && c != '\n') {
+        return json_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the note holds control characters: write it as plain text",
+        );
+    }
     let finding = match b.finding.as_str() {
         "applied" => Finding::Applied {
             reference: b.reference.clone(),
@@ -590,6 +598,15 @@ async fn statement(
         }
         "now" => now,
         ms => match ms.parse::<i64>() {
+            Ok(v) if v > now => {
+                return json_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "you say you looked at {v}, after this page's clock ({now}): give the \
+                         time you looked, in ms since the epoch"
+                    ),
+                );
+            }
             Ok(v) => v,
             Err(_) => {
                 return json_error(
@@ -690,3 +707,7 @@ async fn settle(
         Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
+
+#[cfg(test)]
+#[path = "pages_tests.rs"]
+mod tests;
