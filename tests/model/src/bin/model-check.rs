@@ -184,12 +184,13 @@ fn main() -> anyhow::Result<()> {
         // Each hunt switches its mutant in on its own thread only.
         on_every_core(&bugs, |bug| {
             if quick {
+                // `false` sorts first: the hinted model, then the rest in their order.
                 let hint = bug.caught_before_in();
-                let first = |name: &str| name != hint;
+                let elsewhere = |name: &str| name != hint;
                 let mut singles = by_size.clone();
-                singles.sort_by_key(|c| first(&c.name));
+                singles.sort_by_key(|c| elsewhere(&c.name));
                 let mut limits = limit_configs.clone();
-                limits.sort_by_key(|c| first(&c.name));
+                limits.sort_by_key(|c| elsewhere(&c.name));
                 hunt(*bug, &singles, &limits)
             } else {
                 hunt(*bug, &by_size, &limit_configs)
