@@ -77,11 +77,19 @@ impl LockDir {
     }
 
     fn path(&self, key: &str, token: u64) -> PathBuf {
-        // Keys a caller fixed may hold characters a file name cannot.
-        self.dir.join(format!(
-            "{}.{token}.lock",
-            &sha256_hex(key.as_bytes())[..32]
-        ))
+        self.path_at(&Self::stem(key), token)
+    }
+
+    /// The part of a key's lock files' names that comes from the key: keys a caller fixed may
+    /// hold characters a file name cannot.
+    fn stem(key: &str) -> String {
+        let mut hex = sha256_hex(key.as_bytes());
+        hex.truncate(32);
+        hex
+    }
+
+    fn path_at(&self, stem: &str, token: u64) -> PathBuf {
+        self.dir.join(format!("{stem}.{token}.lock"))
     }
 }
 
@@ -113,8 +121,9 @@ impl Liveness for LockDir {
     }
 
     fn forget(&self, key: &str, up_to_token: u64) {
+        let stem = Self::stem(key);
         for t in 1..=up_to_token.saturating_add(1) {
-            let _ = std::fs::remove_file(self.path(key, t));
+            let _ = std::fs::remove_file(self.path_at(&stem, t));
         }
     }
 }

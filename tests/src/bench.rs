@@ -282,17 +282,24 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// CPU time this process has used so far (user and system, every thread, living or ended), from
 /// `/proc/self/stat`; zero where that cannot be read.
 pub fn cpu_time() -> Duration {
+    let (user, system) = user_and_system_time();
+    user + system
+}
+
+/// CPU time this process has used so far in user space and in the kernel (every thread, living
+/// or ended), from `/proc/self/stat`; zeros where that cannot be read.
+pub fn user_and_system_time() -> (Duration, Duration) {
     // Fields after the command name (which may hold spaces, so split after its closing paren):
     // utime and stime are the 12th and 13th, in clock ticks of 1/100 s on Linux.
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     };
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let ticks: u64 = rest
+    let mut ticks = rest
         .split_whitespace()
         .skip(11)
         .take(2)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
+        .map(|f| f.parse::<u64>().unwrap_or(0));
+    let mut next = || Duration::from_millis(ticks.next().unwrap_or(0) * 10);
+    (next(), next())
 }

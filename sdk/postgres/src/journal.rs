@@ -601,6 +601,51 @@ impl PgJournal {
         Ok(row.get(0))
     }
 
+    /// A transaction's new records of one key in one statement (one round trip); their `seq`s
+    /// in the order given.
+    fn insert_all(
+        &self,
+        q: &mut dyn Query,
+        rows: &[NewRecord<'_>],
+    ) -> Result<Vec<i64>, JournalError> {
+        let mut n = Vec::with_capacity(rows.len());
+        for r in rows {
+            n.push(i32::try_from(r.n).map_err(|_| JournalError::Storage {
+                path: self.location.clone(),
+                what: format!("key {} has too many records", r.key),
+            })?);
+        }
+        let key: Vec<&str> = rows.iter().map(|r| r.key).collect();
+        let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+        let at_ms: Vec<i64> = rows.iter().map(|r| r.at_ms).collect();
+        let prev: Vec<Option<&str>> = rows.iter().map(|r| r.prev).collect();
+        let hash: Vec<&str> = rows.iter().map(|r| r.hash).collect();
+        let body: Vec<&str> = rows.iter().map(|r| r.body).collect();
+        let returned = q
+            .query(
+                &format!(
+                    "INSERT INTO {}.records (key, n, kind, at_ms, prev, hash, body)
+                     SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::int8[],
+                                          $5::text[], $6::text[], $7::text[])
+                     RETURNING n, seq",
+                    self.schema
+                ),
+                &[&key, &n, &kind, &at_ms, &prev, &hash, &body],
+            )
+            .map_err(|e| self.err(&e))?;
+        // Matched by position in the chain, whatever order the rows come back in.
+        let seq_of: std::collections::HashMap<i32, i64> =
+            returned.iter().map(|r| (r.get(0), r.get(1))).collect();
+        n.iter()
+            .map(|n| {
+                seq_of.get(n).copied().ok_or_else(|| JournalError::Storage {
+                    path: self.location.clone(),
+                    what: format!("record {n} was inserted but no row came back for it"),
+                })
+            })
+            .collect()
+    }
+
     fn set_head(&self, q: &mut dyn Query, key: &str, head: i32) -> Result<(), JournalError> {
         q.execute(
             &format!("UPDATE {}.effects SET n = $2 WHERE key = $1", self.schema),
@@ -633,7 +678,7 @@ impl PgJournal {
             Some(&leases),
             decide,
             self.clock.now_ms(),
-            |r| self.insert(&mut **q.borrow_mut(), r),
+            |rows| self.insert_all(&mut **q.borrow_mut(), rows),
         )?;
         let q = q.into_inner();
         if out.appended.is_empty() {

@@ -12,6 +12,7 @@ mod sqlite_group;
 mod sqlite_leases;
 mod sqlite_readers;
 pub mod store;
+mod tx_memo;
 
 use serde::{Deserialize, Serialize};
 

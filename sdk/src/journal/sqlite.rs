@@ -322,7 +322,9 @@ impl SqliteJournal {
     }
 
     /// The key's stored rows from position `from` on, in append order (`seq`): a row moved out of
-    /// its place in the chain is then named by the chain's check.
+    /// its place in the chain is then named by the chain's check. Read in the `(key, n)` index's
+    /// order and put in `seq` order here: the same rows in the same order, without the temporary
+    /// B-tree SQLite builds to sort a few rows by `seq` on every read.
     fn rows_from(
         &self,
         conn: &Connection,
@@ -331,23 +333,27 @@ impl SqliteJournal {
     ) -> Result<Vec<StoredRecord>, JournalError> {
         let mut st = conn
             .prepare_cached(
-                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 AND n >= ?2 ORDER BY seq",
+                "SELECT seq, key, n, kind, at_ms, prev, hash, body FROM records WHERE key = ?1 AND n >= ?2 ORDER BY n",
             )
             .map_err(|e| self.err(e))?;
-        st.query_map(params![key, from], |r| {
-            Ok(StoredRecord {
-                seq: r.get(0)?,
-                key: r.get(1)?,
-                n: r.get(2)?,
-                kind: r.get(3)?,
-                at_ms: r.get(4)?,
-                prev: r.get(5)?,
-                hash: r.get(6)?,
-                body: r.get(7)?,
+        let mut rows = st
+            .query_map(params![key, from], |r| {
+                Ok(StoredRecord {
+                    seq: r.get(0)?,
+                    key: r.get(1)?,
+                    n: r.get(2)?,
+                    kind: r.get(3)?,
+                    at_ms: r.get(4)?,
+                    prev: r.get(5)?,
+                    hash: r.get(6)?,
+                    body: r.get(7)?,
+                })
             })
-        })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| self.err(e))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        // Already in order unless a row was moved; a stable sort of a sorted slice is one pass.
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows)
     }
 
     /// One record's row; its `seq`.
@@ -399,7 +405,7 @@ impl Journal for SqliteJournal {
                 Some(&leases),
                 decide,
                 self.now_ms(),
-                |r| self.insert(tx, r),
+                |rows| rows.iter().map(|r| self.insert(tx, r)).collect(),
             )?;
             let keep = !out.appended.is_empty();
             Ok((out, keep))

@@ -202,13 +202,12 @@ impl SqliteJournal {
     }
 
     fn lease_on(&self, conn: &Connection, id: &str) -> Result<Option<Grant>, LeaseError> {
+        // Read twice in every dispatch transaction: parsed once per connection.
         let parts = conn
-            .query_row(
+            .prepare_cached(
                 "SELECT id, approver, scope, cap_field, cap, granted_ms, expires_ms, revoked_ms, approval FROM leases WHERE id = ?1",
-                [id],
-                row_to_parts,
             )
-            .optional()
+            .and_then(|mut st| st.query_row([id], row_to_parts).optional())
             .map_err(|e| LeaseError::from(self.err(e)))?;
         parts.map(StoredGrant::into_grant).transpose()
     }

@@ -6,7 +6,7 @@
 use crate::core::limits::holds_use;
 use crate::core::{EffectState, Event, state::fold};
 
-use super::chain::{record_hash, verify_chain, verify_links};
+use super::chain::{canonical_event, record_hash_of, verify_chain, verify_links};
 use super::{AppendOutcome, Decide, JournalError, Record, TxLeases, TxView};
 
 /// A record as a store keeps it: one row, columns as written.
@@ -49,9 +49,18 @@ pub struct NewRecord<'a> {
     pub body: &'a str,
 }
 
-/// An event's `body` column.
-fn body_of(location: &str, event: &Event) -> Result<String, JournalError> {
-    serde_json::to_string(event).map_err(|e| JournalError::Storage {
+/// An event's `body` column: its canonical JSON, the bytes its record's hash covers, and the
+/// encoding too (so a new record's event is encoded once for both).
+fn body_of(location: &str, event: &Event) -> Result<Vec<u8>, JournalError> {
+    canonical_event(event).map_err(|e| JournalError::Storage {
+        path: location.to_owned(),
+        what: format!("cannot encode a {} record: {e}", event.kind()),
+    })
+}
+
+/// [`body_of`]'s bytes as the column's text.
+fn body_text(location: &str, event: &Event, body: Vec<u8>) -> Result<String, JournalError> {
+    String::from_utf8(body).map_err(|e| JournalError::Storage {
         path: location.to_owned(),
         what: format!("cannot encode a {} record: {e}", event.kind()),
     })
@@ -68,7 +77,7 @@ pub fn insert_imported(
     mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
 ) -> Result<(), JournalError> {
     for r in records {
-        let body = body_of(location, &r.event)?;
+        let body = body_text(location, &r.event, body_of(location, &r.event)?)?;
         insert(&NewRecord {
             key: &r.key,
             n: r.n,
@@ -238,8 +247,8 @@ pub fn state_of(
 }
 
 /// Inside a store's write transaction, with the key's records read and verified in it: ask
-/// `decide` what to append, chain and insert each event with `insert` (which returns the row's
-/// `seq`), and refuse a history the grammar would reject. The caller commits when records were
+/// `decide` what to append, chain the events and insert them with `insert` (which returns the
+/// rows' `seq`s, in order), and refuse a history the grammar would reject. The caller commits when records were
 /// appended and rolls back otherwise, or on any error.
 pub fn decide_and_append(
     location: &str,
@@ -248,49 +257,75 @@ pub fn decide_and_append(
     leases: Option<&dyn TxLeases>,
     decide: &mut Decide<'_>,
     now_ms: i64,
-    mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
+    mut insert: impl FnMut(&[NewRecord<'_>]) -> Result<Vec<i64>, JournalError>,
 ) -> Result<AppendOutcome, JournalError> {
     let Verified {
         mut records,
         state: before,
     } = seen;
     let held_before = holds_use(&before, records.iter().map(|r| &r.event));
+    let memo = leases.map(super::tx_memo::TxMemo::new);
+    let leases = memo.as_ref().map(|m| m as &dyn TxLeases);
     let events = decide(&TxView {
         state: &before,
         records: &records,
         leases,
         now_ms,
     });
-    let mut appended = Vec::with_capacity(events.len());
+    // Chained first, then inserted in one call: a store that can (PostgreSQL) writes them in
+    // one statement, one round trip.
+    let mut bodies = Vec::with_capacity(events.len());
+    let first_new = records.len();
     for event in events {
         let n = u32::try_from(records.len()).map_err(|_| JournalError::Storage {
             path: location.to_owned(),
             what: format!("key {key} has too many records"),
         })?;
         let prev = records.last().map(|r| r.hash.clone());
-        let hash = record_hash(key, n, now_ms, prev.as_deref(), &event);
-        let body = body_of(location, &event)?;
-        let seq = insert(&NewRecord {
-            key,
-            n,
-            kind: event.kind(),
-            at_ms: now_ms,
-            prev: prev.as_deref(),
-            hash: &hash,
-            body: &body,
-        })?;
-        let record = Record {
-            seq,
+        // The body is the event's canonical JSON, the very bytes the hash covers: one encoding.
+        let canonical = body_of(location, &event)?;
+        let hash = record_hash_of(key, n, now_ms, prev.as_deref(), &canonical);
+        bodies.push(body_text(location, &event, canonical)?);
+        records.push(Record {
+            seq: 0,
             key: key.to_owned(),
             n,
             at_ms: now_ms,
             prev,
             hash,
             event,
-        };
-        records.push(record.clone());
-        appended.push(record);
+        });
     }
+    if !bodies.is_empty() {
+        let rows: Vec<NewRecord<'_>> = records[first_new..]
+            .iter()
+            .zip(&bodies)
+            .map(|(r, body)| NewRecord {
+                key,
+                n: r.n,
+                kind: r.event.kind(),
+                at_ms: r.at_ms,
+                prev: r.prev.as_deref(),
+                hash: &r.hash,
+                body,
+            })
+            .collect();
+        let seqs = insert(&rows)?;
+        if seqs.len() != rows.len() {
+            return Err(JournalError::Storage {
+                path: location.to_owned(),
+                what: format!(
+                    "key {key}: {} records inserted, {} rows came back",
+                    rows.len(),
+                    seqs.len()
+                ),
+            });
+        }
+        for (r, seq) in records[first_new..].iter_mut().zip(seqs) {
+            r.seq = seq;
+        }
+    }
+    let appended = records[first_new..].to_vec();
     // Refuse to commit anything that would make the history unreadable.
     let history = Verified::new(location, key, records)?;
     if let Some(leases) = leases {

@@ -36,82 +36,16 @@ pub fn render(journal: &Value, e2e: Option<&Value>, grpc: Option<&Value>) -> Str
          (written by `cargo run --release -p interlock-tests --bin grpc-bench`); each of those \
          commands regenerates this page too. Timings depend on the machine \
          and its disk, so these files are not checked for drift; every ratio is measured side by \
-         side in one run.\n\n## The journal against the disk's own fsync rate\n\n",
+         side in one run, and every throughput figure is the median of alternating rounds, shown \
+         as median (min–max).\n\n",
     );
-    let fsync = &journal["fsync_per_s"];
-    let _ = write!(
-        md,
-        "A first send costs two durable transactions: everything before the send (`PROPOSED`, \
-         `AUTHORIZED` and `DISPATCHED`) in one, the answer in the other. So one sender can reach at \
-         most half the disk's fsync rate. Threads that share a journal handle group-commit: a \
-         writer that arrives while another's transaction is open joins it, and one fsync makes \
-         both durable. An attempt verifies the key's chain once, on its first read; its later \
-         reads and appends verify only the records appended since.\n\n\
-         Separate processes each hold SQLite's write lock in turn, so they do not share fsyncs. \
-         SQLite shows a commit to other connections only once its fsync is done; sharing one \
-         fsync between processes would show records before they are durable, and another worker \
-         could act on a record a power cut then erases. Processes that want to share fsyncs send \
-         through one gate server (`interlock serve`, below), whose callers group-commit as \
-         threads do.\n\n\
-         The disk's rate is measured the cheapest way it allows: {}. Appending 512 bytes with \
-         `fdatasync` instead (each sync also commits the file's new size) runs at {} /s. \
-         The cheapest durable SQLite transaction on the same disk, with the journal's settings \
-         (WAL, `synchronous = FULL`, one 200-byte row), commits {} times a second: the floor \
-         under any journal commit.\n\n\
-         | measure | value |\n|---|---|\n\
-         | disk: syncs per second | {} |\n\
-         | SQLite: smallest durable commits per second | {} |\n\
-         | serial effects per second through the gate ({} effects, no-op tier-1 target) | {} |\n\
-         | serial ratio, effects ÷ fsyncs (ceiling 0.5) | {} |\n\
-         | serial effects ÷ smallest SQLite commits (ceiling 0.5) | {} |\n\
-         | journal commits per serial effect | {} |\n\
-         | latency per effect, p50 / p99 | {} ms / {} ms |\n\n\
-         Two of SQLite's smallest commits, with no other work, would reach a serial ratio of {} \
-         on this disk: the ceiling for any gate on this SQLite and this disk.\n\n",
-        journal["fsync_probe"].as_str().unwrap_or("?"),
-        num(&journal["fsync_append_per_s"]),
-        num(&journal["sqlite_commit_per_s"]),
-        num(fsync),
-        num(&journal["sqlite_commit_per_s"]),
-        num(&journal["serial_effects"]),
-        num(&journal["serial_effects_per_s"]),
-        num(&journal["serial_ratio"]),
-        num(&journal["serial_effects_per_sqlite_commit"]),
-        num(&journal["serial_commits_per_effect"]),
-        num(&journal["serial_latency_ms"]["p50"]),
-        num(&journal["serial_latency_ms"]["p99"]),
-        num(&journal["serial_ratio_ceiling_by_sqlite"]),
+    render_goals(&mut md, &journal["goals"]);
+    render_sqlite(
+        &mut md,
+        &journal["sqlite"],
+        &journal["syncs"],
+        &journal["fsync_append_per_s"],
     );
-    let _ = write!(
-        md,
-        "### Concurrent senders ({} s each)\n\n\
-         When the disk is what limits concurrent senders, effects per fsync approach 1 ÷ \
-         commits per effect; when the CPUs are, they approach the CPU ceiling: the machine's {} \
-         CPUs divided by the CPU time one effect costs, in effects per fsync.\n\n\
-         | senders | threads: effects/s | effects per fsync | commits per effect | CPU ms per \
-         effect | CPU ceiling (effects per fsync) | processes: effects/s | effects per fsync | \
-         commits per effect | CPU ms per effect |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        num(&journal["seconds_per_concurrent_run"]),
-        num(&journal["cpus"]),
-    );
-    for row in journal["concurrent"].as_array().into_iter().flatten() {
-        let p = &row["processes"];
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            num(&row["workers"]),
-            num(&row["effects_per_s"]),
-            num(&row["effects_per_fsync"]),
-            num(&row["commits_per_effect"]),
-            num(&row["cpu_ms_per_effect"]),
-            num(&row["cpu_ceiling_effects_per_fsync"]),
-            num(&p["effects_per_s"]),
-            num(&p["effects_per_fsync"]),
-            num(&p["commits_per_effect"]),
-            num(&p["cpu_ms_per_effect"]),
-        );
-    }
-    md.push('\n');
     render_budgets(&mut md, &journal["budgets"]);
     render_tracing(&mut md, &journal["tracing"]);
     render_postgres(&mut md, &journal["postgres"]);
@@ -140,6 +74,128 @@ fn spread(v: &Value) -> String {
         num(&v["min"]),
         num(&v["max"])
     )
+}
+
+/// The journal's goals, each judged on its median.
+fn render_goals(md: &mut String, goals: &Value) {
+    let Some(rows) = goals.as_array() else {
+        return;
+    };
+    md.push_str("## Goals\n\n| measure | median (min–max) | goal | met |\n|---|---|---|---|\n");
+    for g in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            g["measure"].as_str().unwrap_or("?"),
+            spread(&g["value"]),
+            g["goal"].as_str().unwrap_or("?"),
+            if g["met"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
+        );
+    }
+    md.push('\n');
+}
+
+fn render_sqlite(md: &mut String, s: &Value, syncs: &Value, append: &Value) {
+    let serial = &s["serial"];
+    let cpu = &serial["cpu_ms_per_effect"];
+    let syncs_line = match syncs["syncs_per_effect"].as_f64() {
+        Some(n) => format!(
+            "| fsync/fdatasync calls per serial effect ({} effects, counted by `strace -c`) | {} |\n",
+            num(&syncs["effects"]),
+            num(&Value::from(n))
+        ),
+        None => format!(
+            "| fsync/fdatasync calls per serial effect | not counted ({}) |\n",
+            syncs["not_counted"].as_str().unwrap_or("?")
+        ),
+    };
+    let _ = write!(
+        md,
+        "## The journal against the disk's own ceilings\n\n\
+         A first send costs two durable transactions: everything before the send (`PROPOSED`, \
+         `AUTHORIZED` and `DISPATCHED`) in one, the answer in the other. So one sender can reach at \
+         most half of SQLite's smallest-commit rate. Threads that share a journal handle \
+         group-commit: a writer that arrives while another's transaction is open joins it, and \
+         one fsync makes both durable. An attempt verifies the key's chain once, on its first \
+         read; its later reads and appends verify only the records appended since.\n\n\
+         Separate processes each hold SQLite's write lock in turn, so they do not share fsyncs. \
+         SQLite shows a commit to other connections only once its fsync is done; sharing one \
+         fsync between processes would show records before they are durable, and another worker \
+         could act on a record a power cut then erases. Processes that want to share fsyncs send \
+         through one gate server (`interlock serve`, below), whose callers group-commit as \
+         threads do.\n\n\
+         {} rounds on this machine's {} CPUs. Each round measures the disk ({}) and the cheapest \
+         durable SQLite transaction with the journal's settings (WAL, `synchronous = FULL`, one \
+         200-byte row), then, on a fresh journal, {} effects one after another and each number of \
+         concurrent senders; the probes go first in one round and last in the next. Every ratio \
+         is taken within its round. CPU time is the process's own account (`/proc/self/stat`, in \
+         10 ms ticks). Appending 512 bytes with `fdatasync` instead of rewriting in \
+         place (each sync then also commits the file's new size) runs at {} syncs/s.\n\n\
+         | measure | median (min–max) |\n|---|---|\n\
+         | disk: syncs/s | {} |\n\
+         | SQLite: smallest durable commits/s | {} |\n\
+         | serial: effects/s (no-op tier-1 target) | {} |\n\
+         | serial: effects/s ÷ (smallest commits/s ÷ 2), the two-commit ceiling | {} |\n\
+         | serial: effects/s ÷ disk syncs/s | {} |\n\
+         | serial: journal commits per effect | {} |\n\
+         {}\
+         | serial: CPU ms per effect, user | {} |\n\
+         | serial: CPU ms per effect, system | {} |\n\
+         | serial: CPU ms per effect, total | {} |\n\
+         | serial: latency per effect over all rounds, p50 / p99 | {} ms / {} ms |\n\n",
+        num(&s["rounds"]),
+        num(&s["cpus"]),
+        s["fsync_probe"].as_str().unwrap_or("?"),
+        num(&serial["effects_per_round"]),
+        num(append),
+        spread(&s["fsync_per_s"]),
+        spread(&s["sqlite_commit_per_s"]),
+        spread(&serial["effects_per_s"]),
+        spread(&serial["over_two_commit_ceiling"]),
+        spread(&serial["over_fsync_rate"]),
+        spread(&serial["commits_per_effect"]),
+        syncs_line,
+        spread(&cpu["user"]),
+        spread(&cpu["system"]),
+        spread(&cpu["total"]),
+        num(&serial["latency_ms"]["p50"]),
+        num(&serial["latency_ms"]["p99"]),
+    );
+    let _ = write!(
+        md,
+        "### Concurrent senders ({} s each)\n\n\
+         Cores busy is the run's CPU time ÷ its wall time. The CPU bound is what the cores allow \
+         at the serial run's CPU per effect (cores ÷ CPU per effect); threads that reach it are \
+         limited by the CPUs, not by waiting. Processes share no commits, so their ceiling is the \
+         serial one: half the smallest-commit rate.\n\n\
+         | senders | threads: effects/s | commits per effect | CPU ms per effect | cores busy | \
+         ÷ CPU bound | processes: effects/s | commits per effect | CPU ms per effect | cores busy \
+         | ÷ two-commit ceiling |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        num(&s["seconds_per_concurrent_run"]),
+    );
+    for row in s["concurrent"].as_array().into_iter().flatten() {
+        let (t, p) = (&row["threads"], &row["processes"]);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            num(&row["senders"]),
+            spread(&t["effects_per_s"]),
+            spread(&t["commits_per_effect"]),
+            spread(&t["cpu_ms_per_effect"]),
+            spread(&t["cores_busy"]),
+            spread(&t["over_cpu_bound"]),
+            spread(&p["effects_per_s"]),
+            spread(&p["commits_per_effect"]),
+            spread(&p["cpu_ms_per_effect"]),
+            spread(&p["cores_busy"]),
+            spread(&p["over_two_commit_ceiling"]),
+        );
+    }
+    md.push('\n');
 }
 
 fn render_tracing(md: &mut String, t: &Value) {
@@ -267,26 +323,30 @@ fn render_postgres(md: &mut String, pg: &Value) {
         "## The journal on PostgreSQL\n\n\
          The same gate and no-op target with the journal, leases and liveness locks on a local \
          PostgreSQL server (a throwaway one, fsync on, `synchronous_commit = on`), against the \
-         server's own rate of single-row commits on one connection, measured in the same run. \
-         A first send is two commits, as on SQLite, plus a liveness lock taken and released on a \
-         session of its own.\n\n\
-         | measure | value |\n|---|---|\n\
-         | server: single-row commits per second | {} |\n\
-         | serial effects per second through the gate ({} effects) | {} |\n\
-         | serial effects per server commit (ceiling 0.5) | {} |\n\n\
-         | senders (threads, one process) | effects/s | effects per server commit |\n|---|---|---|\n",
-        num(&pg["server_commit_per_s"]),
-        num(&pg["serial_effects"]),
-        num(&pg["serial_effects_per_s"]),
-        num(&pg["serial_effects_per_commit"]),
+         server's own rate of single-row commits on one connection. {} rounds, each on fresh \
+         schemas, the probe first in one round and last in the next; every ratio within its \
+         round. A first send is two commits, as on SQLite, plus a liveness lock taken and \
+         released on a session of its own.\n\n\
+         | measure | median (min–max) |\n|---|---|\n\
+         | server: single-row commits/s | {} |\n\
+         | serial: effects/s ({} effects per round) | {} |\n\
+         | serial: effects per server commit (ceiling 0.5) | {} |\n\n\
+         | senders (threads, one process, {} s each) | effects/s | effects per server commit |\n\
+         |---|---|---|\n",
+        num(&pg["rounds"]),
+        spread(&pg["server_commit_per_s"]),
+        num(&pg["serial_effects_per_round"]),
+        spread(&pg["serial_effects_per_s"]),
+        spread(&pg["serial_effects_per_commit"]),
+        num(&pg["seconds_per_concurrent_run"]),
     );
     for row in pg["concurrent"].as_array().into_iter().flatten() {
         let _ = writeln!(
             md,
             "| {} | {} | {} |",
-            num(&row["workers"]),
-            num(&row["effects_per_s"]),
-            num(&row["effects_per_commit"]),
+            num(&row["senders"]),
+            spread(&row["effects_per_s"]),
+            spread(&row["effects_per_commit"]),
         );
     }
     md.push('\n');

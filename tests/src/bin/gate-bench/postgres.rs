@@ -1,0 +1,100 @@
+//! The same gate on a PostgreSQL journal (a throwaway server, or `INTERLOCK_DATABASE_URL`'s),
+//! against the server's own single-row commit rate, in rounds that put the probe first and last
+//! in turn; every figure is the median of the rounds with min and max, every ratio within its
+//! round.
+
+use std::time::{Duration, Instant};
+
+use interlock_tests::bench;
+use serde_json::{Value, json};
+
+use crate::spread;
+
+/// One round: the server's commits/s, serial effects/s, and effects/s per number of senders.
+type Round = (f64, f64, Vec<f64>);
+
+/// The numbers of concurrent senders measured.
+const SENDERS: [u32; 3] = [1, 16, 64];
+
+/// `rounds` rounds: the server's commit rate, `serial_effects` effects one after another, then
+/// each number of senders for `each`, all on fresh schemas.
+pub(crate) fn measure(
+    rounds: usize,
+    serial_effects: u64,
+    probe: Duration,
+    each: Duration,
+) -> anyhow::Result<Value> {
+    let cluster = interlock_testkit::pg::Cluster::start()?;
+    let mut measured: Vec<Round> = Vec::new();
+    for r in 0..rounds {
+        eprintln!(
+            "PostgreSQL round {} of {}: the server's commit rate, {serial_effects} effects one \
+             after another, then {SENDERS:?} senders…",
+            r + 1,
+            rounds
+        );
+        let probe_first = r % 2 == 0;
+        let mut commit_per_s = if probe_first {
+            bench::pg_commit_rate(cluster.url(), probe)?
+        } else {
+            0.0
+        };
+        let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("serial"), 1)?;
+        let t = Instant::now();
+        for i in 0..serial_effects {
+            bench::one_effect(&bound, &format!("pg-serial-{r}"), i)?;
+        }
+        let serial = serial_effects as f64 / t.elapsed().as_secs_f64().max(1e-9);
+        let mut concurrent = Vec::new();
+        for senders in SENDERS {
+            let (bound, _) =
+                bench::pg_bound(cluster.url(), &cluster.fresh_schema("concurrent"), senders)?;
+            let (done, took) =
+                bench::threads(&bound, senders as usize, &format!("pg{r}-{senders}"), each)?;
+            concurrent.push(done as f64 / took.as_secs_f64().max(1e-9));
+        }
+        if !probe_first {
+            commit_per_s = bench::pg_commit_rate(cluster.url(), probe)?;
+        }
+        measured.push((commit_per_s, serial, concurrent));
+    }
+    let of = |f: &dyn Fn(&Round) -> f64, digits| spread(measured.iter().map(f).collect(), digits);
+    let concurrent: Vec<Value> = SENDERS
+        .iter()
+        .enumerate()
+        .map(|(i, senders)| {
+            json!({
+                "senders": senders,
+                "effects_per_s": of(&|m| m.2[i], 1),
+                "effects_per_commit": of(&|m| m.2[i] / m.0, 3),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "rounds": rounds,
+        "server_commit_per_s": of(&|m| m.0, 0),
+        "serial_effects_per_round": serial_effects,
+        "serial_effects_per_s": of(&|m| m.1, 1),
+        "serial_effects_per_commit": of(&|m| m.1 / m.0, 3),
+        "seconds_per_concurrent_run": each.as_secs_f64(),
+        "concurrent": concurrent,
+    }))
+}
+
+/// `effects` effects one after another on a fresh schema and nothing else, printed as JSON.
+pub(crate) fn serial_only(effects: u64) -> anyhow::Result<()> {
+    let cluster = interlock_testkit::pg::Cluster::start()?;
+    let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("serial"), 1)?;
+    let t = Instant::now();
+    for i in 0..effects {
+        bench::one_effect(&bound, "pg-serial", i)?;
+    }
+    let took = t.elapsed();
+    crate::print_json(&json!({
+        "effects": effects,
+        "effects_per_s": interlock_testkit::bench_report::round(
+            effects as f64 / took.as_secs_f64().max(1e-9),
+            1
+        ),
+    }))
+}
