@@ -1,6 +1,6 @@
 //! What only a journal on a database server can get wrong: a server that is down or restarts, a
-//! schema that belongs to another version or deployment, liveness locks that a restart dropped
-//! while their holders lived, and claims longer than a silent holder keeps its lock.
+//! schema that belongs to another version or deployment, liveness locks that a restart or a
+//! crashed server process dropped while their holders lived, and claims longer than a silent holder keeps its lock.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
@@ -142,17 +142,7 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
         .unwrap();
     cluster.crash_and_restart().unwrap();
     // The lock is gone with the restart, but its holder may be alive and sending.
-    let mut judged = None;
-    for _ in 0..50 {
-        match live.released("k", 2, "any-host") {
-            Ok(r) => {
-                judged = Some(r);
-                break;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    assert_eq!(judged, Some(false));
+    assert_eq!(judged_once_up(&*live, "k", 2), Some(false));
     // A stale attempt takes the same lock in the new lifetime, loses its race to append and lets
     // go: the holder that may still be sending must still not look dead.
     let stale = live
@@ -164,6 +154,84 @@ fn a_lock_lost_to_a_server_restart_is_never_taken_for_its_holders_death() {
     // And the journal works again on the restarted server.
     let fresh = live.try_hold("k", 3).unwrap();
     assert!(fresh.is_some());
+}
+
+/// Whether `live` judges `key`/`token` released, once the server answers again.
+fn judged_once_up(live: &dyn interlock::liveness::Liveness, key: &str, token: u64) -> Option<bool> {
+    for _ in 0..100 {
+        match live.released(key, token, "any-host") {
+            Ok(r) => return Some(r),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    None
+}
+
+fn start_time(url: &str) -> String {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.query_one("SELECT pg_postmaster_start_time()::text", &[])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_lock_lost_to_a_crashed_server_process_is_never_taken_for_its_holders_death() {
+    let cluster = Cluster::throwaway().unwrap();
+    let journal =
+        PgJournal::open(cluster.url(), clock(), &PgOptions::in_schema("interlock")).unwrap();
+    let live = journal.liveness().unwrap();
+    let _held = live.try_hold("k", 1).unwrap().expect("a free lock");
+    journal
+        .grant_lease(&interlock::Grant::new("claim-stand-in", "ops", 0))
+        .unwrap();
+    let started = start_time(cluster.url());
+    // Any one server process dies (the kernel's OOM killer, a crash): the server ends every
+    // session, the holder's lock with them, and carries on under the same start time.
+    let mut victim = postgres::Client::connect(cluster.url(), postgres::NoTls).unwrap();
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(judged_once_up(&*live, "k", 1), Some(false));
+    assert_eq!(
+        start_time(cluster.url()),
+        started,
+        "the server's start time does not tell a crash"
+    );
+    // The journal works again, and a lock taken now is judged as before.
+    let fresh = live.try_hold("k", 2).unwrap().expect("a free lock");
+    drop(fresh);
+    assert!(live.released("k", 2, "any-host").unwrap());
+}
+
+#[test]
+fn a_hold_from_before_the_lifetime_id_is_never_judged_released_and_a_worker_adds_the_id() {
+    let cluster = Cluster::throwaway().unwrap();
+    let opts = PgOptions::in_schema("interlock");
+    let journal = PgJournal::open(cluster.url(), clock(), &opts).unwrap();
+    let live = journal.liveness().unwrap();
+    drop(live.try_hold("k", 1).unwrap().expect("a free lock"));
+    assert!(live.released("k", 1, "any-host").unwrap());
+    // The journal as an older release left it: holds with no lifetime id.
+    let mut c = postgres::Client::connect(cluster.url(), postgres::NoTls).unwrap();
+    c.batch_execute(
+        "ALTER TABLE interlock.holds DROP COLUMN epoch; DROP TABLE interlock.server_epoch;",
+    )
+    .unwrap();
+    assert!(
+        live.released("k", 1, "any-host").is_err(),
+        "a lock that cannot be judged is an error, which counts as held"
+    );
+    let reopened = PgJournal::open(cluster.url(), clock(), &opts).unwrap();
+    let live = reopened.liveness().unwrap();
+    assert!(!live.released("k", 1, "any-host").unwrap());
+    drop(live.try_hold("k", 2).unwrap().expect("a free lock"));
+    assert!(live.released("k", 2, "any-host").unwrap());
 }
 
 #[test]

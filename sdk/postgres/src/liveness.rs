@@ -6,10 +6,13 @@
 //! A closed connection is not always a dead process, and the lock is only judged released when it
 //! is. Two cases are kept out:
 //!
-//! * **The server restarted.** Every lock vanished, but the holders may be alive and sending.
-//!   Each hold records the server lifetime it was first taken in (`holds`); a lock is judged
-//!   released only within that same lifetime, and a later attempt that takes the same lock in a
-//!   new lifetime never moves the row. The row is written without waiting for the disk: the
+//! * **The server restarted, or one of its processes crashed.** Every lock vanished, but the
+//!   holders may be alive and sending. Each hold records the server lifetime it was first taken
+//!   in (`holds`): the server's start time, and the id in the unlogged `server_epoch` table,
+//!   which the server empties when it starts after a crash. The id is what tells a crash of one
+//!   server process, after which the server ends every session and carries on under the same
+//!   start time. A lock is judged released only within the lifetime its row names, and a later
+//!   attempt that takes the same lock in a new lifetime never moves the row. The row is written without waiting for the disk: the
 //!   claim that names the lock is committed after it, in the same write-ahead log, so a row can
 //!   only be lost together with every claim that could name it.
 //! * **A holder went silent** (host cut off, socket never closed). The lock session asks the
@@ -138,8 +141,17 @@ impl PgLiveness {
         // Never moved to a newer lifetime: an attempt that takes the lock after a restart and
         // then loses the race to append must not make an older holder's lock look released
         // (a row from an older lifetime only ever makes a lock look held: the deadline rules).
+        // The lifetime's id is made by the first hold after a crash emptied it. One that another
+        // session made after this statement began is not seen here: the row then names none,
+        // and its lock is never judged released (the deadline rules), as for a lost row.
         let sql = format!(
-            "INSERT INTO {}.holds (lock_id, server_started) VALUES ($1, pg_postmaster_start_time())
+            "WITH made AS (
+                 INSERT INTO {0}.server_epoch (one, id)
+                 VALUES (true, md5(random()::text || clock_timestamp()::text))
+                 ON CONFLICT (one) DO NOTHING RETURNING id)
+             INSERT INTO {0}.holds (lock_id, server_started, epoch)
+             SELECT $1, pg_postmaster_start_time(),
+                    COALESCE((SELECT id FROM made), (SELECT id FROM {0}.server_epoch))
              ON CONFLICT (lock_id) DO NOTHING",
             self.schema
         );
@@ -209,9 +221,10 @@ impl Liveness for PgLiveness {
             .run(|c| {
                 c.query_one(
                     &format!(
-                        "SELECT EXISTS (SELECT 1 FROM {}.holds
+                        "SELECT EXISTS (SELECT 1 FROM {0}.holds
                                      WHERE lock_id = $1
-                                       AND server_started = pg_postmaster_start_time())
+                                       AND server_started = pg_postmaster_start_time()
+                                       AND epoch = (SELECT id FROM {0}.server_epoch))
                         AND NOT EXISTS (SELECT 1 FROM pg_locks
                                          WHERE locktype = 'advisory'
                                            AND database = (SELECT oid FROM pg_database

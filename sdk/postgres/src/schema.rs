@@ -31,8 +31,11 @@ pub(crate) fn valid_name(name: &str) -> bool {
 ///   by the append that changes the key's history.
 /// * `budget_changes`: every budget as set or removed, with who did it; `budget_holds`: the
 ///   places effects hold in the budgets, kept as lease uses are.
-/// * `holds`: which server lifetime each liveness lock was first taken in. A lock with no row, or
-///   a row from another lifetime, is never judged released.
+/// * `holds`: which server lifetime each liveness lock was first taken in: the server's start
+///   time and the id in `server_epoch`, an unlogged table the server empties whenever it starts
+///   after a crash, including the crash of any one server process, which ends every session
+///   without a new start time. A lock with no row, or a row from another lifetime, is never
+///   judged released.
 fn ddl(s: &str) -> String {
     let routes = routes_ddl(s);
     let uses = uses_ddl(s);
@@ -67,6 +70,20 @@ fn ddl(s: &str) -> String {
          CREATE TABLE {s}.holds (
              lock_id        BIGINT PRIMARY KEY,
              server_started TIMESTAMPTZ NOT NULL
+         );
+         {}",
+        epoch_ddl(s)
+    )
+}
+
+/// Added within version 2: the lifetime id a crash changes ([`ddl`], `holds`). A row written by
+/// an older release has none, and so never looks released.
+fn epoch_ddl(s: &str) -> String {
+    format!(
+        "ALTER TABLE {s}.holds ADD COLUMN IF NOT EXISTS epoch TEXT;
+         CREATE UNLOGGED TABLE IF NOT EXISTS {s}.server_epoch (
+             one BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+             id  TEXT NOT NULL
          );"
     )
 }
@@ -197,6 +214,17 @@ pub(crate) fn ensure(
                 location,
                 schema,
                 "added the tables of lease uses and budgets to the journal"
+            );
+        }
+        if create
+            && version == SCHEMA_VERSION.to_string()
+            && !tables.iter().any(|t| t == "server_epoch")
+        {
+            tx.batch_execute(&epoch_ddl(schema)).map_err(err)?;
+            tracing::info!(
+                location,
+                schema,
+                "added the server lifetime id that liveness locks are judged by"
             );
         }
         if version != SCHEMA_VERSION.to_string() {
