@@ -187,16 +187,7 @@ fn a_lock_lost_to_a_crashed_server_process_is_never_taken_for_its_holders_death(
     let started = start_time(cluster.url());
     // Any one server process dies (the kernel's OOM killer, a crash): the server ends every
     // session, the holder's lock with them, and carries on under the same start time.
-    let mut victim = postgres::Client::connect(cluster.url(), postgres::NoTls).unwrap();
-    let pid: i32 = victim
-        .query_one("SELECT pg_backend_pid()", &[])
-        .unwrap()
-        .get(0);
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    crash_one_server_process(cluster.url());
     assert_eq!(judged_once_up(&*live, "k", 1), Some(false));
     assert_eq!(
         start_time(cluster.url()),
@@ -207,6 +198,42 @@ fn a_lock_lost_to_a_crashed_server_process_is_never_taken_for_its_holders_death(
     let fresh = live.try_hold("k", 2).unwrap().expect("a free lock");
     drop(fresh);
     assert!(live.released("k", 2, "any-host").unwrap());
+}
+
+/// SIGKILL one server process: the server ends every session and starts again after a crash.
+fn crash_one_server_process(url: &str) {
+    let mut victim = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
+#[test]
+fn a_hold_is_durable_before_its_lock_counts_as_taken() {
+    // The WAL writer flushes no earlier than every 10 s: nothing but a commit that waits for the
+    // disk makes the hold's row durable before the crash.
+    let cluster = Cluster::throwaway_with(&["wal_writer_delay=10000"]).unwrap();
+    let journal =
+        PgJournal::open(cluster.url(), clock(), &PgOptions::in_schema("interlock")).unwrap();
+    let live = journal.liveness().unwrap();
+    let _held = live.try_hold("k", 1).unwrap().expect("a free lock");
+    crash_one_server_process(cluster.url());
+    assert_eq!(judged_once_up(&*live, "k", 1), Some(false));
+    // Another attempt on the same token takes the lock in the new lifetime and lets go: had the
+    // first hold's row been lost with the crash, this one's would make the lock look released
+    // while its first holder may still be sending.
+    drop(
+        live.try_hold("k", 1)
+            .unwrap()
+            .expect("free since the crash"),
+    );
+    assert!(!live.released("k", 1, "any-host").unwrap());
 }
 
 #[test]

@@ -12,9 +12,9 @@
 //!   which the server empties when it starts after a crash. The id is what tells a crash of one
 //!   server process, after which the server ends every session and carries on under the same
 //!   start time. A lock is judged released only within the lifetime its row names, and a later
-//!   attempt that takes the same lock in a new lifetime never moves the row. The row is written without waiting for the disk: the
-//!   claim that names the lock is committed after it, in the same write-ahead log, so a row can
-//!   only be lost together with every claim that could name it.
+//!   attempt that takes the same lock in a new lifetime never moves the row. The row is on disk
+//!   before the lock counts as taken: one a crash erased could be written again in the new
+//!   lifetime by another attempt on the same token, which would make the lock look released.
 //! * **A holder went silent** (host cut off, socket never closed). The lock session asks the
 //!   server to wait [`SILENT_HOLDER_KEPT`] before its keepalive gives up on the holder, and a
 //!   gate refuses a claim deadline longer than that: the deadline rules before the lock can go.
@@ -78,8 +78,7 @@ impl PgLiveness {
         config.options(&format!(
             "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
              -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
-             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000 \
-             -c synchronous_commit=off"
+             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000"
         ));
         Self {
             config,
@@ -155,6 +154,9 @@ impl PgLiveness {
              ON CONFLICT (lock_id) DO NOTHING",
             self.schema
         );
+        // Committed only once on disk (the lock session's commits wait for the flush): a row a
+        // crash could still lose would let another attempt write it again in the new lifetime,
+        // where the lock it names would look released while its first holder may be sending.
         // On failure the session is dropped, and closing it drops the lock.
         session.run(|q| q.execute(&sql, &[&id]))?;
         Ok(Some(session))
@@ -243,24 +245,30 @@ impl Liveness for PgLiveness {
         let ids: Vec<i64> = (1..=up_to_token.saturating_add(1))
             .map(|t| self.lock_id(key, t))
             .collect();
-        let sql = format!("DELETE FROM {}.holds WHERE lock_id = ANY($1)", self.schema);
-        // Best effort, so on an idle lock session when there is one: they commit without
-        // waiting for the disk, as the rows were written (the journal's own connections wait
-        // for every commit's flush). A delete a crash loses leaves the rows as they were while
-        // the key was being resolved, which is how its locks were judged until then.
+        // Best effort, so without waiting for the disk, in one round trip (the ids are numbers):
+        // a delete a crash loses leaves the rows as they were while the key was being resolved,
+        // which is how its locks were judged until then.
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let sql = format!(
+            "BEGIN; SET LOCAL synchronous_commit = off;
+             DELETE FROM {}.holds WHERE lock_id IN ({}); COMMIT;",
+            self.schema,
+            list.join(", ")
+        );
+        // On an idle lock session when there is one, leaving the journal's pool to the senders.
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         if let Some(mut session) = idle.filter(|s| !s.is_broken()) {
-            if session.run(|q| q.execute(&sql, &[&ids])).is_ok() {
+            if session.run(|q| q.batch_execute(&sql)).is_ok() {
                 give_back(&self.idle, session);
             }
             return;
         }
         if let Ok(mut conn) = self.pool.get() {
-            let _ = conn.run(|c| c.execute(&sql, &[&ids]));
+            let _ = conn.run(|c| c.batch_execute(&sql));
         }
     }
 

@@ -56,6 +56,13 @@ impl<C: GenericClient> Cached<'_, C> {
     }
 }
 
+impl<C: GenericClient> Cached<'_, C> {
+    /// Statements without parameters, sent together in one round trip (the simple protocol).
+    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.c.batch_execute(sql)
+    }
+}
+
 impl<C: GenericClient> Query for Cached<'_, C> {
     fn query(
         &mut self,
