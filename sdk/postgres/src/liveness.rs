@@ -74,11 +74,13 @@ impl PgLiveness {
             .tcp_user_timeout(Duration::ZERO)
             .application_name("interlock-liveness");
         // The server side: give up on a silent holder only after `kept` s of silence plus six
-        // unanswered probes, and never for idleness alone.
+        // unanswered probes, and never for idleness alone. A hold's row is committed only once on
+        // disk, whatever the server, role or database says by default.
         config.options(&format!(
             "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
              -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
-             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000"
+             -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000 \
+             -c synchronous_commit=on"
         ));
         Self {
             config,
