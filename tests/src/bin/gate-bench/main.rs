@@ -107,11 +107,25 @@ fn main() -> anyhow::Result<()> {
     }
     let serial_effects = if quick { 100 } else { 2000 };
     let each = Duration::from_millis(if quick { 200 } else { 1500 });
+    // The side-by-side comparisons: longer, as each of their rounds is a fraction of this.
+    let (compared_effects, compared_each) = if quick {
+        (serial_effects, each)
+    } else {
+        (3000, Duration::from_secs(3))
+    };
     if args.budgets_only {
-        return print_json(&compare::budgets(dir.path(), serial_effects, each)?);
+        return print_json(&compare::budgets(
+            dir.path(),
+            compared_effects,
+            compared_each,
+        )?);
     }
     if args.tracing_only {
-        return print_json(&compare::tracing_cost(dir.path(), serial_effects, each)?);
+        return print_json(&compare::tracing_cost(
+            dir.path(),
+            compared_effects,
+            compared_each,
+        )?);
     }
 
     let partial = !args.senders.is_empty();
@@ -135,9 +149,9 @@ fn main() -> anyhow::Result<()> {
     let syncs = sqlite::syncs_per_effect(dir.path(), if quick { 50 } else { 1000 });
     let (append_per_s, _) = interlock_tests::bench::fsync_rate(dir.path(), plan.probe, false)?;
     eprintln!("the same effects with and without three matching budgets…");
-    let budgets = compare::budgets(dir.path(), serial_effects, each)?;
+    let budgets = compare::budgets(dir.path(), compared_effects, compared_each)?;
     eprintln!("the same effects with trace export on and off…");
-    let tracing = compare::tracing_cost(dir.path(), serial_effects, each)?;
+    let tracing = compare::tracing_cost(dir.path(), compared_effects, compared_each)?;
     let postgres = postgres::measure(plan.rounds, if quick { 50 } else { 500 }, plan.probe, each)?;
 
     let report = json!({
