@@ -37,7 +37,7 @@ struct Args {
     /// `perf record`, `perf stat` or `strace -c`.
     #[arg(long, value_name = "EFFECTS", conflicts_with_all = ["senders", "render", "quick"])]
     serial_only: Option<usize>,
-    /// [`Self::serial_only`] on a PostgreSQL journal (a throwaway server, or
+    /// `--serial-only` on a PostgreSQL journal (a throwaway server, or
     /// `INTERLOCK_DATABASE_URL`'s): the run to profile the round trips an effect costs.
     #[arg(long, value_name = "EFFECTS", conflicts_with_all = ["senders", "render", "quick", "serial_only"])]
     postgres_only: Option<u64>,
