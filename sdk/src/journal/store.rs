@@ -49,21 +49,15 @@ pub struct NewRecord<'a> {
     pub body: &'a str,
 }
 
-/// An event's `body` column: its canonical JSON, the bytes its record's hash covers, and the
-/// encoding too (so a new record's event is encoded once for both).
-fn body_of(location: &str, event: &Event) -> Result<Vec<u8>, JournalError> {
-    canonical_event(event).map_err(|e| JournalError::Storage {
+/// An event's `body` column: its canonical JSON, the very bytes its record's hash covers, so a
+/// new record's event is encoded once for both.
+fn body_of(location: &str, event: &Event) -> Result<String, JournalError> {
+    let cannot = |e: &dyn std::fmt::Display| JournalError::Storage {
         path: location.to_owned(),
         what: format!("cannot encode a {} record: {e}", event.kind()),
-    })
-}
-
-/// [`body_of`]'s bytes as the column's text.
-fn body_text(location: &str, event: &Event, body: Vec<u8>) -> Result<String, JournalError> {
-    String::from_utf8(body).map_err(|e| JournalError::Storage {
-        path: location.to_owned(),
-        what: format!("cannot encode a {} record: {e}", event.kind()),
-    })
+    };
+    let bytes = canonical_event(event).map_err(|e| cannot(&e))?;
+    String::from_utf8(bytes).map_err(|e| cannot(&e))
 }
 
 /// Hand each record of an imported history to `insert` exactly as it was exported (its `seq`
@@ -77,7 +71,7 @@ pub fn insert_imported(
     mut insert: impl FnMut(&NewRecord<'_>) -> Result<i64, JournalError>,
 ) -> Result<(), JournalError> {
     for r in records {
-        let body = body_text(location, &r.event, body_of(location, &r.event)?)?;
+        let body = body_of(location, &r.event)?;
         insert(&NewRecord {
             key: &r.key,
             n: r.n,
@@ -248,8 +242,8 @@ pub fn state_of(
 
 /// Inside a store's write transaction, with the key's records read and verified in it: ask
 /// `decide` what to append, chain the events and insert them with `insert` (which returns the
-/// rows' `seq`s, in order), and refuse a history the grammar would reject. The caller commits when records were
-/// appended and rolls back otherwise, or on any error.
+/// rows' `seq`s, in order), and refuse a history the grammar would reject. The caller commits
+/// when records were appended and rolls back otherwise, or on any error.
 pub fn decide_and_append(
     location: &str,
     key: &str,
@@ -282,10 +276,9 @@ pub fn decide_and_append(
             what: format!("key {key} has too many records"),
         })?;
         let prev = records.last().map(|r| r.hash.clone());
-        // The body is the event's canonical JSON, the very bytes the hash covers: one encoding.
-        let canonical = body_of(location, &event)?;
-        let hash = record_hash_of(key, n, now_ms, prev.as_deref(), &canonical);
-        bodies.push(body_text(location, &event, canonical)?);
+        let body = body_of(location, &event)?;
+        let hash = record_hash_of(key, n, now_ms, prev.as_deref(), body.as_bytes());
+        bodies.push(body);
         records.push(Record {
             seq: 0,
             key: key.to_owned(),

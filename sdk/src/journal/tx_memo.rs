@@ -4,14 +4,12 @@
 //! transaction while another transaction waits on the row's or the budgets' lock until it ends,
 //! so the second read can only repeat the first: it is answered from memory. On PostgreSQL each
 //! read is a round trip (three per first send); everything else goes to the store as before.
+//! `check` is the trait's own, over the remembered grant.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::TxLeases;
-use crate::core::LeaseVerdict;
 use crate::core::budget::{Budget, Hold};
 use crate::core::limits::Use;
 use crate::lease::{Grant, LeaseError};
@@ -85,14 +83,5 @@ impl TxLeases for TxMemo<'_> {
 
     fn release_budgets(&self, key: &str) -> Result<(), LeaseError> {
         self.inner.release_budgets(key)
-    }
-
-    fn check(&self, id: &str, payload: &Value, now_ms: i64) -> Result<LeaseVerdict, LeaseError> {
-        Ok(crate::lease::verdict_of(
-            self.grant(id)?.as_ref(),
-            id,
-            payload,
-            now_ms,
-        ))
     }
 }

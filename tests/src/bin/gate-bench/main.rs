@@ -183,16 +183,14 @@ fn main() -> anyhow::Result<()> {
 /// absolute ones are multiples of what the gate did on this machine when they were set (16
 /// processes: 1,710 effects/s; PostgreSQL with 16 senders: 958 effects/s).
 fn goals(sqlite: &Value, pg: &Value) -> Value {
-    let sixteen = sqlite["concurrent"]
-        .as_array()
-        .and_then(|rows| rows.iter().find(|r| r["senders"] == 16))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let pg16 = pg["concurrent"]
-        .as_array()
-        .and_then(|rows| rows.iter().find(|r| r["senders"] == 16))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let sixteen_of = |run: &Value| {
+        run["concurrent"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["senders"] == 16))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let (sixteen, pg16) = (sixteen_of(sqlite), sixteen_of(pg));
     let cpus = sqlite["cpus"].as_f64().unwrap_or(1.0);
     let row = |measure: &str, v: &Value, at_most: bool, goal: f64| {
         let m = v["median"].as_f64();
