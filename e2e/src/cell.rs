@@ -11,8 +11,11 @@ use anyhow::Context;
 use interlock::{Clock, Grant, JournalStore, SystemClock, Tier};
 use interlock_testkit::faults::Stall;
 use interlock_testkit::sim::SimPayments;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use e2e_worker::StepTimings;
+use e2e_worker::timeline::StepTimeline;
 
 use crate::cases::{E2eCase, Kill, Outage, Setup};
 use crate::procs::{DevServer, StarterProc, WorkerProc, now_ms};
@@ -96,6 +99,8 @@ pub struct Env {
     pub python_worker: PathBuf,
     /// Scratch space for cells.
     pub work: PathBuf,
+    /// The refund step's heartbeat timeout and retry interval, sent with every workflow.
+    pub step: StepTimings,
 }
 
 impl Env {
@@ -184,8 +189,8 @@ impl Env {
     }
 }
 
-/// One judged cell.
-#[derive(Serialize, Clone, Debug)]
+/// One judged cell (read back from a run's JSON to render its report again).
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct CellResult {
     /// System.
     pub system: String,
@@ -213,6 +218,19 @@ pub struct CellResult {
     pub attempts: Option<u32>,
     /// From the kill (or freeze) to the workflow's close.
     pub crash_to_close_s: Option<f64>,
+    /// When the worker (or the gate server) was killed or frozen, ms since the Unix epoch.
+    #[serde(default)]
+    pub crashed_at_ms: Option<i64>,
+    /// The first workflow's refund step in the Temporal server's history.
+    #[serde(default)]
+    pub timeline: Option<StepTimeline>,
+    /// Why there is no timeline: the history could not be read, or not understood.
+    #[serde(default)]
+    pub history_error: Option<String>,
+    /// For a cell with a kill: what the seconds to its close were spent on
+    /// ([`crate::classes::class_of`]).
+    #[serde(default)]
+    pub class: Option<String>,
     /// The cell's wall time.
     pub wall_s: f64,
     /// For gated cells: whether `verify` holds on the effect (journal + the API's records).
@@ -343,7 +361,15 @@ impl Cell<'_> {
         system: &str,
     ) -> anyhow::Result<StarterProc> {
         let e = self.env;
-        let args = [workflow, pi, &amount.to_string(), lease, request, system].map(str::to_owned);
+        let mut args = [workflow, pi, &amount.to_string(), lease, request, system]
+            .map(str::to_owned)
+            .to_vec();
+        if e.step != StepTimings::default() {
+            args.extend([
+                format!("--heartbeat-ms={}", e.step.heartbeat_ms),
+                format!("--retry-ms={}", e.step.retry_ms),
+            ]);
+        }
         let vars = [
             (
                 "TEMPORAL_ADDRESS".to_owned(),
@@ -571,8 +597,11 @@ pub fn run_cell(
             crashed_at = Some(now_ms());
             cell.workers[a].signal("STOP")?;
             cell.worker(None)?;
-            // Past the 2 s heartbeat timeout and the 1 s retry: another attempt is running.
-            std::thread::sleep(Duration::from_secs(5));
+            // Past the heartbeat timeout and the retry interval (2 s and 1 s by default), with 2 s
+            // to spare: another attempt is running.
+            std::thread::sleep(Duration::from_millis(
+                env.step.heartbeat_ms + env.step.retry_ms + 2_000,
+            ));
             cell.workers[a].signal("CONT")?;
             cell.pauser(a)?.release()?;
         }
@@ -626,6 +655,24 @@ pub fn run_cell(
         crash_to_close_s,
         t0,
     );
+    result.crashed_at_ms = crashed_at;
+    match r1.get("timeline").filter(|t| !t.is_null()) {
+        Some(t) => match serde_json::from_value(t.clone()) {
+            Ok(t) => result.timeline = Some(t),
+            Err(e) => result.history_error = Some(format!("the starter's timeline: {e}")),
+        },
+        None => {
+            result.history_error = Some(
+                r1.get("history_error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the starter gave no timeline")
+                    .to_owned(),
+            );
+        }
+    }
+    result.class = crashed_at.map(|k| {
+        crate::classes::class_of(case.kill == Kill::Zombie, k, result.timeline.as_ref()).into()
+    });
     if system.starts_with("gated") {
         verify_cell(env, &request, &mut result)?;
     }
@@ -735,6 +782,10 @@ fn judge(
         short,
         attempts,
         crash_to_close_s,
+        crashed_at_ms: None,
+        timeline: None,
+        history_error: None,
+        class: None,
         wall_s: (now_ms() - t0) as f64 / 1000.0,
         verified: None,
         verify_failed: Vec::new(),

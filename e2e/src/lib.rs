@@ -3,10 +3,13 @@
 
 pub mod cases;
 pub mod cell;
+pub mod classes;
 pub mod day;
 pub mod mcp;
 pub mod metrics;
+pub mod plot;
 pub mod procs;
 pub mod report;
+pub mod results;
 pub mod stack;
 pub mod story;

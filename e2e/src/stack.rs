@@ -181,6 +181,7 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
         gate_server_bin,
         python_worker,
         work: o.work.to_owned(),
+        step: e2e_worker::StepTimings::default(),
     };
     Ok((
         env,

@@ -87,6 +87,7 @@ pub fn refund(id: &str, payment: &str, amount: i64) -> RefundRequest {
         lease: String::new(),
         system: e2e_worker::System::GatedT1,
         labels: Default::default(),
+        step: None,
     }
 }
 

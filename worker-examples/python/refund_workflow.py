@@ -22,10 +22,11 @@ with workflow.unsafe.imports_passed_through():
     import outcomes
 
 
-def _retry(max_attempts: int) -> RetryPolicy:
-    """Every second, up to ``max_attempts`` attempts (as ``retry`` in workflow.rs)."""
+def _retry(max_attempts: int, every_ms: int = 1000) -> RetryPolicy:
+    """Every ``every_ms`` (a second by default), up to ``max_attempts`` attempts (as in
+    workflow.rs)."""
     return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
+        initial_interval=timedelta(milliseconds=every_ms),
         backoff_coefficient=1.0,
         maximum_attempts=max_attempts,
     )
@@ -47,15 +48,17 @@ class RefundWorkflow:
             retry_policy=_retry(5),
             result_type=dict,
         )
-        # The same timeouts as the Rust worker: heartbeat 2 s, retry every 1 s.
+        # The same timeouts as the Rust worker: by default heartbeat 2 s, retry every 1 s; the
+        # request's ``step`` names others (it travels in the input so a replay schedules alike).
+        step = request.get("step") or {}
         try:
             return await workflow.execute_activity(
                 "refund_gated",
                 decision,
                 activity_id="refund",
                 start_to_close_timeout=timedelta(seconds=60),
-                heartbeat_timeout=timedelta(seconds=2),
-                retry_policy=_retry(40),
+                heartbeat_timeout=timedelta(milliseconds=step.get("heartbeat_ms", 2000)),
+                retry_policy=_retry(40, step.get("retry_ms", 1000)),
                 result_type=dict,
             )
         except ActivityError as e:

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use e2e_worker::StepTimings;
 use interlock_e2e::cases::{ALL, QUICK, through_server};
 use interlock_e2e::cell::{SYSTEMS, run_cell};
-use interlock_e2e::report::{markdown, summarize};
-use interlock_e2e::stack;
+use interlock_e2e::{results, stack};
 
 /// The kill matrix on a real Temporal dev server.
 #[derive(Parser)]
@@ -43,6 +43,23 @@ struct Args {
     /// results go to e2e_matrix_postgres.md and .json.
     #[arg(long, value_enum, default_value_t = JournalKind::Sqlite)]
     journal: JournalKind,
+    /// The refund step's heartbeat timeout, ms: how long a dead worker's attempt goes unnoticed.
+    /// Other than 2000, the results' names end in `_hb<MS>` (and `_retry<MS>` for another
+    /// --retry-ms). At 1500 or less the stall case's 1.5 s freeze outlasts it: the frozen
+    /// attempt is then timed out and retried, and the cell is classed by that.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(500..=10_000))]
+    heartbeat_ms: u64,
+    /// The refund step's retry interval, ms.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    retry_ms: u64,
+    /// Run nothing: render a run's report (.md, .svg, and the .json's summaries) again from its
+    /// .json's cells, with this version's classes and tables.
+    #[arg(long, value_name = "RUN.json", conflicts_with_all = ["quick", "cases", "systems", "repeat"])]
+    render: Option<PathBuf>,
+    /// With --render: write nothing, and fail unless the committed report and plot are what the
+    /// run renders to (CI's drift check).
+    #[arg(long, requires = "render")]
+    check: bool,
 }
 
 /// Where the journal lives.
@@ -54,6 +71,19 @@ enum JournalKind {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(run) = &args.render {
+        results::render_again(run, args.check)?;
+        eprintln!(
+            "{} {}",
+            if args.check {
+                "up to date with its run:"
+            } else {
+                "rendered again from"
+            },
+            run.display()
+        );
+        return Ok(());
+    }
     let quick = args.quick;
     let repeat = args.repeat.unwrap_or(if quick { 1 } else { 3 });
     let cases: Vec<_> = if !args.cases.is_empty() {
@@ -125,13 +155,18 @@ fn main() -> anyhow::Result<()> {
     let database = cluster
         .as_ref()
         .map(|c| (c.url().to_owned(), c.fresh_schema("matrix")));
-    let (env, services) = stack::start(&stack::Options {
+    let step = StepTimings {
+        heartbeat_ms: args.heartbeat_ms,
+        retry_ms: args.retry_ms,
+    };
+    let (mut env, services) = stack::start(&stack::Options {
         work: &work,
         port: args.port,
         no_shop: args.no_shop,
         webhooks: true,
         database,
     })?;
+    env.step = step;
     if systems.iter().any(|(s, _)| through_server(s)) {
         stack::check_python()?;
     }
@@ -166,23 +201,35 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let (flag, stem) = match args.journal {
-        JournalKind::Sqlite => ("", "e2e_matrix"),
-        JournalKind::Postgres => (" --journal postgres", "e2e_matrix_postgres"),
+    let (mut flag, mut stem) = match args.journal {
+        JournalKind::Sqlite => (String::new(), "e2e_matrix".to_owned()),
+        JournalKind::Postgres => (
+            " --journal postgres".to_owned(),
+            "e2e_matrix_postgres".to_owned(),
+        ),
     };
+    if step != StepTimings::default() {
+        flag.push_str(&format!(
+            " --heartbeat-ms {} --retry-ms {}",
+            step.heartbeat_ms, step.retry_ms
+        ));
+        stem.push_str(&format!("_hb{}", step.heartbeat_ms));
+        if step.retry_ms != StepTimings::default().retry_ms {
+            stem.push_str(&format!("_retry{}", step.retry_ms));
+        }
+    }
+    if !args.systems.is_empty() && !quick {
+        flag.push_str(&format!(" --systems {}", args.systems.join(",")));
+    }
+    if !args.cases.is_empty() && !quick {
+        flag.push_str(&format!(" --cases {}", args.cases.join(",")));
+    }
     let command = if quick {
         format!("scripts/main-job --quick{flag}")
     } else {
         format!("scripts/main-job{flag} (kill-matrix --repeat {repeat})")
     };
-    let md = markdown(&cells, &command);
-    let json = serde_json::json!({ "cells": cells, "systems": summarize(&cells) });
-    std::fs::create_dir_all(&out_dir)?;
-    std::fs::write(out_dir.join(format!("{stem}.md")), &md)?;
-    std::fs::write(
-        out_dir.join(format!("{stem}.json")),
-        serde_json::to_string_pretty(&json)? + "\n",
-    )?;
+    let md = results::write(&out_dir, &stem, &command, step, &cells)?;
     eprintln!(
         "\n{md}\nwrote {}",
         out_dir.join(format!("{stem}.md")).display()

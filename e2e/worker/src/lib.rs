@@ -10,10 +10,11 @@ pub mod clock;
 pub mod connect;
 pub mod model;
 pub mod pause;
+pub mod timeline;
 pub mod workflow;
 
 pub use activities::{Deps, RefundActivities, Settings};
-pub use model::{Decision, RefundReport, RefundRequest, System};
+pub use model::{Decision, RefundReport, RefundRequest, StepTimings, System};
 pub use workflow::RefundWorkflow;
 
 /// Logs to stderr at `RUST_LOG`'s level (default `info`) and traces exported when the `OTEL_*`

@@ -83,6 +83,30 @@ pub struct RefundRequest {
     /// scope): the approval workflow labels a refund the rules clear alone `cleared_by=rules`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The refund step's heartbeat timeout and retry interval, when not the defaults. They travel
+    /// in the workflow's input, not in a worker's flags: a worker replaying the workflow must
+    /// schedule the step with the options it was first scheduled with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepTimings>,
+}
+
+/// How fast Temporal notices a dead attempt of the refund step, and how soon it tries again.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepTimings {
+    /// The step's heartbeat timeout, ms: an attempt silent this long is failed and retried.
+    pub heartbeat_ms: u64,
+    /// The retry policy's interval, ms (no backoff).
+    pub retry_ms: u64,
+}
+
+impl Default for StepTimings {
+    /// A 2 s heartbeat timeout, a retry every second.
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 2_000,
+            retry_ms: 1_000,
+        }
+    }
 }
 
 impl RefundRequest {
@@ -207,5 +231,46 @@ impl RefundReport {
             Reported::Refused | Reported::Failed | Reported::Error => Some(false),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(step: Option<StepTimings>) -> RefundRequest {
+        RefundRequest {
+            request_id: "req-1".into(),
+            payment: "pi_1".into(),
+            amount: 2000,
+            currency: "usd".into(),
+            lease: "lease-1".into(),
+            system: System::GatedT1,
+            labels: Default::default(),
+            step,
+        }
+    }
+
+    #[test]
+    fn a_request_with_the_default_step_is_encoded_as_before_and_reads_back() {
+        let plain = serde_json::to_value(request(None)).unwrap();
+        assert!(
+            plain.get("step").is_none(),
+            "workflows started before the option replay with the same input"
+        );
+        assert_eq!(
+            serde_json::from_value::<RefundRequest>(plain).unwrap(),
+            request(None)
+        );
+        let fast = request(Some(StepTimings {
+            heartbeat_ms: 1_000,
+            retry_ms: 500,
+        }));
+        let encoded = serde_json::to_value(&fast).unwrap();
+        assert_eq!(encoded["step"]["heartbeat_ms"], 1_000);
+        assert_eq!(
+            serde_json::from_value::<RefundRequest>(encoded).unwrap(),
+            fast
+        );
     }
 }

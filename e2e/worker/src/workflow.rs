@@ -13,7 +13,7 @@ use temporalio_macros::{workflow, workflow_methods};
 use temporalio_sdk::{ActivityExecutionError, ActivityOptions, WorkflowContext, WorkflowResult};
 
 use crate::activities::RefundActivities;
-use crate::model::{RefundReport, RefundRequest, Reported, System};
+use crate::model::{RefundReport, RefundRequest, Reported, StepTimings, System};
 
 /// The workflow.
 #[workflow]
@@ -21,8 +21,12 @@ use crate::model::{RefundReport, RefundRequest, Reported, System};
 pub struct RefundWorkflow;
 
 pub(crate) fn retry(max_attempts: u32) -> RetryPolicy {
+    retry_every(Duration::from_secs(1), max_attempts)
+}
+
+fn retry_every(interval: Duration, max_attempts: u32) -> RetryPolicy {
     RetryPolicy::builder()
-        .initial_interval(Duration::from_secs(1))
+        .initial_interval(interval)
         .backoff_coefficient(1.0)
         .maximum_attempts(max_attempts)
         .build()
@@ -77,12 +81,14 @@ pub(crate) fn report_of(res: Result<RefundReport, ActivityExecutionError>) -> Re
     }
 }
 
-/// The refund step's options, the same for every system: heartbeat 2 s, retry every 1 s.
-pub(crate) fn refund_options(activity_id: &str) -> ActivityOptions {
+/// The refund step's options, the same for every system: by default a 2 s heartbeat timeout and
+/// a retry every second, up to 40 attempts.
+pub(crate) fn refund_options(activity_id: &str, step: Option<StepTimings>) -> ActivityOptions {
+    let step = step.unwrap_or_default();
     ActivityOptions::with_start_to_close_timeout(Duration::from_secs(60))
         .activity_id(activity_id.to_owned())
-        .heartbeat_timeout(Duration::from_secs(2))
-        .retry_policy(retry(40))
+        .heartbeat_timeout(Duration::from_millis(step.heartbeat_ms))
+        .retry_policy(retry_every(Duration::from_millis(step.retry_ms), 40))
         .build()
 }
 
@@ -101,7 +107,7 @@ impl RefundWorkflow {
         let decision = ctx
             .execute_activity(RefundActivities::decide, request.clone(), decide)
             .await?;
-        let opts = refund_options("refund");
+        let opts = refund_options("refund", request.step);
         let report = match request.system {
             System::Naive => report_of(
                 ctx.execute_activity(RefundActivities::refund_naive, decision, opts)

@@ -303,14 +303,14 @@ impl ApprovalWorkflow {
             ctx.execute_activity(
                 RefundActivities::refund_gated,
                 decision.clone(),
-                refund_options(activity_id),
+                refund_options(activity_id, decision.request.step),
             )
             .await
         } else {
             ctx.execute_activity(
                 RefundActivities::refund_keyed,
                 decision.clone(),
-                refund_options(activity_id),
+                refund_options(activity_id, decision.request.step),
             )
             .await
         };

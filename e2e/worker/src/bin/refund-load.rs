@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
             lease: format!("lease-{prefix}-{i}"),
             system,
             labels: Default::default(),
+            step: None,
         };
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
