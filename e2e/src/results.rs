@@ -63,7 +63,7 @@ struct Run {
     cells: Vec<CellResult>,
 }
 
-/// Render the run at `path` (a `.json` [`write`] wrote) again beside it: each cell's class
+/// Render the run at `path` (a `.json` [`write()`] wrote) again beside it: each cell's class
 /// judged anew from its timeline, the tables and the plot from its cells. With `check`, write
 /// nothing and fail unless the report and the plot beside it are what this code renders.
 pub fn render_again(path: &Path, check: bool) -> anyhow::Result<String> {
