@@ -28,8 +28,8 @@ pub const SERVER_LOST: &str = "server_lost";
 /// (10 s) runs out. The race for a budget's last room kills whichever worker sends first, and the
 /// timeline is the first workflow's.
 pub const WORKFLOW_TASK: &str = "workflow_task";
-/// The step closed on its first attempt (a stall the worker outlived, or a gate server killed
-/// and restarted under a live worker).
+/// The step closed on the attempt that was running at the kill or freeze (the stall after the
+/// premise read, which the frozen worker outlives).
 pub const FIRST_ATTEMPT: &str = "first_attempt";
 /// Anything else the history shows before the last attempt.
 pub const OTHER: &str = "other";
