@@ -243,6 +243,37 @@ pub struct CellResult {
     pub confirmed: Option<bool>,
 }
 
+#[cfg(test)]
+impl CellResult {
+    /// A held cell of `system` in `case` for the report's tests: nothing else judged, no kill.
+    pub(crate) fn for_tests(system: &str, case: &str, crash_to_close_s: Option<f64>) -> Self {
+        Self {
+            system: system.into(),
+            case: case.into(),
+            rep: 1,
+            outcome: String::new(),
+            refunded_cents: 0,
+            wanted_cents: 0,
+            refunds: 0,
+            tagged: 0,
+            answer_agrees: true,
+            held: true,
+            short: false,
+            attempts: None,
+            crash_to_close_s,
+            crashed_at_ms: None,
+            timeline: None,
+            history_error: None,
+            class: None,
+            wall_s: 0.0,
+            verified: None,
+            verify_failed: Vec::new(),
+            verify_columns: Vec::new(),
+            confirmed: None,
+        }
+    }
+}
+
 struct Cell<'a> {
     env: &'a Env,
     id: String,
@@ -670,9 +701,7 @@ pub fn run_cell(
             );
         }
     }
-    result.class = crashed_at.map(|k| {
-        crate::classes::class_of(case.kill == Kill::Zombie, k, result.timeline.as_ref()).into()
-    });
+    result.class = crate::classes::class_of_cell(&result).map(Into::into);
     if system.starts_with("gated") {
         verify_cell(env, &request, &mut result)?;
     }

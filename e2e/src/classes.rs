@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use interlock_temporal::IN_FLIGHT;
 
+use crate::cases::{ALL, Kill};
 use crate::cell::CellResult;
 use crate::report::median;
 use e2e_worker::StepTimings;
@@ -74,6 +75,17 @@ pub fn class_of(zombie: bool, crashed_at_ms: i64, timeline: Option<&StepTimeline
         None if t.attempts == Some(1) => FIRST_ATTEMPT,
         _ => OTHER,
     }
+}
+
+/// The class of a judged cell: `None` for a cell without a kill. The case is found by name, so a
+/// run read back from its JSON is classed exactly as it was when it ran.
+pub fn class_of_cell(cell: &CellResult) -> Option<&'static str> {
+    let zombie = ALL
+        .iter()
+        .find(|c| c.name == cell.case)
+        .is_some_and(|c| c.kill == Kill::Zombie);
+    cell.crashed_at_ms
+        .map(|k| class_of(zombie, k, cell.timeline.as_ref()))
 }
 
 /// One system's cells in one class.
@@ -323,28 +335,11 @@ mod tests {
 
     fn cell_of(system: &str, case: &str, held: bool, c2c: f64, class: &str) -> CellResult {
         CellResult {
-            system: system.into(),
-            case: case.into(),
-            rep: 1,
-            outcome: String::new(),
-            refunded_cents: 0,
-            wanted_cents: 0,
-            refunds: 0,
-            tagged: 0,
-            answer_agrees: true,
             held,
-            short: false,
-            attempts: None,
-            crash_to_close_s: Some(c2c),
             crashed_at_ms: Some(2_000),
             timeline: Some(timeline(2, Some("heartbeat_timeout"))),
-            history_error: None,
             class: Some(class.into()),
-            wall_s: 0.0,
-            verified: None,
-            verify_failed: Vec::new(),
-            verify_columns: Vec::new(),
-            confirmed: None,
+            ..CellResult::for_tests(system, case, Some(c2c))
         }
     }
 

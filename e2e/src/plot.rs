@@ -153,28 +153,8 @@ mod tests {
 
     fn cell(system: &str, t: Option<f64>, class: &str) -> CellResult {
         CellResult {
-            system: system.into(),
-            case: "crash_in_flight".into(),
-            rep: 1,
-            outcome: String::new(),
-            refunded_cents: 0,
-            wanted_cents: 0,
-            refunds: 0,
-            tagged: 0,
-            answer_agrees: true,
-            held: true,
-            short: false,
-            attempts: None,
-            crash_to_close_s: t,
-            crashed_at_ms: None,
-            timeline: None,
-            history_error: None,
             class: Some(class.into()),
-            wall_s: 0.0,
-            verified: None,
-            verify_failed: Vec::new(),
-            verify_columns: Vec::new(),
-            confirmed: None,
+            ..CellResult::for_tests(system, "crash_in_flight", t)
         }
     }
 

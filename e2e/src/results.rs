@@ -10,7 +10,6 @@ use e2e_worker::StepTimings;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cases::{ALL, Kill};
 use crate::cell::CellResult;
 use crate::report::{markdown, summarize};
 use crate::{classes, plot};
@@ -72,13 +71,7 @@ pub fn render_again(path: &Path, check: bool) -> anyhow::Result<String> {
     let mut run: Run = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a kill-matrix run's .json", path.display()))?;
     for cell in &mut run.cells {
-        let zombie = ALL
-            .iter()
-            .find(|c| c.name == cell.case)
-            .is_some_and(|c| c.kill == Kill::Zombie);
-        cell.class = cell
-            .crashed_at_ms
-            .map(|k| classes::class_of(zombie, k, cell.timeline.as_ref()).to_owned());
+        cell.class = classes::class_of_cell(cell).map(Into::into);
     }
     let stem = path
         .file_stem()
