@@ -1,0 +1,236 @@
+//! The PostgreSQL substrate: a team's own PostgreSQL database as a gate target, with the same
+//! promise as SQLite's — a send stages the plan and commits it with its marker or not at all,
+//! before the send's deadline; a lookup reads the marker holding the key's lock, a definitive
+//! answer (tier 2). One session per target; a session that fails in a way that could leave a
+//! key's lock or a transaction behind is closed, which releases both, and the next call opens
+//! another.
+
+mod bind;
+mod install;
+mod stage;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use interlock::EffectKey;
+use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
+use postgres::{Client, NoTls};
+use serde_json::Value;
+
+pub use install::install;
+
+use crate::checks::Policy;
+use crate::diff::Change;
+use crate::error::DbError;
+use crate::plan::{Plan, is_plain_name};
+use crate::receipt::Receipt;
+use crate::stage_end::Ended;
+
+/// How long a lookup waits for a stage under way by default.
+const LOOKUP_WAIT: Duration = Duration::from_secs(10);
+
+/// Where the substrate lives on a server.
+#[derive(Debug, Clone)]
+pub struct PgDbOptions {
+    /// The substrate's own schema (default `interlock_db`).
+    pub schema: String,
+    /// The `search_path` plans' table names are resolved on (default: the server's).
+    pub search_path: Option<String>,
+}
+
+impl Default for PgDbOptions {
+    fn default() -> Self {
+        Self {
+            schema: "interlock_db".into(),
+            search_path: None,
+        }
+    }
+}
+
+/// A team's PostgreSQL database, with the substrate installed, as a gate target.
+pub struct PgDb {
+    name: String,
+    config: postgres::Config,
+    options: PgDbOptions,
+    session: Mutex<Option<Client>>,
+    policy: Policy,
+    lookup_wait: Duration,
+}
+
+impl std::fmt::Debug for PgDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDb")
+            .field("name", &self.name)
+            .field("schema", &self.options.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgDb {
+    /// The database at `url` (`postgres://user@host:port/db`), judged by `policy`; the
+    /// substrate must be installed in `options.schema` ([`install`]).
+    pub fn open(url: &str, options: PgDbOptions, policy: Policy) -> Result<Self, DbError> {
+        if !is_plain_name(&options.schema) {
+            return Err(DbError::BadTable {
+                table: options.schema,
+                why: "the substrate's schema must be named with letters, digits and `_`",
+            });
+        }
+        let config: postgres::Config = url.parse().map_err(|e| DbError::Database {
+            doing: "open",
+            what: format!(
+                "not a PostgreSQL connection string ({e}): use postgres://user@host:port/database"
+            ),
+        })?;
+        let db = Self {
+            name: "postgres-db".into(),
+            config,
+            options,
+            session: Mutex::new(None),
+            policy,
+            lookup_wait: LOOKUP_WAIT,
+        };
+        let mut session = db.session()?;
+        let client = session.as_mut().ok_or(DbError::Database {
+            doing: "open",
+            what: "no session".into(),
+        })?;
+        let found: i64 = client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name IN ('markers', 'changes')",
+                &[&db.options.schema],
+            )
+            .map_err(|e| DbError::postgres("open", e))?
+            .get(0);
+        if found != 2 {
+            return Err(DbError::NotInstalled {
+                where_: format!(" in schema {}", db.options.schema),
+            });
+        }
+        drop(session);
+        Ok(db)
+    }
+
+    /// The same target under another name (the journal records effects by target name).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// How long a lookup waits for a stage under way to end (default 10 s); past it, the lookup
+    /// answers unknown rather than absent.
+    #[must_use]
+    pub fn lookup_wait(mut self, wait: Duration) -> Self {
+        self.lookup_wait = wait;
+        self
+    }
+
+    /// The session, opened if there is none.
+    fn session(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        if session.as_ref().is_some_and(Client::is_closed) {
+            *session = None;
+        }
+        if session.is_none() {
+            let mut client = self
+                .config
+                .connect(NoTls)
+                .map_err(|e| DbError::postgres("connect", e))?;
+            if let Some(path) = &self.options.search_path {
+                client
+                    .query_one("SELECT set_config('search_path', $1, false)", &[path])
+                    .map_err(|e| DbError::postgres("connect", e))?;
+            }
+            *session = Some(client);
+        }
+        Ok(session)
+    }
+
+    /// Run `f` on the session; close the session when `f` says it must be.
+    fn with<T>(&self, f: impl FnOnce(&mut Client, &str) -> (T, bool)) -> Result<T, DbError> {
+        let mut session = self.session()?;
+        let Some(client) = session.as_mut() else {
+            return Err(DbError::Database {
+                doing: "connect",
+                what: "no session".into(),
+            });
+        };
+        let (out, close) = f(client, &self.options.schema);
+        if close {
+            *session = None;
+        }
+        Ok(out)
+    }
+
+    /// The receipt of the plan committed under `key`, if one was.
+    pub fn receipt(&self, key: &EffectKey) -> Result<Option<Receipt>, DbError> {
+        self.with(|c, s| {
+            let r = stage::read_marker_locked(c, s, key.as_str(), self.lookup_wait);
+            let close = r.is_err();
+            (r, close)
+        })?
+        .map_err(|detail| DbError::Stored {
+            what: "marker",
+            detail,
+        })
+    }
+
+    /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
+    pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
+        self.with(|c, s| (stage::changes(c, s, None), false))?
+            .map_err(|detail| DbError::Stored {
+                what: "change record",
+                detail,
+            })
+    }
+}
+
+impl Target for PgDb {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::Two
+    }
+
+    fn has_lookup(&self) -> bool {
+        true
+    }
+
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        let plan = match Plan::from_payload(req.payload) {
+            Ok(p) => p,
+            Err(e) => {
+                return SendAnswer::Definite {
+                    code: "bad_plan".into(),
+                    message: e.to_string(),
+                };
+            }
+        };
+        let deadline = Instant::now() + req.timeout;
+        let ended = self.with(|c, s| {
+            let (ended, close) =
+                stage::stage(c, s, req.key.as_str(), &plan, &self.policy, deadline);
+            if let Some(why) = &close {
+                tracing::warn!(error = %why, "closing the database session");
+            }
+            let close = close.is_some() || matches!(ended, Ended::Unknown(_));
+            (ended, close)
+        });
+        match ended {
+            Ok(ended) => ended.into(),
+            // Never connected: nothing was staged.
+            Err(e) => SendAnswer::Unknown(e.to_string()),
+        }
+    }
+
+    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        match self.receipt(key) {
+            Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
+            Ok(None) => LookupAnswer::NotFound,
+            Err(e) => LookupAnswer::Unknown(e.to_string()),
+        }
+    }
+}

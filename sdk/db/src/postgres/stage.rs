@@ -1,0 +1,381 @@
+//! One stage on PostgreSQL. Stages and lookups of one key queue on a session advisory lock
+//! taken before the transaction begins, so the `REPEATABLE READ` snapshot the stage reads its
+//! marker, premises and rows in is taken after any earlier stage of the key has ended. The lock
+//! belongs to the session: it is released when the stage ends, and by the server when the
+//! session dies with its client — whose transaction, never committed, is rolled back with it.
+//!
+//! Every statement runs under `statement_timeout` and `lock_timeout` set for what is left of the
+//! send's time, re-set before each statement, so a stage cannot outlive its send; and it checks
+//! the deadline once more before `COMMIT`. The marker is the rest of the argument, as on SQLite:
+//! written in the stage's own transaction, checked under the key's lock before anything runs.
+//!
+//! Every row a statement changes must be measured: the server's own per-transaction counts of
+//! rows inserted, updated and deleted in every user table (`pg_stat_xact_user_tables`) must
+//! match the rows the triggers recorded for that statement, or the statement changed a table
+//! nobody observes and the stage is refused.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+use postgres::types::ToSql;
+use serde_json::{Map, Value};
+
+use crate::checks::{Policy, judge};
+use crate::diff::{Change, Diff, Op};
+use crate::plan::{Plan, Premise, Statement};
+use crate::receipt::Receipt;
+use crate::sql_shape::{self, Place};
+use crate::stage_end::{self, Ended, Inside, Stop};
+
+/// The advisory lock of a key: 64 bits of its hash (two keys sharing one only queue together).
+const KEY_LOCK: &str = "hashtextextended($1, 7263)";
+
+/// Stage `plan` under `key` in the substrate's schema `s`, before `deadline`; with the ending,
+/// why the session must be closed (its key lock may still be held), if it must.
+pub(crate) fn stage(
+    client: &mut Client,
+    s: &str,
+    key: &str,
+    plan: &Plan,
+    policy: &Policy,
+    deadline: Instant,
+) -> (Ended, Option<String>) {
+    let plan_hash = crate::receipt::plan_hash(plan);
+    if let Err(e) = lock_key(client, key, deadline) {
+        let ended = Ended::Unknown(format!("could not take the key's lock: {e}"));
+        // A lock request cut off by its timeout holds nothing; one cut off by a broken
+        // connection went with the session.
+        return match unlock_key(client, key) {
+            Err(e) if e.contains("not held") => (ended, None),
+            Ok(()) => (ended, None),
+            Err(e) => (ended, Some(e)),
+        };
+    }
+    let ended = in_transaction(client, s, key, plan, &plan_hash, policy, deadline);
+    match unlock_key(client, key) {
+        Ok(()) => (ended, None),
+        Err(e) => (ended, Some(e)),
+    }
+}
+
+/// Release the key's lock, with the session's timeouts back at their defaults. `Err`: the
+/// session may still hold it, and must be closed (which releases it).
+fn unlock_key(client: &mut Client, key: &str) -> Result<(), String> {
+    client
+        .batch_execute("RESET statement_timeout; RESET lock_timeout")
+        .map_err(|e| e.to_string())?;
+    let released: bool = client
+        .query_one(&format!("SELECT pg_advisory_unlock({KEY_LOCK})"), &[&key])
+        .map_err(|e| e.to_string())?
+        .get(0);
+    if released {
+        Ok(())
+    } else {
+        Err("the key's lock was not held".into())
+    }
+}
+
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// Both timeouts for the time left (at least 1 ms: zero would mean none).
+fn timeouts(client: &mut Client, deadline: Instant, local: bool) -> Result<(), postgres::Error> {
+    let ms = left(deadline)
+        .as_millis()
+        .clamp(1, i64::MAX as u128)
+        .to_string();
+    let scope = if local { "true" } else { "false" };
+    client.query_one(
+        &format!(
+            "SELECT set_config('statement_timeout', $1, {scope}), set_config('lock_timeout', $1, {scope})"
+        ),
+        &[&ms],
+    )?;
+    Ok(())
+}
+
+fn lock_key(client: &mut Client, key: &str, deadline: Instant) -> Result<(), String> {
+    if left(deadline).is_zero() {
+        return Err("the send's time was up before it began".into());
+    }
+    timeouts(client, deadline, false).map_err(|e| e.to_string())?;
+    client
+        .query_one(&format!("SELECT pg_advisory_lock({KEY_LOCK})"), &[&key])
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+fn in_transaction(
+    client: &mut Client,
+    s: &str,
+    key: &str,
+    plan: &Plan,
+    plan_hash: &str,
+    policy: &Policy,
+    deadline: Instant,
+) -> Ended {
+    if let Err(e) = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ") {
+        return Ended::Unknown(format!("could not begin the stage: {e}"));
+    }
+    let inside = inside(client, s, key, plan, plan_hash, policy, deadline).and_then(|i| {
+        match (&i, left(deadline).is_zero()) {
+            (Inside::Passed(_), true) => Err(stage_end::late()),
+            _ => Ok(i),
+        }
+    });
+    let client = std::cell::RefCell::new(client);
+    stage_end::finish(
+        key,
+        plan_hash,
+        inside,
+        || {
+            client
+                .borrow_mut()
+                .batch_execute("COMMIT")
+                .map_err(|e| e.to_string())
+        },
+        || client.borrow_mut().batch_execute("ROLLBACK").is_ok(),
+    )
+}
+
+fn inside(
+    client: &mut Client,
+    s: &str,
+    key: &str,
+    plan: &Plan,
+    plan_hash: &str,
+    policy: &Policy,
+    deadline: Instant,
+) -> Result<Inside, Stop> {
+    if left(deadline).is_zero() {
+        return Err(stage_end::late());
+    }
+    timeouts(client, deadline, true)?;
+    if let Some(receipt) = marker(client, s, key)? {
+        return Ok(Inside::Marked(receipt));
+    }
+    client.query_one("SELECT set_config('interlock.stage', $1, true)", &[&key])?;
+    for p in &plan.premises {
+        timeouts(client, deadline, true)?;
+        premise(client, p)?;
+    }
+    for st in &plan.statements {
+        timeouts(client, deadline, true)?;
+        run(client, s, key, st)?;
+    }
+    let diff = Diff {
+        changes: changes(client, s, Some(key)).map_err(Stop::Db)?,
+    };
+    let verdict = judge(plan, &diff, policy);
+    if !verdict.passed() {
+        tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
+        return Err(Stop::Refuse("refused", verdict.for_agent()));
+    }
+    client.execute(
+        &format!("DELETE FROM {s}.changes WHERE stage = $1"),
+        &[&key],
+    )?;
+    let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
+    let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
+    client.execute(
+        &format!(
+            "INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt) VALUES ($1, $2, $3, $4)"
+        ),
+        &[&key, &plan_hash, &receipt.diff_hash, &text],
+    )?;
+    Ok(Inside::Passed(receipt))
+}
+
+/// The receipt the marker under `key` holds, read in the current transaction (or none).
+pub(crate) fn marker(client: &mut Client, s: &str, key: &str) -> Result<Option<Receipt>, Stop> {
+    let row = client.query_opt(
+        &format!("SELECT receipt FROM {s}.markers WHERE key = $1"),
+        &[&key],
+    )?;
+    row.map(|r| {
+        let text: String = r.get(0);
+        serde_json::from_str(&text).map_err(|e| Stop::Db(format!("the marker of {key}: {e}")))
+    })
+    .transpose()
+}
+
+/// The marker, read holding the key's lock: a stage of the key under way — even one whose
+/// client is frozen — holds it until its transaction ends, so "absent" means no stage committed
+/// and none begun before this lookup still can. `wait` bounds the wait for the lock.
+pub(crate) fn read_marker_locked(
+    client: &mut Client,
+    s: &str,
+    key: &str,
+    wait: Duration,
+) -> Result<Option<Receipt>, String> {
+    if let Err(e) = lock_key(client, key, Instant::now() + wait) {
+        let _ = client.batch_execute("RESET statement_timeout; RESET lock_timeout");
+        return Err(format!("could not take the key's lock: {e}"));
+    }
+    let found = marker(client, s, key).map_err(|stop| match stop {
+        Stop::Db(m) | Stop::Refuse(_, m) => m,
+    });
+    unlock_key(client, key).map_err(|e| format!("could not release the key's lock: {e}"))?;
+    found
+}
+
+fn bound_values(
+    client: &mut Client,
+    sql: &str,
+    params: &BTreeMap<String, Value>,
+    place: Place,
+    what: &str,
+) -> Result<(postgres::Statement, Vec<Box<dyn ToSql + Sync>>), Stop> {
+    let (numbered, names) =
+        sql_shape::numbered(sql, place).map_err(|e| Stop::Refuse("bad_plan", e.to_string()))?;
+    let st = client.prepare(&numbered)?;
+    let mut values = Vec::with_capacity(names.len());
+    for (name, ty) in names.iter().zip(st.params()) {
+        let v = params.get(name).unwrap_or(&Value::Null);
+        values.push(bind::value_for(v, ty).map_err(|why| {
+            Stop::Refuse("bad_plan", format!("{what}, parameter `{name}`: {why}"))
+        })?);
+    }
+    Ok((st, values))
+}
+
+use super::bind;
+
+fn refs(values: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|b| b.as_ref()).collect()
+}
+
+fn premise(client: &mut Client, p: &Premise) -> Result<(), Stop> {
+    let what = format!("premise `{}`", p.name);
+    let (st, values) = bound_values(client, &p.sql, &p.params, Place::Premise, &what)?;
+    // Each row as JSON, by the server: the same values the plan's author read.
+    let rows = client.query(&st, &refs(&values))?;
+    let mut got: Vec<BTreeMap<String, Value>> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut out = BTreeMap::new();
+        for (i, col) in row.columns().iter().enumerate() {
+            out.insert(col.name().to_owned(), json_cell(&row, i, col.type_())?);
+        }
+        got.push(out);
+    }
+    if got == p.expect {
+        Ok(())
+    } else {
+        tracing::warn!(premise = %p.name, expected = ?p.expect, found = ?got, "premise moved");
+        Err(Stop::Refuse(
+            "premise_moved",
+            format!(
+                "premise `{}` no longer holds: its answer changed since the plan was decided",
+                p.name
+            ),
+        ))
+    }
+}
+
+/// One cell as JSON, for the types a premise compares; others are refused by name.
+fn json_cell(row: &postgres::Row, i: usize, ty: &postgres::types::Type) -> Result<Value, Stop> {
+    use postgres::types::Type;
+    let v = match *ty {
+        Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Value::from),
+        Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(Value::from),
+        Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(Value::from),
+        Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::from),
+        Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::from),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+            row.try_get::<_, Option<String>>(i)?.map(Value::from)
+        }
+        _ => {
+            return Err(Stop::Refuse(
+                "bad_plan",
+                format!(
+                    "a premise's column `{}` is of type {ty}; select it as text (`::text`)",
+                    row.columns()[i].name()
+                ),
+            ));
+        }
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+/// Rows inserted, updated and deleted so far in this transaction, in every user table but the
+/// substrate's change records.
+fn counted(client: &mut Client, s: &str) -> Result<i64, Stop> {
+    let row = client.query_one(
+        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+           FROM pg_stat_xact_user_tables WHERE NOT (schemaname = $1 AND relname = 'changes')",
+        &[&s],
+    )?;
+    Ok(row.get(0))
+}
+
+fn run(client: &mut Client, s: &str, key: &str, st: &Statement) -> Result<(), Stop> {
+    client.query_one(
+        "SELECT set_config('interlock.statement', $1, true)",
+        &[&st.name],
+    )?;
+    let what = format!("statement `{}`", st.name);
+    let (prepared, values) = bound_values(client, &st.sql, &st.params, Place::Change, &what)?;
+    let before = counted(client, s)?;
+    if let Err(e) = client.execute(&prepared, &refs(&values)) {
+        tracing::warn!(statement = %st.name, error = %e, "a plan's statement failed");
+        return Err(Stop::Refuse(
+            "statement_failed",
+            format!(
+                "statement `{}` failed in the database; nothing of the plan was applied",
+                st.name
+            ),
+        ));
+    }
+    let changed = counted(client, s)? - before;
+    let measured: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {s}.changes WHERE stage = $1 AND statement = $2"),
+            &[&key, &st.name],
+        )?
+        .get(0);
+    if changed != measured {
+        return Err(Stop::Refuse(
+            "unobserved_table",
+            format!(
+                "statement `{}` changed rows in a table no trigger observes; observe every table it (or a trigger) writes",
+                st.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What the triggers recorded: under `stage`, or (`None`) outside any stage.
+pub(crate) fn changes(
+    client: &mut Client,
+    s: &str,
+    stage: Option<&str>,
+) -> Result<Vec<Change>, String> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT statement, tbl, op, before::text, after::text FROM {s}.changes
+                  WHERE stage IS NOT DISTINCT FROM $1 ORDER BY seq"
+            ),
+            &[&stage],
+        )
+        .map_err(|e| e.to_string())?;
+    rows.iter()
+        .map(|r| {
+            let image = |t: Option<String>| -> Result<Option<Map<String, Value>>, String> {
+                t.map(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+                    .transpose()
+            };
+            let op: String = r.get(2);
+            Ok(Change {
+                statement: r.get(0),
+                table: r.get(1),
+                op: Op::parse(&op).ok_or_else(|| format!("unknown change `{op}`"))?,
+                before: image(r.get(3))?,
+                after: image(r.get(4))?,
+            })
+        })
+        .collect()
+}

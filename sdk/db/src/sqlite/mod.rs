@@ -1,0 +1,166 @@
+//! The SQLite substrate: a team's own SQLite database as a gate target. A send stages the plan
+//! and commits it with its marker or not at all, before the send's deadline; a lookup reads the
+//! marker holding the write lock, which makes it a definitive answer (tier 2): present, the plan
+//! committed once; absent, it never did and no stage begun before the lookup still can.
+
+mod install;
+mod stage;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use interlock::EffectKey;
+use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
+use rusqlite::Connection;
+use serde_json::Value;
+
+pub use install::{install, observed};
+
+use crate::checks::Policy;
+use crate::diff::Change;
+use crate::error::DbError;
+use crate::plan::Plan;
+use crate::receipt::Receipt;
+
+/// How long a connection waits for the database's write lock outside a send (a send waits for
+/// at most its own timeout).
+const BUSY: Duration = Duration::from_secs(10);
+
+/// A team's SQLite database, with the substrate installed, as a gate target.
+pub struct SqliteDb {
+    name: String,
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    policy: Policy,
+    lookup_wait: Duration,
+}
+
+impl std::fmt::Debug for SqliteDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDb")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteDb {
+    /// The database at `path`, judged by `policy`. It must have the substrate installed
+    /// ([`install`]); its journal mode and other settings are left as the team set them.
+    pub fn open(path: impl AsRef<Path>, policy: Policy) -> Result<Self, DbError> {
+        let conn = Connection::open(path.as_ref()).map_err(|e| DbError::sqlite("open", e))?;
+        conn.busy_timeout(BUSY)
+            .map_err(|e| DbError::sqlite("open", e))?;
+        let installed: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('interlock_markers', 'interlock_changes', 'interlock_stage')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| DbError::sqlite("open", e))?;
+        if installed != 3 {
+            return Err(DbError::NotInstalled {
+                where_: String::new(),
+            });
+        }
+        Ok(Self {
+            name: "sqlite-db".into(),
+            path: path.as_ref().to_path_buf(),
+            conn: Mutex::new(conn),
+            policy,
+            lookup_wait: BUSY,
+        })
+    }
+
+    /// The same target under another name (the journal records effects by target name).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// How long a lookup waits for a stage under way to end (default 10 s); past it, the lookup
+    /// answers unknown rather than absent.
+    #[must_use]
+    pub fn lookup_wait(mut self, wait: Duration) -> Self {
+        self.lookup_wait = wait;
+        self
+    }
+
+    /// The receipt of the plan committed under `key`, if one was.
+    pub fn receipt(&self, key: &EffectKey) -> Result<Option<Receipt>, DbError> {
+        stage::read_marker(&self.conn(), key.as_str()).map_err(|detail| DbError::Stored {
+            what: "marker",
+            detail,
+        })
+    }
+
+    /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
+    pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
+        stage::changes(&self.conn(), None).map_err(|detail| DbError::Stored {
+            what: "change record",
+            detail,
+        })
+    }
+
+    /// The connection, out of any transaction a panicked send left open.
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        conn
+    }
+}
+
+impl Target for SqliteDb {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::Two
+    }
+
+    fn has_lookup(&self) -> bool {
+        true
+    }
+
+    fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
+        let plan = match Plan::from_payload(req.payload) {
+            Ok(p) => p,
+            Err(e) => {
+                return SendAnswer::Definite {
+                    code: "bad_plan".into(),
+                    message: e.to_string(),
+                };
+            }
+        };
+        let deadline = Instant::now() + req.timeout;
+        let conn = self.conn();
+        if let Err(e) = conn.busy_timeout(req.timeout) {
+            return SendAnswer::Unknown(format!("could not set the lock wait: {e}"));
+        }
+        let ended = stage::stage(&conn, req.key.as_str(), &plan, &self.policy, deadline);
+        let _ = conn.busy_timeout(BUSY);
+        ended.into()
+    }
+
+    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
+        let conn = self.conn();
+        let read = conn
+            .busy_timeout(self.lookup_wait)
+            .map_err(|e| e.to_string())
+            .and_then(|()| stage::read_marker_locked(&conn, key.as_str()));
+        let _ = conn.busy_timeout(BUSY);
+        match read {
+            Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
+            Ok(None) => LookupAnswer::NotFound,
+            Err(e) => LookupAnswer::Unknown(format!("could not read the marker: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,413 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use interlock::EffectKey;
+use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::checks::{DeltaCap, Policy};
+use crate::plan::{Plan, Premise, Statement};
+
+/// A shop: orders, customers' credit, and an audit trigger nobody mentions in a plan.
+fn shop(dir: &Path) -> PathBuf {
+    let path = dir.join("shop.db");
+    let mut conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, status TEXT NOT NULL, amount INTEGER NOT NULL);
+         CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, credit INTEGER NOT NULL);
+         CREATE TABLE audit (id INTEGER PRIMARY KEY, what TEXT NOT NULL);
+         CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT);
+         CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders BEGIN
+             INSERT INTO audit (what) VALUES ('order ' || NEW.id || ' ' || NEW.status);
+         END;
+         INSERT INTO orders VALUES (1, 't1', 'paid', 500), (2, 't2', 'paid', 900);
+         INSERT INTO customers VALUES (10, 't1', 0), (20, 't2', 0);",
+    )
+    .unwrap();
+    install(&mut conn, &["orders", "customers", "audit"]).unwrap();
+    path
+}
+
+fn stmt(name: &str, sql: &str, params: Value) -> Statement {
+    Statement {
+        name: name.into(),
+        sql: sql.into(),
+        params: serde_json::from_value(params).unwrap(),
+    }
+}
+
+/// Cancel order 1 and credit its customer its amount.
+fn cancel_and_credit() -> Plan {
+    Plan::new(vec![
+        stmt(
+            "cancel_order",
+            "UPDATE orders SET status = 'cancelled' WHERE id = :order AND status = 'paid'",
+            json!({"order": 1}),
+        ),
+        stmt(
+            "credit_customer",
+            "UPDATE customers SET credit = credit + :amount WHERE id = :customer",
+            json!({"amount": 500, "customer": 10}),
+        ),
+    ])
+    .unwrap()
+}
+
+fn send(db: &SqliteDb, key: &str, plan: &Plan) -> SendAnswer {
+    let key = EffectKey::derive(&[key]);
+    db.send(&SendRequest {
+        key: &key,
+        payload: &plan.to_payload(),
+        timeout: Duration::from_secs(5),
+    })
+}
+
+fn credit(path: &Path, customer: i64) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT credit FROM customers WHERE id = ?1",
+            [customer],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn status(path: &Path, order: i64) -> String {
+    Connection::open(path)
+        .unwrap()
+        .query_row("SELECT status FROM orders WHERE id = ?1", [order], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_trigger_measured_footprint_differs_from_the_sqls_row_count_and_is_what_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    // The SQL changes one order and one customer; the database also wrote an audit row.
+    let stated = cancel_and_credit()
+        .footprint([("orders".to_owned(), 1), ("customers".to_owned(), 1)].into());
+    match send(&db, "k1", &stated) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "refused");
+            assert!(message.contains("footprint"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(status(&path, 1), "paid", "a refused plan changes nothing");
+    assert_eq!(credit(&path, 10), 0);
+
+    let honest = cancel_and_credit().footprint(
+        [
+            ("orders".to_owned(), 1),
+            ("customers".to_owned(), 1),
+            ("audit".to_owned(), 1),
+        ]
+        .into(),
+    );
+    let SendAnswer::Done(receipt) = send(&db, "k2", &honest) else {
+        panic!("the honest plan commits");
+    };
+    let receipt: Receipt = serde_json::from_value(receipt).unwrap();
+    assert_eq!(
+        receipt.diff.rows_per_table(),
+        [
+            ("audit".to_owned(), 1),
+            ("customers".to_owned(), 1),
+            ("orders".to_owned(), 1)
+        ]
+        .into()
+    );
+    assert!(receipt.diff_matches());
+    assert_eq!(status(&path, 1), "cancelled");
+    assert_eq!(credit(&path, 10), 500);
+}
+
+#[test]
+fn a_second_stage_under_the_key_finds_the_marker_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let key = EffectKey::derive(&["once"]);
+    assert_eq!(
+        db.lookup(&key, &Value::Null),
+        LookupAnswer::NotFound,
+        "nothing before the first stage"
+    );
+    let SendAnswer::Done(first) = send(&db, "once", &cancel_and_credit()) else {
+        panic!("the first stage commits");
+    };
+    // The order is cancelled now: a plan re-run without its marker would credit again
+    // (the credit statement has no guard of its own).
+    let again = send(&db, "once", &cancel_and_credit());
+    assert_eq!(again, SendAnswer::Replayed(first.clone()));
+    assert_eq!(credit(&path, 10), 500, "credited once");
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::Found(first));
+
+    let other = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + 1 WHERE id = 10",
+        json!({}),
+    )])
+    .unwrap();
+    assert!(matches!(send(&db, "once", &other), SendAnswer::Conflict(_)));
+    assert_eq!(credit(&path, 10), 500);
+}
+
+#[test]
+fn a_moved_premise_rolls_the_stage_back_and_names_only_the_premise() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let expect: Vec<BTreeMap<String, Value>> = vec![
+        [
+            ("status".to_owned(), json!("paid")),
+            ("amount".to_owned(), json!(500)),
+        ]
+        .into(),
+    ];
+    let plan = cancel_and_credit()
+        .premise(Premise {
+            name: "order_is_paid".into(),
+            sql: "SELECT status, amount FROM orders WHERE id = :order".into(),
+            params: [("order".to_owned(), json!(1))].into(),
+            expect,
+        })
+        .unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE orders SET amount = 450 WHERE id = 1", [])
+        .unwrap();
+    match send(&db, "p", &plan) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "premise_moved");
+            assert!(message.contains("order_is_paid") && !message.contains("450"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&path, 10), 0);
+}
+
+/// The agent's refusal when `cancel_and_credit`'s credit also reaches another tenant whose rows
+/// hold `amount` and whose tenant is called `name`.
+fn refusal_with_other_tenant(name: &str, amount: i64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE customers SET tenant = ?1, credit = ?2 WHERE id = 20",
+            rusqlite::params![name, amount],
+        )
+        .unwrap();
+    let policy = Policy {
+        tenant_column: Some("tenant".into()),
+        ..Policy::default()
+    };
+    let db = SqliteDb::open(&path, policy).unwrap();
+    let plan = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id IN (10, 20)",
+        json!({"amount": 5}),
+    )])
+    .unwrap();
+    let answer = send(&db, "t", &plan);
+    assert_eq!(credit(&path, 10), 0, "refused, nothing applied");
+    match answer {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "refused");
+            message
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_plan_reaching_a_second_tenant_is_refused_the_same_whatever_that_tenant_holds() {
+    let first = refusal_with_other_tenant("t2", 0);
+    assert_eq!(first, "tenant: refused; statement `credit_customer`");
+    for (name, amount) in [("acme-secret", 1_000_000), ("zz", -7), ("t1x", 42)] {
+        assert_eq!(refusal_with_other_tenant(name, amount), first);
+    }
+}
+
+#[test]
+fn a_delta_cap_holds_the_sum_of_a_columns_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let policy = Policy {
+        delta_caps: vec![DeltaCap {
+            table: "customers".into(),
+            column: "credit".into(),
+            max: 400,
+        }],
+        ..Policy::default()
+    };
+    let db = SqliteDb::open(&path, policy).unwrap();
+    assert!(matches!(
+        send(&db, "cap", &cancel_and_credit()),
+        SendAnswer::Definite { .. }
+    ));
+    assert_eq!(credit(&path, 10), 0);
+}
+
+#[test]
+fn a_statement_that_writes_a_table_nobody_observes_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let plan = Plan::new(vec![stmt(
+        "note",
+        "INSERT INTO notes (text) VALUES (:text)",
+        json!({"text": "hello"}),
+    )])
+    .unwrap();
+    match send(&db, "n", &plan) {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "unobserved_table"),
+        other => panic!("{other:?}"),
+    }
+    let notes: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM notes", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(notes, 0);
+}
+
+#[test]
+fn a_write_outside_any_stage_is_reported_as_unmediated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    send(&db, "m", &cancel_and_credit());
+    assert!(
+        db.unmediated().unwrap().is_empty(),
+        "a stage's rows are not unmediated"
+    );
+    Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE customers SET credit = 1 WHERE id = 20", [])
+        .unwrap();
+    let unmediated = db.unmediated().unwrap();
+    assert_eq!(unmediated.len(), 1);
+    assert_eq!(unmediated[0].table, "customers");
+    assert_eq!(unmediated[0].statement, None);
+}
+
+#[test]
+fn a_plan_that_fails_in_the_database_is_rolled_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let plan = Plan::new(vec![
+        stmt(
+            "cancel_order",
+            "UPDATE orders SET status = 'cancelled' WHERE id = :order",
+            json!({"order": 1}),
+        ),
+        stmt(
+            "broken",
+            "UPDATE customers SET credit = NULL WHERE id = :customer",
+            json!({"customer": 10}),
+        ),
+    ])
+    .unwrap();
+    match send(&db, "f", &plan) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "statement_failed");
+            assert!(!message.contains("NOT NULL"), "no database text: {message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(status(&path, 1), "paid");
+}
+
+#[test]
+fn a_lookup_while_a_stage_holds_the_lock_is_unknown_never_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default())
+        .unwrap()
+        .lookup_wait(Duration::from_millis(200));
+    // Another process's stage, frozen inside its transaction.
+    let frozen = Connection::open(&path).unwrap();
+    frozen.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let key = EffectKey::derive(&["frozen"]);
+    assert!(matches!(
+        db.lookup(&key, &Value::Null),
+        LookupAnswer::Unknown(_)
+    ));
+    frozen.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+}
+
+#[test]
+fn a_stage_that_cannot_finish_before_its_deadline_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let key = EffectKey::derive(&["late"]);
+    let answer = db.send(&SendRequest {
+        key: &key,
+        payload: &cancel_and_credit().to_payload(),
+        timeout: Duration::ZERO,
+    });
+    match answer {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "deadline"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&path, 10), 0);
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+}
+
+#[test]
+fn a_payload_that_is_not_a_valid_plan_is_refused_before_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let key = EffectKey::derive(&["bad"]);
+    for payload in [
+        json!({"statements": [{"name": "x", "sql": "UPDATE orders SET status = 'x'; COMMIT"}]}),
+        json!({"statements": [{"name": "x", "sql": "DROP TABLE orders"}]}),
+        json!({"statements": [{"name": "x", "sql": "UPDATE orders SET amount = ?"}]}),
+        json!("not a plan"),
+    ] {
+        let answer = db.send(&SendRequest {
+            key: &key,
+            payload: &payload,
+            timeout: Duration::from_secs(1),
+        });
+        assert!(
+            matches!(&answer, SendAnswer::Definite { code, .. } if code == "bad_plan"),
+            "{payload}: {answer:?}"
+        );
+    }
+    assert_eq!(status(&path, 1), "paid");
+}
+
+#[test]
+fn opening_a_database_without_the_substrate_says_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (a INTEGER)")
+        .unwrap();
+    let err = SqliteDb::open(&path, Policy::default()).unwrap_err();
+    assert!(err.to_string().contains("install"), "{err}");
+    let mut conn = Connection::open(&path).unwrap();
+    assert!(matches!(
+        install(&mut conn, &["missing"]),
+        Err(DbError::BadTable { .. })
+    ));
+    assert!(matches!(
+        install(&mut conn, &["t; DROP TABLE t"]),
+        Err(DbError::BadTable { .. })
+    ));
+    install(&mut conn, &["t"]).unwrap();
+    assert_eq!(observed(&conn).unwrap(), vec!["t"]);
+}

@@ -1,0 +1,59 @@
+//! One worker process for the database-effect kill test: opens the shared journal and the shop
+//! database and submits the cancel-and-credit plan through the gate, printing the outcome as
+//! one JSON line. The test kills it with SIGKILL while its stage is under way.
+
+#![allow(clippy::print_stdout)] // its one JSON line is its answer
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use interlock::premise::NoPremises;
+use interlock::{Effect, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock};
+use interlock_db::{Policy, SqliteDb};
+use interlock_tests::db_shop;
+
+/// Submit the shop's plan once through the gate.
+#[derive(clap::Parser)]
+struct Args {
+    /// The shared SQLite journal (its lease granted by the test).
+    #[arg(long)]
+    journal: PathBuf,
+    /// The shop database, the substrate installed.
+    #[arg(long)]
+    shop: PathBuf,
+    /// The effect key's one part.
+    #[arg(long)]
+    key: String,
+    /// The lease.
+    #[arg(long)]
+    lease: String,
+    /// How far the credit statement counts before it writes (keeps the stage under way).
+    #[arg(long, default_value_t = 0)]
+    spin: u64,
+    /// The gate's send timeout: how long a killed worker's claim holds.
+    #[arg(long, default_value_t = 30_000)]
+    send_timeout_ms: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&args.journal, clock.clone())?);
+    let mut cfg = GateConfig::beside(&args.journal);
+    cfg.send_timeout = std::time::Duration::from_millis(args.send_timeout_ms);
+    let gate = Gate::new(journal.clone(), journal, clock, cfg)?;
+    let db = SqliteDb::open(&args.shop, Policy::default())?;
+    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises))?;
+    let plan = db_shop::cancel_and_credit(args.spin)?;
+    let effect = Effect::new(
+        EffectKey::derive(&[&args.key]),
+        &plan.to_payload(),
+        args.lease,
+    )?;
+    let outcome = bound.submit(&effect)?;
+    println!(
+        "{}",
+        serde_json::json!({ "outcome": format!("{outcome:?}") })
+    );
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! Database effects on PostgreSQL (a throwaway server, or `INTERLOCK_DATABASE_URL`'s): the
+//! same promises as on SQLite — measured by the server's triggers, judged, committed once with
+//! the marker — plus what only a server has: roles that write without any grant on the
+//! substrate, and a stage whose client is frozen holding the key's lock.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::lease::Grant;
+use interlock::premise::NoPremises;
+use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target};
+use interlock::{Effect, EffectKey, Gate, GateConfig, ManualClock, Outcome, SqliteJournal};
+use interlock_db::postgres::install;
+use interlock_db::{PgDb, PgDbOptions, Plan, Policy, Premise, Receipt, Statement};
+use interlock_testkit::pg::Cluster;
+use postgres::{Client, NoTls};
+use serde_json::{Value, json};
+
+/// A shop in a schema of its own, the substrate in another; returns the URL, the options that
+/// find both, and a client on the shop's search path.
+fn shop(label: &str) -> (String, PgDbOptions, Client) {
+    let cluster = Cluster::shared().unwrap();
+    let url = cluster.url().to_owned();
+    let tables = cluster.fresh_schema(label);
+    let options = PgDbOptions {
+        schema: cluster.fresh_schema(&format!("{label}_db")),
+        search_path: Some(tables.clone()),
+    };
+    let mut client = Client::connect(&url, NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {tables}; SET search_path TO {tables};
+             CREATE TABLE orders (id INT PRIMARY KEY, tenant TEXT NOT NULL, status TEXT NOT NULL, amount INT NOT NULL);
+             CREATE TABLE customers (id INT PRIMARY KEY, tenant TEXT NOT NULL, credit BIGINT NOT NULL);
+             CREATE TABLE audit (id SERIAL PRIMARY KEY, what TEXT NOT NULL);
+             CREATE TABLE notes (id SERIAL PRIMARY KEY, text TEXT);
+             CREATE FUNCTION audit_order() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO audit (what) VALUES ('order ' || NEW.id || ' ' || NEW.status); RETURN NULL; END $$;
+             CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders FOR EACH ROW EXECUTE FUNCTION audit_order();
+             INSERT INTO orders VALUES (1, 't1', 'paid', 500), (2, 't2', 'paid', 900);
+             INSERT INTO customers VALUES (10, 't1', 0), (20, 't2', 0);"
+        ))
+        .unwrap();
+    install(
+        &mut client,
+        &options.schema,
+        &["orders", "customers", "audit"],
+    )
+    .unwrap();
+    (url, options, client)
+}
+
+fn stmt(name: &str, sql: &str, params: Value) -> Statement {
+    Statement {
+        name: name.into(),
+        sql: sql.into(),
+        params: serde_json::from_value(params).unwrap(),
+    }
+}
+
+fn cancel_and_credit() -> Plan {
+    Plan::new(vec![
+        stmt(
+            "cancel_order",
+            "UPDATE orders SET status = 'cancelled' WHERE id = :order AND status = 'paid'",
+            json!({"order": 1}),
+        ),
+        stmt(
+            "credit_customer",
+            "UPDATE customers SET credit = credit + :amount WHERE id = :customer",
+            json!({"amount": 500, "customer": 10}),
+        ),
+    ])
+    .unwrap()
+}
+
+fn send(db: &PgDb, key: &str, plan: &Plan) -> SendAnswer {
+    db.send(&SendRequest {
+        key: &EffectKey::derive(&[key]),
+        payload: &plan.to_payload(),
+        timeout: Duration::from_secs(5),
+    })
+}
+
+fn credit(client: &mut Client, customer: i32) -> i64 {
+    client
+        .query_one("SELECT credit FROM customers WHERE id = $1", &[&customer])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn on_postgres_the_triggers_measure_the_audit_row_the_sql_never_names_and_the_plan_commits_once() {
+    let (url, options, mut client) = shop("pg_measure");
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let understated =
+        cancel_and_credit().footprint([("orders".into(), 1), ("customers".into(), 1)].into());
+    match send(&db, "under", &understated) {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "refused"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&mut client, 10), 0);
+
+    let plan = cancel_and_credit().footprint(
+        [
+            ("orders".into(), 1),
+            ("customers".into(), 1),
+            ("audit".into(), 1),
+        ]
+        .into(),
+    );
+    let SendAnswer::Done(first) = send(&db, "once", &plan) else {
+        panic!("the honest plan commits");
+    };
+    let receipt: Receipt = serde_json::from_value(first.clone()).unwrap();
+    assert!(receipt.diff_matches());
+    assert_eq!(receipt.diff.changes.len(), 3);
+    assert_eq!(
+        send(&db, "once", &plan),
+        SendAnswer::Replayed(first.clone())
+    );
+    assert_eq!(credit(&mut client, 10), 500, "credited once");
+    assert_eq!(
+        db.lookup(&EffectKey::derive(&["once"]), &Value::Null),
+        LookupAnswer::Found(first)
+    );
+    assert_eq!(
+        db.lookup(&EffectKey::derive(&["never"]), &Value::Null),
+        LookupAnswer::NotFound
+    );
+}
+
+#[test]
+fn on_postgres_a_moved_premise_a_second_tenant_and_an_unobserved_table_are_each_refused() {
+    let (url, options, mut client) = shop("pg_refusals");
+    let policy = Policy {
+        tenant_column: Some("tenant".into()),
+        ..Policy::default()
+    };
+    let db = PgDb::open(&url, options, policy).unwrap();
+
+    let expect = vec![[("amount".to_owned(), json!(500))].into()];
+    let plan = cancel_and_credit()
+        .premise(Premise {
+            name: "order_amount".into(),
+            sql: "SELECT amount FROM orders WHERE id = :order".into(),
+            params: [("order".to_owned(), json!(1))].into(),
+            expect,
+        })
+        .unwrap();
+    client
+        .execute("UPDATE orders SET amount = 450 WHERE id = 1", &[])
+        .unwrap();
+    match send(&db, "premise", &plan) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "premise_moved");
+            assert!(!message.contains("450"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let both = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id IN (10, 20)",
+        json!({"amount": 5}),
+    )])
+    .unwrap();
+    match send(&db, "tenants", &both) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "refused");
+            assert_eq!(message, "tenant: refused; statement `credit_customer`");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let note = Plan::new(vec![stmt(
+        "note",
+        "INSERT INTO notes (text) VALUES (:text)",
+        json!({"text": "hello"}),
+    )])
+    .unwrap();
+    match send(&db, "note", &note) {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "unobserved_table"),
+        other => panic!("{other:?}"),
+    }
+    let notes: i64 = client
+        .query_one("SELECT count(*) FROM notes", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!((credit(&mut client, 10), notes), (0, 0), "nothing applied");
+}
+
+#[test]
+fn on_postgres_a_write_by_a_role_without_grants_on_the_substrate_is_still_recorded_as_unmediated() {
+    let (url, options, mut client) = shop("pg_unmediated");
+    let role = format!("{}_app", options.schema);
+    let tables = options.search_path.clone().unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role};
+             GRANT USAGE ON SCHEMA {tables} TO {role};
+             GRANT SELECT, UPDATE ON customers TO {role};
+             SET ROLE {role};
+             UPDATE customers SET credit = 7 WHERE id = 20;
+             RESET ROLE;"
+        ))
+        .unwrap();
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let unmediated = db.unmediated().unwrap();
+    assert_eq!(unmediated.len(), 1);
+    assert_eq!(unmediated[0].table, "customers");
+    assert_eq!(unmediated[0].statement, None);
+    assert_eq!(
+        unmediated[0].after.as_ref().and_then(|a| a.get("credit")),
+        Some(&json!(7))
+    );
+}
+
+#[test]
+fn on_postgres_a_lookup_while_a_frozen_stage_holds_the_key_is_unknown_never_absent() {
+    let (url, options, _client) = shop("pg_frozen");
+    let db = PgDb::open(&url, options, Policy::default())
+        .unwrap()
+        .lookup_wait(Duration::from_millis(300));
+    let key = EffectKey::derive(&["frozen"]);
+    // A stage's session, frozen while it holds the key's lock.
+    let mut frozen = Client::connect(&url, NoTls).unwrap();
+    frozen
+        .query_one(
+            "SELECT pg_advisory_lock(hashtextextended($1, 7263))",
+            &[&key.as_str()],
+        )
+        .unwrap();
+    assert!(matches!(
+        db.lookup(&key, &Value::Null),
+        LookupAnswer::Unknown(_)
+    ));
+    drop(frozen); // its session ends, and the lock with it
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+}
+
+#[test]
+fn on_postgres_a_plan_through_the_gate_commits_once_and_a_retry_is_answered_from_the_journal() {
+    let (url, options, mut client) = shop("pg_gate");
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.db");
+    let t0 = 1_700_000_000_000;
+    let clock = ManualClock::at(t0);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone())).unwrap());
+    journal
+        .grant_lease(&Grant::new("shop-ops", "ops", t0).unlimited())
+        .unwrap();
+    let gate = Gate::new(
+        journal.clone(),
+        journal,
+        Arc::new(clock),
+        GateConfig::beside(&journal_path),
+    )
+    .unwrap();
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap();
+    let effect = Effect::new(
+        EffectKey::derive(&["pg", "order-1"]),
+        &cancel_and_credit().to_payload(),
+        "shop-ops",
+    )
+    .unwrap();
+    assert!(matches!(
+        bound.submit(&effect).unwrap(),
+        Outcome::Committed {
+            replayed: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        bound.submit(&effect).unwrap(),
+        Outcome::Committed { replayed: true, .. }
+    ));
+    assert_eq!(credit(&mut client, 10), 500);
+}
