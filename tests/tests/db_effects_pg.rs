@@ -25,7 +25,7 @@ fn shop(label: &str) -> (String, PgDbOptions, Client) {
     let url = cluster.url().to_owned();
     let tables = cluster.fresh_schema(label);
     let options = PgDbOptions {
-        schema: cluster.fresh_schema(&format!("{label}_db")),
+        schema: format!("interlock_{}", cluster.fresh_schema(label)),
         search_path: Some(tables.clone()),
     };
     let mut client = Client::connect(&url, NoTls).unwrap();
@@ -81,6 +81,7 @@ fn send(db: &PgDb, key: &str, plan: &Plan) -> SendAnswer {
         key: &EffectKey::derive(&[key]),
         payload: &plan.to_payload(),
         timeout: Duration::from_secs(5),
+        deadline: None,
     })
 }
 
@@ -143,6 +144,7 @@ fn on_postgres_a_moved_premise_a_second_tenant_and_an_unobserved_table_are_each_
 
     let expect = vec![[("amount".to_owned(), json!(500))].into()];
     let plan = cancel_and_credit()
+        .tenant(json!("t1"))
         .premise(Premise {
             name: "order_amount".into(),
             sql: "SELECT amount FROM orders WHERE id = :order".into(),
@@ -166,7 +168,8 @@ fn on_postgres_a_moved_premise_a_second_tenant_and_an_unobserved_table_are_each_
         "UPDATE customers SET credit = credit + :amount WHERE id IN (10, 20)",
         json!({"amount": 5}),
     )])
-    .unwrap();
+    .unwrap()
+    .tenant(json!("t1"));
     match send(&db, "tenants", &both) {
         SendAnswer::Definite { code, message } => {
             assert_eq!(code, "refused");
@@ -280,4 +283,42 @@ fn on_postgres_a_plan_through_the_gate_commits_once_and_a_retry_is_answered_from
         Outcome::Committed { replayed: true, .. }
     ));
     assert_eq!(credit(&mut client, 10), 500);
+}
+
+#[test]
+fn on_postgres_a_plan_that_releases_the_keys_lock_or_names_the_substrate_is_refused() {
+    let (url, options, mut client) = shop("pg_escape");
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let key = EffectKey::derive(&["unlock"]);
+    let unlock = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + 1 WHERE id = :customer AND pg_advisory_unlock(hashtextextended(:k, 7263))",
+        json!({"customer": 10, "k": key.as_str()}),
+    )])
+    .unwrap();
+    match send(&db, "unlock", &unlock) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "bad_plan");
+            assert!(message.contains("lock"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&mut client, 10), 0);
+    // The substrate's schema cannot be named, quoted or not.
+    for sql in [
+        "DELETE FROM interlock_db.markers WHERE key = :k",
+        "UPDATE customers SET credit = 0 WHERE id = :k AND EXISTS (SELECT 1 FROM \"INTERLOCK_DB\".changes)",
+    ] {
+        let payload = json!({"statements": [{"name": "x", "sql": sql, "params": {"k": 1}}]});
+        let answer = db.send(&SendRequest {
+            key: &EffectKey::derive(&["named"]),
+            payload: &payload,
+            timeout: Duration::from_secs(5),
+            deadline: None,
+        });
+        assert!(
+            matches!(&answer, SendAnswer::Definite { code, .. } if code == "bad_plan"),
+            "{sql}: {answer:?}"
+        );
+    }
 }

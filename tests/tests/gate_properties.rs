@@ -148,6 +148,7 @@ impl Watch {
                     key: &key,
                     payload: &payload,
                     timeout,
+                    deadline: None,
                 });
                 sending.fetch_sub(1, Ordering::SeqCst);
             });

@@ -36,6 +36,7 @@ fn send(t: &StripeRefunds, key: &EffectKey, amount: i64) -> SendAnswer {
         key,
         payload: &payload,
         timeout: Duration::from_secs(5),
+        deadline: None,
     })
 }
 
@@ -68,6 +69,7 @@ fn the_reason_and_the_caller_s_metadata_reach_stripe_beside_the_key() {
         key: &key,
         payload: &payload,
         timeout: Duration::from_secs(5),
+        deadline: None,
     });
     assert!(matches!(answer, SendAnswer::Done(_)), "{answer:?}");
     let refunds = sim.refunds("pi_1");
@@ -86,6 +88,7 @@ fn the_reason_and_the_caller_s_metadata_reach_stripe_beside_the_key() {
         key: &EffectKey::derive(&["meta-2"]),
         payload: &wrong,
         timeout: Duration::from_secs(5),
+        deadline: None,
     });
     assert!(
         matches!(refused, SendAnswer::Definite { .. }),
@@ -325,6 +328,7 @@ fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_ga
         key: &EffectKey::derive(&["nobody"]),
         payload: &unknown,
         timeout: Duration::from_secs(5),
+        deadline: None,
     });
     assert!(
         matches!(&answer, SendAnswer::Definite { code, .. } if code == "resource_missing"),
@@ -337,6 +341,7 @@ fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_ga
         key: &EffectKey::derive(&["both"]),
         payload: &both,
         timeout: Duration::from_secs(5),
+        deadline: None,
     });
     assert!(
         matches!(&answer, SendAnswer::Definite { code, .. } if code == "invalid_payload"),

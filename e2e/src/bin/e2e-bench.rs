@@ -22,7 +22,7 @@ use interlock::Grant;
 use interlock_e2e::cell::Env;
 use interlock_e2e::procs::{StarterProc, WorkerProc, now_ms};
 use interlock_e2e::stack;
-use interlock_testkit::bench_report::{read_result, round};
+use interlock_testkit::bench_report::round;
 use serde_json::{Value, json};
 
 /// The end-to-end overhead benchmark on a real Temporal dev server.
@@ -142,11 +142,9 @@ fn main() -> anyhow::Result<()> {
         serde_json::to_string_pretty(&report)? + "\n",
     )?;
     // The page holds every benchmark; the others' parts come from their own last runs.
-    let journal = read_result(&root, "bench_journal.json").unwrap_or(Value::Null);
-    let grpc = read_result(&root, "bench_grpc.json");
     std::fs::write(
         root.join("docs/benchmarks.md"),
-        interlock_testkit::bench_report::render(&journal, Some(&report), grpc.as_ref()),
+        interlock_testkit::bench_report::render_all(&root),
     )?;
     eprintln!("wrote results/bench_e2e.json and docs/benchmarks.md");
     Ok(())

@@ -27,7 +27,8 @@ pub struct Policy {
     /// At most this many rows changed per table; tables not named are not capped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_rows: BTreeMap<String, u64>,
-    /// Every changed row that has this column holds one value of it across the whole stage.
+    /// Every changed row that has this column holds the plan's own tenant ([`Plan::tenant`]),
+    /// before and after; a plan that states none is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_column: Option<String>,
     /// Caps on how much an integer column may change, summed over a table's changed rows.
@@ -123,7 +124,7 @@ pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy) -> Verdict {
     let mut findings = vec![
         tables(diff, policy),
         max_rows(diff, policy),
-        tenant(diff, policy),
+        tenant(plan, diff, policy),
         delta_caps(diff, policy),
     ];
     if let Some(stated) = &plan.footprint {
@@ -203,35 +204,30 @@ fn max_rows(diff: &Diff, policy: &Policy) -> Finding {
     finding("max_rows", &policy.max_rows, refusal)
 }
 
-fn tenant(diff: &Diff, policy: &Policy) -> Finding {
+fn tenant(plan: &Plan, diff: &Diff, policy: &Policy) -> Finding {
     let refusal = policy.tenant_column.as_ref().and_then(|column| {
-        let mut values: BTreeMap<String, Vec<&Change>> = BTreeMap::new();
-        for c in &diff.changes {
-            for image in c.images() {
-                if let Some(v) = image.get(column) {
-                    values.entry(v.to_string()).or_default().push(c);
-                }
-            }
-        }
-        (values.len() > 1).then(|| {
-            let seen: Vec<&String> = values.keys().collect();
-            // The statements that reached any tenant but the first one the stage touched.
-            let first = diff
-                .changes
+        let Some(own) = &plan.tenant else {
+            return Some((
+                format!("the policy binds plans to `{column}`, and the plan states no tenant"),
+                "refused; the plan must state the tenant it acts for".to_owned(),
+            ));
+        };
+        // Every image of every changed row that has the column holds the plan's own value.
+        let others: Vec<&Change> = diff
+            .changes
+            .iter()
+            .filter(|c| c.images().any(|i| i.get(column).is_some_and(|v| v != own)))
+            .collect();
+        (!others.is_empty()).then(|| {
+            let seen: std::collections::BTreeSet<String> = others
                 .iter()
-                .flat_map(Change::images)
-                .find_map(|i| i.get(column))
-                .map(Value::to_string);
-            let reaching = values
-                .iter()
-                .filter(|(v, _)| Some(*v) != first.as_ref())
-                .flat_map(|(_, cs)| cs.iter().copied());
+                .flat_map(|c| c.images())
+                .filter_map(|i| i.get(column))
+                .map(Value::to_string)
+                .collect();
             (
-                format!(
-                    "rows of {} values of `{column}` changed: {seen:?}",
-                    seen.len()
-                ),
-                statements(reaching),
+                format!("the plan acts for {own}, and changed rows whose `{column}` is {seen:?}"),
+                statements(others),
             )
         })
     });
@@ -320,6 +316,7 @@ mod tests {
             params: BTreeMap::new(),
         }])
         .unwrap()
+        .tenant(json!("t1"))
     }
 
     #[test]
@@ -378,6 +375,18 @@ mod tests {
         assert!(!v.passed());
         assert!(v.for_operator().contains("secret-co"));
         assert_eq!(v.for_agent(), "tenant: refused; statement `credit`");
+        // Rows of one tenant only, but not the plan's own: refused too.
+        let only_other = Diff {
+            changes: diff.changes[1..].to_vec(),
+        };
+        assert!(!judge(&plan(), &only_other, &policy).passed());
+        let mut unstated = plan();
+        unstated.tenant = None;
+        let v = judge(&unstated, &Diff::default(), &policy);
+        assert_eq!(
+            v.for_agent(),
+            "tenant: refused; the plan must state the tenant it acts for"
+        );
     }
 
     #[test]

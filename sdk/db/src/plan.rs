@@ -104,6 +104,11 @@ pub struct Plan {
     /// rows included). `None`: not stated, not compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub footprint: Option<Footprint>,
+    /// The tenant the plan acts for: with a policy's tenant column, every row it changes must
+    /// hold this value. It is a field of the payload, so a lease scoped to a tenant
+    /// (`{"tenant": "t1"}`) binds a plan to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Value>,
 }
 
 impl Plan {
@@ -113,6 +118,7 @@ impl Plan {
             statements,
             premises: Vec::new(),
             footprint: None,
+            tenant: None,
         };
         plan.check()?;
         Ok(plan)
@@ -129,6 +135,13 @@ impl Plan {
     #[must_use]
     pub fn footprint(mut self, footprint: Footprint) -> Self {
         self.footprint = Some(footprint);
+        self
+    }
+
+    /// The same plan acting for `tenant`.
+    #[must_use]
+    pub fn tenant(mut self, tenant: Value) -> Self {
+        self.tenant = Some(tenant);
         self
     }
 

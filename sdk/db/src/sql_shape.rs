@@ -42,6 +42,32 @@ pub enum ShapeError {
         /// Byte offset.
         at: usize,
     },
+    /// A name of the substrate's own (`interlock…`): a plan works on the team's tables only.
+    #[error(
+        "`{found}` at byte {at} names the substrate's own tables or settings; a plan may only work on the team's tables"
+    )]
+    Reserved {
+        /// The name as written.
+        found: String,
+        /// Byte offset.
+        at: usize,
+    },
+    /// A comment opened inside another (PostgreSQL nests them, SQLite does not).
+    #[error(
+        "a comment opens inside another at byte {at}; nested comments read differently in different databases"
+    )]
+    NestedComment {
+        /// Byte offset of the inner `/*`.
+        at: usize,
+    },
+    /// `OR REPLACE`: the rows it removes are not seen by triggers in every configuration.
+    #[error(
+        "`OR REPLACE` at byte {at}: the rows a replace removes can escape measurement; update or delete them in statements of their own"
+    )]
+    Replace {
+        /// Byte offset of `OR`.
+        at: usize,
+    },
     /// A string, quoted name or comment never closed.
     #[error("unterminated {what} starting at byte {at}")]
     Unterminated {
@@ -109,6 +135,8 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
     let mut spans = Vec::new();
     let mut seen = BTreeSet::new();
     let mut first_word: Option<String> = None;
+    let mut previous_word: Option<String> = None;
+    let mut previous_at = 0;
     let mut end: Option<usize> = None;
     let mut i = 0;
     while i < b.len() {
@@ -124,8 +152,16 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
             continue;
         }
         match c {
-            b'\'' | b'"' | b'`' => i = quoted_end(b, i)?,
-            b'[' => i = closing(b, i, b']', "bracketed name")?,
+            b'\'' => i = quoted_end(b, i)?,
+            b'"' | b'`' | b'[' => {
+                let end = if c == b'[' {
+                    closing(b, i, b']', "bracketed name")?
+                } else {
+                    quoted_end(b, i)?
+                };
+                reserved(&sql[i..end], i)?;
+                i = end;
+            }
             b'-' if b.get(i + 1) == Some(&b'-') => i = line_end(b, i),
             b'/' if b.get(i + 1) == Some(&b'*') => i = comment_end(b, i)?,
             b';' => {
@@ -147,6 +183,13 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
                 });
             }
             b':' if b.get(i + 1) == Some(&b':') => i += 2, // a PostgreSQL cast
+            b':' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                let j = digits_end(b, i + 1);
+                return Err(ShapeError::Positional {
+                    found: sql[i..j].to_owned(),
+                    at: i,
+                });
+            }
             b':' if b.get(i + 1).is_some_and(|&n| is_word_start(n)) => {
                 let j = word_end(b, i + 1);
                 let name = sql[i + 1..j].to_owned();
@@ -158,9 +201,16 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
             }
             c if is_word_start(c) => {
                 let j = word_end(b, i);
-                if first_word.is_none() {
-                    first_word = Some(sql[i..j].to_ascii_uppercase());
+                let word = sql[i..j].to_ascii_uppercase();
+                reserved(&word, i)?;
+                if word == "REPLACE" && previous_word.as_deref() == Some("OR") {
+                    return Err(ShapeError::Replace { at: previous_at });
                 }
+                if first_word.is_none() {
+                    first_word = Some(word.clone());
+                }
+                previous_at = i;
+                previous_word = Some(word);
                 i = j;
             }
             _ => i += 1,
@@ -204,14 +254,29 @@ fn line_end(b: &[u8], i: usize) -> usize {
 }
 
 fn comment_end(b: &[u8], i: usize) -> Result<usize, ShapeError> {
-    b[i + 2..]
+    let end = b[i + 2..]
         .windows(2)
         .position(|w| w == b"*/")
         .map(|p| i + 2 + p + 2)
         .ok_or(ShapeError::Unterminated {
             what: "comment",
             at: i,
-        })
+        })?;
+    match b[i + 2..end - 2].windows(2).position(|w| w == b"/*") {
+        Some(p) => Err(ShapeError::NestedComment { at: i + 2 + p }),
+        None => Ok(end),
+    }
+}
+
+/// Refuse a name of the substrate's (`interlock…`, in any case, quoted or not).
+fn reserved(name: &str, at: usize) -> Result<(), ShapeError> {
+    if name.to_ascii_lowercase().contains("interlock") {
+        return Err(ShapeError::Reserved {
+            found: name.to_owned(),
+            at,
+        });
+    }
+    Ok(())
 }
 
 /// The end of a quoted run opened at `i`, where the quote doubled stands for itself.
@@ -308,6 +373,39 @@ mod tests {
                 other => panic!("{sql}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_substrates_tables_nested_comments_and_or_replace_are_refused() {
+        for sql in [
+            "DELETE FROM interlock_changes WHERE 1 = 1",
+            "DELETE FROM \"Interlock_Markers\"",
+            "UPDATE t SET a = 1 WHERE id IN (SELECT key FROM interlock_db.markers)",
+            "UPDATE t SET a = current_setting('x') FROM [interlock_stage]",
+        ] {
+            assert!(
+                matches!(check(sql, Place::Change), Err(ShapeError::Reserved { .. })),
+                "{sql}"
+            );
+        }
+        assert!(matches!(
+            check("/* /* */ UPDATE x */ COMMIT", Place::Change),
+            Err(ShapeError::NestedComment { .. })
+        ));
+        assert!(matches!(
+            check("INSERT OR REPLACE INTO t (a) VALUES (:a)", Place::Change),
+            Err(ShapeError::Replace { .. })
+        ));
+        assert!(matches!(
+            check("UPDATE t SET a = :1", Place::Change),
+            Err(ShapeError::Positional { .. })
+        ));
+        // A string may say anything.
+        check(
+            "UPDATE t SET note = 'interlock /* or replace' WHERE id = :id",
+            Place::Change,
+        )
+        .unwrap();
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! under the key), refused and rolled back with a reason the agent may read, or unknown when the
 //! database did not answer cleanly — the one case a lookup of the marker settles.
 
-use interlock::target::SendAnswer;
+use std::time::{Duration, Instant};
+
+use interlock::target::{Deadline, SendAnswer, SendRequest};
 
 use crate::receipt::Receipt;
 
@@ -113,4 +115,49 @@ pub(crate) fn late() -> Stop {
         "deadline",
         "the stage outlasted the send's timeout and was rolled back".into(),
     )
+}
+
+/// Until when a stage may begin or commit: the send's timeout from when the target got it, and
+/// the gate's own deadline on the clock recoverers judge by, whichever comes first. The second
+/// is what a process frozen before its stage cannot restart by waking up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Until<'a> {
+    instant: Instant,
+    wall: Option<Deadline<'a>>,
+}
+
+impl<'a> Until<'a> {
+    /// The limits of `req`, from now.
+    pub(crate) fn of(req: &SendRequest<'a>) -> Self {
+        Self {
+            instant: Instant::now() + req.timeout,
+            wall: req.deadline,
+        }
+    }
+
+    /// `wait` from now, with no wall-clock limit (lookups).
+    pub(crate) fn after(wait: Duration) -> Self {
+        Self {
+            instant: Instant::now() + wait,
+            wall: None,
+        }
+    }
+
+    /// Whether either limit has passed.
+    pub(crate) fn passed(&self) -> bool {
+        Instant::now() >= self.instant || self.wall.is_some_and(|d| d.passed())
+    }
+
+    /// What is left, by the clock that can time a wait: the monotonic one, and the wall
+    /// clock's remainder where it is shorter.
+    pub(crate) fn left(&self) -> Duration {
+        let by_instant = self.instant.saturating_duration_since(Instant::now());
+        match self.wall {
+            Some(d) => {
+                let ms = d.at_ms.saturating_sub(d.clock.now_ms()).max(0);
+                by_instant.min(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+            }
+            None => by_instant,
+        }
+    }
 }

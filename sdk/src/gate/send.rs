@@ -11,7 +11,7 @@ use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::journal::Verified;
 use crate::liveness::HeldLock;
-use crate::target::SendRequest;
+use crate::target::{Deadline, SendRequest};
 
 use super::{Bound, GateError, Outcome, Step, ms};
 
@@ -129,6 +129,10 @@ impl Bound {
             key,
             payload: &first.payload,
             timeout,
+            deadline: Some(Deadline {
+                at_ms: holding.deadline_ms - ms(cfg.settle),
+                clock: &*self.gate.clock,
+            }),
         };
         let target = &self.target;
         let span = tracing::info_span!(

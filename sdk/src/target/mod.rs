@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::clock::Clock;
 pub use crate::core::{LookupAnswer, SendAnswer, Tier};
 use crate::effect::EffectKey;
 
@@ -19,6 +20,35 @@ pub struct SendRequest<'a> {
     pub payload: &'a Value,
     /// Cut the send off after this long; the gate's claim deadline depends on it.
     pub timeout: Duration,
+    /// The same limit as a time on the clock recoverers judge claims by. A process frozen
+    /// between the gate's reckoning and the send would restart `timeout` when it wakes; a target
+    /// that can refuse to begin or to finish (a database transaction) checks this instead, and
+    /// then cannot land after a recoverer was allowed to look. `None`: no such limit.
+    pub deadline: Option<Deadline<'a>>,
+}
+
+/// The time after which a send must not land, on the gate's own clock.
+#[derive(Clone, Copy)]
+pub struct Deadline<'a> {
+    /// Milliseconds since the Unix epoch, by `clock`.
+    pub at_ms: i64,
+    /// The gate's clock.
+    pub clock: &'a dyn Clock,
+}
+
+impl Deadline<'_> {
+    /// Whether the deadline has passed.
+    pub fn passed(&self) -> bool {
+        self.clock.now_ms() >= self.at_ms
+    }
+}
+
+impl std::fmt::Debug for Deadline<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline")
+            .field("at_ms", &self.at_ms)
+            .finish()
+    }
 }
 
 /// A service effects land on.

@@ -17,7 +17,7 @@ use anyhow::Context;
 use interlock::{Bound, Clock, Effect, EffectKey, SystemClock};
 use interlock_server::pb;
 use interlock_server::{GateApi, Listen, Listener, Server, TargetEntry, Targets};
-use interlock_testkit::bench_report::{read_result, render, round};
+use interlock_testkit::bench_report::{render_all, round};
 use interlock_tests::bench::{self, LEASE};
 use interlock_tests::grpc::Client;
 use serde_json::{Value, json};
@@ -104,12 +104,7 @@ fn main() -> anyhow::Result<()> {
             root.join("results/bench_grpc.json"),
             serde_json::to_string_pretty(&report)? + "\n",
         )?;
-        let journal = read_result(&root, "bench_journal.json").unwrap_or(Value::Null);
-        let e2e = read_result(&root, "bench_e2e.json");
-        std::fs::write(
-            root.join("docs/benchmarks.md"),
-            render(&journal, e2e.as_ref(), Some(&report)),
-        )?;
+        std::fs::write(root.join("docs/benchmarks.md"), render_all(&root))?;
         eprintln!("wrote results/bench_grpc.json and docs/benchmarks.md");
     }
     Ok(())

@@ -57,12 +57,7 @@ pub fn install(
     schema: &str,
     tables_to_observe: &[&str],
 ) -> Result<(), DbError> {
-    if !is_plain_name(schema) {
-        return Err(DbError::BadTable {
-            table: schema.to_owned(),
-            why: "the substrate's schema must be named with letters, digits and `_`",
-        });
-    }
+    super::check_schema(schema)?;
     let mut tx = client
         .transaction()
         .map_err(|e| DbError::postgres("install", e))?;

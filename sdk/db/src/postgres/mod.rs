@@ -9,8 +9,8 @@ mod bind;
 mod install;
 mod stage;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use interlock::EffectKey;
 use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
@@ -24,7 +24,7 @@ use crate::diff::Change;
 use crate::error::DbError;
 use crate::plan::{Plan, is_plain_name};
 use crate::receipt::Receipt;
-use crate::stage_end::Ended;
+use crate::stage_end::{Ended, Until};
 
 /// How long a lookup waits for a stage under way by default.
 const LOOKUP_WAIT: Duration = Duration::from_secs(10);
@@ -44,6 +44,19 @@ impl Default for PgDbOptions {
             schema: "interlock_db".into(),
             search_path: None,
         }
+    }
+}
+
+/// The substrate's schema name: a plain name with `interlock` in it, so that no plan can name it
+/// ([`crate::sql_shape`] refuses every name with `interlock` in it).
+pub(crate) fn check_schema(schema: &str) -> Result<(), DbError> {
+    if is_plain_name(schema) && schema.to_ascii_lowercase().contains("interlock") {
+        Ok(())
+    } else {
+        Err(DbError::BadTable {
+            table: schema.to_owned(),
+            why: "the substrate's schema must be a plain name (letters, digits, `_`) with `interlock` in it",
+        })
     }
 }
 
@@ -70,12 +83,7 @@ impl PgDb {
     /// The database at `url` (`postgres://user@host:port/db`), judged by `policy`; the
     /// substrate must be installed in `options.schema` ([`install`]).
     pub fn open(url: &str, options: PgDbOptions, policy: Policy) -> Result<Self, DbError> {
-        if !is_plain_name(&options.schema) {
-            return Err(DbError::BadTable {
-                table: options.schema,
-                why: "the substrate's schema must be named with letters, digits and `_`",
-            });
-        }
+        check_schema(&options.schema)?;
         let config: postgres::Config = url.parse().map_err(|e| DbError::Database {
             doing: "open",
             what: format!(
@@ -128,7 +136,15 @@ impl PgDb {
 
     /// The session, opened if there is none.
     fn session(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
-        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        // A session whose holder panicked may be inside a stage's transaction, holding its key.
+        let (mut session, poisoned) = match self.session.lock() {
+            Ok(s) => (s, false),
+            Err(p) => (p.into_inner(), true),
+        };
+        if poisoned {
+            self.session.clear_poison();
+            *session = None;
+        }
         if session.as_ref().is_some_and(Client::is_closed) {
             *session = None;
         }
@@ -209,10 +225,9 @@ impl Target for PgDb {
                 };
             }
         };
-        let deadline = Instant::now() + req.timeout;
+        let until = Until::of(req);
         let ended = self.with(|c, s| {
-            let (ended, close) =
-                stage::stage(c, s, req.key.as_str(), &plan, &self.policy, deadline);
+            let (ended, close) = stage::stage(c, s, req.key.as_str(), &plan, &self.policy, until);
             if let Some(why) = &close {
                 tracing::warn!(error = %why, "closing the database session");
             }

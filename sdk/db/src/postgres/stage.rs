@@ -15,7 +15,7 @@
 //! nobody observes and the stage is refused.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use postgres::Client;
 use postgres::types::ToSql;
@@ -26,12 +26,12 @@ use crate::diff::{Change, Diff, Op};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
 use crate::sql_shape::{self, Place};
-use crate::stage_end::{self, Ended, Inside, Stop};
+use crate::stage_end::{self, Ended, Inside, Stop, Until};
 
 /// The advisory lock of a key: 64 bits of its hash (two keys sharing one only queue together).
 const KEY_LOCK: &str = "hashtextextended($1, 7263)";
 
-/// Stage `plan` under `key` in the substrate's schema `s`, before `deadline`; with the ending,
+/// Stage `plan` under `key` in the substrate's schema `s`, before `until`; with the ending,
 /// why the session must be closed (its key lock may still be held), if it must.
 pub(crate) fn stage(
     client: &mut Client,
@@ -39,52 +39,60 @@ pub(crate) fn stage(
     key: &str,
     plan: &Plan,
     policy: &Policy,
-    deadline: Instant,
+    until: Until<'_>,
 ) -> (Ended, Option<String>) {
     let plan_hash = crate::receipt::plan_hash(plan);
-    if let Err(e) = lock_key(client, key, deadline) {
+    if let Err(e) = lock_key(client, key, until) {
         let ended = Ended::Unknown(format!("could not take the key's lock: {e}"));
         // A lock request cut off by its timeout holds nothing; one cut off by a broken
         // connection went with the session.
-        return match unlock_key(client, key) {
-            Err(e) if e.contains("not held") => (ended, None),
+        return match unlock_key(client) {
             Ok(()) => (ended, None),
             Err(e) => (ended, Some(e)),
         };
     }
-    let ended = in_transaction(client, s, key, plan, &plan_hash, policy, deadline);
-    match unlock_key(client, key) {
+    let ended = in_transaction(client, s, key, plan, &plan_hash, policy, until);
+    match unlock_key(client) {
         Ok(()) => (ended, None),
         Err(e) => (ended, Some(e)),
     }
 }
 
-/// Release the key's lock, with the session's timeouts back at their defaults. `Err`: the
-/// session may still hold it, and must be closed (which releases it).
-fn unlock_key(client: &mut Client, key: &str) -> Result<(), String> {
+/// End whatever the stage left open and release every advisory lock the session holds — the
+/// key's, and any a plan's statement took or dropped on its own — with the session's timeouts
+/// back at their defaults. `Err`: the session may still hold a lock or a transaction, and must
+/// be closed (which releases both).
+fn unlock_key(client: &mut Client) -> Result<(), String> {
     client
-        .batch_execute("RESET statement_timeout; RESET lock_timeout")
-        .map_err(|e| e.to_string())?;
-    let released: bool = client
-        .query_one(&format!("SELECT pg_advisory_unlock({KEY_LOCK})"), &[&key])
-        .map_err(|e| e.to_string())?
-        .get(0);
-    if released {
-        Ok(())
-    } else {
-        Err("the key's lock was not held".into())
-    }
+        .batch_execute(
+            "ROLLBACK; RESET statement_timeout; RESET lock_timeout; SELECT pg_advisory_unlock_all();",
+        )
+        .map_err(|e| e.to_string())
 }
 
-fn left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
+/// Whether the session still holds the key's lock: a plan's statement could have released it.
+fn holds_key(client: &mut Client, key: &str) -> Result<bool, Stop> {
+    let held: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                   AND pid = pg_backend_pid() AND objsubid = 1
+                   AND classid::bigint = ({KEY_LOCK} >> 32) & 4294967295
+                   AND objid::bigint = {KEY_LOCK} & 4294967295"
+            ),
+            &[&key],
+        )?
+        .get(0);
+    Ok(held > 0)
 }
 
 /// Both timeouts for the time left (at least 1 ms: zero would mean none).
-fn timeouts(client: &mut Client, deadline: Instant, local: bool) -> Result<(), postgres::Error> {
-    let ms = left(deadline)
+fn timeouts(client: &mut Client, until: Until<'_>, local: bool) -> Result<(), postgres::Error> {
+    // PostgreSQL takes at most INT_MAX milliseconds.
+    let ms = until
+        .left()
         .as_millis()
-        .clamp(1, i64::MAX as u128)
+        .clamp(1, i32::MAX as u128)
         .to_string();
     let scope = if local { "true" } else { "false" };
     client.query_one(
@@ -96,11 +104,11 @@ fn timeouts(client: &mut Client, deadline: Instant, local: bool) -> Result<(), p
     Ok(())
 }
 
-fn lock_key(client: &mut Client, key: &str, deadline: Instant) -> Result<(), String> {
-    if left(deadline).is_zero() {
+fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), String> {
+    if until.passed() {
         return Err("the send's time was up before it began".into());
     }
-    timeouts(client, deadline, false).map_err(|e| e.to_string())?;
+    timeouts(client, until, false).map_err(|e| e.to_string())?;
     client
         .query_one(&format!("SELECT pg_advisory_lock({KEY_LOCK})"), &[&key])
         .map(drop)
@@ -114,13 +122,13 @@ fn in_transaction(
     plan: &Plan,
     plan_hash: &str,
     policy: &Policy,
-    deadline: Instant,
+    until: Until<'_>,
 ) -> Ended {
     if let Err(e) = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let inside = inside(client, s, key, plan, plan_hash, policy, deadline).and_then(|i| {
-        match (&i, left(deadline).is_zero()) {
+    let inside = inside(client, s, key, plan, plan_hash, policy, until).and_then(|i| {
+        match (&i, until.passed()) {
             (Inside::Passed(_), true) => Err(stage_end::late()),
             _ => Ok(i),
         }
@@ -147,22 +155,22 @@ fn inside(
     plan: &Plan,
     plan_hash: &str,
     policy: &Policy,
-    deadline: Instant,
+    until: Until<'_>,
 ) -> Result<Inside, Stop> {
-    if left(deadline).is_zero() {
+    if until.passed() {
         return Err(stage_end::late());
     }
-    timeouts(client, deadline, true)?;
+    timeouts(client, until, true)?;
     if let Some(receipt) = marker(client, s, key)? {
         return Ok(Inside::Marked(receipt));
     }
     client.query_one("SELECT set_config('interlock.stage', $1, true)", &[&key])?;
     for p in &plan.premises {
-        timeouts(client, deadline, true)?;
+        timeouts(client, until, true)?;
         premise(client, p)?;
     }
     for st in &plan.statements {
-        timeouts(client, deadline, true)?;
+        timeouts(client, until, true)?;
         run(client, s, key, st)?;
     }
     let diff = Diff {
@@ -172,6 +180,12 @@ fn inside(
     if !verdict.passed() {
         tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
         return Err(Stop::Refuse("refused", verdict.for_agent()));
+    }
+    if !holds_key(client, key)? {
+        return Err(Stop::Refuse(
+            "bad_plan",
+            "a statement of the plan released the key's lock; the stage was rolled back".into(),
+        ));
     }
     client.execute(
         &format!("DELETE FROM {s}.changes WHERE stage = $1"),
@@ -210,14 +224,14 @@ pub(crate) fn read_marker_locked(
     key: &str,
     wait: Duration,
 ) -> Result<Option<Receipt>, String> {
-    if let Err(e) = lock_key(client, key, Instant::now() + wait) {
-        let _ = client.batch_execute("RESET statement_timeout; RESET lock_timeout");
+    if let Err(e) = lock_key(client, key, Until::after(wait)) {
+        let _ = unlock_key(client);
         return Err(format!("could not take the key's lock: {e}"));
     }
     let found = marker(client, s, key).map_err(|stop| match stop {
         Stop::Db(m) | Stop::Refuse(_, m) => m,
     });
-    unlock_key(client, key).map_err(|e| format!("could not release the key's lock: {e}"))?;
+    unlock_key(client).map_err(|e| format!("could not release the key's lock: {e}"))?;
     found
 }
 
@@ -353,15 +367,20 @@ pub(crate) fn changes(
     s: &str,
     stage: Option<&str>,
 ) -> Result<Vec<Change>, String> {
-    let rows = client
-        .query(
-            &format!(
-                "SELECT statement, tbl, op, before::text, after::text FROM {s}.changes
-                  WHERE stage IS NOT DISTINCT FROM $1 ORDER BY seq"
-            ),
-            &[&stage],
-        )
-        .map_err(|e| e.to_string())?;
+    // `=` and `IS NULL` apart: `IS NOT DISTINCT FROM` would read the whole table, every row a
+    // finished stage left dead in it included, on every stage.
+    let cols = "SELECT statement, tbl, op, before::text, after::text";
+    let rows = match stage {
+        Some(key) => client.query(
+            &format!("{cols} FROM {s}.changes WHERE stage = $1 ORDER BY seq"),
+            &[&key],
+        ),
+        None => client.query(
+            &format!("{cols} FROM {s}.changes WHERE stage IS NULL ORDER BY seq"),
+            &[],
+        ),
+    }
+    .map_err(|e| e.to_string())?;
     rows.iter()
         .map(|r| {
             let image = |t: Option<String>| -> Result<Option<Map<String, Value>>, String> {

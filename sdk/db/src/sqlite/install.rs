@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS interlock_changes (
     before    TEXT,
     after     TEXT
 );
+CREATE INDEX IF NOT EXISTS interlock_changes_stage ON interlock_changes (stage);
 CREATE TABLE IF NOT EXISTS interlock_stage (
     one       INTEGER PRIMARY KEY CHECK (one = 1),
     key       TEXT NOT NULL,

@@ -3,12 +3,13 @@
 //! marker holding the write lock, which makes it a definitive answer (tier 2): present, the plan
 //! committed once; absent, it never did and no stage begun before the lookup still can.
 
+mod guard;
 mod install;
 mod stage;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use interlock::EffectKey;
 use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
@@ -22,10 +23,14 @@ use crate::diff::Change;
 use crate::error::DbError;
 use crate::plan::Plan;
 use crate::receipt::Receipt;
+use crate::stage_end::Until;
 
 /// How long a connection waits for the database's write lock outside a send (a send waits for
 /// at most its own timeout).
 const BUSY: Duration = Duration::from_secs(10);
+
+/// The longest lock wait asked of SQLite (its busy timeout is a 32-bit count of milliseconds).
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// A team's SQLite database, with the substrate installed, as a gate target.
 pub struct SqliteDb {
@@ -51,6 +56,10 @@ impl SqliteDb {
     pub fn open(path: impl AsRef<Path>, policy: Policy) -> Result<Self, DbError> {
         let conn = Connection::open(path.as_ref()).map_err(|e| DbError::sqlite("open", e))?;
         conn.busy_timeout(BUSY)
+            .map_err(|e| DbError::sqlite("open", e))?;
+        // A row a conflict clause replaces then fires the delete trigger, so the stage's count
+        // check sees it (SQLite does not count it as a change).
+        conn.pragma_update(None, "recursive_triggers", "ON")
             .map_err(|e| DbError::sqlite("open", e))?;
         let installed: i64 = conn
             .query_row(
@@ -107,6 +116,7 @@ impl SqliteDb {
     /// The connection, out of any transaction a panicked send left open.
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        guard::lift(&conn);
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
@@ -137,12 +147,12 @@ impl Target for SqliteDb {
                 };
             }
         };
-        let deadline = Instant::now() + req.timeout;
+        let until = Until::of(req);
         let conn = self.conn();
-        if let Err(e) = conn.busy_timeout(req.timeout) {
+        if let Err(e) = conn.busy_timeout(until.left().min(MAX_WAIT)) {
             return SendAnswer::Unknown(format!("could not set the lock wait: {e}"));
         }
-        let ended = stage::stage(&conn, req.key.as_str(), &plan, &self.policy, deadline);
+        let ended = stage::stage(&conn, req.key.as_str(), &plan, &self.policy, until);
         let _ = conn.busy_timeout(BUSY);
         ended.into()
     }
@@ -150,7 +160,7 @@ impl Target for SqliteDb {
     fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
         let conn = self.conn();
         let read = conn
-            .busy_timeout(self.lookup_wait)
+            .busy_timeout(self.lookup_wait.min(MAX_WAIT))
             .map_err(|e| e.to_string())
             .and_then(|()| stage::read_marker_locked(&conn, key.as_str()));
         let _ = conn.busy_timeout(BUSY);

@@ -14,7 +14,6 @@
 //! table nobody observes, and the stage is refused rather than judged on half a diff.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
@@ -24,10 +23,12 @@ use crate::checks::{Policy, Verdict, judge};
 use crate::diff::{Change, Diff, Op};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Ended, Inside, Stop};
+use crate::stage_end::{self, Ended, Inside, Stop, Until};
+
+use super::guard;
 
 /// Stage `plan` under `key`, judge it by `policy`, and commit it with its marker if it passes,
-/// all before `deadline`: a stage that would begin or commit after it rolls back instead. The
+/// all before `until`: a stage that would begin or commit after it rolls back instead. The
 /// gate lets a recoverer in only after a send's deadline, and a recoverer's lookup waits for the
 /// write lock ([`read_marker_locked`]); so a stage that commits is one that held the lock
 /// before any lookup could answer "absent", and a stage that begins after the lookup gives up.
@@ -36,13 +37,13 @@ pub(crate) fn stage(
     key: &str,
     plan: &Plan,
     policy: &Policy,
-    deadline: Instant,
+    until: Until<'_>,
 ) -> Ended {
     let plan_hash = crate::receipt::plan_hash(plan);
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let late = || (Instant::now() >= deadline).then(stage_end::late);
+    let late = || until.passed().then(stage_end::late);
     let inside = match late() {
         Some(stop) => Err(stop),
         None => inside(conn, key, plan, &plan_hash, policy).and_then(|i| match (&i, late()) {
@@ -139,19 +140,41 @@ pub(crate) fn read_marker_locked(conn: &Connection, key: &str) -> Result<Option<
     found
 }
 
-fn premise(conn: &Connection, p: &Premise) -> Result<(), Stop> {
-    let mut st = conn.prepare(&p.sql)?;
-    bind(&mut st, &p.params)?;
-    let names: Vec<String> = st.column_names().iter().map(|s| (*s).to_owned()).collect();
-    let mut rows = st.raw_query();
-    let mut got: Vec<BTreeMap<String, Value>> = Vec::new();
-    while let Some(row) = rows.next()? {
-        let mut out = BTreeMap::new();
-        for (i, name) in names.iter().enumerate() {
-            out.insert(name.clone(), json_of(row.get_ref(i)?));
-        }
-        got.push(out);
+/// Run `f` with the plan's authorizer installed ([`guard`]); a refusal of the authorizer's is
+/// the answer, whatever `f` made of it.
+fn guarded<T>(
+    conn: &Connection,
+    what: &str,
+    f: impl FnOnce() -> Result<T, Stop>,
+) -> Result<T, Stop> {
+    let refusals = guard::install(conn);
+    let out = f();
+    guard::lift(conn);
+    match refusals.first() {
+        Some(why) => Err(Stop::Refuse(
+            "bad_plan",
+            format!("{what} is refused: {why}"),
+        )),
+        None => out,
     }
+}
+
+fn premise(conn: &Connection, p: &Premise) -> Result<(), Stop> {
+    let got = guarded(conn, &format!("premise `{}`", p.name), || {
+        let mut st = conn.prepare(&p.sql)?;
+        bind(&mut st, &p.params)?;
+        let names: Vec<String> = st.column_names().iter().map(|s| (*s).to_owned()).collect();
+        let mut rows = st.raw_query();
+        let mut got: Vec<BTreeMap<String, Value>> = Vec::new();
+        while let Some(row) = rows.next()? {
+            let mut out = BTreeMap::new();
+            for (i, name) in names.iter().enumerate() {
+                out.insert(name.clone(), json_of(row.get_ref(i)?));
+            }
+            got.push(out);
+        }
+        Ok(got)
+    })?;
     if got == p.expect {
         Ok(())
     } else {
@@ -170,21 +193,23 @@ fn premise(conn: &Connection, p: &Premise) -> Result<(), Stop> {
 fn run(conn: &Connection, key: &str, s: &Statement) -> Result<(), Stop> {
     conn.execute("UPDATE interlock_stage SET statement = ?1", [&s.name])?;
     let before = conn.total_changes();
-    let mut st = conn.prepare(&s.sql)?;
-    bind(&mut st, &s.params)?;
-    if let Err(e) = st.raw_execute() {
-        // The database's message may quote other people's rows (a unique key's value): the
-        // operator's log has it, the answer names the statement only.
-        tracing::warn!(statement = %s.name, error = %e, "a plan's statement failed");
-        return Err(Stop::Refuse(
-            "statement_failed",
-            format!(
-                "statement `{}` failed in the database; nothing of the plan was applied",
-                s.name
-            ),
-        ));
-    }
-    drop(st);
+    guarded(conn, &format!("statement `{}`", s.name), || {
+        let mut st = conn.prepare(&s.sql)?;
+        bind(&mut st, &s.params)?;
+        if let Err(e) = st.raw_execute() {
+            // The database's message may quote other people's rows (a unique key's value): the
+            // operator's log has it, the answer names the statement only.
+            tracing::warn!(statement = %s.name, error = %e, "a plan's statement failed");
+            return Err(Stop::Refuse(
+                "statement_failed",
+                format!(
+                    "statement `{}` failed in the database; nothing of the plan was applied",
+                    s.name
+                ),
+            ));
+        }
+        Ok(())
+    })?;
     let counted = conn.total_changes() - before;
     let measured: u64 = conn.query_row(
         "SELECT count(*) FROM interlock_changes WHERE stage = ?1 AND statement = ?2",
@@ -196,7 +221,7 @@ fn run(conn: &Connection, key: &str, s: &Statement) -> Result<(), Stop> {
         return Err(Stop::Refuse(
             "unobserved_table",
             format!(
-                "statement `{}` changed rows in a table no trigger observes; observe every table it (or a trigger) writes",
+                "statement `{}` changed rows the triggers did not all record: a table no trigger observes, or a row a conflict clause replaced; observe every table it (or a trigger) writes",
                 s.name
             ),
         ));
@@ -205,6 +230,23 @@ fn run(conn: &Connection, key: &str, s: &Statement) -> Result<(), Stop> {
 }
 
 fn bind(st: &mut rusqlite::Statement<'_>, params: &BTreeMap<String, Value>) -> Result<(), Stop> {
+    // Every placeholder SQLite found must be one the plan names: one the lexer could not read
+    // (`:é`) would otherwise bind NULL.
+    for i in 1..=st.parameter_count() {
+        let named = st
+            .parameter_name(i)
+            .and_then(|n| n.strip_prefix(':'))
+            .is_some_and(|n| params.contains_key(n));
+        if !named {
+            return Err(Stop::Refuse(
+                "bad_plan",
+                format!(
+                    "placeholder {} is not one of the plan's named parameters",
+                    st.parameter_name(i).unwrap_or("?")
+                ),
+            ));
+        }
+    }
     for (name, v) in params {
         let Some(i) = st.parameter_index(&format!(":{name}"))? else {
             return Err(Stop::Refuse(

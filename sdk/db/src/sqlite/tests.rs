@@ -61,6 +61,7 @@ fn send(db: &SqliteDb, key: &str, plan: &Plan) -> SendAnswer {
         key: &key,
         payload: &plan.to_payload(),
         timeout: Duration::from_secs(5),
+        deadline: None,
     })
 }
 
@@ -215,7 +216,8 @@ fn refusal_with_other_tenant(name: &str, amount: i64) -> String {
         "UPDATE customers SET credit = credit + :amount WHERE id IN (10, 20)",
         json!({"amount": 5}),
     )])
-    .unwrap();
+    .unwrap()
+    .tenant(json!("t1"));
     let answer = send(&db, "t", &plan);
     assert_eq!(credit(&path, 10), 0, "refused, nothing applied");
     match answer {
@@ -355,6 +357,7 @@ fn a_stage_that_cannot_finish_before_its_deadline_rolls_back() {
         key: &key,
         payload: &cancel_and_credit().to_payload(),
         timeout: Duration::ZERO,
+        deadline: None,
     });
     match answer {
         SendAnswer::Definite { code, .. } => assert_eq!(code, "deadline"),
@@ -362,6 +365,101 @@ fn a_stage_that_cannot_finish_before_its_deadline_rolls_back() {
     }
     assert_eq!(credit(&path, 10), 0);
     assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+}
+
+#[test]
+fn a_process_that_wakes_after_the_gates_deadline_does_not_stage_whatever_its_timeout_says() {
+    // The gate reckoned the send's time, then the process froze; it wakes with a full
+    // `timeout` in hand but past the deadline recoverers judge by.
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let clock = interlock::ManualClock::at(1_000_000);
+    let key = EffectKey::derive(&["woke"]);
+    let answer = db.send(&SendRequest {
+        key: &key,
+        payload: &cancel_and_credit().to_payload(),
+        timeout: Duration::from_secs(30),
+        deadline: Some(interlock::target::Deadline {
+            at_ms: 999_999,
+            clock: &clock,
+        }),
+    });
+    match answer {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "deadline"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&path, 10), 0);
+}
+
+#[test]
+fn a_statement_that_reaches_the_substrates_tables_through_a_trigger_is_refused_by_sqlite_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let SendAnswer::Done(_) = send(&db, "earlier", &cancel_and_credit()) else {
+        panic!("an earlier effect commits");
+    };
+    // No plan names the markers, but a trigger (a careless one) would erase them.
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER careless AFTER UPDATE ON customers BEGIN DELETE FROM interlock_markers; END;",
+        )
+        .unwrap();
+    let credit_again = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + 1 WHERE id = :customer",
+        json!({"customer": 20}),
+    )])
+    .unwrap();
+    match send(&db, "later", &credit_again) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "bad_plan");
+            assert!(message.contains("interlock_markers"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        db.receipt(&EffectKey::derive(&["earlier"]))
+            .unwrap()
+            .is_some(),
+        "the earlier marker is still there"
+    );
+    // The substrate's own statements run unguarded afterwards.
+    assert!(db.unmediated().unwrap().is_empty());
+}
+
+#[test]
+fn a_row_a_conflict_clause_replaces_is_seen_and_the_stage_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let mut conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE handles (id INTEGER PRIMARY KEY, tenant TEXT, handle TEXT UNIQUE ON CONFLICT REPLACE);
+         INSERT INTO handles VALUES (1, 'other', 'taken');",
+    )
+    .unwrap();
+    install(&mut conn, &["handles"]).unwrap();
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let plan = Plan::new(vec![stmt(
+        "claim_handle",
+        "INSERT INTO handles (id, tenant, handle) VALUES (2, 'mine', :h)",
+        json!({"h": "taken"}),
+    )])
+    .unwrap();
+    match send(&db, "replace", &plan) {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "unobserved_table"),
+        other => panic!("{other:?}"),
+    }
+    let owner: String = conn
+        .query_row(
+            "SELECT tenant FROM handles WHERE handle = 'taken'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(owner, "other", "the other tenant's row is untouched");
 }
 
 #[test]
@@ -380,6 +478,7 @@ fn a_payload_that_is_not_a_valid_plan_is_refused_before_the_database() {
             key: &key,
             payload: &payload,
             timeout: Duration::from_secs(1),
+            deadline: None,
         });
         assert!(
             matches!(&answer, SendAnswer::Definite { code, .. } if code == "bad_plan"),

@@ -88,11 +88,9 @@ fn main() -> anyhow::Result<()> {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     if args.render {
-        let journal = interlock_testkit::bench_report::read_result(&root, "bench_journal.json")
+        interlock_testkit::bench_report::read_result(&root, "bench_journal.json")
             .context("results/bench_journal.json: run the benchmark first")?;
-        let e2e = interlock_testkit::bench_report::read_result(&root, "bench_e2e.json");
-        let grpc = interlock_testkit::bench_report::read_result(&root, "bench_grpc.json");
-        let md = interlock_testkit::bench_report::render(&journal, e2e.as_ref(), grpc.as_ref());
+        let md = interlock_testkit::bench_report::render_all(&root);
         std::fs::write(root.join("docs/benchmarks.md"), md)?;
         eprintln!("wrote docs/benchmarks.md from results/");
         return Ok(());
@@ -166,7 +164,9 @@ fn main() -> anyhow::Result<()> {
     });
     let e2e = interlock_testkit::bench_report::read_result(&root, "bench_e2e.json");
     let grpc = interlock_testkit::bench_report::read_result(&root, "bench_grpc.json");
-    let md = interlock_testkit::bench_report::render(&report, e2e.as_ref(), grpc.as_ref());
+    let db = interlock_testkit::bench_report::read_result(&root, "bench_db.json");
+    let md =
+        interlock_testkit::bench_report::render(&report, e2e.as_ref(), grpc.as_ref(), db.as_ref());
     print!("{md}");
     if !quick {
         std::fs::write(

@@ -206,6 +206,7 @@ fn serial(
             key: &key,
             payload: &effect.payload,
             timeout: Duration::from_secs(1),
+            deadline: None,
         });
         direct.push(t.elapsed());
     }
