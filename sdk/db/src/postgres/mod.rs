@@ -7,6 +7,7 @@
 
 mod bind;
 mod install;
+mod session;
 mod stage;
 
 use std::sync::{Mutex, MutexGuard};
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use interlock::EffectKey;
 use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
-use postgres::{Client, NoTls};
+use postgres::NoTls;
 use serde_json::Value;
 
 pub use install::install;
@@ -25,6 +26,7 @@ use crate::error::DbError;
 use crate::plan::{Plan, is_plain_name};
 use crate::receipt::Receipt;
 use crate::stage_end::{Ended, Until};
+use session::Session;
 
 /// How long a lookup waits for a stage under way by default.
 const LOOKUP_WAIT: Duration = Duration::from_secs(10);
@@ -65,7 +67,7 @@ pub struct PgDb {
     name: String,
     config: postgres::Config,
     options: PgDbOptions,
-    session: Mutex<Option<Client>>,
+    session: Mutex<Option<Session>>,
     policy: Policy,
     lookup_wait: Duration,
 }
@@ -135,7 +137,7 @@ impl PgDb {
     }
 
     /// The session, opened if there is none.
-    fn session(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
+    fn session(&self) -> Result<MutexGuard<'_, Option<Session>>, DbError> {
         // A session whose holder panicked may be inside a stage's transaction, holding its key.
         let (mut session, poisoned) = match self.session.lock() {
             Ok(s) => (s, false),
@@ -145,7 +147,7 @@ impl PgDb {
             self.session.clear_poison();
             *session = None;
         }
-        if session.as_ref().is_some_and(Client::is_closed) {
+        if session.as_ref().is_some_and(Session::is_closed) {
             *session = None;
         }
         if session.is_none() {
@@ -158,13 +160,13 @@ impl PgDb {
                     .query_one("SELECT set_config('search_path', $1, false)", &[path])
                     .map_err(|e| DbError::postgres("connect", e))?;
             }
-            *session = Some(client);
+            *session = Some(Session::new(client));
         }
         Ok(session)
     }
 
     /// Run `f` on the session; close the session when `f` says it must be.
-    fn with<T>(&self, f: impl FnOnce(&mut Client, &str) -> (T, bool)) -> Result<T, DbError> {
+    fn with<T>(&self, f: impl FnOnce(&mut Session, &str) -> (T, bool)) -> Result<T, DbError> {
         let mut session = self.session()?;
         let Some(client) = session.as_mut() else {
             return Err(DbError::Database {

@@ -9,15 +9,15 @@
 //! the deadline once more before `COMMIT`. The marker is the rest of the argument, as on SQLite:
 //! written in the stage's own transaction, checked under the key's lock before anything runs.
 //!
-//! Every row a statement changes must be measured: the server's own per-transaction counts of
-//! rows inserted, updated and deleted in every user table (`pg_stat_xact_user_tables`) must
-//! match the rows the triggers recorded for that statement, or the statement changed a table
-//! nobody observes and the stage is refused.
+//! Every row the plan changes must be measured: the server's own per-transaction counts of rows
+//! inserted, updated and deleted in every user table (`pg_stat_xact_user_tables`), over the
+//! premises and the statements together, must match the rows the triggers recorded for the
+//! stage, or something changed a table nobody observes and the stage is refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use postgres::Client;
+use super::session::Session as Client;
 use postgres::types::ToSql;
 use serde_json::{Map, Value};
 
@@ -104,6 +104,27 @@ fn timeouts(client: &mut Client, until: Until<'_>, local: bool) -> Result<(), po
     Ok(())
 }
 
+/// Both timeouts for the time left and one setting of the stage's, for the transaction, in one
+/// round trip.
+fn timeouts_and(
+    client: &mut Client,
+    until: Until<'_>,
+    name: &str,
+    value: &str,
+) -> Result<(), postgres::Error> {
+    let ms = until
+        .left()
+        .as_millis()
+        .clamp(1, i32::MAX as u128)
+        .to_string();
+    client.query_one(
+        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true), \
+         set_config($2, $3, true)",
+        &[&ms, &name, &value],
+    )?;
+    Ok(())
+}
+
 fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), String> {
     if until.passed() {
         return Err("the send's time was up before it began".into());
@@ -160,22 +181,33 @@ fn inside(
     if until.passed() {
         return Err(stage_end::late());
     }
-    timeouts(client, until, true)?;
+    timeouts_and(client, until, "interlock.stage", key)?;
     if let Some(receipt) = marker(client, s, key)? {
         return Ok(Inside::Marked(receipt));
     }
-    client.query_one("SELECT set_config('interlock.stage', $1, true)", &[&key])?;
+    // One window over the premises and the statements: a premise that writes through a function
+    // is counted too.
+    let before = counted(client, s)?;
     for p in &plan.premises {
         timeouts(client, until, true)?;
         premise(client, p)?;
     }
     for st in &plan.statements {
-        timeouts(client, until, true)?;
-        run(client, s, key, st)?;
+        timeouts_and(client, until, "interlock.statement", &st.name)?;
+        run(client, st)?;
     }
+    let changed = counted(client, s)? - before;
     let diff = Diff {
         changes: changes(client, s, Some(key)).map_err(Stop::Db)?,
     };
+    if usize::try_from(changed).ok() != Some(diff.changes.len()) {
+        return Err(Stop::Refuse(
+            "unobserved_table",
+            "the plan changed rows the triggers did not all record: a table no trigger observes; \
+             observe every table its statements (or their triggers) write"
+                .into(),
+        ));
+    }
     let verdict = judge(plan, &diff, policy);
     if !verdict.passed() {
         tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
@@ -244,7 +276,7 @@ fn bound_values(
 ) -> Result<(postgres::Statement, Vec<Box<dyn ToSql + Sync>>), Stop> {
     let (numbered, names) =
         sql_shape::numbered(sql, place).map_err(|e| Stop::Refuse("bad_plan", e.to_string()))?;
-    let st = client.prepare(&numbered)?;
+    let st = client.prepare_once(&numbered)?;
     let mut values = Vec::with_capacity(names.len());
     for (name, ty) in names.iter().zip(st.params()) {
         let v = params.get(name).unwrap_or(&Value::Null);
@@ -265,7 +297,7 @@ fn premise(client: &mut Client, p: &Premise) -> Result<(), Stop> {
     let what = format!("premise `{}`", p.name);
     let (st, values) = bound_values(client, &p.sql, &p.params, Place::Premise, &what)?;
     // Each row as JSON, by the server: the same values the plan's author read.
-    let rows = client.query(&st, &refs(&values))?;
+    let rows = client.query_prepared(&st, &refs(&values))?;
     let mut got: Vec<BTreeMap<String, Value>> = Vec::with_capacity(rows.len());
     for row in rows {
         let mut out = BTreeMap::new();
@@ -324,36 +356,15 @@ fn counted(client: &mut Client, s: &str) -> Result<i64, Stop> {
     Ok(row.get(0))
 }
 
-fn run(client: &mut Client, s: &str, key: &str, st: &Statement) -> Result<(), Stop> {
-    client.query_one(
-        "SELECT set_config('interlock.statement', $1, true)",
-        &[&st.name],
-    )?;
+fn run(client: &mut Client, st: &Statement) -> Result<(), Stop> {
     let what = format!("statement `{}`", st.name);
     let (prepared, values) = bound_values(client, &st.sql, &st.params, Place::Change, &what)?;
-    let before = counted(client, s)?;
-    if let Err(e) = client.execute(&prepared, &refs(&values)) {
+    if let Err(e) = client.execute_prepared(&prepared, &refs(&values)) {
         tracing::warn!(statement = %st.name, error = %e, "a plan's statement failed");
         return Err(Stop::Refuse(
             "statement_failed",
             format!(
                 "statement `{}` failed in the database; nothing of the plan was applied",
-                st.name
-            ),
-        ));
-    }
-    let changed = counted(client, s)? - before;
-    let measured: i64 = client
-        .query_one(
-            &format!("SELECT count(*) FROM {s}.changes WHERE stage = $1 AND statement = $2"),
-            &[&key, &st.name],
-        )?
-        .get(0);
-    if changed != measured {
-        return Err(Stop::Refuse(
-            "unobserved_table",
-            format!(
-                "statement `{}` changed rows in a table no trigger observes; observe every table it (or a trigger) writes",
                 st.name
             ),
         ));

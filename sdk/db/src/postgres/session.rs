@@ -1,0 +1,106 @@
+//! One connection to the team's server and the substrate's own statements prepared on it: each
+//! is parsed and planned once per session, not on every stage (the statistics and lock views the
+//! stage reads cost more to plan than to run).
+
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, Row, Statement};
+
+/// Statements kept per session; past this the cache starts again.
+const KEPT: usize = 256;
+
+/// A connection and its prepared statements.
+pub(crate) struct Session {
+    client: Client,
+    prepared: HashMap<String, Statement>,
+}
+
+impl Session {
+    pub(crate) fn new(client: Client) -> Self {
+        Self {
+            client,
+            prepared: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// `sql`, prepared once per session.
+    pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(st) = self.prepared.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare(sql)?;
+        if self.prepared.len() >= KEPT {
+            self.prepared.clear();
+        }
+        self.prepared.insert(sql.to_owned(), st.clone());
+        Ok(st)
+    }
+
+    /// `sql`, prepared for this use only: a plan's statements are not kept, so one the team's
+    /// migration changed under it is planned afresh.
+    pub(crate) fn prepare_once(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        self.client.prepare(sql)
+    }
+
+    pub(crate) fn query_one(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, postgres::Error> {
+        let st = self.prepare(sql)?;
+        self.client.query_one(&st, params)
+    }
+
+    pub(crate) fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
+        let st = self.prepare(sql)?;
+        self.client.query_opt(&st, params)
+    }
+
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        let st = self.prepare(sql)?;
+        self.client.query(&st, params)
+    }
+
+    pub(crate) fn query_prepared(
+        &mut self,
+        st: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.client.query(st, params)
+    }
+
+    pub(crate) fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        let st = self.prepare(sql)?;
+        self.client.execute(&st, params)
+    }
+
+    pub(crate) fn execute_prepared(
+        &mut self,
+        st: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        self.client.execute(st, params)
+    }
+
+    /// Statements without parameters, in one round trip (never prepared).
+    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.client.batch_execute(sql)
+    }
+}
