@@ -4,8 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use interlock::target::{Deadline, SendAnswer, SendRequest};
+use std::collections::BTreeMap;
 
+use interlock::target::{Deadline, LookupAnswer, SendAnswer, SendRequest};
+use serde_json::Value;
+
+use crate::checks::{Policy, Verdict, judge};
+use crate::diff::Diff;
+use crate::plan::{Plan, Premise};
 use crate::receipt::Receipt;
 
 /// How a stage ended, before it is told to the gate.
@@ -160,4 +166,64 @@ impl<'a> Until<'a> {
             None => by_instant,
         }
     }
+}
+
+/// The plan a send carries, or the answer that refuses it before any database sees it.
+pub(crate) fn plan_of(req: &SendRequest<'_>) -> Result<Plan, SendAnswer> {
+    Plan::from_payload(req.payload).map_err(|e| SendAnswer::Definite {
+        code: "bad_plan".into(),
+        message: e.to_string(),
+    })
+}
+
+/// A lookup's answer from a locked read of the marker.
+pub(crate) fn lookup_answer(read: Result<Option<Receipt>, String>) -> LookupAnswer {
+    match read {
+        Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
+        Ok(None) => LookupAnswer::NotFound,
+        Err(e) => LookupAnswer::Unknown(format!("could not read the marker: {e}")),
+    }
+}
+
+/// The checks' verdict on the measured `diff`, or the refusal: the operator's version to the
+/// log, the agent's as the answer.
+pub(crate) fn judged(
+    key: &str,
+    plan: &Plan,
+    diff: &Diff,
+    policy: &Policy,
+) -> Result<Verdict, Stop> {
+    let verdict = judge(plan, diff, policy);
+    if verdict.passed() {
+        Ok(verdict)
+    } else {
+        tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
+        Err(Stop::Refuse("refused", verdict.for_agent()))
+    }
+}
+
+/// Whether premise `p` still answers as when the plan was decided (`got`, read in the stage).
+pub(crate) fn premise_holds(p: &Premise, got: &[BTreeMap<String, Value>]) -> Result<(), Stop> {
+    if got == p.expect.as_slice() {
+        return Ok(());
+    }
+    // The answer may hold other people's rows: only the premise's name goes back.
+    tracing::warn!(premise = %p.name, expected = ?p.expect, found = ?got, "premise moved");
+    Err(Stop::Refuse(
+        "premise_moved",
+        format!(
+            "premise `{}` no longer holds: its answer changed since the plan was decided",
+            p.name
+        ),
+    ))
+}
+
+/// A plan's statement the database failed. Its message may quote other people's rows (a
+/// unique key's value): the operator's log has it, the answer names the statement only.
+pub(crate) fn statement_failed(name: &str, error: &dyn std::fmt::Display) -> Stop {
+    tracing::warn!(statement = %name, error = %error, "a plan's statement failed");
+    Stop::Refuse(
+        "statement_failed",
+        format!("statement `{name}` failed in the database; nothing of the plan was applied"),
+    )
 }

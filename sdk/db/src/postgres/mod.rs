@@ -23,9 +23,9 @@ pub use install::install;
 use crate::checks::Policy;
 use crate::diff::Change;
 use crate::error::DbError;
-use crate::plan::{Plan, is_plain_name};
+use crate::plan::is_plain_name;
 use crate::receipt::Receipt;
-use crate::stage_end::{Ended, Until};
+use crate::stage_end::{self, Ended, Until};
 use session::Session;
 
 /// How long a lookup waits for a stage under way by default.
@@ -218,14 +218,9 @@ impl Target for PgDb {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let plan = match Plan::from_payload(req.payload) {
+        let plan = match stage_end::plan_of(req) {
             Ok(p) => p,
-            Err(e) => {
-                return SendAnswer::Definite {
-                    code: "bad_plan".into(),
-                    message: e.to_string(),
-                };
-            }
+            Err(refused) => return refused,
         };
         let until = Until::of(req);
         let ended = self.with(|c, s| {
@@ -244,10 +239,6 @@ impl Target for PgDb {
     }
 
     fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        match self.receipt(key) {
-            Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
-            Ok(None) => LookupAnswer::NotFound,
-            Err(e) => LookupAnswer::Unknown(e.to_string()),
-        }
+        stage_end::lookup_answer(self.receipt(key).map_err(|e| e.to_string()))
     }
 }

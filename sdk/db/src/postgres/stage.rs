@@ -21,7 +21,7 @@ use super::session::Session as Client;
 use postgres::types::ToSql;
 use serde_json::{Map, Value};
 
-use crate::checks::{Policy, judge};
+use crate::checks::Policy;
 use crate::diff::{Change, Diff, Op};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
@@ -208,11 +208,7 @@ fn inside(
                 .into(),
         ));
     }
-    let verdict = judge(plan, &diff, policy);
-    if !verdict.passed() {
-        tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
-        return Err(Stop::Refuse("refused", verdict.for_agent()));
-    }
+    let verdict = stage_end::judged(key, plan, &diff, policy)?;
     if !holds_key(client, key)? {
         return Err(Stop::Refuse(
             "bad_plan",
@@ -306,18 +302,7 @@ fn premise(client: &mut Client, p: &Premise) -> Result<(), Stop> {
         }
         got.push(out);
     }
-    if got == p.expect {
-        Ok(())
-    } else {
-        tracing::warn!(premise = %p.name, expected = ?p.expect, found = ?got, "premise moved");
-        Err(Stop::Refuse(
-            "premise_moved",
-            format!(
-                "premise `{}` no longer holds: its answer changed since the plan was decided",
-                p.name
-            ),
-        ))
-    }
+    stage_end::premise_holds(p, &got)
 }
 
 /// One cell as JSON, for the types a premise compares; others are refused by name.
@@ -359,16 +344,9 @@ fn counted(client: &mut Client, s: &str) -> Result<i64, Stop> {
 fn run(client: &mut Client, st: &Statement) -> Result<(), Stop> {
     let what = format!("statement `{}`", st.name);
     let (prepared, values) = bound_values(client, &st.sql, &st.params, Place::Change, &what)?;
-    if let Err(e) = client.execute_prepared(&prepared, &refs(&values)) {
-        tracing::warn!(statement = %st.name, error = %e, "a plan's statement failed");
-        return Err(Stop::Refuse(
-            "statement_failed",
-            format!(
-                "statement `{}` failed in the database; nothing of the plan was applied",
-                st.name
-            ),
-        ));
-    }
+    client
+        .execute_prepared(&prepared, &refs(&values))
+        .map_err(|e| stage_end::statement_failed(&st.name, &e))?;
     Ok(())
 }
 

@@ -21,9 +21,8 @@ pub use install::{install, observed};
 use crate::checks::Policy;
 use crate::diff::Change;
 use crate::error::DbError;
-use crate::plan::Plan;
 use crate::receipt::Receipt;
-use crate::stage_end::Until;
+use crate::stage_end::{self, Until};
 
 /// How long a connection waits for the database's write lock outside a send (a send waits for
 /// at most its own timeout).
@@ -138,14 +137,9 @@ impl Target for SqliteDb {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let plan = match Plan::from_payload(req.payload) {
+        let plan = match stage_end::plan_of(req) {
             Ok(p) => p,
-            Err(e) => {
-                return SendAnswer::Definite {
-                    code: "bad_plan".into(),
-                    message: e.to_string(),
-                };
-            }
+            Err(refused) => return refused,
         };
         let until = Until::of(req);
         let conn = self.conn();
@@ -164,11 +158,7 @@ impl Target for SqliteDb {
             .map_err(|e| e.to_string())
             .and_then(|()| stage::read_marker_locked(&conn, key.as_str()));
         let _ = conn.busy_timeout(BUSY);
-        match read {
-            Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
-            Ok(None) => LookupAnswer::NotFound,
-            Err(e) => LookupAnswer::Unknown(format!("could not read the marker: {e}")),
-        }
+        stage_end::lookup_answer(read)
     }
 }
 

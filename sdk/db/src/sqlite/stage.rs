@@ -19,7 +19,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Map, Value, json};
 
-use crate::checks::{Policy, Verdict, judge};
+use crate::checks::Policy;
 use crate::diff::{Change, Diff, Op};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
@@ -88,11 +88,7 @@ fn inside(
         run(conn, key, s)?;
     }
     let diff = measured(conn, key)?;
-    let verdict: Verdict = judge(plan, &diff, policy);
-    if !verdict.passed() {
-        tracing::warn!(key, refusal = %verdict.for_operator(), "database plan refused");
-        return Err(Stop::Refuse("refused", verdict.for_agent()));
-    }
+    let verdict = stage_end::judged(key, plan, &diff, policy)?;
     conn.execute("DELETE FROM interlock_changes WHERE stage = ?1", [key])?;
     conn.execute("DELETE FROM interlock_stage", [])?;
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
@@ -175,19 +171,7 @@ fn premise(conn: &Connection, p: &Premise) -> Result<(), Stop> {
         }
         Ok(got)
     })?;
-    if got == p.expect {
-        Ok(())
-    } else {
-        // The answer may hold other people's rows: only the premise's name goes back.
-        tracing::warn!(premise = %p.name, expected = ?p.expect, found = ?got, "premise moved");
-        Err(Stop::Refuse(
-            "premise_moved",
-            format!(
-                "premise `{}` no longer holds: its answer changed since the plan was decided",
-                p.name
-            ),
-        ))
-    }
+    stage_end::premise_holds(p, &got)
 }
 
 fn run(conn: &Connection, key: &str, s: &Statement) -> Result<(), Stop> {
@@ -196,18 +180,8 @@ fn run(conn: &Connection, key: &str, s: &Statement) -> Result<(), Stop> {
     guarded(conn, &format!("statement `{}`", s.name), || {
         let mut st = conn.prepare(&s.sql)?;
         bind(&mut st, &s.params)?;
-        if let Err(e) = st.raw_execute() {
-            // The database's message may quote other people's rows (a unique key's value): the
-            // operator's log has it, the answer names the statement only.
-            tracing::warn!(statement = %s.name, error = %e, "a plan's statement failed");
-            return Err(Stop::Refuse(
-                "statement_failed",
-                format!(
-                    "statement `{}` failed in the database; nothing of the plan was applied",
-                    s.name
-                ),
-            ));
-        }
+        st.raw_execute()
+            .map_err(|e| stage_end::statement_failed(&s.name, &e))?;
         Ok(())
     })?;
     let counted = conn.total_changes() - before;
