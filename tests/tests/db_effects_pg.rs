@@ -27,6 +27,7 @@ fn shop(label: &str) -> (String, PgDbOptions, Client) {
     let options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema(label)),
         search_path: Some(tables.clone()),
+        plans_are_trusted: true,
     };
     let mut client = Client::connect(&url, NoTls).unwrap();
     client
@@ -321,4 +322,16 @@ fn on_postgres_a_plan_that_releases_the_keys_lock_or_names_the_substrate_is_refu
             "{sql}: {answer:?}"
         );
     }
+}
+
+#[test]
+fn on_postgres_a_target_for_plans_nobody_vouched_for_is_refused_naming_why() {
+    let (url, mut options, _client) = shop("pg_untrusted");
+    options.plans_are_trusted = false;
+    let err = PgDb::open(&url, options, Policy::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("plans_are_trusted") && text.contains("SQLite"),
+        "{text}"
+    );
 }

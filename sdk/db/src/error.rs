@@ -31,6 +31,11 @@ pub enum DbError {
         /// Where it was looked for (a PostgreSQL schema), or empty.
         where_: String,
     },
+    /// A PostgreSQL target opened without `PgDbOptions::plans_are_trusted`.
+    #[error(
+        "the PostgreSQL substrate does not yet confine a plan's statements by the server's privileges (a statement could reach the markers through a function that runs SQL of its own); set PgDbOptions::plans_are_trusted only if your own code writes every plan, or stage agents' plans on SQLite, whose authorizer confines them (docs/db-effects.md)"
+    )]
+    UntrustedPlans,
     /// A plan.
     #[error(transparent)]
     Plan(#[from] PlanError),

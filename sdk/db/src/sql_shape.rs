@@ -68,6 +68,17 @@ pub enum ShapeError {
         /// Byte offset of `OR`.
         at: usize,
     },
+    /// A form one of the two databases reads differently from the other, or from this scan:
+    /// escape strings (`E'…'`), Unicode escapes (`U&"…"`), brackets.
+    #[error("{what} at byte {at}: {why}")]
+    Dialect {
+        /// The form.
+        what: &'static str,
+        /// Byte offset.
+        at: usize,
+        /// What to write instead.
+        why: &'static str,
+    },
     /// A string, quoted name or comment never closed.
     #[error("unterminated {what} starting at byte {at}")]
     Unterminated {
@@ -153,14 +164,17 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
         }
         match c {
             b'\'' => i = quoted_end(b, i)?,
-            b'"' | b'`' | b'[' => {
-                let end = if c == b'[' {
-                    closing(b, i, b']', "bracketed name")?
-                } else {
-                    quoted_end(b, i)?
-                };
+            b'"' | b'`' => {
+                let end = quoted_end(b, i)?;
                 reserved(&sql[i..end], i)?;
                 i = end;
+            }
+            b'[' => {
+                return Err(ShapeError::Dialect {
+                    what: "a bracket",
+                    at: i,
+                    why: "SQLite reads it as a quoted name, PostgreSQL as a subscript; quote names with \"…\"",
+                });
             }
             b'-' if b.get(i + 1) == Some(&b'-') => i = line_end(b, i),
             b'/' if b.get(i + 1) == Some(&b'*') => i = comment_end(b, i)?,
@@ -202,6 +216,23 @@ fn scan(sql: &str, place: Place) -> Result<(Vec<String>, Spans), ShapeError> {
             c if is_word_start(c) => {
                 let j = word_end(b, i);
                 let word = sql[i..j].to_ascii_uppercase();
+                match (word.as_str(), b.get(j)) {
+                    ("E", Some(b'\'')) => {
+                        return Err(ShapeError::Dialect {
+                            what: "an escape string",
+                            at: i,
+                            why: "its backslashes are read differently; write the text as a plain '…' string",
+                        });
+                    }
+                    ("U", Some(b'&')) => {
+                        return Err(ShapeError::Dialect {
+                            what: "a Unicode escape",
+                            at: i,
+                            why: "write the name or text plainly",
+                        });
+                    }
+                    _ => {}
+                }
                 reserved(&word, i)?;
                 if word == "REPLACE" && previous_word.as_deref() == Some("OR") {
                     return Err(ShapeError::Replace { at: previous_at });
@@ -297,14 +328,6 @@ fn quoted_end(b: &[u8], i: usize) -> Result<usize, ShapeError> {
     Err(ShapeError::Unterminated { what, at: i })
 }
 
-fn closing(b: &[u8], i: usize, close: u8, what: &'static str) -> Result<usize, ShapeError> {
-    b[i + 1..]
-        .iter()
-        .position(|&c| c == close)
-        .map(|p| i + 1 + p + 1)
-        .ok_or(ShapeError::Unterminated { what, at: i })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,7 +404,7 @@ mod tests {
             "DELETE FROM interlock_changes WHERE 1 = 1",
             "DELETE FROM \"Interlock_Markers\"",
             "UPDATE t SET a = 1 WHERE id IN (SELECT key FROM interlock_db.markers)",
-            "UPDATE t SET a = current_setting('x') FROM [interlock_stage]",
+            "UPDATE t SET a = current_setting('x') FROM `interlock_stage`",
         ] {
             assert!(
                 matches!(check(sql, Place::Change), Err(ShapeError::Reserved { .. })),
@@ -400,6 +423,16 @@ mod tests {
             check("UPDATE t SET a = :1", Place::Change),
             Err(ShapeError::Positional { .. })
         ));
+        for sql in [
+            "UPDATE t SET a = E'\\'' WHERE id = :id",
+            "DELETE FROM U&\"\\0069nterlock_db\".markers",
+            "UPDATE t SET a = b[1] WHERE id = :id",
+        ] {
+            assert!(
+                matches!(check(sql, Place::Change), Err(ShapeError::Dialect { .. })),
+                "{sql}"
+            );
+        }
         // A string may say anything.
         check(
             "UPDATE t SET note = 'interlock /* or replace' WHERE id = :id",
@@ -425,7 +458,7 @@ mod tests {
     #[test]
     fn punctuation_inside_strings_names_and_comments_is_text() {
         let names = check(
-            "UPDATE \"odd;name\" SET note = 'a; b? c :d $1', [x?] = 1 -- ; ?\nWHERE id = :id AND v = x::int",
+            "UPDATE \"odd;name\" SET note = 'a; b? c :d $1', \"x?\" = 1 -- ; ?\nWHERE id = :id AND v = x::int",
             Place::Change,
         )
         .unwrap();

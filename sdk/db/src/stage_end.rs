@@ -123,6 +123,9 @@ pub(crate) fn late() -> Stop {
     )
 }
 
+/// The longest wait taken as given (longer ones are this): a time the monotonic clock can add.
+const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Until when a stage may begin or commit: the send's timeout from when the target got it, and
 /// the gate's own deadline on the clock recoverers judge by, whichever comes first. The second
 /// is what a process frozen before its stage cannot restart by waking up.
@@ -136,7 +139,7 @@ impl<'a> Until<'a> {
     /// The limits of `req`, from now.
     pub(crate) fn of(req: &SendRequest<'a>) -> Self {
         Self {
-            instant: Instant::now() + req.timeout,
+            instant: Instant::now() + req.timeout.min(LONGEST),
             wall: req.deadline,
         }
     }
@@ -144,7 +147,7 @@ impl<'a> Until<'a> {
     /// `wait` from now, with no wall-clock limit (lookups).
     pub(crate) fn after(wait: Duration) -> Self {
         Self {
-            instant: Instant::now() + wait,
+            instant: Instant::now() + wait.min(LONGEST),
             wall: None,
         }
     }

@@ -198,6 +198,7 @@ fn postgres_rounds(rounds: usize, per_round: usize) -> anyhow::Result<Value> {
     let options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema("db_bench")),
         search_path: Some(tables.clone()),
+        plans_are_trusted: true,
     };
     let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
     client.batch_execute(&format!(

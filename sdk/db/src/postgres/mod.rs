@@ -38,6 +38,11 @@ pub struct PgDbOptions {
     pub schema: String,
     /// The `search_path` plans' table names are resolved on (default: the server's).
     pub search_path: Option<String>,
+    /// That every plan this target stages is written by the team's own code, not by an agent.
+    /// Required (default `false`): on PostgreSQL a plan's statements run with the rights that
+    /// write the marker, so a statement reaching the substrate's tables through a function that
+    /// runs SQL of its own is not yet stopped by the server (see `docs/db-effects.md`).
+    pub plans_are_trusted: bool,
 }
 
 impl Default for PgDbOptions {
@@ -45,6 +50,7 @@ impl Default for PgDbOptions {
         Self {
             schema: "interlock_db".into(),
             search_path: None,
+            plans_are_trusted: false,
         }
     }
 }
@@ -86,6 +92,9 @@ impl PgDb {
     /// substrate must be installed in `options.schema` ([`install`]).
     pub fn open(url: &str, options: PgDbOptions, policy: Policy) -> Result<Self, DbError> {
         check_schema(&options.schema)?;
+        if !options.plans_are_trusted {
+            return Err(DbError::UntrustedPlans);
+        }
         let config: postgres::Config = url.parse().map_err(|e| DbError::Database {
             doing: "open",
             what: format!(
@@ -151,16 +160,13 @@ impl PgDb {
             *session = None;
         }
         if session.is_none() {
-            let mut client = self
+            let client = self
                 .config
                 .connect(NoTls)
                 .map_err(|e| DbError::postgres("connect", e))?;
-            if let Some(path) = &self.options.search_path {
-                client
-                    .query_one("SELECT set_config('search_path', $1, false)", &[path])
-                    .map_err(|e| DbError::postgres("connect", e))?;
-            }
-            *session = Some(Session::new(client));
+            let opened = Session::new(client, self.options.search_path.clone())
+                .map_err(|e| DbError::postgres("connect", e))?;
+            *session = Some(opened);
         }
         Ok(session)
     }

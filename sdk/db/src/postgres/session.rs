@@ -14,14 +14,36 @@ const KEPT: usize = 256;
 pub(crate) struct Session {
     client: Client,
     prepared: HashMap<String, Statement>,
+    search_path: Option<String>,
 }
 
 impl Session {
-    pub(crate) fn new(client: Client) -> Self {
-        Self {
+    /// A session on `client`, its `search_path` set (and set again after every stage).
+    pub(crate) fn new(
+        mut client: Client,
+        search_path: Option<String>,
+    ) -> Result<Self, postgres::Error> {
+        if let Some(path) = &search_path {
+            client.query_one("SELECT set_config('search_path', $1, false)", &[path])?;
+        }
+        Ok(Self {
             client,
             prepared: HashMap::new(),
+            search_path,
+        })
+    }
+
+    /// End whatever a stage left: its transaction, every setting a plan's statement may have
+    /// made for the session, and every advisory lock the session holds (the key's, and any a
+    /// statement took). `Err`: the session may still hold some, and must be closed.
+    pub(crate) fn end_stage(&mut self) -> Result<(), postgres::Error> {
+        self.client
+            .batch_execute("ROLLBACK; RESET ALL; SELECT pg_advisory_unlock_all();")?;
+        if let Some(path) = &self.search_path {
+            self.client
+                .query_one("SELECT set_config('search_path', $1, false)", &[path])?;
         }
+        Ok(())
     }
 
     pub(crate) fn is_closed(&self) -> bool {

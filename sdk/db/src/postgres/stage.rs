@@ -58,16 +58,9 @@ pub(crate) fn stage(
     }
 }
 
-/// End whatever the stage left open and release every advisory lock the session holds — the
-/// key's, and any a plan's statement took or dropped on its own — with the session's timeouts
-/// back at their defaults. `Err`: the session may still hold a lock or a transaction, and must
-/// be closed (which releases both).
+/// End whatever the stage left ([`Client::end_stage`]). `Err`: the session must be closed.
 fn unlock_key(client: &mut Client) -> Result<(), String> {
-    client
-        .batch_execute(
-            "ROLLBACK; RESET statement_timeout; RESET lock_timeout; SELECT pg_advisory_unlock_all();",
-        )
-        .map_err(|e| e.to_string())
+    client.end_stage().map_err(|e| e.to_string())
 }
 
 /// Whether the session still holds the key's lock: a plan's statement could have released it.

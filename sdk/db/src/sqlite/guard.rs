@@ -4,8 +4,9 @@
 //! [`crate::sql_shape`] refuses what it can read; this catches what it cannot (a name built at
 //! run time is not possible in SQLite, but a view or a team's trigger may reach anywhere).
 //!
-//! Refused: writing or reading the substrate's own tables (except by the substrate's triggers),
-//! transactions and savepoints, pragmas, attaching databases, and any schema change.
+//! Refused: reading the substrate's markers and change records, writing any of its tables
+//! (except the change record its own triggers write), transactions and savepoints, pragmas,
+//! attaching databases, and any schema change.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -50,15 +51,37 @@ fn substrate(table: &str) -> bool {
     table.to_ascii_lowercase().starts_with("interlock_")
 }
 
+/// Whether `accessor` is one of the substrate's own triggers (`interlock_<table>_insert`, …).
+/// SQLite also names a subquery or a CTE as the accessor of what it reads, and a plan may name
+/// those freely: so this only ever admits the one write those triggers make, never a read.
+fn substrate_trigger(accessor: Option<&str>) -> bool {
+    accessor.is_some_and(|a| {
+        substrate(a) && (a.ends_with("_insert") || a.ends_with("_update") || a.ends_with("_delete"))
+    })
+}
+
 /// Why `ctx` is refused, or `None`.
 fn refusal(ctx: &AuthContext<'_>) -> Option<String> {
-    let by_substrate = ctx.accessor.is_some_and(substrate);
     match ctx.action {
+        // The substrate's triggers write change records and read the stage's name; nothing of
+        // a plan's touches its tables otherwise. The stage's own row is the plan's key and
+        // statement name, nothing another tenant owns.
+        AuthAction::Insert { table_name }
+            if table_name.eq_ignore_ascii_case("interlock_changes")
+                && substrate_trigger(ctx.accessor) =>
+        {
+            None
+        }
+        AuthAction::Read { table_name, .. }
+            if table_name.eq_ignore_ascii_case("interlock_stage") =>
+        {
+            None
+        }
         AuthAction::Insert { table_name }
         | AuthAction::Delete { table_name }
         | AuthAction::Update { table_name, .. }
         | AuthAction::Read { table_name, .. }
-            if substrate(table_name) && !by_substrate =>
+            if substrate(table_name) =>
         {
             Some(format!("it reaches the substrate's table {table_name}"))
         }

@@ -431,6 +431,31 @@ fn a_statement_that_reaches_the_substrates_tables_through_a_trigger_is_refused_b
 }
 
 #[test]
+fn a_plan_cannot_read_the_markers_through_a_subquery_named_like_the_substrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let SendAnswer::Done(_) = send(&db, "earlier", &cancel_and_credit()) else {
+        panic!("an earlier effect commits");
+    };
+    // Names in strings pass the lexer; SQLite names the CTE as the reader of the markers.
+    let peek = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = (WITH 'interlock_r_insert' AS (SELECT count(*) AS r FROM 'interlock_markers') SELECT r FROM 'interlock_r_insert') WHERE id = :customer",
+        json!({"customer": 20}),
+    )])
+    .unwrap();
+    match send(&db, "peek", &peek) {
+        SendAnswer::Definite { code, message } => {
+            assert_eq!(code, "bad_plan");
+            assert!(message.contains("interlock_markers"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credit(&path, 20), 0);
+}
+
+#[test]
 fn a_row_a_conflict_clause_replaces_is_seen_and_the_stage_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");
