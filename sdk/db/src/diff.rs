@@ -48,6 +48,28 @@ pub struct Change {
 }
 
 impl Change {
+    /// A change record as a substrate stores it: the operation's name and each image as JSON
+    /// text. `Err` names what cannot be read.
+    pub(crate) fn from_stored(
+        statement: Option<String>,
+        table: String,
+        op: &str,
+        before: Option<String>,
+        after: Option<String>,
+    ) -> Result<Self, String> {
+        let image = |t: Option<String>| -> Result<Option<Map<String, Value>>, String> {
+            t.map(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+                .transpose()
+        };
+        Ok(Self {
+            statement,
+            op: Op::parse(op).ok_or_else(|| format!("unknown change `{op}`"))?,
+            table,
+            before: image(before)?,
+            after: image(after)?,
+        })
+    }
+
     /// Each image of the row there is: before, after, or both.
     pub fn images(&self) -> impl Iterator<Item = &Map<String, Value>> {
         self.before.iter().chain(self.after.iter())

@@ -51,6 +51,15 @@ pub(crate) enum Stop {
     Db(String),
 }
 
+impl Stop {
+    /// What went wrong, in words, where only a message is wanted.
+    pub(crate) fn into_message(self) -> String {
+        match self {
+            Stop::Refuse(_, m) | Stop::Db(m) => m,
+        }
+    }
+}
+
 impl From<rusqlite::Error> for Stop {
     fn from(e: rusqlite::Error) -> Self {
         Stop::Db(e.to_string())
@@ -115,8 +124,23 @@ pub(crate) fn finish(
     }
 }
 
+/// The inside of a stage (`f`), bracketed by its deadline: not begun once `until` has passed,
+/// and not to be committed if it passed while `f` ran.
+pub(crate) fn in_time(
+    until: Until<'_>,
+    f: impl FnOnce() -> Result<Inside, Stop>,
+) -> Result<Inside, Stop> {
+    if until.passed() {
+        return Err(late());
+    }
+    match f()? {
+        Inside::Passed(_) if until.passed() => Err(late()),
+        inside => Ok(inside),
+    }
+}
+
 /// The stop for a stage that reached its deadline.
-pub(crate) fn late() -> Stop {
+fn late() -> Stop {
     Stop::Refuse(
         "deadline",
         "the stage outlasted the send's timeout and was rolled back".into(),

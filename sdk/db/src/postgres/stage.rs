@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use super::session::Session as Client;
 use postgres::types::ToSql;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::checks::Policy;
-use crate::diff::{Change, Diff, Op};
+use crate::diff::{Change, Diff};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
 use crate::sql_shape::{self, Place};
@@ -141,11 +141,8 @@ fn in_transaction(
     if let Err(e) = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let inside = inside(client, s, key, plan, plan_hash, policy, until).and_then(|i| {
-        match (&i, until.passed()) {
-            (Inside::Passed(_), true) => Err(stage_end::late()),
-            _ => Ok(i),
-        }
+    let inside = stage_end::in_time(until, || {
+        inside(client, s, key, plan, plan_hash, policy, until)
     });
     let client = std::cell::RefCell::new(client);
     stage_end::finish(
@@ -171,9 +168,6 @@ fn inside(
     policy: &Policy,
     until: Until<'_>,
 ) -> Result<Inside, Stop> {
-    if until.passed() {
-        return Err(stage_end::late());
-    }
     timeouts_and(client, until, "interlock.stage", key)?;
     if let Some(receipt) = marker(client, s, key)? {
         return Ok(Inside::Marked(receipt));
@@ -249,9 +243,7 @@ pub(crate) fn read_marker_locked(
         let _ = unlock_key(client);
         return Err(format!("could not take the key's lock: {e}"));
     }
-    let found = marker(client, s, key).map_err(|stop| match stop {
-        Stop::Db(m) | Stop::Refuse(_, m) => m,
-    });
+    let found = marker(client, s, key).map_err(Stop::into_message);
     unlock_key(client).map_err(|e| format!("could not release the key's lock: {e}"))?;
     found
 }
@@ -365,18 +357,8 @@ pub(crate) fn changes(
     .map_err(|e| e.to_string())?;
     rows.iter()
         .map(|r| {
-            let image = |t: Option<String>| -> Result<Option<Map<String, Value>>, String> {
-                t.map(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-                    .transpose()
-            };
             let op: String = r.get(2);
-            Ok(Change {
-                statement: r.get(0),
-                table: r.get(1),
-                op: Op::parse(&op).ok_or_else(|| format!("unknown change `{op}`"))?,
-                before: image(r.get(3))?,
-                after: image(r.get(4))?,
-            })
+            Change::from_stored(r.get(0), r.get(1), &op, r.get(3), r.get(4))
         })
         .collect()
 }

@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::checks::Policy;
-use crate::diff::{Change, Diff, Op};
+use crate::diff::{Change, Diff};
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
 use crate::stage_end::{self, Ended, Inside, Stop, Until};
@@ -43,14 +43,7 @@ pub(crate) fn stage(
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let late = || until.passed().then(stage_end::late);
-    let inside = match late() {
-        Some(stop) => Err(stop),
-        None => inside(conn, key, plan, &plan_hash, policy).and_then(|i| match (&i, late()) {
-            (Inside::Passed(_), Some(stop)) => Err(stop),
-            _ => Ok(i),
-        }),
-    };
+    let inside = stage_end::in_time(until, || inside(conn, key, plan, &plan_hash, policy));
     stage_end::finish(
         key,
         &plan_hash,
@@ -117,9 +110,7 @@ fn marker(conn: &Connection, key: &str) -> Result<Option<Receipt>, Stop> {
 
 /// The marker's receipt: `Err` is the database's message.
 pub(crate) fn read_marker(conn: &Connection, key: &str) -> Result<Option<Receipt>, String> {
-    marker(conn, key).map_err(|s| match s {
-        Stop::Db(m) | Stop::Refuse(_, m) => m,
-    })
+    marker(conn, key).map_err(Stop::into_message)
 }
 
 /// The marker's receipt, read holding the write lock: a stage under way (even one whose process
@@ -278,17 +269,7 @@ pub(crate) fn changes(conn: &Connection, stage: Option<&str>) -> Result<Vec<Chan
         .map_err(|e| e.to_string())?;
     rows.into_iter()
         .map(|(statement, table, op, before, after)| {
-            let image = |t: Option<String>| -> Result<Option<Map<String, Value>>, String> {
-                t.map(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-                    .transpose()
-            };
-            Ok(Change {
-                statement,
-                op: Op::parse(&op).ok_or_else(|| format!("unknown change `{op}`"))?,
-                table,
-                before: image(before)?,
-                after: image(after)?,
-            })
+            Change::from_stored(statement, table, &op, before, after)
         })
         .collect()
 }
