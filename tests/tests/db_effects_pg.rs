@@ -12,24 +12,26 @@ use interlock::lease::Grant;
 use interlock::premise::NoPremises;
 use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target};
 use interlock::{Effect, EffectKey, Gate, GateConfig, ManualClock, Outcome, SqliteJournal};
-use interlock_db::postgres::install;
+use interlock_db::postgres::{allow, install};
 use interlock_db::{PgDb, PgDbOptions, Plan, Policy, Premise, Receipt, Statement};
 use interlock_testkit::pg::Cluster;
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 
-/// A shop in a schema of its own, the substrate in another; returns the URL, the options that
-/// find both, and a client on the shop's search path.
+/// A shop in a schema of its own, the substrate in another, and a confined role to stage as:
+/// the rows its plans need on the shop's tables and what `allow` grants, nothing more. Returns
+/// that role's URL, the options that find both schemas, and the installer's client on the
+/// shop's search path.
 fn shop(label: &str) -> (String, PgDbOptions, Client) {
     let cluster = Cluster::shared().unwrap();
-    let url = cluster.url().to_owned();
     let tables = cluster.fresh_schema(label);
     let options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema(label)),
         search_path: Some(tables.clone()),
-        plans_are_trusted: true,
+        plans_are_trusted: false,
     };
-    let mut client = Client::connect(&url, NoTls).unwrap();
+    let stager = format!("{tables}_stager");
+    let mut client = Client::connect(cluster.url(), NoTls).unwrap();
     client
         .batch_execute(&format!(
             "CREATE SCHEMA {tables}; SET search_path TO {tables};
@@ -41,7 +43,11 @@ fn shop(label: &str) -> (String, PgDbOptions, Client) {
              BEGIN INSERT INTO audit (what) VALUES ('order ' || NEW.id || ' ' || NEW.status); RETURN NULL; END $$;
              CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders FOR EACH ROW EXECUTE FUNCTION audit_order();
              INSERT INTO orders VALUES (1, 't1', 'paid', 500), (2, 't2', 'paid', 900);
-             INSERT INTO customers VALUES (10, 't1', 0), (20, 't2', 0);"
+             INSERT INTO customers VALUES (10, 't1', 0), (20, 't2', 0);
+             CREATE ROLE {stager} LOGIN PASSWORD 'stager';
+             GRANT USAGE ON SCHEMA {tables} TO {stager};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tables} TO {stager};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tables} TO {stager};"
         ))
         .unwrap();
     install(
@@ -50,7 +56,8 @@ fn shop(label: &str) -> (String, PgDbOptions, Client) {
         &["orders", "customers", "audit"],
     )
     .unwrap();
-    (url, options, client)
+    allow(&mut client, &options.schema, &stager).unwrap();
+    (cluster.url_as(&stager, "stager"), options, client)
 }
 
 fn stmt(name: &str, sql: &str, params: Value) -> Statement {
@@ -197,6 +204,30 @@ fn on_postgres_a_moved_premise_a_second_tenant_and_an_unobserved_table_are_each_
 }
 
 #[test]
+fn on_postgres_a_deferred_trigger_fires_inside_the_measurement_not_after_it() {
+    let (url, options, mut client) = shop("pg_deferred");
+    // Fires at COMMIT unless something makes it fire sooner; writes a table nobody observes.
+    client
+        .batch_execute(
+            "CREATE FUNCTION note_credit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO notes (text) VALUES ('credit ' || NEW.id); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER customers_note AFTER UPDATE ON customers
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION note_credit();",
+        )
+        .unwrap();
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    match send(&db, "deferred", &cancel_and_credit()) {
+        SendAnswer::Definite { code, .. } => assert_eq!(code, "unobserved_table"),
+        other => panic!("{other:?}"),
+    }
+    let notes: i64 = client
+        .query_one("SELECT count(*) FROM notes", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!((credit(&mut client, 10), notes), (0, 0), "nothing applied");
+}
+
+#[test]
 fn on_postgres_a_write_by_a_role_without_grants_on_the_substrate_is_still_recorded_as_unmediated() {
     let (url, options, mut client) = shop("pg_unmediated");
     let role = format!("{}_app", options.schema);
@@ -325,13 +356,132 @@ fn on_postgres_a_plan_that_releases_the_keys_lock_or_names_the_substrate_is_refu
 }
 
 #[test]
-fn on_postgres_a_target_for_plans_nobody_vouched_for_is_refused_naming_why() {
-    let (url, mut options, _client) = shop("pg_untrusted");
-    options.plans_are_trusted = false;
-    let err = PgDb::open(&url, options, Policy::default()).unwrap_err();
-    let text = err.to_string();
+fn on_postgres_a_target_whose_role_could_reach_the_substrate_is_refused_naming_each_way() {
+    let (url, options, mut client) = shop("pg_unconfined");
+    let cluster = Cluster::shared().unwrap();
+    // The installer: a superuser, owning the substrate.
+    let text = PgDb::open(cluster.url(), options.clone(), Policy::default())
+        .unwrap_err()
+        .to_string();
     assert!(
-        text.contains("plans_are_trusted") && text.contains("SQLite"),
+        text.contains("is a superuser")
+            && text.contains("owns the substrate's schema")
+            && text.contains("plans_are_trusted"),
         "{text}"
     );
+    // Vouched for, the same role is let through.
+    let trusted = PgDbOptions {
+        plans_are_trusted: true,
+        ..options.clone()
+    };
+    PgDb::open(cluster.url(), trusted, Policy::default()).unwrap();
+    // A grant on the markers, or TRUNCATE on an observed table, unconfines the staging role.
+    let stager = format!("{}_stager", options.search_path.clone().unwrap());
+    let markers = format!("{}.markers", options.schema);
+    client
+        .batch_execute(&format!(
+            "GRANT SELECT ON {markers} TO {stager}; GRANT TRUNCATE ON orders TO {stager};"
+        ))
+        .unwrap();
+    let text = PgDb::open(&url, options.clone(), Policy::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains(&format!("has rights on {markers}"))
+            && text.contains("may truncate or add triggers to")
+            && !text.contains("superuser"),
+        "{text}"
+    );
+    // A role never let in is told how to be.
+    let outsider = format!("{stager}_out");
+    client
+        .batch_execute(&format!("CREATE ROLE {outsider} LOGIN PASSWORD 'out'"))
+        .unwrap();
+    let text = PgDb::open(
+        &cluster.url_as(&outsider, "out"),
+        options,
+        Policy::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(text.contains("interlock_db::postgres::allow"), "{text}");
+}
+
+#[test]
+fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_servers_privileges()
+{
+    let (url, options, mut client) = shop("pg_confined");
+    let schema = options.schema.clone();
+    let shop = options.search_path.clone().unwrap();
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let SendAnswer::Done(first) = send(&db, "first", &cancel_and_credit()) else {
+        panic!("the honest plan commits");
+    };
+    // Each plan first points the search path at the substrate's schema (its name is a
+    // parameter, which the lexer never reads), then names its tables or functions bare.
+    let reach = |name: &str, sql: &str, params: Value| {
+        json!({"statements": [
+            {"name": "aim", "sql": "UPDATE customers SET credit = credit + 1 WHERE id = :customer AND set_config('search_path', :path, true) IS NOT NULL", "params": {"path": schema, "customer": 10}},
+            {"name": name, "sql": sql, "params": params},
+        ]})
+    };
+    let first_key = EffectKey::derive(&["first"]);
+    let attempts = [
+        (
+            "erase",
+            "DELETE FROM markers WHERE key = :k".to_owned(),
+            json!({"k": first_key.as_str()}),
+        ),
+        (
+            "rewrite",
+            "UPDATE changes SET op = 'insert' WHERE seq > :n".to_owned(),
+            json!({"n": 0}),
+        ),
+        (
+            "copy",
+            format!(
+                "INSERT INTO {shop}.customers (id, tenant, credit) SELECT 99, receipt, 0 FROM markers WHERE key <> :k"
+            ),
+            json!({"k": ""}),
+        ),
+        (
+            "reopen",
+            format!(
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND (SELECT o_token FROM open(:k)) IS NOT NULL"
+            ),
+            json!({"k": "other", "customer": 10}),
+        ),
+        (
+            "forge",
+            format!(
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND seal(gen_random_uuid(), :k, :k, :k) IS NULL"
+            ),
+            json!({"k": "x", "customer": 10}),
+        ),
+    ];
+    for (name, sql, extra) in attempts {
+        let answer = db.send(&SendRequest {
+            key: &EffectKey::derive(&[name]),
+            payload: &reach(name, &sql, extra),
+            timeout: Duration::from_secs(5),
+            deadline: None,
+        });
+        match &answer {
+            SendAnswer::Definite { code, message } => {
+                assert_eq!(code, "statement_failed", "{name}: {message}");
+                assert!(message.contains(name), "{name}: {message}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!(credit(&mut client, 10), 500, "only the honest plan applied");
+    assert_eq!(
+        send(&db, "first", &cancel_and_credit()),
+        SendAnswer::Replayed(first)
+    );
+    let markers: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {schema}.markers"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(markers, 1);
 }

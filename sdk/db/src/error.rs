@@ -31,11 +31,31 @@ pub enum DbError {
         /// Where it was looked for (a PostgreSQL schema), or empty.
         where_: String,
     },
-    /// A PostgreSQL target opened without `PgDbOptions::plans_are_trusted`.
+    /// A PostgreSQL target's role could reach the substrate other than through its functions.
     #[error(
-        "the PostgreSQL substrate does not yet confine a plan's statements by the server's privileges (a statement could reach the markers through a function that runs SQL of its own); set PgDbOptions::plans_are_trusted only if your own code writes every plan, or stage agents' plans on SQLite, whose authorizer confines them (docs/db-effects.md)"
+        "the role this PostgreSQL target connects as is not confined, so a plan's statements could reach the markers: {}. Connect as a role that holds only the rights its plans need on your tables plus what interlock_db::postgres::allow grants, or set PgDbOptions::plans_are_trusted if your own code writes every plan (docs/db-effects.md, \"Roles and grants\")",
+        findings.join("; ")
     )]
-    UntrustedPlans,
+    Unconfined {
+        /// What the server's catalogs say the role can do, one finding each.
+        findings: Vec<String>,
+    },
+    /// A PostgreSQL target's role has not been let in to the substrate.
+    #[error(
+        "role {role} may not use the substrate in schema {schema}: run interlock_db::postgres::allow(client, \"{schema}\", \"{role}\") as the role that installed it"
+    )]
+    NotAllowed {
+        /// The role the target connects as.
+        role: String,
+        /// The substrate's schema.
+        schema: String,
+    },
+    /// A role name that cannot be granted as given.
+    #[error("role `{role}` cannot be granted: name a role with letters, digits and `_`")]
+    BadRole {
+        /// The name given.
+        role: String,
+    },
     /// A plan.
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -58,11 +78,9 @@ impl DbError {
     }
 
     pub(crate) fn postgres(doing: &'static str, e: postgres::Error) -> Self {
-        // The server's own message (with its SQLSTATE) where there is one.
-        let what = e.as_db_error().map_or_else(
-            || e.to_string(),
-            |d| format!("{} ({})", d.message(), d.code().code()),
-        );
-        DbError::Database { doing, what }
+        DbError::Database {
+            doing,
+            what: crate::stage_end::described(&e),
+        }
     }
 }

@@ -68,8 +68,17 @@ impl From<rusqlite::Error> for Stop {
 
 impl From<postgres::Error> for Stop {
     fn from(e: postgres::Error) -> Self {
-        Stop::Db(e.to_string())
+        Stop::Db(described(&e))
     }
+}
+
+/// The server's own message and SQLSTATE where there is one (the client's says only "db
+/// error"), for the operator's log.
+pub(crate) fn described(e: &postgres::Error) -> String {
+    e.as_db_error().map_or_else(
+        || e.to_string(),
+        |d| format!("{} ({})", d.message(), d.code().code()),
+    )
 }
 
 /// What the inside of a stage came to, before its transaction ends.

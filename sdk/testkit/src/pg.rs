@@ -131,6 +131,17 @@ impl Cluster {
         &self.url
     }
 
+    /// The server's URL, logging in as `user` with `password` instead (a throwaway server trusts
+    /// every login; another checks the password).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let (scheme, rest) = self
+            .url
+            .split_once("://")
+            .unwrap_or(("postgres", &self.url));
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        format!("{scheme}://{user}:{password}@{rest}")
+    }
+
     /// The server's socket address (`host:port` of its URL, as an IP address), for a proxy in
     /// front of it; `None` where the URL names a host by name or a socket directory.
     pub fn address(&self) -> Option<std::net::SocketAddr> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use interlock::EffectKey;
 use interlock::target::{SendAnswer, SendRequest, Target};
-use interlock_db::postgres::install as pg_install;
+use interlock_db::postgres::{allow as pg_allow, install as pg_install};
 use interlock_db::{PgDb, PgDbOptions, Plan, Policy, SqliteDb, Statement};
 use interlock_testkit::bench_report::round;
 use interlock_testkit::pg::Cluster;
@@ -193,21 +193,30 @@ fn db_full_sync(path: &Path) -> anyhow::Result<()> {
 
 fn postgres_rounds(rounds: usize, per_round: usize) -> anyhow::Result<Value> {
     let cluster = Cluster::shared().context("a PostgreSQL server for the benchmark")?;
-    let url = cluster.url().to_owned();
     let tables = cluster.fresh_schema("db_bench");
     let options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema("db_bench")),
         search_path: Some(tables.clone()),
-        plans_are_trusted: true,
+        plans_are_trusted: false,
     };
-    let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
+    // Staged as users are told to: by a confined role, checked as the target opens.
+    let stager = format!("{tables}_stager");
+    let mut client = postgres::Client::connect(cluster.url(), postgres::NoTls)?;
     client.batch_execute(&format!(
         "CREATE SCHEMA {tables}; SET search_path TO {tables};
          CREATE TABLE customers (id INT PRIMARY KEY, credit BIGINT NOT NULL);
-         INSERT INTO customers VALUES (10, 0);"
+         INSERT INTO customers VALUES (10, 0);
+         CREATE ROLE {stager} LOGIN PASSWORD 'stager';
+         GRANT USAGE ON SCHEMA {tables} TO {stager};
+         GRANT SELECT, UPDATE ON customers TO {stager};"
     ))?;
     pg_install(&mut client, &options.schema, &["customers"])?;
-    let db = PgDb::open(&url, options, Policy::default())?;
+    pg_allow(&mut client, &options.schema, &stager)?;
+    let db = PgDb::open(
+        &cluster.url_as(&stager, "stager"),
+        options,
+        Policy::default(),
+    )?;
     let update = client.prepare("UPDATE customers SET credit = credit + $1 WHERE id = 10")?;
     let mut plain = |n: u64| -> anyhow::Result<Duration> {
         let t = Instant::now();

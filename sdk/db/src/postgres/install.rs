@@ -1,20 +1,43 @@
-//! What the PostgreSQL substrate installs: a schema of its own holding the markers, the change
-//! records and the one trigger function every observed table calls. The function runs with its
-//! owner's rights (`SECURITY DEFINER`, with a fixed `search_path`), so a write by any role — the
-//! application's, a migration's, a person's at a prompt — is recorded, and roles that write the
-//! team's tables need no grant on the substrate's schema. A write outside a stage finds no
-//! stage named in its transaction's settings and is recorded as unmediated.
+//! What the PostgreSQL substrate installs, and the line it draws between a plan and the
+//! substrate. Everything lives in a schema of its own that no role but its owner can read or
+//! write: the markers, the change records and the open stages. The role a target connects as
+//! reaches them only through four functions that run with the owner's rights, and three of those
+//! do nothing without the token the first handed to the transaction that opened the stage — a
+//! token a plan's statements never see, because a transaction can open only one stage and the
+//! target opens it before any statement runs. So a plan, whatever SQL it reaches, cannot read a
+//! marker, write one, or touch a change record: the server's privileges stop it, not the text.
+//!
+//! Change records are labelled with the writing transaction's id, which nothing a statement can
+//! set changes; the trigger function runs with its owner's rights, so a write by any role is
+//! recorded, and roles that write the team's tables need no grant on the substrate. A record no
+//! stage took up when it committed is a write nobody mediated.
 
 use postgres::Client;
 
 use crate::error::DbError;
 use crate::plan::is_plain_name;
 
-/// The substrate's tables and trigger function, in schema `s`.
+/// SQLSTATE of a stage whose key's lock a statement released.
+pub(crate) const LOCK_RELEASED: &str = "IL001";
+/// SQLSTATE of a call without its transaction's stage token, or a second stage in one
+/// transaction.
+pub(crate) const NOT_THE_OPENER: &str = "IL002";
+
+/// The functions a target's role is granted, with their argument types.
+const ENTRY_POINTS: [&str; 4] = [
+    "open(text)",
+    "measured(uuid)",
+    "seal(uuid, text, text, text)",
+    "unmediated(uuid)",
+];
+
+/// The substrate's tables and functions, in schema `s`.
 fn tables(s: &str) -> String {
+    let definer = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp";
     format!(
         "
 CREATE SCHEMA IF NOT EXISTS {s};
+REVOKE ALL ON SCHEMA {s} FROM PUBLIC;
 CREATE TABLE IF NOT EXISTS {s}.markers (
     key       TEXT PRIMARY KEY,
     plan_hash TEXT NOT NULL,
@@ -23,20 +46,30 @@ CREATE TABLE IF NOT EXISTS {s}.markers (
 );
 CREATE TABLE IF NOT EXISTS {s}.changes (
     seq       BIGSERIAL PRIMARY KEY,
-    stage     TEXT,
+    xid       xid8,
     statement TEXT,
     tbl       TEXT NOT NULL,
     op        TEXT NOT NULL,
     before    JSONB,
     after     JSONB
 );
-CREATE INDEX IF NOT EXISTS changes_stage ON {s}.changes (stage);
+ALTER TABLE {s}.changes ADD COLUMN IF NOT EXISTS xid xid8;
+ALTER TABLE {s}.changes DROP COLUMN IF EXISTS stage;
+CREATE INDEX IF NOT EXISTS changes_xid ON {s}.changes (xid);
+CREATE TABLE IF NOT EXISTS {s}.stages (
+    xid   xid8 PRIMARY KEY,
+    key   TEXT NOT NULL,
+    token UUID NOT NULL
+);
+REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION {s}.record_change() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql {definer} AS $fn$
 BEGIN
-    INSERT INTO {s}.changes (stage, statement, tbl, op, before, after)
+    INSERT INTO {s}.changes (xid, statement, tbl, op, before, after)
     VALUES (
-        NULLIF(current_setting('interlock.stage', true), ''),
+        pg_current_xact_id(),
         NULLIF(current_setting('interlock.statement', true), ''),
         TG_TABLE_NAME,
         lower(TG_OP),
@@ -46,12 +79,108 @@ BEGIN
     RETURN NULL;
 END
 $fn$;
+
+-- Rows this transaction has inserted, updated and deleted in every table but the substrate's.
+CREATE OR REPLACE FUNCTION {s}.counted() RETURNS bigint
+LANGUAGE sql VOLATILE {definer} AS $fn$
+    SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+      FROM pg_stat_xact_user_tables WHERE schemaname <> '{s}'
+$fn$;
+
+-- The key of this transaction's stage, if `p_token` is its token; otherwise an error.
+CREATE OR REPLACE FUNCTION {s}.opened(p_token uuid) RETURNS text
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE k text;
+BEGIN
+    SELECT st.key INTO k FROM {s}.stages st
+     WHERE st.xid = pg_current_xact_id() AND st.token = p_token;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'interlock: only the transaction that opened a stage, with its token, may do this'
+            USING ERRCODE = '{NOT_THE_OPENER}';
+    END IF;
+    RETURN k;
+END
+$fn$;
+
+-- Open this transaction's one stage under `p_key`: its token, the key's marker (or null) and
+-- the rows counted so far.
+CREATE OR REPLACE FUNCTION {s}.open(p_key text, OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM {s}.stages st WHERE st.xid = pg_current_xact_id()) THEN
+        RAISE EXCEPTION 'interlock: this transaction has already opened a stage'
+            USING ERRCODE = '{NOT_THE_OPENER}';
+    END IF;
+    o_token := gen_random_uuid();
+    INSERT INTO {s}.stages (xid, key, token) VALUES (pg_current_xact_id(), p_key, o_token);
+    SELECT m.receipt INTO o_receipt FROM {s}.markers m WHERE m.key = p_key;
+    o_counted := {s}.counted();
+END
+$fn$;
+
+-- The rows counted so far, and what the triggers recorded in this transaction: one row with
+-- no change when they recorded nothing.
+CREATE OR REPLACE FUNCTION {s}.measured(p_token uuid)
+RETURNS TABLE (o_counted bigint, o_statement text, o_tbl text, o_op text, o_before text, o_after text)
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    PERFORM {s}.opened(p_token);
+    RETURN QUERY
+        SELECT {s}.counted(), c.statement, c.tbl, c.op, c.before::text, c.after::text
+          FROM (SELECT 1) AS one
+          LEFT JOIN {s}.changes c ON c.xid = pg_current_xact_id()
+         ORDER BY c.seq;
+END
+$fn$;
+
+-- Write the stage's marker, if the session still holds its key's lock, and take up its change
+-- records; the stage is then closed.
+CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE
+    k      text := {s}.opened(p_token);
+    k_lock bigint := hashtextextended(k, 7263);
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_locks l
+         WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+           AND l.objsubid = 1
+           AND l.classid::bigint = (k_lock >> 32) & 4294967295
+           AND l.objid::bigint = k_lock & 4294967295
+    ) THEN
+        RAISE EXCEPTION 'interlock: the key''s lock is no longer held by this session'
+            USING ERRCODE = '{LOCK_RELEASED}';
+    END IF;
+    DELETE FROM {s}.changes WHERE xid = pg_current_xact_id();
+    DELETE FROM {s}.stages WHERE xid = pg_current_xact_id();
+    INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt)
+    VALUES (k, p_plan_hash, p_diff_hash, p_receipt);
+END
+$fn$;
+
+-- What the triggers recorded outside any stage, oldest first.
+CREATE OR REPLACE FUNCTION {s}.unmediated(p_token uuid)
+RETURNS TABLE (o_statement text, o_tbl text, o_op text, o_before text, o_after text)
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    PERFORM {s}.opened(p_token);
+    RETURN QUERY
+        SELECT c.statement, c.tbl, c.op, c.before::text, c.after::text
+          FROM {s}.changes c
+         WHERE c.xid IS DISTINCT FROM pg_current_xact_id()
+         ORDER BY c.seq;
+END
+$fn$;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM PUBLIC;
 "
     )
 }
 
 /// Install (or re-install) the substrate in schema `schema` and observe `tables` (found by the
-/// connection's `search_path`), in one transaction.
+/// connection's `search_path`), in one transaction. The connecting role owns what is installed;
+/// grant a target's role its way in with [`allow`].
 pub fn install(
     client: &mut Client,
     schema: &str,
@@ -88,4 +217,26 @@ pub fn install(
         .map_err(|e| DbError::postgres("install", e))?;
     }
     tx.commit().map_err(|e| DbError::postgres("install", e))
+}
+
+/// Let `role` stage plans through the substrate in `schema`: the use of the schema and of the
+/// substrate's four entry points, nothing on its tables. Run by the role that installed it.
+pub fn allow(client: &mut Client, schema: &str, role: &str) -> Result<(), DbError> {
+    super::check_schema(schema)?;
+    if !is_plain_name(role) {
+        return Err(DbError::BadRole {
+            role: role.to_owned(),
+        });
+    }
+    let functions = ENTRY_POINTS
+        .iter()
+        .map(|f| format!("{schema}.{f}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    client
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO \"{role}\";
+             GRANT EXECUTE ON FUNCTION {functions} TO \"{role}\";"
+        ))
+        .map_err(|e| DbError::postgres("allow", e))
 }

@@ -6,6 +6,7 @@
 //! another.
 
 mod bind;
+mod confine;
 mod install;
 mod session;
 mod stage;
@@ -18,7 +19,7 @@ use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
 use postgres::NoTls;
 use serde_json::Value;
 
-pub use install::install;
+pub use install::{allow, install};
 
 use crate::checks::Policy;
 use crate::diff::Change;
@@ -38,10 +39,10 @@ pub struct PgDbOptions {
     pub schema: String,
     /// The `search_path` plans' table names are resolved on (default: the server's).
     pub search_path: Option<String>,
-    /// That every plan this target stages is written by the team's own code, not by an agent.
-    /// Required (default `false`): on PostgreSQL a plan's statements run with the rights that
-    /// write the marker, so a statement reaching the substrate's tables through a function that
-    /// runs SQL of its own is not yet stopped by the server (see `docs/db-effects.md`).
+    /// That every plan this target stages is written by the team's own code, not by an agent
+    /// (default `false`). Unless it is set, the target's role must be confined — no way to the
+    /// substrate's tables but its functions — and each session checks that it is, refusing to
+    /// stage otherwise; set, any role that may use the substrate is accepted, a superuser too.
     pub plans_are_trusted: bool,
 }
 
@@ -88,13 +89,12 @@ impl std::fmt::Debug for PgDb {
 }
 
 impl PgDb {
-    /// The database at `url` (`postgres://user@host:port/db`), judged by `policy`; the
-    /// substrate must be installed in `options.schema` ([`install`]).
+    /// The database at `url` (`postgres://user@host:port/db`), judged by `policy`. The
+    /// substrate must be installed in `options.schema` ([`install`]) and the URL's role let in
+    /// ([`allow`]); unless `options.plans_are_trusted`, that role must also be confined, or
+    /// [`DbError::Unconfined`] names each way it could reach the substrate.
     pub fn open(url: &str, options: PgDbOptions, policy: Policy) -> Result<Self, DbError> {
         check_schema(&options.schema)?;
-        if !options.plans_are_trusted {
-            return Err(DbError::UntrustedPlans);
-        }
         let config: postgres::Config = url.parse().map_err(|e| DbError::Database {
             doing: "open",
             what: format!(
@@ -109,23 +109,8 @@ impl PgDb {
             policy,
             lookup_wait: LOOKUP_WAIT,
         };
-        let mut session = db.session()?;
-        let client = session.as_mut().ok_or(DbError::Database {
-            doing: "open",
-            what: "no session".into(),
-        })?;
-        let found: i64 = client
-            .query_one(
-                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name IN ('markers', 'changes')",
-                &[&db.options.schema],
-            )
-            .map_err(|e| DbError::postgres("open", e))?
-            .get(0);
-        if found != 2 {
-            return Err(DbError::NotInstalled {
-                where_: format!(" in schema {}", db.options.schema),
-            });
-        }
+        // A session is checked as it opens.
+        let session = db.session()?;
         drop(session);
         Ok(db)
     }
@@ -164,11 +149,43 @@ impl PgDb {
                 .config
                 .connect(NoTls)
                 .map_err(|e| DbError::postgres("connect", e))?;
-            let opened = Session::new(client, self.options.search_path.clone())
+            let mut opened = Session::new(client, self.options.search_path.clone())
                 .map_err(|e| DbError::postgres("connect", e))?;
+            self.check(&mut opened)?;
             *session = Some(opened);
         }
         Ok(session)
+    }
+
+    /// That a new session may stage: the substrate is installed, its role let in, and — unless
+    /// the team vouches for its plans — confined.
+    fn check(&self, session: &mut Session) -> Result<(), DbError> {
+        let schema = &self.options.schema;
+        let (installed, allowed) =
+            confine::reachable(session, schema).map_err(|e| DbError::postgres("connect", e))?;
+        if !installed {
+            return Err(DbError::NotInstalled {
+                where_: format!(" in schema {schema} (or it predates the stage functions)"),
+            });
+        }
+        if !allowed {
+            let role: String = session
+                .query_one("SELECT session_user::text", &[])
+                .map_err(|e| DbError::postgres("connect", e))?
+                .get(0);
+            return Err(DbError::NotAllowed {
+                role,
+                schema: schema.clone(),
+            });
+        }
+        if !self.options.plans_are_trusted {
+            let findings =
+                confine::findings(session, schema).map_err(|e| DbError::postgres("connect", e))?;
+            if !findings.is_empty() {
+                return Err(DbError::Unconfined { findings });
+            }
+        }
+        Ok(())
     }
 
     /// Run `f` on the session; close the session when `f` says it must be.
@@ -202,11 +219,15 @@ impl PgDb {
 
     /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
     pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
-        self.with(|c, s| (stage::changes(c, s, None), false))?
-            .map_err(|detail| DbError::Stored {
-                what: "change record",
-                detail,
-            })
+        self.with(|c, s| {
+            let r = stage::unmediated(c, s);
+            let close = r.is_err();
+            (r, close)
+        })?
+        .map_err(|detail| DbError::Stored {
+            what: "change record",
+            detail,
+        })
     }
 }
 

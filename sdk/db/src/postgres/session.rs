@@ -24,7 +24,10 @@ impl Session {
         search_path: Option<String>,
     ) -> Result<Self, postgres::Error> {
         if let Some(path) = &search_path {
-            client.query_one("SELECT set_config('search_path', $1, false)", &[path])?;
+            client.query_one(
+                "SELECT pg_catalog.set_config('search_path', $1, false)",
+                &[path],
+            )?;
         }
         Ok(Self {
             client,
@@ -38,10 +41,12 @@ impl Session {
     /// statement took). `Err`: the session may still hold some, and must be closed.
     pub(crate) fn end_stage(&mut self) -> Result<(), postgres::Error> {
         self.client
-            .batch_execute("ROLLBACK; RESET ALL; SELECT pg_advisory_unlock_all();")?;
+            .batch_execute("ROLLBACK; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all();")?;
         if let Some(path) = &self.search_path {
-            self.client
-                .query_one("SELECT set_config('search_path', $1, false)", &[path])?;
+            self.client.query_one(
+                "SELECT pg_catalog.set_config('search_path', $1, false)",
+                &[path],
+            )?;
         }
         Ok(())
     }
@@ -76,15 +81,6 @@ impl Session {
     ) -> Result<Row, postgres::Error> {
         let st = self.prepare(sql)?;
         self.client.query_one(&st, params)
-    }
-
-    pub(crate) fn query_opt(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, postgres::Error> {
-        let st = self.prepare(sql)?;
-        self.client.query_opt(&st, params)
     }
 
     pub(crate) fn query(

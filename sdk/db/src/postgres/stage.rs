@@ -7,19 +7,25 @@
 //! Every statement runs under `statement_timeout` and `lock_timeout` set for what is left of the
 //! send's time, re-set before each statement, so a stage cannot outlive its send; and it checks
 //! the deadline once more before `COMMIT`. The marker is the rest of the argument, as on SQLite:
-//! written in the stage's own transaction, checked under the key's lock before anything runs.
+//! written in the stage's own transaction, read under the key's lock before anything runs. Both
+//! go through the substrate's functions with the token the stage's opening handed this
+//! transaction ([`super::install`]), so no statement of the plan can do either.
 //!
 //! Every row the plan changes must be measured: the server's own per-transaction counts of rows
 //! inserted, updated and deleted in every user table (`pg_stat_xact_user_tables`), over the
 //! premises and the statements together, must match the rows the triggers recorded for the
-//! stage, or something changed a table nobody observes and the stage is refused.
+//! transaction, or something changed a table nobody observes and the stage is refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::session::Session as Client;
+use postgres::error::SqlState;
 use postgres::types::ToSql;
 use serde_json::Value;
+
+use super::bind;
+use super::install::LOCK_RELEASED;
 
 use crate::checks::Policy;
 use crate::diff::{Change, Diff};
@@ -29,7 +35,7 @@ use crate::sql_shape::{self, Place};
 use crate::stage_end::{self, Ended, Inside, Stop, Until};
 
 /// The advisory lock of a key: 64 bits of its hash (two keys sharing one only queue together).
-const KEY_LOCK: &str = "hashtextextended($1, 7263)";
+const KEY_LOCK: &str = "pg_catalog.hashtextextended($1, 7263)";
 
 /// Stage `plan` under `key` in the substrate's schema `s`, before `until`; with the ending,
 /// why the session must be closed (its key lock may still be held), if it must.
@@ -63,22 +69,6 @@ fn unlock_key(client: &mut Client) -> Result<(), String> {
     client.end_stage().map_err(|e| e.to_string())
 }
 
-/// Whether the session still holds the key's lock: a plan's statement could have released it.
-fn holds_key(client: &mut Client, key: &str) -> Result<bool, Stop> {
-    let held: i64 = client
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-                   AND pid = pg_backend_pid() AND objsubid = 1
-                   AND classid::bigint = ({KEY_LOCK} >> 32) & 4294967295
-                   AND objid::bigint = {KEY_LOCK} & 4294967295"
-            ),
-            &[&key],
-        )?
-        .get(0);
-    Ok(held > 0)
-}
-
 /// Both timeouts for the time left (at least 1 ms: zero would mean none).
 fn timeouts(client: &mut Client, until: Until<'_>, local: bool) -> Result<(), postgres::Error> {
     // PostgreSQL takes at most INT_MAX milliseconds.
@@ -90,7 +80,8 @@ fn timeouts(client: &mut Client, until: Until<'_>, local: bool) -> Result<(), po
     let scope = if local { "true" } else { "false" };
     client.query_one(
         &format!(
-            "SELECT set_config('statement_timeout', $1, {scope}), set_config('lock_timeout', $1, {scope})"
+            "SELECT pg_catalog.set_config('statement_timeout', $1, {scope}), \
+             pg_catalog.set_config('lock_timeout', $1, {scope})"
         ),
         &[&ms],
     )?;
@@ -111,8 +102,8 @@ fn timeouts_and(
         .clamp(1, i32::MAX as u128)
         .to_string();
     client.query_one(
-        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true), \
-         set_config($2, $3, true)",
+        "SELECT pg_catalog.set_config('statement_timeout', $1, true), \
+         pg_catalog.set_config('lock_timeout', $1, true), pg_catalog.set_config($2, $3, true)",
         &[&ms, &name, &value],
     )?;
     Ok(())
@@ -124,7 +115,10 @@ fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), Stri
     }
     timeouts(client, until, false).map_err(|e| e.to_string())?;
     client
-        .query_one(&format!("SELECT pg_advisory_lock({KEY_LOCK})"), &[&key])
+        .query_one(
+            &format!("SELECT pg_catalog.pg_advisory_lock({KEY_LOCK})"),
+            &[&key],
+        )
         .map(drop)
         .map_err(|e| e.to_string())
 }
@@ -168,13 +162,13 @@ fn inside(
     policy: &Policy,
     until: Until<'_>,
 ) -> Result<Inside, Stop> {
-    timeouts_and(client, until, "interlock.stage", key)?;
-    if let Some(receipt) = marker(client, s, key)? {
+    timeouts(client, until, true)?;
+    let opened = open(client, s, key)?;
+    if let Some(receipt) = opened.receipt {
         return Ok(Inside::Marked(receipt));
     }
     // One window over the premises and the statements: a premise that writes through a function
     // is counted too.
-    let before = counted(client, s)?;
     for p in &plan.premises {
         timeouts(client, until, true)?;
         premise(client, p)?;
@@ -183,11 +177,11 @@ fn inside(
         timeouts_and(client, until, "interlock.statement", &st.name)?;
         run(client, st)?;
     }
-    let changed = counted(client, s)? - before;
-    let diff = Diff {
-        changes: changes(client, s, Some(key)).map_err(Stop::Db)?,
-    };
-    if usize::try_from(changed).ok() != Some(diff.changes.len()) {
+    // A deferred trigger of the team's would otherwise fire at `COMMIT`, after the measurement.
+    client.batch_execute("SET CONSTRAINTS ALL IMMEDIATE")?;
+    let (counted, changes) = measured(client, s, &opened.token)?;
+    let diff = Diff { changes };
+    if usize::try_from(counted - opened.counted).ok() != Some(diff.changes.len()) {
         return Err(Stop::Refuse(
             "unobserved_table",
             "the plan changed rows the triggers did not all record: a table no trigger observes; \
@@ -196,38 +190,93 @@ fn inside(
         ));
     }
     let verdict = stage_end::judged(key, plan, &diff, policy)?;
-    if !holds_key(client, key)? {
-        return Err(Stop::Refuse(
-            "bad_plan",
-            "a statement of the plan released the key's lock; the stage was rolled back".into(),
-        ));
-    }
-    client.execute(
-        &format!("DELETE FROM {s}.changes WHERE stage = $1"),
-        &[&key],
-    )?;
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
-    client.execute(
-        &format!(
-            "INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt) VALUES ($1, $2, $3, $4)"
-        ),
-        &[&key, &plan_hash, &receipt.diff_hash, &text],
-    )?;
+    client
+        .execute(
+            &format!("SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
+            &[&opened.token, &plan_hash, &receipt.diff_hash, &text],
+        )
+        .map_err(|e| match e.code().map(SqlState::code) {
+            Some(LOCK_RELEASED) => Stop::Refuse(
+                "bad_plan",
+                "a statement of the plan released the key's lock; the stage was rolled back".into(),
+            ),
+            _ => Stop::from(e),
+        })?;
     Ok(Inside::Passed(receipt))
 }
 
-/// The receipt the marker under `key` holds, read in the current transaction (or none).
-pub(crate) fn marker(client: &mut Client, s: &str, key: &str) -> Result<Option<Receipt>, Stop> {
-    let row = client.query_opt(
-        &format!("SELECT receipt FROM {s}.markers WHERE key = $1"),
+/// The stage this transaction opened.
+struct Opened {
+    /// What only the opener holds: the substrate's functions refuse any call without it.
+    token: String,
+    /// The key's marker, if a stage of it already committed.
+    receipt: Option<Receipt>,
+    /// Rows the server had counted in the transaction when the stage opened.
+    counted: i64,
+}
+
+/// Open the transaction's stage under `key`.
+fn open(client: &mut Client, s: &str, key: &str) -> Result<Opened, Stop> {
+    let row = client.query_one(
+        &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1)"),
         &[&key],
     )?;
-    row.map(|r| {
-        let text: String = r.get(0);
-        serde_json::from_str(&text).map_err(|e| Stop::Db(format!("the marker of {key}: {e}")))
+    let receipt = row
+        .get::<_, Option<String>>(1)
+        .map(|text| {
+            serde_json::from_str(&text).map_err(|e| Stop::Db(format!("the marker of {key}: {e}")))
+        })
+        .transpose()?;
+    Ok(Opened {
+        token: row.get(0),
+        receipt,
+        counted: row.get(2),
     })
-    .transpose()
+}
+
+/// The rows the server counted in the transaction so far, and what the triggers recorded in it.
+fn measured(client: &mut Client, s: &str, token: &str) -> Result<(i64, Vec<Change>), Stop> {
+    let rows = client.query(
+        &format!(
+            "SELECT o_counted, o_statement, o_tbl, o_op, o_before, o_after FROM {s}.measured($1::pg_catalog.text::pg_catalog.uuid)"
+        ),
+        &[&token],
+    )?;
+    let counted = rows.first().map_or(0, |r| r.get(0));
+    let changes = rows
+        .iter()
+        .filter_map(|r| {
+            let table: Option<String> = r.get(2);
+            let op: Option<String> = r.get(3);
+            Some(Change::from_stored(
+                r.get(1),
+                table?,
+                &op?,
+                r.get(4),
+                r.get(5),
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Stop::Db)?;
+    Ok((counted, changes))
+}
+
+/// `f` in a transaction of its own with a stage opened under `key`, rolled back after: how the
+/// substrate reads what only a stage's opener may.
+fn read_in_stage<T>(
+    client: &mut Client,
+    s: &str,
+    key: &str,
+    f: impl FnOnce(&mut Client, Opened) -> Result<T, Stop>,
+) -> Result<T, String> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .map_err(|e| e.to_string())?;
+    let out = open(client, s, key).and_then(|opened| f(client, opened));
+    // The session ends the transaction in any case ([`Client::end_stage`]).
+    out.map_err(Stop::into_message)
 }
 
 /// The marker, read holding the key's lock: a stage of the key under way — even one whose
@@ -243,8 +292,29 @@ pub(crate) fn read_marker_locked(
         let _ = unlock_key(client);
         return Err(format!("could not take the key's lock: {e}"));
     }
-    let found = marker(client, s, key).map_err(Stop::into_message);
+    let found = read_in_stage(client, s, key, |_, opened| Ok(opened.receipt));
     unlock_key(client).map_err(|e| format!("could not release the key's lock: {e}"))?;
+    found
+}
+
+/// What the triggers recorded outside any stage, oldest first.
+pub(crate) fn unmediated(client: &mut Client, s: &str) -> Result<Vec<Change>, String> {
+    let found = read_in_stage(client, s, "", |client, opened| {
+        let rows = client.query(
+            &format!(
+                "SELECT o_statement, o_tbl, o_op, o_before, o_after FROM {s}.unmediated($1::pg_catalog.text::pg_catalog.uuid)"
+            ),
+            &[&opened.token],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let op: String = r.get(2);
+                Change::from_stored(r.get(0), r.get(1), &op, r.get(3), r.get(4))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Stop::Db)
+    });
+    unlock_key(client).map_err(|e| format!("could not end the reading: {e}"))?;
     found
 }
 
@@ -267,8 +337,6 @@ fn bound_values(
     }
     Ok((st, values))
 }
-
-use super::bind;
 
 fn refs(values: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|b| b.as_ref()).collect()
@@ -315,50 +383,11 @@ fn json_cell(row: &postgres::Row, i: usize, ty: &postgres::types::Type) -> Resul
     Ok(v.unwrap_or(Value::Null))
 }
 
-/// Rows inserted, updated and deleted so far in this transaction, in every user table but the
-/// substrate's change records.
-fn counted(client: &mut Client, s: &str) -> Result<i64, Stop> {
-    let row = client.query_one(
-        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
-           FROM pg_stat_xact_user_tables WHERE NOT (schemaname = $1 AND relname = 'changes')",
-        &[&s],
-    )?;
-    Ok(row.get(0))
-}
-
 fn run(client: &mut Client, st: &Statement) -> Result<(), Stop> {
     let what = format!("statement `{}`", st.name);
     let (prepared, values) = bound_values(client, &st.sql, &st.params, Place::Change, &what)?;
     client
         .execute_prepared(&prepared, &refs(&values))
-        .map_err(|e| stage_end::statement_failed(&st.name, &e))?;
+        .map_err(|e| stage_end::statement_failed(&st.name, &stage_end::described(&e)))?;
     Ok(())
-}
-
-/// What the triggers recorded: under `stage`, or (`None`) outside any stage.
-pub(crate) fn changes(
-    client: &mut Client,
-    s: &str,
-    stage: Option<&str>,
-) -> Result<Vec<Change>, String> {
-    // `=` and `IS NULL` apart: `IS NOT DISTINCT FROM` would read the whole table, every row a
-    // finished stage left dead in it included, on every stage.
-    let cols = "SELECT statement, tbl, op, before::text, after::text";
-    let rows = match stage {
-        Some(key) => client.query(
-            &format!("{cols} FROM {s}.changes WHERE stage = $1 ORDER BY seq"),
-            &[&key],
-        ),
-        None => client.query(
-            &format!("{cols} FROM {s}.changes WHERE stage IS NULL ORDER BY seq"),
-            &[],
-        ),
-    }
-    .map_err(|e| e.to_string())?;
-    rows.iter()
-        .map(|r| {
-            let op: String = r.get(2);
-            Change::from_stored(r.get(0), r.get(1), &op, r.get(3), r.get(4))
-        })
-        .collect()
 }
