@@ -318,24 +318,51 @@ fn on_postgres_a_plan_through_the_gate_commits_once_and_a_retry_is_answered_from
 }
 
 #[test]
-fn on_postgres_a_plan_that_releases_the_keys_lock_or_names_the_substrate_is_refused() {
+fn on_postgres_a_plan_that_releases_the_keys_lock_still_keeps_every_lookup_of_the_key_waiting() {
     let (url, options, mut client) = shop("pg_escape");
-    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let db = Arc::new(PgDb::open(&url, options.clone(), Policy::default()).unwrap());
+    let looker = PgDb::open(&url, options, Policy::default())
+        .unwrap()
+        .lookup_wait(Duration::from_millis(300));
     let key = EffectKey::derive(&["unlock"]);
-    let unlock = Plan::new(vec![stmt(
-        "credit_customer",
-        "UPDATE customers SET credit = credit + 1 WHERE id = :customer AND pg_advisory_unlock(hashtextextended(:k, 7263))",
-        json!({"customer": 10, "k": key.as_str()}),
-    )])
+    // Releases the session's hold on the key, then sleeps: a lookup in that window that found
+    // no marker would answer "absent" for a stage about to commit.
+    let unlock = Plan::new(vec![
+        stmt(
+            "release",
+            "UPDATE customers SET credit = credit + 1 WHERE id = :customer \
+             AND pg_advisory_unlock(hashtextextended(:k, 7263))",
+            json!({"customer": 10, "k": key.as_str()}),
+        ),
+        stmt(
+            "linger",
+            "UPDATE customers SET credit = credit + 1 WHERE id = :customer \
+             AND (SELECT true FROM pg_sleep(2))",
+            json!({"customer": 10}),
+        ),
+    ])
     .unwrap();
-    match send(&db, "unlock", &unlock) {
-        SendAnswer::Definite { code, message } => {
-            assert_eq!(code, "bad_plan");
-            assert!(message.contains("lock"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(credit(&mut client, 10), 0);
+    let staging = {
+        let db = db.clone();
+        std::thread::spawn(move || send(&db, "unlock", &unlock))
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        matches!(looker.lookup(&key, &Value::Null), LookupAnswer::Unknown(_)),
+        "a lookup while the stage is open must wait, not answer"
+    );
+    assert!(matches!(staging.join().unwrap(), SendAnswer::Done(_)));
+    assert_eq!(credit(&mut client, 10), 2);
+    assert!(matches!(
+        looker.lookup(&key, &Value::Null),
+        LookupAnswer::Found(_)
+    ));
+}
+
+#[test]
+fn on_postgres_a_plan_naming_the_substrate_is_refused_before_any_database_sees_it() {
+    let (url, options, _client) = shop("pg_named");
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
     // The substrate's schema cannot be named, quoted or not.
     for sql in [
         "DELETE FROM interlock_db.markers WHERE key = :k",
@@ -375,12 +402,14 @@ fn on_postgres_a_target_whose_role_could_reach_the_substrate_is_refused_naming_e
         ..options.clone()
     };
     PgDb::open(cluster.url(), trusted, Policy::default()).unwrap();
-    // A grant on the markers, or TRUNCATE on an observed table, unconfines the staging role.
+    // A grant on a column of the markers, TRUNCATE on an observed table, or a server that does
+    // not count rows, unconfines the staging role.
     let stager = format!("{}_stager", options.search_path.clone().unwrap());
     let markers = format!("{}.markers", options.schema);
     client
         .batch_execute(&format!(
-            "GRANT SELECT ON {markers} TO {stager}; GRANT TRUNCATE ON orders TO {stager};"
+            "GRANT SELECT (receipt) ON {markers} TO {stager}; GRANT TRUNCATE ON orders TO {stager};
+             ALTER ROLE {stager} SET track_counts = off;"
         ))
         .unwrap();
     let text = PgDb::open(&url, options.clone(), Policy::default())
@@ -389,6 +418,7 @@ fn on_postgres_a_target_whose_role_could_reach_the_substrate_is_refused_naming_e
     assert!(
         text.contains(&format!("has rights on {markers}"))
             && text.contains("may truncate or add triggers to")
+            && text.contains("track_counts is off")
             && !text.contains("superuser"),
         "{text}"
     );

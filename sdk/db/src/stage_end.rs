@@ -49,13 +49,16 @@ pub(crate) enum Stop {
     Refuse(&'static str, String),
     /// The database failed: roll back; if even that fails, the answer is unknown.
     Db(String),
+    /// The transaction may have ended under the stage, how is not known: roll back what may be
+    /// left, and answer unknown.
+    Unsure(String),
 }
 
 impl Stop {
     /// What went wrong, in words, where only a message is wanted.
     pub(crate) fn into_message(self) -> String {
         match self {
-            Stop::Refuse(_, m) | Stop::Db(m) => m,
+            Stop::Refuse(_, m) | Stop::Db(m) | Stop::Unsure(m) => m,
         }
     }
 }
@@ -126,6 +129,7 @@ pub(crate) fn finish(
                         .into(),
                 }
             }
+            (Stop::Unsure(m), _) => Ended::Unknown(m),
             (Stop::Refuse(_, m) | Stop::Db(m), false) => {
                 Ended::Unknown(format!("{m}; and the stage could not be rolled back"))
             }

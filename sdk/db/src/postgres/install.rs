@@ -17,11 +17,11 @@ use postgres::Client;
 use crate::error::DbError;
 use crate::plan::is_plain_name;
 
-/// SQLSTATE of a stage whose key's lock a statement released.
-pub(crate) const LOCK_RELEASED: &str = "IL001";
 /// SQLSTATE of a call without its transaction's stage token, or a second stage in one
 /// transaction.
 pub(crate) const NOT_THE_OPENER: &str = "IL002";
+/// SQLSTATE of a server that does not count the rows a transaction changes (`track_counts`).
+const NOT_COUNTING: &str = "IL003";
 
 /// The functions a target's role is granted, with their argument types.
 const ENTRY_POINTS: [&str; 4] = [
@@ -64,8 +64,10 @@ CREATE TABLE IF NOT EXISTS {s}.stages (
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
 
+-- Row images in one form whatever the writer's session set.
 CREATE OR REPLACE FUNCTION {s}.record_change() RETURNS trigger
-LANGUAGE plpgsql {definer} AS $fn$
+LANGUAGE plpgsql {definer}
+SET extra_float_digits = 3 SET TimeZone = 'UTC' SET bytea_output = 'hex' AS $fn$
 BEGIN
     INSERT INTO {s}.changes (xid, statement, tbl, op, before, after)
     VALUES (
@@ -80,20 +82,39 @@ BEGIN
 END
 $fn$;
 
--- Rows this transaction has inserted, updated and deleted in every table but the substrate's.
+-- Rows this transaction has inserted, updated and deleted in every user table but the
+-- substrate's: what pg_stat_xact_user_tables sums, read without the view's other columns, over
+-- the objects created after the cluster's own (their ids start at 16384, wrapped or not). In
+-- PL/pgSQL, whose plans a session keeps: planning a catalog query costs more than running it.
 CREATE OR REPLACE FUNCTION {s}.counted() RETURNS bigint
-LANGUAGE sql VOLATILE {definer} AS $fn$
-    SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
-      FROM pg_stat_xact_user_tables WHERE schemaname <> '{s}'
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    IF current_setting('track_counts') <> 'on' THEN
+        RAISE EXCEPTION 'interlock: the server does not count rows changed (track_counts is off), so a stage cannot be measured; turn it on'
+            USING ERRCODE = '{NOT_COUNTING}';
+    END IF;
+    RETURN (
+        SELECT coalesce(sum(pg_stat_get_xact_tuples_inserted(c.oid)
+                          + pg_stat_get_xact_tuples_updated(c.oid)
+                          + pg_stat_get_xact_tuples_deleted(c.oid)), 0)::bigint
+          FROM pg_class c
+         WHERE c.oid >= 16384 AND c.relkind IN ('r', 'm', 'p')
+           AND c.relnamespace <> '{s}'::regnamespace
+    );
+END
 $fn$;
+
+-- The transaction's id is read into a variable before any lookup by it: the function is
+-- volatile, and a condition on it could not use the index.
 
 -- The key of this transaction's stage, if `p_token` is its token; otherwise an error.
 CREATE OR REPLACE FUNCTION {s}.opened(p_token uuid) RETURNS text
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
-DECLARE k text;
+DECLARE
+    x xid8 := pg_current_xact_id();
+    k text;
 BEGIN
-    SELECT st.key INTO k FROM {s}.stages st
-     WHERE st.xid = pg_current_xact_id() AND st.token = p_token;
+    SELECT st.key INTO k FROM {s}.stages st WHERE st.xid = x AND st.token = p_token;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'interlock: only the transaction that opened a stage, with its token, may do this'
             USING ERRCODE = '{NOT_THE_OPENER}';
@@ -103,16 +124,21 @@ END
 $fn$;
 
 -- Open this transaction's one stage under `p_key`: its token, the key's marker (or null) and
--- the rows counted so far.
+-- the rows counted so far. The key's lock is taken again for the transaction (granted at once:
+-- the session holds it), a hold no statement can release, so no lookup of the key can answer
+-- until the transaction has ended.
 CREATE OR REPLACE FUNCTION {s}.open(p_key text, OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE
+    x xid8 := pg_current_xact_id();
 BEGIN
-    IF EXISTS (SELECT 1 FROM {s}.stages st WHERE st.xid = pg_current_xact_id()) THEN
+    IF EXISTS (SELECT 1 FROM {s}.stages st WHERE st.xid = x) THEN
         RAISE EXCEPTION 'interlock: this transaction has already opened a stage'
             USING ERRCODE = '{NOT_THE_OPENER}';
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7263));
     o_token := gen_random_uuid();
-    INSERT INTO {s}.stages (xid, key, token) VALUES (pg_current_xact_id(), p_key, o_token);
+    INSERT INTO {s}.stages (xid, key, token) VALUES (x, p_key, o_token);
     SELECT m.receipt INTO o_receipt FROM {s}.markers m WHERE m.key = p_key;
     o_counted := {s}.counted();
 END
@@ -123,37 +149,30 @@ $fn$;
 CREATE OR REPLACE FUNCTION {s}.measured(p_token uuid)
 RETURNS TABLE (o_counted bigint, o_statement text, o_tbl text, o_op text, o_before text, o_after text)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE
+    x xid8 := pg_current_xact_id();
+    n bigint;
 BEGIN
     PERFORM {s}.opened(p_token);
+    n := {s}.counted();
     RETURN QUERY
-        SELECT {s}.counted(), c.statement, c.tbl, c.op, c.before::text, c.after::text
+        SELECT n, c.statement, c.tbl, c.op, c.before::text, c.after::text
           FROM (SELECT 1) AS one
-          LEFT JOIN {s}.changes c ON c.xid = pg_current_xact_id()
+          LEFT JOIN {s}.changes c ON c.xid = x
          ORDER BY c.seq;
 END
 $fn$;
 
--- Write the stage's marker, if the session still holds its key's lock, and take up its change
--- records; the stage is then closed.
+-- Write the stage's marker and take up its change records; the stage is then closed.
 CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
-    k      text := {s}.opened(p_token);
-    k_lock bigint := hashtextextended(k, 7263);
+    x xid8 := pg_current_xact_id();
+    k text := {s}.opened(p_token);
 BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_locks l
-         WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
-           AND l.objsubid = 1
-           AND l.classid::bigint = (k_lock >> 32) & 4294967295
-           AND l.objid::bigint = k_lock & 4294967295
-    ) THEN
-        RAISE EXCEPTION 'interlock: the key''s lock is no longer held by this session'
-            USING ERRCODE = '{LOCK_RELEASED}';
-    END IF;
-    DELETE FROM {s}.changes WHERE xid = pg_current_xact_id();
-    DELETE FROM {s}.stages WHERE xid = pg_current_xact_id();
+    DELETE FROM {s}.changes WHERE xid = x;
+    DELETE FROM {s}.stages WHERE xid = x;
     INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt)
     VALUES (k, p_plan_hash, p_diff_hash, p_receipt);
 END

@@ -59,12 +59,15 @@ impl Default for PgDbOptions {
 /// The substrate's schema name: a plain name with `interlock` in it, so that no plan can name it
 /// ([`crate::sql_shape`] refuses every name with `interlock` in it).
 pub(crate) fn check_schema(schema: &str) -> Result<(), DbError> {
-    if is_plain_name(schema) && schema.to_ascii_lowercase().contains("interlock") {
+    if is_plain_name(schema)
+        && schema == schema.to_ascii_lowercase()
+        && schema.contains("interlock")
+    {
         Ok(())
     } else {
         Err(DbError::BadTable {
             table: schema.to_owned(),
-            why: "the substrate's schema must be a plain name (letters, digits, `_`) with `interlock` in it",
+            why: "the substrate's schema must be a plain lower-case name (letters, digits, `_`) with `interlock` in it",
         })
     }
 }
@@ -95,6 +98,16 @@ impl PgDb {
     /// [`DbError::Unconfined`] names each way it could reach the substrate.
     pub fn open(url: &str, options: PgDbOptions, policy: Policy) -> Result<Self, DbError> {
         check_schema(&options.schema)?;
+        if options
+            .search_path
+            .as_deref()
+            .is_some_and(|p| p.contains('\\'))
+        {
+            return Err(DbError::Database {
+                doing: "open",
+                what: "a search_path with a backslash in it: name schemas without one".into(),
+            });
+        }
         let config: postgres::Config = url.parse().map_err(|e| DbError::Database {
             doing: "open",
             what: format!(

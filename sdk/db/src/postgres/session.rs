@@ -40,15 +40,16 @@ impl Session {
     /// made for the session, and every advisory lock the session holds (the key's, and any a
     /// statement took). `Err`: the session may still hold some, and must be closed.
     pub(crate) fn end_stage(&mut self) -> Result<(), postgres::Error> {
-        self.client
-            .batch_execute("ROLLBACK; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all();")?;
-        if let Some(path) = &self.search_path {
-            self.client.query_one(
-                "SELECT pg_catalog.set_config('search_path', $1, false)",
-                &[path],
-            )?;
-        }
-        Ok(())
+        // `RESET ALL` leaves the role alone: a statement may have set it for the session.
+        let path = self.search_path.as_deref().map_or_else(String::new, |p| {
+            format!(
+                " SELECT pg_catalog.set_config('search_path', '{}', false);",
+                p.replace('\'', "''")
+            )
+        });
+        self.client.batch_execute(&format!(
+            "ROLLBACK; RESET ROLE; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all();{path}"
+        ))
     }
 
     pub(crate) fn is_closed(&self) -> bool {

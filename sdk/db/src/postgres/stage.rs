@@ -25,7 +25,7 @@ use postgres::types::ToSql;
 use serde_json::Value;
 
 use super::bind;
-use super::install::LOCK_RELEASED;
+use super::install::NOT_THE_OPENER;
 
 use crate::checks::Policy;
 use crate::diff::{Change, Diff};
@@ -67,6 +67,15 @@ pub(crate) fn stage(
 /// End whatever the stage left ([`Client::end_stage`]). `Err`: the session must be closed.
 fn unlock_key(client: &mut Client) -> Result<(), String> {
     client.end_stage().map_err(|e| e.to_string())
+}
+
+/// Both timeouts for the time left, for the transaction, as one statement (no parameters).
+fn timeouts_sql(until: Until<'_>) -> String {
+    let ms = until.left().as_millis().clamp(1, i32::MAX as u128);
+    format!(
+        "SELECT pg_catalog.set_config('statement_timeout', '{ms}', true), \
+         pg_catalog.set_config('lock_timeout', '{ms}', true)"
+    )
 }
 
 /// Both timeouts for the time left (at least 1 ms: zero would mean none).
@@ -162,7 +171,7 @@ fn inside(
     policy: &Policy,
     until: Until<'_>,
 ) -> Result<Inside, Stop> {
-    timeouts(client, until, true)?;
+    // Bounded by the timeouts set for the time left as the key's lock was taken.
     let opened = open(client, s, key)?;
     if let Some(receipt) = opened.receipt {
         return Ok(Inside::Marked(receipt));
@@ -177,8 +186,15 @@ fn inside(
         timeouts_and(client, until, "interlock.statement", &st.name)?;
         run(client, st)?;
     }
-    // A deferred trigger of the team's would otherwise fire at `COMMIT`, after the measurement.
-    client.batch_execute("SET CONSTRAINTS ALL IMMEDIATE")?;
+    // What the statements may have set for the rest of the transaction is set back: the
+    // timeouts, and a commit that returns before it is durable. Then a deferred trigger of the
+    // team's, which would otherwise fire at `COMMIT` after the measurement, fires now — here, by
+    // the staging role: inside the substrate's functions it would run with the installer's
+    // rights.
+    client.batch_execute(&format!(
+        "{}; SET LOCAL synchronous_commit TO DEFAULT; SET CONSTRAINTS ALL IMMEDIATE",
+        timeouts_sql(until)
+    ))?;
     let (counted, changes) = measured(client, s, &opened.token)?;
     let diff = Diff { changes };
     if usize::try_from(counted - opened.counted).ok() != Some(diff.changes.len()) {
@@ -197,13 +213,7 @@ fn inside(
             &format!("SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
             &[&opened.token, &plan_hash, &receipt.diff_hash, &text],
         )
-        .map_err(|e| match e.code().map(SqlState::code) {
-            Some(LOCK_RELEASED) => Stop::Refuse(
-                "bad_plan",
-                "a statement of the plan released the key's lock; the stage was rolled back".into(),
-            ),
-            _ => Stop::from(e),
-        })?;
+        .map_err(stage_lost)?;
     Ok(Inside::Passed(receipt))
 }
 
@@ -236,14 +246,30 @@ fn open(client: &mut Client, s: &str, key: &str) -> Result<Opened, Stop> {
     })
 }
 
+/// A failure of the substrate's call by the stage's own token: the transaction that opened the
+/// stage is no longer the one running — a statement must have ended it, and what it ended
+/// with (a commit?) is not known. Anything else is the database failing the call.
+fn stage_lost(e: postgres::Error) -> Stop {
+    if e.code().map(SqlState::code) == Some(NOT_THE_OPENER) {
+        Stop::Unsure(format!(
+            "the stage's transaction ended under it ({}); whether its rows committed is not known",
+            stage_end::described(&e)
+        ))
+    } else {
+        Stop::from(e)
+    }
+}
+
 /// The rows the server counted in the transaction so far, and what the triggers recorded in it.
 fn measured(client: &mut Client, s: &str, token: &str) -> Result<(i64, Vec<Change>), Stop> {
-    let rows = client.query(
-        &format!(
-            "SELECT o_counted, o_statement, o_tbl, o_op, o_before, o_after FROM {s}.measured($1::pg_catalog.text::pg_catalog.uuid)"
-        ),
-        &[&token],
-    )?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT o_counted, o_statement, o_tbl, o_op, o_before, o_after FROM {s}.measured($1::pg_catalog.text::pg_catalog.uuid)"
+            ),
+            &[&token],
+        )
+        .map_err(stage_lost)?;
     let counted = rows.first().map_or(0, |r| r.get(0));
     let changes = rows
         .iter()
