@@ -5,6 +5,7 @@ pub mod actors;
 pub mod baselines;
 pub mod bench;
 pub mod cases;
+pub mod db_outbox;
 pub mod db_shop;
 pub mod gated;
 pub mod grpc;

@@ -218,3 +218,24 @@ fn a_worker_killed_mid_stage_leaves_nothing_and_the_recoverer_stages_it_once() {
     ));
     assert_eq!(credit(&shop).unwrap(), AMOUNT);
 }
+
+#[test]
+fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let db = Arc::new(SqliteDb::open(&shop, Policy::default()).unwrap());
+    let understated = db_shop::cancel_and_credit(0)
+        .unwrap()
+        .footprint([("orders".to_owned(), 1)].into());
+    interlock_tests::db_outbox::outbox_round(
+        db,
+        understated,
+        db_shop::cancel_and_credit(0).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        credit(&shop).unwrap(),
+        AMOUNT,
+        "the committed plan credited once"
+    );
+}

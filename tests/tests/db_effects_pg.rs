@@ -484,7 +484,20 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
         (
             "forge",
             format!(
-                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND seal(gen_random_uuid(), :k, :k, :k) IS NULL"
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND seal(gen_random_uuid(), :k, :k, :k, '[]') IS NULL"
+            ),
+            json!({"k": "x", "customer": 10}),
+        ),
+        (
+            "inject",
+            "INSERT INTO outbox (key, id, target, lease, payload) VALUES (:k, 'x', 'counting', 'shop-ops', '{}')"
+                .to_owned(),
+            json!({"k": "first"}),
+        ),
+        (
+            "deliver",
+            format!(
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND delivered(gen_random_uuid(), :k, :k, :k) IS NULL"
             ),
             json!({"k": "x", "customer": 10}),
         ),
@@ -514,4 +527,17 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
         .unwrap()
         .get(0);
     assert_eq!(markers, 1);
+}
+
+#[test]
+fn on_postgres_an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_once() {
+    let (url, options, mut client) = shop("pg_outbox");
+    let db = Arc::new(PgDb::open(&url, options, Policy::default()).unwrap());
+    let understated = cancel_and_credit().footprint([("orders".into(), 1)].into());
+    interlock_tests::db_outbox::outbox_round(db, understated, cancel_and_credit()).unwrap();
+    assert_eq!(
+        credit(&mut client, 10),
+        500,
+        "the committed plan credited once"
+    );
 }

@@ -9,6 +9,8 @@
 //! * [`diff`]: what a stage changed, as measured.
 //! * [`checks`]: the operator's [`Policy`] and the pure checks that judge a diff by it.
 //! * [`receipt`]: what a commit leaves in its marker and in the journal.
+//! * [`outbox`]: calls a plan asks for once its rows commit, and the relay that makes them
+//!   through the gate.
 //! * [`sqlite`]: the SQLite substrate: [`sqlite::install`] and [`SqliteDb`], a gate target.
 //! * [`postgres`]: the PostgreSQL substrate: [`postgres::install`] and [`PgDb`], a gate target.
 //!
@@ -18,6 +20,7 @@
 pub mod checks;
 pub mod diff;
 mod error;
+pub mod outbox;
 pub mod plan;
 pub mod postgres;
 pub mod receipt;
@@ -28,7 +31,8 @@ mod stage_end;
 pub use checks::{DeltaCap, Policy, Verdict};
 pub use diff::{Change, Diff, Op};
 pub use error::DbError;
-pub use plan::{Footprint, Plan, PlanError, Premise, Statement};
+pub use outbox::{Outbox, Relayed, Request, relay};
+pub use plan::{Footprint, Outgoing, Plan, PlanError, Premise, Statement};
 pub use postgres::{PgDb, PgDbOptions};
 pub use receipt::Receipt;
 pub use sqlite::SqliteDb;

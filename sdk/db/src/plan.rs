@@ -91,6 +91,23 @@ pub struct Premise {
 /// How many rows the plan says it changes, per table: compared with what the database measured.
 pub type Footprint = BTreeMap<String, u64>;
 
+/// A call the plan asks to be made once its rows have committed (a refund, an email): written to
+/// the outbox in the stage's transaction, so it exists if and only if the rows do, and delivered
+/// afterwards through the gate by a relay ([`crate::outbox`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outgoing {
+    /// Its name in the plan (a plain name): with the plan's effect key, it names the delivery's
+    /// own effect key.
+    pub id: String,
+    /// The name of the gate target that delivers it.
+    pub target: String,
+    /// The lease the delivery runs under.
+    pub lease: String,
+    /// The request: the delivery's payload, as that target reads it.
+    pub payload: Value,
+}
+
 /// A database effect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -109,6 +126,9 @@ pub struct Plan {
     /// (`{"tenant": "t1"}`) binds a plan to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<Value>,
+    /// Calls to make once the rows have committed, and only then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<Outgoing>,
 }
 
 impl Plan {
@@ -119,6 +139,7 @@ impl Plan {
             premises: Vec::new(),
             footprint: None,
             tenant: None,
+            outbox: Vec::new(),
         };
         plan.check()?;
         Ok(plan)
@@ -136,6 +157,13 @@ impl Plan {
     pub fn footprint(mut self, footprint: Footprint) -> Self {
         self.footprint = Some(footprint);
         self
+    }
+
+    /// The plan, also asking for `call` once its rows have committed.
+    pub fn then_send(mut self, call: Outgoing) -> Result<Self, PlanError> {
+        self.outbox.push(call);
+        self.check()?;
+        Ok(self)
     }
 
     /// The same plan acting for `tenant`.
@@ -180,6 +208,27 @@ impl Plan {
                 return Err(PlanError::Names(format!(
                     "two premises are named `{}`",
                     p.name
+                )));
+            }
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for call in &self.outbox {
+            if !is_plain_name(&call.id) {
+                return Err(PlanError::Names(format!(
+                    "outbox id `{}` is not a plain name (letters, digits, `_`)",
+                    call.id
+                )));
+            }
+            if !ids.insert(call.id.as_str()) {
+                return Err(PlanError::Names(format!(
+                    "two outbox calls are named `{}`",
+                    call.id
+                )));
+            }
+            if call.target.trim().is_empty() || call.lease.trim().is_empty() {
+                return Err(PlanError::Names(format!(
+                    "outbox call `{}` names no target or no lease",
+                    call.id
                 )));
             }
         }

@@ -1,11 +1,12 @@
 //! What the PostgreSQL substrate installs, and the line it draws between a plan and the
 //! substrate. Everything lives in a schema of its own that no role but its owner can read or
-//! write: the markers, the change records and the open stages. The role a target connects as
-//! reaches them only through four functions that run with the owner's rights, and three of those
-//! do nothing without the token the first handed to the transaction that opened the stage — a
-//! token a plan's statements never see, because a transaction can open only one stage and the
-//! target opens it before any statement runs. So a plan, whatever SQL it reaches, cannot read a
-//! marker, write one, or touch a change record: the server's privileges stop it, not the text.
+//! write: the markers, the outbox, the change records and the open stages. The role a target
+//! connects as reaches them only through functions that run with the owner's rights, and all but
+//! the first do nothing without the token `open` handed to the transaction that opened the
+//! stage — a token a plan's statements never see, because a transaction can open only one stage
+//! and the target opens it before any statement runs. So a plan, whatever SQL it reaches, cannot
+//! read a marker, write one, or touch a change record or the outbox: the server's privileges stop
+//! it, not the text.
 //!
 //! Change records are labelled with the writing transaction's id, which nothing a statement can
 //! set changes; the trigger function runs with its owner's rights, so a write by any role is
@@ -24,11 +25,13 @@ pub(crate) const NOT_THE_OPENER: &str = "IL002";
 const NOT_COUNTING: &str = "IL003";
 
 /// The functions a target's role is granted, with their argument types.
-const ENTRY_POINTS: [&str; 4] = [
+pub(crate) const ENTRY_POINTS: [&str; 6] = [
     "open(text)",
     "measured(uuid)",
-    "seal(uuid, text, text, text)",
+    "seal(uuid, text, text, text, jsonb)",
     "unmediated(uuid)",
+    "pending(uuid, integer)",
+    "delivered(uuid, text, text, text)",
 ];
 
 /// The substrate's tables and functions, in schema `s`.
@@ -61,6 +64,18 @@ CREATE TABLE IF NOT EXISTS {s}.stages (
     key   TEXT NOT NULL,
     token UUID NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {s}.outbox (
+    seq     BIGSERIAL PRIMARY KEY,
+    key     TEXT NOT NULL,
+    id      TEXT NOT NULL,
+    target  TEXT NOT NULL,
+    lease   TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    outcome TEXT,
+    UNIQUE (key, id)
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (seq) WHERE outcome IS NULL;
+DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text);
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
 
@@ -163,8 +178,10 @@ BEGIN
 END
 $fn$;
 
--- Write the stage's marker and take up its change records; the stage is then closed.
-CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text)
+-- Write the stage's marker and its plan's outbox calls (`p_outbox`: a JSON array of objects
+-- with `id`, `target`, `lease` and `payload`, the payload as JSON text), and take up its change
+-- records; the stage is then closed.
+CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text, p_outbox jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
@@ -173,8 +190,38 @@ DECLARE
 BEGIN
     DELETE FROM {s}.changes WHERE xid = x;
     DELETE FROM {s}.stages WHERE xid = x;
+    INSERT INTO {s}.outbox (key, id, target, lease, payload)
+    SELECT k, o->>'id', o->>'target', o->>'lease', o->>'payload'
+      FROM jsonb_array_elements(p_outbox) AS o;
     INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt)
     VALUES (k, p_plan_hash, p_diff_hash, p_receipt);
+END
+$fn$;
+
+-- Outbox calls not yet delivered, oldest first.
+CREATE OR REPLACE FUNCTION {s}.pending(p_token uuid, p_limit integer)
+RETURNS TABLE (o_key text, o_id text, o_target text, o_lease text, o_payload text)
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    PERFORM {s}.opened(p_token);
+    RETURN QUERY
+        SELECT b.key, b.id, b.target, b.lease, b.payload FROM {s}.outbox b
+         WHERE b.outcome IS NULL ORDER BY b.seq LIMIT p_limit;
+END
+$fn$;
+
+-- Mark an outbox call delivered with its final outcome; the stage is then closed, so the
+-- transaction may commit.
+CREATE OR REPLACE FUNCTION {s}.delivered(p_token uuid, p_key text, p_id text, p_outcome text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE
+    x xid8 := pg_current_xact_id();
+BEGIN
+    PERFORM {s}.opened(p_token);
+    UPDATE {s}.outbox SET outcome = p_outcome
+     WHERE key = p_key AND id = p_id AND outcome IS NULL;
+    DELETE FROM {s}.stages WHERE xid = x;
 END
 $fn$;
 
@@ -239,7 +286,7 @@ pub fn install(
 }
 
 /// Let `role` stage plans through the substrate in `schema`: the use of the schema and of the
-/// substrate's four entry points, nothing on its tables. Run by the role that installed it.
+/// substrate's entry points, nothing on its tables. Run by the role that installed it.
 pub fn allow(client: &mut Client, schema: &str, role: &str) -> Result<(), DbError> {
     super::check_schema(schema)?;
     if !is_plain_name(role) {

@@ -8,6 +8,7 @@
 mod bind;
 mod confine;
 mod install;
+mod outbox;
 mod session;
 mod stage;
 

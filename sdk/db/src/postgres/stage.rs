@@ -29,6 +29,7 @@ use super::install::NOT_THE_OPENER;
 
 use crate::checks::Policy;
 use crate::diff::{Change, Diff};
+use crate::outbox::Request;
 use crate::plan::{Plan, Premise, Statement};
 use crate::receipt::Receipt;
 use crate::sql_shape::{self, Place};
@@ -208,10 +209,22 @@ fn inside(
     let verdict = stage_end::judged(key, plan, &diff, policy)?;
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
+    let outbox: Vec<Value> = plan
+        .outbox
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "id": c.id, "target": c.target, "lease": c.lease, "payload": c.payload.to_string(),
+            })
+        })
+        .collect();
+    let outbox = Value::Array(outbox).to_string();
     client
         .execute(
-            &format!("SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
-            &[&opened.token, &plan_hash, &receipt.diff_hash, &text],
+            &format!(
+                "SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4, $5::pg_catalog.text::pg_catalog.jsonb)"
+            ),
+            &[&opened.token, &plan_hash, &receipt.diff_hash, &text, &outbox],
         )
         .map_err(stage_lost)?;
     Ok(Inside::Passed(receipt))
@@ -289,8 +302,8 @@ fn measured(client: &mut Client, s: &str, token: &str) -> Result<(i64, Vec<Chang
     Ok((counted, changes))
 }
 
-/// `f` in a transaction of its own with a stage opened under `key`, rolled back after: how the
-/// substrate reads what only a stage's opener may.
+/// `f` in a transaction of its own with a stage opened under `key`, rolled back after unless `f`
+/// commits it: how the substrate reads (and marks) what only a stage's opener may.
 fn read_in_stage<T>(
     client: &mut Client,
     s: &str,
@@ -321,6 +334,52 @@ pub(crate) fn read_marker_locked(
     let found = read_in_stage(client, s, key, |_, opened| Ok(opened.receipt));
     unlock_key(client).map_err(|e| format!("could not release the key's lock: {e}"))?;
     found
+}
+
+/// Outbox calls not yet delivered, oldest first, at most `limit`.
+pub(crate) fn pending(client: &mut Client, s: &str, limit: i32) -> Result<Vec<Request>, String> {
+    let found = read_in_stage(client, s, "", |client, opened| {
+        let rows = client.query(
+            &format!(
+                "SELECT o_key, o_id, o_target, o_lease, o_payload FROM {s}.pending($1::pg_catalog.text::pg_catalog.uuid, $2)"
+            ),
+            &[&opened.token, &limit],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let payload: String = r.get(4);
+                Ok(Request {
+                    plan_key: r.get(0),
+                    id: r.get(1),
+                    target: r.get(2),
+                    lease: r.get(3),
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|e| Stop::Db(format!("an outbox call's payload: {e}")))?,
+                })
+            })
+            .collect()
+    });
+    unlock_key(client).map_err(|e| format!("could not end the reading: {e}"))?;
+    found
+}
+
+/// Mark an outbox call delivered, in a transaction of its own.
+pub(crate) fn delivered(
+    client: &mut Client,
+    s: &str,
+    request: &Request,
+    outcome: &str,
+) -> Result<(), String> {
+    let done = read_in_stage(client, s, "", |client, opened| {
+        client.execute(
+            &format!("SELECT {s}.delivered($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
+            &[&opened.token, &request.plan_key, &request.id, &outcome],
+        )?;
+        client.batch_execute("COMMIT")?;
+        Ok(())
+    });
+    unlock_key(client).map_err(|e| format!("could not end the marking: {e}"))?;
+    done
 }
 
 /// What the triggers recorded outside any stage, oldest first.

@@ -1,5 +1,5 @@
-//! What the SQLite substrate installs in the team's database: the marker table, the table the
-//! triggers write changes to, the one-row table that names the stage under way, and three
+//! What the SQLite substrate installs in the team's database: the marker table, the outbox, the
+//! table the triggers write changes to, the one-row table that names the stage under way, and three
 //! triggers per observed table. The triggers are the measurement: they run inside whatever
 //! statement changes a row (a plan's, another trigger's, or a write nobody mediated), so what
 //! they record is the database's own account, not a prediction from the SQL.
@@ -27,6 +27,17 @@ CREATE TABLE IF NOT EXISTS interlock_changes (
     after     TEXT
 );
 CREATE INDEX IF NOT EXISTS interlock_changes_stage ON interlock_changes (stage);
+CREATE TABLE IF NOT EXISTS interlock_outbox (
+    seq       INTEGER PRIMARY KEY,
+    key       TEXT NOT NULL,
+    id        TEXT NOT NULL,
+    target    TEXT NOT NULL,
+    lease     TEXT NOT NULL,
+    payload   TEXT NOT NULL,
+    outcome   TEXT,
+    UNIQUE (key, id)
+);
+CREATE INDEX IF NOT EXISTS interlock_outbox_pending ON interlock_outbox (seq) WHERE outcome IS NULL;
 CREATE TABLE IF NOT EXISTS interlock_stage (
     one       INTEGER PRIMARY KEY CHECK (one = 1),
     key       TEXT NOT NULL,

@@ -5,6 +5,7 @@
 
 mod guard;
 mod install;
+mod outbox;
 mod stage;
 
 use std::path::{Path, PathBuf};
@@ -62,12 +63,12 @@ impl SqliteDb {
             .map_err(|e| DbError::sqlite("open", e))?;
         let installed: i64 = conn
             .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('interlock_markers', 'interlock_changes', 'interlock_stage')",
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('interlock_markers', 'interlock_changes', 'interlock_stage', 'interlock_outbox')",
                 [],
                 |r| r.get(0),
             )
             .map_err(|e| DbError::sqlite("open", e))?;
-        if installed != 3 {
+        if installed != 4 {
             return Err(DbError::NotInstalled {
                 where_: String::new(),
             });

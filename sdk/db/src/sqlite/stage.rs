@@ -84,6 +84,12 @@ fn inside(
     let verdict = stage_end::judged(key, plan, &diff, policy)?;
     conn.execute("DELETE FROM interlock_changes WHERE stage = ?1", [key])?;
     conn.execute("DELETE FROM interlock_stage", [])?;
+    for call in &plan.outbox {
+        conn.execute(
+            "INSERT INTO interlock_outbox (key, id, target, lease, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+            rusqlite::params![key, call.id, call.target, call.lease, call.payload.to_string()],
+        )?;
+    }
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
     conn.execute(

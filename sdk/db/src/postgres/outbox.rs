@@ -1,0 +1,34 @@
+//! The PostgreSQL substrate's outbox, as the relay reads it: through the substrate's functions,
+//! like everything else of the substrate's.
+
+use crate::error::DbError;
+use crate::outbox::{Outbox, Request};
+
+use super::{PgDb, stage};
+
+impl Outbox for PgDb {
+    fn pending(&self, limit: usize) -> Result<Vec<Request>, DbError> {
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        self.with(|c, s| {
+            let r = stage::pending(c, s, limit);
+            let close = r.is_err();
+            (r, close)
+        })?
+        .map_err(|detail| DbError::Stored {
+            what: "outbox call",
+            detail,
+        })
+    }
+
+    fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError> {
+        self.with(|c, s| {
+            let r = stage::delivered(c, s, request, outcome);
+            let close = r.is_err();
+            (r, close)
+        })?
+        .map_err(|what| DbError::Database {
+            doing: "mark an outbox call delivered",
+            what,
+        })
+    }
+}

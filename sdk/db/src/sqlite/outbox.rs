@@ -1,0 +1,59 @@
+//! The SQLite substrate's outbox, as the relay reads it: calls whose plans committed, in the
+//! order they did, until each is marked with a final outcome.
+
+use crate::error::DbError;
+use crate::outbox::{Outbox, Request};
+
+use super::SqliteDb;
+
+impl Outbox for SqliteDb {
+    fn pending(&self, limit: usize) -> Result<Vec<Request>, DbError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare_cached(
+                "SELECT key, id, target, lease, payload FROM interlock_outbox
+                  WHERE outcome IS NULL ORDER BY seq LIMIT ?1",
+            )
+            .map_err(|e| DbError::sqlite("read the outbox", e))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = st
+            .query_map([limit], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(|e| DbError::sqlite("read the outbox", e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (plan_key, id, target, lease, payload) =
+                row.map_err(|e| DbError::sqlite("read the outbox", e))?;
+            let payload = serde_json::from_str(&payload).map_err(|e| DbError::Stored {
+                what: "outbox call",
+                detail: format!("{plan_key}/{id}: {e}"),
+            })?;
+            out.push(Request {
+                plan_key,
+                id,
+                target,
+                lease,
+                payload,
+            });
+        }
+        Ok(out)
+    }
+
+    fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError> {
+        self.conn()
+            .execute(
+                "UPDATE interlock_outbox SET outcome = ?1
+                  WHERE key = ?2 AND id = ?3 AND outcome IS NULL",
+                rusqlite::params![outcome, request.plan_key, request.id],
+            )
+            .map(drop)
+            .map_err(|e| DbError::sqlite("mark an outbox call delivered", e))
+    }
+}

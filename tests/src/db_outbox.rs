@@ -1,0 +1,96 @@
+//! The outbox's promise, run against any substrate: a call exists only once its plan committed,
+//! and the relay delivers it through the gate once — also when an earlier relay sent it and died
+//! before marking it. Judged by what the receiving target itself applied.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use interlock::lease::Grant;
+use interlock::premise::NoPremises;
+use interlock::target::Target;
+use interlock::{Effect, EffectKey, Gate, GateConfig, ManualClock, Outcome, SqliteJournal, Tier};
+use interlock_db::{Outbox, Outgoing, Plan, relay};
+use serde_json::json;
+
+use crate::targets::Counting;
+
+const T0: i64 = 1_700_000_000_000;
+const LEASE: &str = "shop-ops";
+
+/// A refund the plan asks for once it commits, delivered by the target named `counting`.
+pub fn refund(id: &str) -> Outgoing {
+    Outgoing {
+        id: id.into(),
+        target: "counting".into(),
+        lease: LEASE.into(),
+        payload: json!({"refund": id, "amount": 500}),
+    }
+}
+
+/// Submit `refused` (a plan the substrate must refuse) and `committed` (one it must commit),
+/// each asking for a refund, through a gate bound to `db`; then relay the outbox to a counting
+/// target, once as if an earlier relay had sent the call and died before marking it.
+pub fn outbox_round<D>(db: Arc<D>, refused: Plan, committed: Plan) -> anyhow::Result<()>
+where
+    D: Target + Outbox + 'static,
+{
+    let dir = tempfile::tempdir()?;
+    let journal_path = dir.path().join("journal.db");
+    let clock = ManualClock::at(T0);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone()))?);
+    journal.grant_lease(&Grant::new(LEASE, "ops", T0).unlimited())?;
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.settle = Duration::from_millis(0);
+    let gate = Gate::new(journal.clone(), journal, Arc::new(clock), cfg)?;
+    let staged = gate.bind(db.clone(), Arc::new(NoPremises))?;
+    let submit = |key: &str, plan: &Plan| -> anyhow::Result<Outcome> {
+        let effect = Effect::new(EffectKey::derive(&[key]), &plan.to_payload(), LEASE)?;
+        Ok(staged.submit(&effect)?)
+    };
+
+    let outcome = submit("refused", &refused.then_send(refund("never"))?)?;
+    ensure!(
+        matches!(outcome, Outcome::Failed(_)),
+        "the refused plan: {outcome:?}"
+    );
+    ensure!(
+        db.pending(10)?.is_empty(),
+        "a refused plan's call reached the outbox"
+    );
+
+    let outcome = submit("committed", &committed.then_send(refund("once"))?)?;
+    ensure!(
+        matches!(outcome, Outcome::Committed { .. }),
+        "the committed plan: {outcome:?}"
+    );
+    let pending = db.pending(10)?;
+    ensure!(pending.len() == 1, "one call waits: {pending:?}");
+
+    let payments = Counting::new(Tier::One, Duration::ZERO);
+    let pay = gate.bind(payments.clone(), Arc::new(NoPremises))?;
+    // An earlier relay sent it and died before marking it.
+    let call = &pending[0];
+    pay.submit(&Effect::new(call.effect_key(), &call.payload, &call.lease)?)?;
+    let targets = BTreeMap::from([("counting".to_owned(), &pay)]);
+    let relayed = relay(&*db, &targets, 10)?;
+    let (_, label) = relayed
+        .delivered
+        .first()
+        .context("the call was delivered")?;
+    ensure!(
+        relayed.delivered.len() == 1 && label.contains("replayed"),
+        "answered from the journal, not sent again: {relayed:?}"
+    );
+    ensure!(
+        relay(&*db, &targets, 10)?.delivered.is_empty(),
+        "nothing left"
+    );
+    ensure!(
+        payments.applications() == 1
+            && payments.sends.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "the refund reached its target once"
+    );
+    Ok(())
+}
