@@ -1,6 +1,8 @@
 //! Database effects through the gate: a plan journaled, staged, measured, judged and committed
 //! with its marker; recovered by the marker after the gate stopped between the commit and its
 //! record; and staged once more, once, after a worker was SIGKILLed in the middle of its stage.
+//! The outbox: a call exists only once its plan committed, and a relay SIGKILLed while its
+//! refund is in flight leaves one refund, which the next relay delivers without sending again.
 //! Judged by the shop database's own rows.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
@@ -17,8 +19,11 @@ use interlock::{
     Effect, EffectKey, Gate, GateConfig, GateError, ManualClock, Outcome, SqliteJournal, Via,
 };
 use interlock::{SystemClock, Tier};
-use interlock_db::{Policy, Receipt, SqliteDb};
-use interlock_testkit::faults::{Action, ScriptedFaults};
+use interlock_db::{Outbox, Outgoing, Policy, Receipt, SqliteDb, relay};
+use interlock_stripe::{StripeConfig, StripeRefunds};
+use interlock_testkit::faults::{Action, ScriptedFaults, Stall};
+use interlock_testkit::payments_api::PaymentsApi;
+use interlock_testkit::sim::SimPayments;
 use interlock_tests::db_shop::{self, AMOUNT, credit};
 
 const T0: i64 = 1_700_000_000_000;
@@ -238,4 +243,116 @@ fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_
         AMOUNT,
         "the committed plan credited once"
     );
+}
+
+#[test]
+fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next_relay_delivers() {
+    const SECRET: &str = "sk_test_relay";
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let journal_path = dir.path().join("journal.db");
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
+        .unwrap();
+    let sim = SimPayments::new(Tier::One, Duration::from_secs(86_400), clock.clone());
+    sim.add_payment("pi_relay", 10_000);
+    let api = PaymentsApi::start(sim.clone(), SECRET).unwrap();
+    let send_timeout = Duration::from_secs(3);
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.send_timeout = send_timeout;
+    let gate = Gate::new(journal.clone(), journal, clock, cfg).unwrap();
+
+    // The plan commits, and with it the refund it asks for.
+    let shop_db = Arc::new(SqliteDb::open(&shop, Policy::default()).unwrap());
+    let plan = db_shop::cancel_and_credit(0)
+        .unwrap()
+        .then_send(Outgoing {
+            id: "refund".into(),
+            target: interlock_stripe::refunds::DEFAULT_NAME.into(),
+            lease: LEASE.into(),
+            payload: serde_json::json!({"payment_intent": "pi_relay", "amount": 2000, "currency": "usd"}),
+        })
+        .unwrap();
+    let staged = gate.bind(shop_db.clone(), Arc::new(NoPremises)).unwrap();
+    let outcome = staged
+        .submit(&Effect::new(EffectKey::derive(&["relayed"]), &plan.to_payload(), LEASE).unwrap())
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Committed { .. }), "{outcome:?}");
+
+    // A relay process sends the refund; the service holds it before applying; the relay dies.
+    let stall = Stall::new();
+    sim.hold_next(stall.clone());
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_db-relay-worker"))
+        .arg("--journal")
+        .arg(&journal_path)
+        .arg("--shop")
+        .arg(&shop)
+        .args(["--api", &api.base_url, "--secret", SECRET])
+        .args(["--send-timeout-ms", &send_timeout.as_millis().to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !stall.reached() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the relay never reached the service"
+        );
+        if worker.try_wait().unwrap().is_some() {
+            let out = worker.wait_with_output().unwrap();
+            panic!(
+                "the relay ended before it was killed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    worker.kill().unwrap(); // SIGKILL
+    assert!(!worker.wait().unwrap().success());
+    // The request the dead relay sent still lands.
+    stall.release();
+    while sim.refunds("pi_relay").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the held refund never landed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        shop_db.pending(10).unwrap().len(),
+        1,
+        "the dead relay marked nothing"
+    );
+
+    // The next relay, in this process: the dead relay's claim is taken over at once (its process
+    // is gone), and the gate recovers the delivery under the same key.
+    let refunds = StripeRefunds::new(StripeConfig::new(&api.base_url, SECRET).unwrap());
+    let pay = gate.bind(Arc::new(refunds), Arc::new(NoPremises)).unwrap();
+    let targets = std::collections::BTreeMap::from([(
+        interlock_stripe::refunds::DEFAULT_NAME.to_owned(),
+        &pay,
+    )]);
+    let retried = Instant::now();
+    let label = loop {
+        let relayed = relay(&*shop_db, &targets, 10).unwrap();
+        if let Some((_, label)) = relayed.delivered.first() {
+            break label.clone();
+        }
+        assert!(
+            retried.elapsed() < 4 * send_timeout,
+            "never delivered: {relayed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        ["COMMITTED/idempotent_resend", "COMMITTED/found_by_lookup"].contains(&label.as_str()),
+        "the second relay resent under the same key or found the first's refund: {label}"
+    );
+    assert_eq!(sim.refunds("pi_relay").len(), 1, "refunded once");
+    assert!(shop_db.pending(10).unwrap().is_empty());
+    assert_eq!(credit(&shop).unwrap(), AMOUNT);
 }
