@@ -194,31 +194,66 @@ fn a_moved_premise_rolls_the_stage_back_and_names_only_the_premise() {
     assert_eq!(credit(&path, 10), 0);
 }
 
-/// The agent's refusal when `cancel_and_credit`'s credit also reaches another tenant whose rows
-/// hold `amount` and whose tenant is called `name`.
-fn refusal_with_other_tenant(name: &str, amount: i64) -> String {
+/// Other tenants' rows, drawn at random: customer 20 renamed and rescaled, and any number of
+/// customers more, each under a tenant of its own name.
+struct Others {
+    name: String,
+    credit: i64,
+    more: Vec<(String, i64)>,
+}
+
+impl Others {
+    /// The world drawn from `seed` (xorshift: the same seed, the same world).
+    fn drawn(seed: u64) -> Self {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let name = |next: &mut dyn FnMut() -> u64| -> String {
+            let len = 1 + next() % 24;
+            (0..len)
+                .map(|_| {
+                    char::from(b"abcdefghijklmnopqrstuvwxyz0123456789-_ "[(next() % 39) as usize])
+                })
+                .collect::<String>()
+                .replace("t1", "u1")
+        };
+        let scale = |v: u64| i64::try_from(v % 2_000_000_000_000).unwrap_or(0) - 1_000_000_000_000;
+        let first = name(&mut next);
+        let credit = scale(next());
+        let more = (0..next() % 40)
+            .map(|_| (name(&mut next), scale(next())))
+            .collect();
+        Self {
+            name: first,
+            credit,
+            more,
+        }
+    }
+}
+
+/// The agent's refusal of `plan` under `policy` in a shop where other tenants hold `others`.
+fn refusal_among(others: &Others, policy: &Policy, plan: &Plan) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = shop(dir.path());
-    Connection::open(&path)
-        .unwrap()
-        .execute(
-            "UPDATE customers SET tenant = ?1, credit = ?2 WHERE id = 20",
-            rusqlite::params![name, amount],
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE customers SET tenant = ?1, credit = ?2 WHERE id = 20",
+        rusqlite::params![others.name, others.credit],
+    )
+    .unwrap();
+    for (i, (tenant, credit)) in others.more.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO customers (id, tenant, credit) VALUES (?1, ?2, ?3)",
+            rusqlite::params![100 + i as i64, tenant, credit],
         )
         .unwrap();
-    let policy = Policy {
-        tenant_column: Some("tenant".into()),
-        ..Policy::default()
-    };
-    let db = SqliteDb::open(&path, policy).unwrap();
-    let plan = Plan::new(vec![stmt(
-        "credit_customer",
-        "UPDATE customers SET credit = credit + :amount WHERE id IN (10, 20)",
-        json!({"amount": 5}),
-    )])
-    .unwrap()
-    .tenant(json!("t1"));
-    let answer = send(&db, "t", &plan);
+    }
+    let db = SqliteDb::open(&path, policy.clone()).unwrap();
+    let answer = send(&db, "t", plan);
     assert_eq!(credit(&path, 10), 0, "refused, nothing applied");
     match answer {
         SendAnswer::Definite { code, message } => {
@@ -230,11 +265,54 @@ fn refusal_with_other_tenant(name: &str, amount: i64) -> String {
 }
 
 #[test]
-fn a_plan_reaching_a_second_tenant_is_refused_the_same_whatever_that_tenant_holds() {
-    let first = refusal_with_other_tenant("t2", 0);
-    assert_eq!(first, "tenant: refused; statement `credit_customer`");
-    for (name, amount) in [("acme-secret", 1_000_000), ("zz", -7), ("t1x", 42)] {
-        assert_eq!(refusal_with_other_tenant(name, amount), first);
+fn every_refusal_an_agent_reads_is_byte_identical_whatever_other_tenants_hold() {
+    let tenant = Policy {
+        tenant_column: Some("tenant".into()),
+        ..Policy::default()
+    };
+    let capped = Policy {
+        delta_caps: vec![DeltaCap {
+            table: "customers".into(),
+            column: "credit".into(),
+            max: 400,
+        }],
+        ..Policy::default()
+    };
+    let one_row = Policy {
+        max_rows: [("customers".to_owned(), 1)].into(),
+        ..Policy::default()
+    };
+    let everyone = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id >= :from",
+        json!({"amount": 5, "from": 10}),
+    )])
+    .unwrap()
+    .tenant(json!("t1"));
+    let cases = [
+        (&tenant, &everyone),
+        (&capped, &cancel_and_credit()),
+        (&one_row, &everyone),
+    ];
+    let baseline = Others {
+        name: "t2".into(),
+        credit: 0,
+        more: Vec::new(),
+    };
+    for (policy, plan) in cases {
+        let first = refusal_among(&baseline, policy, plan);
+        assert!(first.ends_with("statement `credit_customer`"), "{first}");
+        for seed in 1..=24 {
+            let others = Others::drawn(seed);
+            assert_eq!(
+                refusal_among(&others, policy, plan),
+                first,
+                "seed {seed}: {} more rows, one named {:?} holding {}",
+                others.more.len(),
+                others.name,
+                others.credit
+            );
+        }
     }
 }
 
