@@ -11,7 +11,7 @@ use interlock::lease::Grant;
 use interlock::premise::NoPremises;
 use interlock::target::Target;
 use interlock::{Effect, EffectKey, Gate, GateConfig, ManualClock, Outcome, SqliteJournal, Tier};
-use interlock_db::{Outbox, Outgoing, Plan, relay};
+use interlock_db::{Outbox, Outgoing, Plan, Policy, relay};
 use serde_json::json;
 
 use crate::targets::Counting;
@@ -29,9 +29,18 @@ pub fn refund(id: &str) -> Outgoing {
     }
 }
 
+/// A policy whose outbox allows refunds to `counting` under the shop's lease, and nothing else.
+pub fn policy() -> Policy {
+    Policy {
+        outbox: [("counting".to_owned(), [LEASE.to_owned()].into())].into(),
+        ..Policy::default()
+    }
+}
+
 /// Submit `refused` (a plan the substrate must refuse) and `committed` (one it must commit),
-/// each asking for a refund, through a gate bound to `db`; then relay the outbox to a counting
-/// target, once as if an earlier relay had sent the call and died before marking it.
+/// each asking for a refund, through a gate bound to `db` (judged by [`policy`]); then the
+/// committed plan asking for a call the policy does not allow; then relay the outbox to a
+/// counting target, once as if an earlier relay had sent the call and died before marking it.
 pub fn outbox_round<D>(db: Arc<D>, refused: Plan, committed: Plan) -> anyhow::Result<()>
 where
     D: Target + Outbox + 'static,
@@ -52,20 +61,29 @@ where
 
     let outcome = submit("refused", &refused.then_send(refund("never"))?)?;
     ensure!(
-        matches!(outcome, Outcome::Failed(_)),
+        matches!(&outcome, Outcome::Failed(f) if f.code == "refused"),
         "the refused plan: {outcome:?}"
     );
     ensure!(
-        db.pending(10)?.is_empty(),
+        db.pending(0, 10)?.is_empty(),
         "a refused plan's call reached the outbox"
     );
+    let mut stray = refund("stray");
+    stray.target = "elsewhere".into();
+    let outcome = submit("stray", &committed.clone().then_send(stray)?)?;
+    ensure!(
+        matches!(&outcome, Outcome::Failed(f)
+            if f.code == "refused" && f.message == "outbox: refused; call `stray`"),
+        "a call the policy does not allow: {outcome:?}"
+    );
+    ensure!(db.pending(0, 10)?.is_empty(), "nor did the stray call");
 
     let outcome = submit("committed", &committed.then_send(refund("once"))?)?;
     ensure!(
         matches!(outcome, Outcome::Committed { .. }),
         "the committed plan: {outcome:?}"
     );
-    let pending = db.pending(10)?;
+    let pending = db.pending(0, 10)?;
     ensure!(pending.len() == 1, "one call waits: {pending:?}");
 
     let payments = Counting::new(Tier::One, Duration::ZERO);

@@ -1,7 +1,8 @@
 //! Database effects through the gate: a plan journaled, staged, measured, judged and committed
 //! with its marker; recovered by the marker after the gate stopped between the commit and its
 //! record; and staged once more, once, after a worker was SIGKILLed in the middle of its stage.
-//! The outbox: a call exists only once its plan committed, and a relay SIGKILLed while its
+//! A lease revoked while a stage is under way stops it before its commit. The outbox: a call
+//! exists only once its plan committed, and a relay SIGKILLed while its
 //! refund is in flight leaves one refund, which the next relay delivers without sending again.
 //! Judged by the shop database's own rows.
 
@@ -225,10 +226,56 @@ fn a_worker_killed_mid_stage_leaves_nothing_and_the_recoverer_stages_it_once() {
 }
 
 #[test]
+fn a_lease_revoked_while_the_stage_is_under_way_stops_it_before_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let journal_path = dir.path().join("journal.db");
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
+        .unwrap();
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.send_timeout = Duration::from_secs(20);
+    let gate = Gate::new(journal.clone(), journal.clone(), clock, cfg).unwrap();
+    let db = SqliteDb::open(&shop, Policy::default()).unwrap();
+    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap();
+    // The credit counts for about a second inside the stage: time to revoke the lease.
+    let effect = Effect::new(
+        EffectKey::derive(&["revoked"]),
+        &db_shop::cancel_and_credit(4_000_000).unwrap().to_payload(),
+        LEASE,
+    )
+    .unwrap();
+    let outcome = std::thread::scope(|s| {
+        let staging = s.spawn(|| bound.submit(&effect).unwrap());
+        let start = Instant::now();
+        while !db_shop::stage_under_way(&shop).unwrap() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the stage never began"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(journal.revoke_lease(LEASE).unwrap());
+        staging.join().unwrap()
+    });
+    match outcome {
+        Outcome::Failed(f) => assert_eq!(f.code, "lease_dead", "{f:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        credit(&shop).unwrap(),
+        0,
+        "nothing landed after the revocation"
+    );
+}
+
+#[test]
 fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let shop = db_shop::create(dir.path()).unwrap();
-    let db = Arc::new(SqliteDb::open(&shop, Policy::default()).unwrap());
+    let db = Arc::new(SqliteDb::open(&shop, interlock_tests::db_outbox::policy()).unwrap());
     let understated = db_shop::cancel_and_credit(0)
         .unwrap()
         .footprint([("orders".to_owned(), 1)].into());
@@ -265,7 +312,15 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
     let gate = Gate::new(journal.clone(), journal, clock, cfg).unwrap();
 
     // The plan commits, and with it the refund it asks for.
-    let shop_db = Arc::new(SqliteDb::open(&shop, Policy::default()).unwrap());
+    let refunds_allowed = Policy {
+        outbox: [(
+            interlock_stripe::refunds::DEFAULT_NAME.to_owned(),
+            [LEASE.to_owned()].into(),
+        )]
+        .into(),
+        ..Policy::default()
+    };
+    let shop_db = Arc::new(SqliteDb::open(&shop, refunds_allowed).unwrap());
     let plan = db_shop::cancel_and_credit(0)
         .unwrap()
         .then_send(Outgoing {
@@ -323,7 +378,7 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(
-        shop_db.pending(10).unwrap().len(),
+        shop_db.pending(0, 10).unwrap().len(),
         1,
         "the dead relay marked nothing"
     );
@@ -353,6 +408,6 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
         "the second relay resent under the same key or found the first's refund: {label}"
     );
     assert_eq!(sim.refunds("pi_relay").len(), 1, "refunded once");
-    assert!(shop_db.pending(10).unwrap().is_empty());
+    assert!(shop_db.pending(0, 10).unwrap().is_empty());
     assert_eq!(credit(&shop).unwrap(), AMOUNT);
 }

@@ -90,6 +90,7 @@ fn send(db: &PgDb, key: &str, plan: &Plan) -> SendAnswer {
         payload: &plan.to_payload(),
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     })
 }
 
@@ -374,6 +375,7 @@ fn on_postgres_a_plan_naming_the_substrate_is_refused_before_any_database_sees_i
             payload: &payload,
             timeout: Duration::from_secs(5),
             deadline: None,
+            last_look: None,
         });
         assert!(
             matches!(&answer, SendAnswer::Definite { code, .. } if code == "bad_plan"),
@@ -508,6 +510,7 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
             payload: &reach(name, &sql, extra),
             timeout: Duration::from_secs(5),
             deadline: None,
+            last_look: None,
         });
         match &answer {
             SendAnswer::Definite { code, message } => {
@@ -532,7 +535,7 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
 #[test]
 fn on_postgres_an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_once() {
     let (url, options, mut client) = shop("pg_outbox");
-    let db = Arc::new(PgDb::open(&url, options, Policy::default()).unwrap());
+    let db = Arc::new(PgDb::open(&url, options, interlock_tests::db_outbox::policy()).unwrap());
     let understated = cancel_and_credit().footprint([("orders".into(), 1)].into());
     interlock_tests::db_outbox::outbox_round(db, understated, cancel_and_credit()).unwrap();
     assert_eq!(
@@ -540,4 +543,29 @@ fn on_postgres_an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_
         500,
         "the committed plan credited once"
     );
+}
+
+#[test]
+fn on_postgres_a_lease_that_lapsed_before_the_commit_rolls_the_stage_back() {
+    use interlock::target::{LastLook, Looked};
+    let (url, options, mut client) = shop("pg_lapsed");
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let look = || Looked::Lapsed {
+        code: "lease_dead",
+        why: "lease shop-ops was revoked".into(),
+    };
+    let key = EffectKey::derive(&["lapsed"]);
+    let answer = db.send(&SendRequest {
+        key: &key,
+        payload: &cancel_and_credit().to_payload(),
+        timeout: Duration::from_secs(5),
+        deadline: None,
+        last_look: Some(LastLook::new(&look)),
+    });
+    assert!(
+        matches!(&answer, SendAnswer::Definite { code, .. } if code == "lease_dead"),
+        "{answer:?}"
+    );
+    assert_eq!(credit(&mut client, 10), 0);
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
 }

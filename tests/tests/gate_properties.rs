@@ -149,6 +149,7 @@ impl Watch {
                     payload: &payload,
                     timeout,
                     deadline: None,
+                    last_look: None,
                 });
                 sending.fetch_sub(1, Ordering::SeqCst);
             });

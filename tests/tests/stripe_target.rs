@@ -37,6 +37,7 @@ fn send(t: &StripeRefunds, key: &EffectKey, amount: i64) -> SendAnswer {
         payload: &payload,
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     })
 }
 
@@ -70,6 +71,7 @@ fn the_reason_and_the_caller_s_metadata_reach_stripe_beside_the_key() {
         payload: &payload,
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     });
     assert!(matches!(answer, SendAnswer::Done(_)), "{answer:?}");
     let refunds = sim.refunds("pi_1");
@@ -89,6 +91,7 @@ fn the_reason_and_the_caller_s_metadata_reach_stripe_beside_the_key() {
         payload: &wrong,
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     });
     assert!(
         matches!(refused, SendAnswer::Definite { .. }),
@@ -329,6 +332,7 @@ fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_ga
         payload: &unknown,
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     });
     assert!(
         matches!(&answer, SendAnswer::Definite { code, .. } if code == "resource_missing"),
@@ -342,6 +346,7 @@ fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_ga
         payload: &both,
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     });
     assert!(
         matches!(&answer, SendAnswer::Definite { code, .. } if code == "invalid_payload"),

@@ -37,6 +37,10 @@ pub struct Policy {
     /// Whether a plan that states its footprint must match the measured one exactly.
     #[serde(default = "yes")]
     pub footprint_must_match: bool,
+    /// The calls a plan may ask for once it commits ([`Plan::outbox`]): per target name, the
+    /// leases a call to it may run under. A plan asking for any other is refused. Empty: none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outbox: BTreeMap<String, BTreeSet<String>>,
 }
 
 fn yes() -> bool {
@@ -44,7 +48,7 @@ fn yes() -> bool {
 }
 
 impl Default for Policy {
-    /// No table, row, tenant or delta rule; a stated footprint must match.
+    /// No table, row, tenant or delta rule; a stated footprint must match; no outbox calls.
     fn default() -> Self {
         Self {
             tables: None,
@@ -52,6 +56,7 @@ impl Default for Policy {
             tenant_column: None,
             delta_caps: Vec::new(),
             footprint_must_match: true,
+            outbox: BTreeMap::new(),
         }
     }
 }
@@ -130,7 +135,44 @@ pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy) -> Verdict {
     if let Some(stated) = &plan.footprint {
         findings.push(footprint(stated, diff, policy));
     }
+    if !plan.outbox.is_empty() {
+        findings.push(outbox(plan, policy));
+    }
     Verdict { findings }
+}
+
+/// Every call the plan asks for goes to a target, under a lease, that the policy allows.
+fn outbox(plan: &Plan, policy: &Policy) -> Finding {
+    let refused: Vec<_> = plan
+        .outbox
+        .iter()
+        .filter(|c| {
+            !policy
+                .outbox
+                .get(&c.target)
+                .is_some_and(|leases| leases.contains(&c.lease))
+        })
+        .collect();
+    let refusal = (!refused.is_empty()).then(|| {
+        let operator: Vec<String> = refused
+            .iter()
+            .map(|c| {
+                format!(
+                    "call `{}` asks target `{}` under lease `{}`",
+                    c.id, c.target, c.lease
+                )
+            })
+            .collect();
+        let ids: Vec<String> = refused.iter().map(|c| format!("`{}`", c.id)).collect();
+        (
+            format!(
+                "{}, which the policy's outbox does not allow",
+                operator.join("; ")
+            ),
+            format!("refused; call {}", ids.join(", ")),
+        )
+    });
+    finding("outbox", &policy.outbox, refusal)
 }
 
 fn digest(config: &impl Serialize) -> String {
@@ -339,6 +381,7 @@ mod tests {
                 max: 5,
             }],
             footprint_must_match: true,
+            outbox: BTreeMap::new(),
         };
         let v = judge(
             &plan().footprint([("accounts".to_owned(), 1)].into()),

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use interlock::{Bound, Effect, EffectKey};
+use interlock::{Bound, Effect, EffectKey, Outcome};
 use serde_json::Value;
 
 use crate::error::DbError;
@@ -18,6 +18,10 @@ use crate::error::DbError;
 /// One call in the outbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
+    /// The outbox it is in (the substrate's target name).
+    pub source: String,
+    /// Its place in that outbox: calls are read in the order their plans committed.
+    pub seq: i64,
     /// The effect key of the plan that asked for it.
     pub plan_key: String,
     /// Its id in that plan.
@@ -31,16 +35,19 @@ pub struct Request {
 }
 
 impl Request {
-    /// The delivery's effect key: the same for every attempt, by any relay.
+    /// The delivery's effect key: the same for every attempt, by any relay; another outbox's
+    /// call under the same plan key and id has another.
     pub fn effect_key(&self) -> EffectKey {
-        EffectKey::derive(&["interlock-outbox", &self.plan_key, &self.id])
+        EffectKey::derive(&["interlock-outbox", &self.source, &self.plan_key, &self.id])
     }
 }
 
 /// Where a substrate keeps its outbox.
 pub trait Outbox {
-    /// Calls not yet delivered, oldest first, at most `limit`.
-    fn pending(&self, limit: usize) -> Result<Vec<Request>, DbError>;
+    /// The outbox's name in delivery keys (the substrate's target name).
+    fn source(&self) -> &str;
+    /// Calls not yet delivered whose place is after `after`, in order, at most `limit`.
+    fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError>;
     /// Record that `request` was delivered with a final `outcome` (the gate's label).
     fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError>;
 }
@@ -51,49 +58,64 @@ pub struct Relayed {
     /// Calls that reached a final outcome, with it (`COMMITTED/…`, `FAILED:…`, `REFUSED:…`,
     /// `AMBIGUOUS`, `APPLIED_TWICE`).
     pub delivered: Vec<(Request, String)>,
-    /// Calls left for a later pass, with why (in flight elsewhere, the journal unreadable, no gate
-    /// bound for the target).
+    /// Calls left for a later pass, with why (in flight elsewhere, a refusal that is not final,
+    /// the journal unreadable, no gate bound for the target, an outcome not yet marked).
     pub waiting: Vec<(Request, String)>,
 }
 
-/// One pass over the outbox: each pending call (at most `limit`) submitted through the gate bound
-/// for its target (`targets`, by target name).
+/// One pass over the outbox: every waiting call, in order, submitted through the gate bound for
+/// its target (`targets`, by target name), until `limit` have been delivered. A call that must
+/// wait does not hold up those after it.
 pub fn relay(
     outbox: &dyn Outbox,
     targets: &BTreeMap<String, &Bound>,
     limit: usize,
 ) -> Result<Relayed, DbError> {
     let mut done = Relayed::default();
-    for request in outbox.pending(limit)? {
-        let Some(bound) = targets.get(&request.target) else {
-            let why = format!(
-                "no gate is bound for target `{}`: give the relay one",
-                request.target
-            );
-            tracing::warn!(key = %request.plan_key, id = %request.id, "{why}");
-            done.waiting.push((request, why));
-            continue;
-        };
-        let effect = match Effect::new(request.effect_key(), &request.payload, &request.lease) {
-            Ok(e) => e,
-            Err(e) => {
-                // Never deliverable as written: ended, with why, for a person.
-                let outcome = format!("REFUSED:bad_request ({e})");
-                outbox.mark_delivered(&request, &outcome)?;
-                done.delivered.push((request, outcome));
-                continue;
+    let mut after = 0;
+    while done.delivered.len() < limit {
+        let page = outbox.pending(after, limit)?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for request in page {
+            if done.delivered.len() >= limit {
+                break;
             }
-        };
-        match bound.submit(&effect) {
-            Ok(outcome) if outcome.is_final() => {
-                let label = outcome.label();
-                outbox.mark_delivered(&request, &label)?;
-                tracing::info!(key = %request.plan_key, id = %request.id, outcome = %label, "outbox call delivered");
-                done.delivered.push((request, label));
+            match deliver(outbox, targets, &request) {
+                Ok(label) => done.delivered.push((request, label)),
+                Err(why) => done.waiting.push((request, why)),
             }
-            Ok(outcome) => done.waiting.push((request, outcome.label())),
-            Err(e) => done.waiting.push((request, e.to_string())),
         }
     }
     Ok(done)
+}
+
+/// Deliver one call: its final outcome, marked; or why it waits.
+fn deliver(
+    outbox: &dyn Outbox,
+    targets: &BTreeMap<String, &Bound>,
+    request: &Request,
+) -> Result<String, String> {
+    let Some(bound) = targets.get(&request.target) else {
+        let why = format!(
+            "no gate is bound for target `{}`: give the relay one",
+            request.target
+        );
+        tracing::warn!(key = %request.plan_key, id = %request.id, "{why}");
+        return Err(why);
+    };
+    let effect = Effect::new(request.effect_key(), &request.payload, &request.lease)
+        .map_err(|e| format!("not a payload: {e}"))?;
+    let outcome = bound.submit(&effect).map_err(|e| e.to_string())?;
+    let label = outcome.label();
+    // A refusal that does not end the effect (another payload under its key) is not an answer.
+    let final_ = outcome.is_final() && !matches!(&outcome, Outcome::Refused(r) if !r.is_final);
+    if !final_ {
+        return Err(label);
+    }
+    outbox.mark_delivered(request, &label).map_err(|e| {
+        format!("{label}, but not marked delivered ({e}); the next pass replays it")
+    })?;
+    tracing::info!(key = %request.plan_key, id = %request.id, outcome = %label, "outbox call delivered");
+    Ok(label)
 }

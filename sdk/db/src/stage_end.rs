@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use interlock::target::{Deadline, LookupAnswer, SendAnswer, SendRequest};
+use interlock::target::{Deadline, LastLook, Looked, LookupAnswer, SendAnswer, SendRequest};
 use serde_json::Value;
 
 use crate::checks::{Policy, Verdict, judge};
@@ -52,13 +52,16 @@ pub(crate) enum Stop {
     /// The transaction may have ended under the stage, how is not known: roll back what may be
     /// left, and answer unknown.
     Unsure(String),
+    /// Not now: roll back and answer unknown, so the gate looks (finding nothing) and tries
+    /// again later.
+    Again(String),
 }
 
 impl Stop {
     /// What went wrong, in words, where only a message is wanted.
     pub(crate) fn into_message(self) -> String {
         match self {
-            Stop::Refuse(_, m) | Stop::Db(m) | Stop::Unsure(m) => m,
+            Stop::Refuse(_, m) | Stop::Db(m) | Stop::Unsure(m) | Stop::Again(m) => m,
         }
     }
 }
@@ -130,10 +133,42 @@ pub(crate) fn finish(
                 }
             }
             (Stop::Unsure(m), _) => Ended::Unknown(m),
-            (Stop::Refuse(_, m) | Stop::Db(m), false) => {
+            (Stop::Again(m), true) => {
+                Ended::Unknown(format!("{m}; the stage was rolled back, nothing applied"))
+            }
+            (Stop::Refuse(_, m) | Stop::Db(m) | Stop::Again(m), false) => {
                 Ended::Unknown(format!("{m}; and the stage could not be rolled back"))
             }
         },
+    }
+}
+
+/// What a send asks a stage to do: under which key, which plan (and its hash), judged by which
+/// policy, done by when, and the gate's last look before the commit.
+#[derive(Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) plan: &'a Plan,
+    pub(crate) plan_hash: &'a str,
+    pub(crate) policy: &'a Policy,
+    pub(crate) until: Until<'a>,
+    pub(crate) look: Option<LastLook<'a>>,
+}
+
+/// The gate's last look, taken once the stage has been judged and before its marker and
+/// `COMMIT`: a lease that died or a premise that moved since the gate's checks refuses the stage
+/// (nothing lands unauthorized or on moved facts); one that could not be read rolls it back for
+/// the gate to try again.
+pub(crate) fn last_look(look: Option<LastLook<'_>>) -> Result<(), Stop> {
+    match look.map(|l| l.look()) {
+        None | Some(Looked::Holds) => Ok(()),
+        Some(Looked::Lapsed { code, why }) => Err(Stop::Refuse(
+            code,
+            format!("{why}; the stage was rolled back just before its commit"),
+        )),
+        Some(Looked::Unreadable(why)) => Err(Stop::Again(format!(
+            "the gate's last look before the commit failed ({why})"
+        ))),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::effect::EffectKey;
 use crate::journal::{TxLeases, TxView};
 use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
+use crate::target::Looked;
 
 use super::Bound;
 
@@ -267,6 +268,51 @@ impl Bound {
             began,
             took,
         }
+    }
+
+    /// The last look a target takes just before its point of no return
+    /// ([`crate::target::SendRequest::last_look`]): the lease as its grant now reads (revoked,
+    /// expired, its scope and cap; the uses were counted at dispatch), then the premises against
+    /// those decided. A read that fails or panics is unreadable: the target must not land.
+    pub(super) fn last_look(&self, key: &EffectKey, first: &Proposed) -> Looked {
+        let store = &self.gate.leases;
+        match catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease))) {
+            Ok(Ok(Some(grant))) => match grant.verdict(&first.payload, self.now()) {
+                LeaseVerdict::Live => {}
+                LeaseVerdict::Dead { reason } => {
+                    return Looked::Lapsed {
+                        code: "lease_dead",
+                        why: reason,
+                    };
+                }
+                other => {
+                    return Looked::Lapsed {
+                        code: "lease_dead",
+                        why: format!("lease {}: {other:?}", first.lease),
+                    };
+                }
+            },
+            Ok(Ok(None)) => {
+                return Looked::Lapsed {
+                    code: "lease_dead",
+                    why: format!("no lease named {} is granted", first.lease),
+                };
+            }
+            Ok(Err(e)) => return Looked::Unreadable(format!("the lease could not be read: {e}")),
+            Err(_) => return Looked::Unreadable("reading the lease panicked".into()),
+        }
+        let check = self.read_premises(key, first);
+        if let Some(e) = check.error {
+            return Looked::Unreadable(format!("the premises could not be read: {e}"));
+        }
+        if !check.changes.is_empty() {
+            let moved: Vec<&str> = check.changes.iter().map(|c| c.field.as_str()).collect();
+            return Looked::Lapsed {
+                code: "premise_moved",
+                why: format!("premises moved since the dispatch: {}", moved.join(", ")),
+            };
+        }
+        Looked::Holds
     }
 
     /// Repairs the premise reader suggests for moved premises; the core keeps them only on a

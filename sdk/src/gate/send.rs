@@ -11,7 +11,7 @@ use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::journal::Verified;
 use crate::liveness::HeldLock;
-use crate::target::{Deadline, SendRequest};
+use crate::target::{Deadline, LastLook, SendRequest};
 
 use super::{Bound, GateError, Outcome, Step, ms};
 
@@ -125,6 +125,7 @@ impl Bound {
                 "this attempt's claim ran out before it could send; a recoverer will take it",
             )));
         }
+        let look = || self.last_look(key, first);
         let req = SendRequest {
             key,
             payload: &first.payload,
@@ -133,6 +134,7 @@ impl Bound {
                 at_ms: holding.deadline_ms - ms(cfg.settle),
                 clock: &*self.gate.clock,
             }),
+            last_look: Some(LastLook::new(&look)),
         };
         let target = &self.target;
         let span = tracing::info_span!(

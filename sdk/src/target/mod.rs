@@ -25,6 +25,53 @@ pub struct SendRequest<'a> {
     /// that can refuse to begin or to finish (a database transaction) checks this instead, and
     /// then cannot land after a recoverer was allowed to look. `None`: no such limit.
     pub deadline: Option<Deadline<'a>>,
+    /// The gate's last look at the lease and the premises, for a target whose send has a point
+    /// of no return it reaches well after the gate's own checks (a database transaction's
+    /// `COMMIT`): called just before it, so the effect lands only if it is still authorized and
+    /// its facts still hold. `None`: nothing to look with.
+    pub last_look: Option<LastLook<'a>>,
+}
+
+/// What the gate's last look before a point of no return found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Looked {
+    /// The lease is live and no premise moved: go on.
+    Holds,
+    /// The effect must not land: its lease died (`lease_dead`) or a premise moved
+    /// (`premise_moved`) since the gate's checks.
+    Lapsed {
+        /// `lease_dead` or `premise_moved`.
+        code: &'static str,
+        /// Why, naming the lease or the premises.
+        why: String,
+    },
+    /// The lease or the premises could not be read: do not land now (nothing is known either
+    /// way), and let the gate try again.
+    Unreadable(String),
+}
+
+/// The gate's last look ([`SendRequest::last_look`]).
+#[derive(Clone, Copy)]
+pub struct LastLook<'a> {
+    look: &'a dyn Fn() -> Looked,
+}
+
+impl<'a> LastLook<'a> {
+    /// A last look made by `look`.
+    pub fn new(look: &'a dyn Fn() -> Looked) -> Self {
+        Self { look }
+    }
+
+    /// Look now.
+    pub fn look(&self) -> Looked {
+        (self.look)()
+    }
+}
+
+impl std::fmt::Debug for LastLook<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LastLook")
+    }
 }
 
 /// The time after which a send must not land, on the gate's own clock.

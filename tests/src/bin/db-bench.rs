@@ -82,6 +82,7 @@ fn staged(db: &dyn Target, run: &str, n: u64) -> anyhow::Result<Duration> {
         payload: &payload,
         timeout: Duration::from_secs(10),
         deadline: None,
+        last_look: None,
     });
     let took = t.elapsed();
     anyhow::ensure!(

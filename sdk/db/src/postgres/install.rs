@@ -30,7 +30,7 @@ pub(crate) const ENTRY_POINTS: [&str; 6] = [
     "measured(uuid)",
     "seal(uuid, text, text, text, jsonb)",
     "unmediated(uuid)",
-    "pending(uuid, integer)",
+    "pending(uuid, bigint, integer)",
     "delivered(uuid, text, text, text)",
 ];
 
@@ -82,7 +82,8 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
 -- Row images in one form whatever the writer's session set.
 CREATE OR REPLACE FUNCTION {s}.record_change() RETURNS trigger
 LANGUAGE plpgsql {definer}
-SET extra_float_digits = 3 SET TimeZone = 'UTC' SET bytea_output = 'hex' AS $fn$
+SET extra_float_digits = 3 SET TimeZone = 'UTC' SET bytea_output = 'hex'
+SET IntervalStyle = 'postgres' SET lc_monetary = 'C' AS $fn$
 BEGIN
     INSERT INTO {s}.changes (xid, statement, tbl, op, before, after)
     VALUES (
@@ -198,15 +199,15 @@ BEGIN
 END
 $fn$;
 
--- Outbox calls not yet delivered, oldest first.
-CREATE OR REPLACE FUNCTION {s}.pending(p_token uuid, p_limit integer)
-RETURNS TABLE (o_key text, o_id text, o_target text, o_lease text, o_payload text)
+-- Outbox calls not yet delivered whose place is after `p_after`, in order.
+CREATE OR REPLACE FUNCTION {s}.pending(p_token uuid, p_after bigint, p_limit integer)
+RETURNS TABLE (o_seq bigint, o_key text, o_id text, o_target text, o_lease text, o_payload text)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 BEGIN
     PERFORM {s}.opened(p_token);
     RETURN QUERY
-        SELECT b.key, b.id, b.target, b.lease, b.payload FROM {s}.outbox b
-         WHERE b.outcome IS NULL ORDER BY b.seq LIMIT p_limit;
+        SELECT b.seq, b.key, b.id, b.target, b.lease, b.payload FROM {s}.outbox b
+         WHERE b.outcome IS NULL AND b.seq > p_after ORDER BY b.seq LIMIT p_limit;
 END
 $fn$;
 

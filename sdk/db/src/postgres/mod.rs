@@ -27,7 +27,7 @@ use crate::diff::Change;
 use crate::error::DbError;
 use crate::plan::is_plain_name;
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Ended, Until};
+use crate::stage_end::{self, Asked, Ended, Until};
 use session::Session;
 
 /// How long a lookup waits for a stage under way by default.
@@ -263,9 +263,17 @@ impl Target for PgDb {
             Ok(p) => p,
             Err(refused) => return refused,
         };
-        let until = Until::of(req);
+        let plan_hash = crate::receipt::plan_hash(&plan);
+        let asked = Asked {
+            key: req.key.as_str(),
+            plan: &plan,
+            plan_hash: &plan_hash,
+            policy: &self.policy,
+            until: Until::of(req),
+            look: req.last_look,
+        };
         let ended = self.with(|c, s| {
-            let (ended, close) = stage::stage(c, s, req.key.as_str(), &plan, &self.policy, until);
+            let (ended, close) = stage::stage(c, s, asked);
             if let Some(why) = &close {
                 tracing::warn!(error = %why, "closing the database session");
             }

@@ -7,10 +7,15 @@ use crate::outbox::{Outbox, Request};
 use super::{PgDb, stage};
 
 impl Outbox for PgDb {
-    fn pending(&self, limit: usize) -> Result<Vec<Request>, DbError> {
+    fn source(&self) -> &str {
+        interlock::Target::name(self)
+    }
+
+    fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError> {
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let source = self.source().to_owned();
         self.with(|c, s| {
-            let r = stage::pending(c, s, limit);
+            let r = stage::pending(c, s, &source, after, limit);
             let close = r.is_err();
             (r, close)
         })?

@@ -27,29 +27,23 @@ use serde_json::Value;
 use super::bind;
 use super::install::NOT_THE_OPENER;
 
-use crate::checks::Policy;
 use crate::diff::{Change, Diff};
 use crate::outbox::Request;
-use crate::plan::{Plan, Premise, Statement};
+use crate::plan::{Premise, Statement};
 use crate::receipt::Receipt;
 use crate::sql_shape::{self, Place};
-use crate::stage_end::{self, Ended, Inside, Stop, Until};
+use crate::stage_end::{self, Asked, Ended, Inside, Stop, Until};
+
+/// How long a reading of the substrate's (a lookup's marker, the outbox) may take.
+const READ_WAIT: Duration = Duration::from_secs(10);
 
 /// The advisory lock of a key: 64 bits of its hash (two keys sharing one only queue together).
 const KEY_LOCK: &str = "pg_catalog.hashtextextended($1, 7263)";
 
 /// Stage `plan` under `key` in the substrate's schema `s`, before `until`; with the ending,
 /// why the session must be closed (its key lock may still be held), if it must.
-pub(crate) fn stage(
-    client: &mut Client,
-    s: &str,
-    key: &str,
-    plan: &Plan,
-    policy: &Policy,
-    until: Until<'_>,
-) -> (Ended, Option<String>) {
-    let plan_hash = crate::receipt::plan_hash(plan);
-    if let Err(e) = lock_key(client, key, until) {
+pub(crate) fn stage(client: &mut Client, s: &str, asked: Asked<'_>) -> (Ended, Option<String>) {
+    if let Err(e) = lock_key(client, asked.key, asked.until) {
         let ended = Ended::Unknown(format!("could not take the key's lock: {e}"));
         // A lock request cut off by its timeout holds nothing; one cut off by a broken
         // connection went with the session.
@@ -58,7 +52,7 @@ pub(crate) fn stage(
             Err(e) => (ended, Some(e)),
         };
     }
-    let ended = in_transaction(client, s, key, plan, &plan_hash, policy, until);
+    let ended = in_transaction(client, s, asked);
     match unlock_key(client) {
         Ok(()) => (ended, None),
         Err(e) => (ended, Some(e)),
@@ -133,25 +127,15 @@ fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), Stri
         .map_err(|e| e.to_string())
 }
 
-fn in_transaction(
-    client: &mut Client,
-    s: &str,
-    key: &str,
-    plan: &Plan,
-    plan_hash: &str,
-    policy: &Policy,
-    until: Until<'_>,
-) -> Ended {
+fn in_transaction(client: &mut Client, s: &str, asked: Asked<'_>) -> Ended {
     if let Err(e) = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let inside = stage_end::in_time(until, || {
-        inside(client, s, key, plan, plan_hash, policy, until)
-    });
+    let inside = stage_end::in_time(asked.until, || inside(client, s, asked));
     let client = std::cell::RefCell::new(client);
     stage_end::finish(
-        key,
-        plan_hash,
+        asked.key,
+        asked.plan_hash,
         inside,
         || {
             client
@@ -163,15 +147,15 @@ fn in_transaction(
     )
 }
 
-fn inside(
-    client: &mut Client,
-    s: &str,
-    key: &str,
-    plan: &Plan,
-    plan_hash: &str,
-    policy: &Policy,
-    until: Until<'_>,
-) -> Result<Inside, Stop> {
+fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop> {
+    let Asked {
+        key,
+        plan,
+        plan_hash,
+        policy,
+        until,
+        look,
+    } = asked;
     // Bounded by the timeouts set for the time left as the key's lock was taken.
     let opened = open(client, s, key)?;
     if let Some(receipt) = opened.receipt {
@@ -187,14 +171,15 @@ fn inside(
         timeouts_and(client, until, "interlock.statement", &st.name)?;
         run(client, st)?;
     }
-    // What the statements may have set for the rest of the transaction is set back: the
-    // timeouts, and a commit that returns before it is durable. Then a deferred trigger of the
-    // team's, which would otherwise fire at `COMMIT` after the measurement, fires now — here, by
-    // the staging role: inside the substrate's functions it would run with the installer's
-    // rights.
+    // A deferred trigger of the team's, which would otherwise fire at `COMMIT` after the
+    // measurement, fires now — here, by the staging role (inside the substrate's functions it
+    // would run with the installer's rights), under the timeouts set back for what is left.
+    // Then what the statements or those triggers may have set for the rest of the transaction
+    // is set back again: the timeouts, and a commit that returns before it is durable.
+    let timeouts = timeouts_sql(until);
     client.batch_execute(&format!(
-        "{}; SET LOCAL synchronous_commit TO DEFAULT; SET CONSTRAINTS ALL IMMEDIATE",
-        timeouts_sql(until)
+        "{timeouts}; SET CONSTRAINTS ALL IMMEDIATE; {timeouts}; \
+         SET LOCAL synchronous_commit TO DEFAULT"
     ))?;
     let (counted, changes) = measured(client, s, &opened.token)?;
     let diff = Diff { changes };
@@ -207,6 +192,7 @@ fn inside(
         ));
     }
     let verdict = stage_end::judged(key, plan, &diff, policy)?;
+    stage_end::last_look(look)?;
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
     let outbox: Vec<Value> = plan
@@ -304,14 +290,27 @@ fn measured(client: &mut Client, s: &str, token: &str) -> Result<(i64, Vec<Chang
 
 /// `f` in a transaction of its own with a stage opened under `key`, rolled back after unless `f`
 /// commits it: how the substrate reads (and marks) what only a stage's opener may.
+///
+/// A lookup, which takes the key's lock before it begins, reads in `REPEATABLE READ`; the
+/// outbox's reads and marks (`key` empty) in `READ COMMITTED`, so a mark that follows another
+/// relay's mark of the same call finds it marked, rather than failing to serialize. Every
+/// statement is bounded by `wait`.
 fn read_in_stage<T>(
     client: &mut Client,
     s: &str,
     key: &str,
     f: impl FnOnce(&mut Client, Opened) -> Result<T, Stop>,
 ) -> Result<T, String> {
+    let isolation = if key.is_empty() {
+        "READ COMMITTED"
+    } else {
+        "REPEATABLE READ"
+    };
     client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL {isolation}; {}",
+            timeouts_sql(Until::after(READ_WAIT))
+        ))
         .map_err(|e| e.to_string())?;
     let out = open(client, s, key).and_then(|opened| f(client, opened));
     // The session ends the transaction in any case ([`Client::end_stage`]).
@@ -337,22 +336,30 @@ pub(crate) fn read_marker_locked(
 }
 
 /// Outbox calls not yet delivered, oldest first, at most `limit`.
-pub(crate) fn pending(client: &mut Client, s: &str, limit: i32) -> Result<Vec<Request>, String> {
+pub(crate) fn pending(
+    client: &mut Client,
+    s: &str,
+    source: &str,
+    after: i64,
+    limit: i32,
+) -> Result<Vec<Request>, String> {
     let found = read_in_stage(client, s, "", |client, opened| {
         let rows = client.query(
             &format!(
-                "SELECT o_key, o_id, o_target, o_lease, o_payload FROM {s}.pending($1::pg_catalog.text::pg_catalog.uuid, $2)"
+                "SELECT o_seq, o_key, o_id, o_target, o_lease, o_payload FROM {s}.pending($1::pg_catalog.text::pg_catalog.uuid, $2, $3)"
             ),
-            &[&opened.token, &limit],
+            &[&opened.token, &after, &limit],
         )?;
         rows.iter()
             .map(|r| {
-                let payload: String = r.get(4);
+                let payload: String = r.get(5);
                 Ok(Request {
-                    plan_key: r.get(0),
-                    id: r.get(1),
-                    target: r.get(2),
-                    lease: r.get(3),
+                    source: source.to_owned(),
+                    seq: r.get(0),
+                    plan_key: r.get(1),
+                    id: r.get(2),
+                    target: r.get(3),
+                    lease: r.get(4),
                     payload: serde_json::from_str(&payload)
                         .map_err(|e| Stop::Db(format!("an outbox call's payload: {e}")))?,
                 })

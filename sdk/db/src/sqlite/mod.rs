@@ -23,7 +23,7 @@ use crate::checks::Policy;
 use crate::diff::Change;
 use crate::error::DbError;
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Until};
+use crate::stage_end::{self, Asked, Until};
 
 /// How long a connection waits for the database's write lock outside a send (a send waits for
 /// at most its own timeout).
@@ -147,7 +147,16 @@ impl Target for SqliteDb {
         if let Err(e) = conn.busy_timeout(until.left().min(MAX_WAIT)) {
             return SendAnswer::Unknown(format!("could not set the lock wait: {e}"));
         }
-        let ended = stage::stage(&conn, req.key.as_str(), &plan, &self.policy, until);
+        let plan_hash = crate::receipt::plan_hash(&plan);
+        let asked = Asked {
+            key: req.key.as_str(),
+            plan: &plan,
+            plan_hash: &plan_hash,
+            policy: &self.policy,
+            until,
+            look: req.last_look,
+        };
+        let ended = stage::stage(&conn, asked);
         let _ = conn.busy_timeout(BUSY);
         ended.into()
     }

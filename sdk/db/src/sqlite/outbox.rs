@@ -7,35 +7,42 @@ use crate::outbox::{Outbox, Request};
 use super::SqliteDb;
 
 impl Outbox for SqliteDb {
-    fn pending(&self, limit: usize) -> Result<Vec<Request>, DbError> {
+    fn source(&self) -> &str {
+        interlock::Target::name(self)
+    }
+
+    fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError> {
         let conn = self.conn();
         let mut st = conn
             .prepare_cached(
-                "SELECT key, id, target, lease, payload FROM interlock_outbox
-                  WHERE outcome IS NULL ORDER BY seq LIMIT ?1",
+                "SELECT seq, key, id, target, lease, payload FROM interlock_outbox
+                  WHERE outcome IS NULL AND seq > ?1 ORDER BY seq LIMIT ?2",
             )
             .map_err(|e| DbError::sqlite("read the outbox", e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = st
-            .query_map([limit], |r| {
+            .query_map([after, limit], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
                 ))
             })
             .map_err(|e| DbError::sqlite("read the outbox", e))?;
         let mut out = Vec::new();
         for row in rows {
-            let (plan_key, id, target, lease, payload) =
+            let (seq, plan_key, id, target, lease, payload) =
                 row.map_err(|e| DbError::sqlite("read the outbox", e))?;
             let payload = serde_json::from_str(&payload).map_err(|e| DbError::Stored {
                 what: "outbox call",
                 detail: format!("{plan_key}/{id}: {e}"),
             })?;
             out.push(Request {
+                source: self.source().to_owned(),
+                seq,
                 plan_key,
                 id,
                 target,

@@ -19,11 +19,10 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Value, json};
 
-use crate::checks::Policy;
 use crate::diff::{Change, Diff};
-use crate::plan::{Plan, Premise, Statement};
+use crate::plan::{Premise, Statement};
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Ended, Inside, Stop, Until};
+use crate::stage_end::{self, Asked, Ended, Inside, Stop};
 
 use super::guard;
 
@@ -32,21 +31,14 @@ use super::guard;
 /// gate lets a recoverer in only after a send's deadline, and a recoverer's lookup waits for the
 /// write lock ([`read_marker_locked`]); so a stage that commits is one that held the lock
 /// before any lookup could answer "absent", and a stage that begins after the lookup gives up.
-pub(crate) fn stage(
-    conn: &Connection,
-    key: &str,
-    plan: &Plan,
-    policy: &Policy,
-    until: Until<'_>,
-) -> Ended {
-    let plan_hash = crate::receipt::plan_hash(plan);
+pub(crate) fn stage(conn: &Connection, asked: Asked<'_>) -> Ended {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
     }
-    let inside = stage_end::in_time(until, || inside(conn, key, plan, &plan_hash, policy));
+    let inside = stage_end::in_time(asked.until, || inside(conn, asked));
     stage_end::finish(
-        key,
-        &plan_hash,
+        asked.key,
+        asked.plan_hash,
         inside,
         || {
             conn.execute_batch("COMMIT").map_err(|e| {
@@ -60,13 +52,15 @@ pub(crate) fn stage(
     )
 }
 
-fn inside(
-    conn: &Connection,
-    key: &str,
-    plan: &Plan,
-    plan_hash: &str,
-    policy: &Policy,
-) -> Result<Inside, Stop> {
+fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
+    let Asked {
+        key,
+        plan,
+        plan_hash,
+        policy,
+        look,
+        ..
+    } = asked;
     if let Some(receipt) = marker(conn, key)? {
         return Ok(Inside::Marked(receipt));
     }
@@ -82,6 +76,7 @@ fn inside(
     }
     let diff = measured(conn, key)?;
     let verdict = stage_end::judged(key, plan, &diff, policy)?;
+    stage_end::last_look(look)?;
     conn.execute("DELETE FROM interlock_changes WHERE stage = ?1", [key])?;
     conn.execute("DELETE FROM interlock_stage", [])?;
     for call in &plan.outbox {

@@ -62,6 +62,7 @@ fn send(db: &SqliteDb, key: &str, plan: &Plan) -> SendAnswer {
         payload: &plan.to_payload(),
         timeout: Duration::from_secs(5),
         deadline: None,
+        last_look: None,
     })
 }
 
@@ -436,6 +437,7 @@ fn a_stage_that_cannot_finish_before_its_deadline_rolls_back() {
         payload: &cancel_and_credit().to_payload(),
         timeout: Duration::ZERO,
         deadline: None,
+        last_look: None,
     });
     match answer {
         SendAnswer::Definite { code, .. } => assert_eq!(code, "deadline"),
@@ -462,6 +464,7 @@ fn a_process_that_wakes_after_the_gates_deadline_does_not_stage_whatever_its_tim
             at_ms: 999_999,
             clock: &clock,
         }),
+        last_look: None,
     });
     match answer {
         SendAnswer::Definite { code, .. } => assert_eq!(code, "deadline"),
@@ -582,6 +585,7 @@ fn a_payload_that_is_not_a_valid_plan_is_refused_before_the_database() {
             payload: &payload,
             timeout: Duration::from_secs(1),
             deadline: None,
+            last_look: None,
         });
         assert!(
             matches!(&answer, SendAnswer::Definite { code, .. } if code == "bad_plan"),
@@ -612,4 +616,41 @@ fn opening_a_database_without_the_substrate_says_to_install_it() {
     ));
     install(&mut conn, &["t"]).unwrap();
     assert_eq!(observed(&conn).unwrap(), vec!["t"]);
+}
+
+#[test]
+fn the_gates_last_look_decides_at_the_commit_lapsed_refuses_unreadable_rolls_back_for_later() {
+    use interlock::target::{LastLook, Looked};
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let db = SqliteDb::open(&path, Policy::default()).unwrap();
+    let key = EffectKey::derive(&["looked"]);
+    let payload = cancel_and_credit().to_payload();
+    let send_with = |found: Looked| {
+        let look = move || found.clone();
+        db.send(&SendRequest {
+            key: &key,
+            payload: &payload,
+            timeout: Duration::from_secs(5),
+            deadline: None,
+            last_look: Some(LastLook::new(&look)),
+        })
+    };
+    let lapsed = send_with(Looked::Lapsed {
+        code: "lease_dead",
+        why: "lease ops was revoked at 7".into(),
+    });
+    assert!(
+        matches!(&lapsed, SendAnswer::Definite { code, .. } if code == "lease_dead"),
+        "{lapsed:?}"
+    );
+    let unreadable = send_with(Looked::Unreadable("the journal is down".into()));
+    assert!(
+        matches!(&unreadable, SendAnswer::Unknown(m) if m.contains("nothing applied")),
+        "{unreadable:?}"
+    );
+    assert_eq!(credit(&path, 10), 0, "neither landed");
+    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert!(matches!(send_with(Looked::Holds), SendAnswer::Done(_)));
+    assert_eq!(credit(&path, 10), 500);
 }

@@ -207,6 +207,7 @@ fn serial(
             payload: &effect.payload,
             timeout: Duration::from_secs(1),
             deadline: None,
+            last_look: None,
         });
         direct.push(t.elapsed());
     }
