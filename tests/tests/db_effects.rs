@@ -225,8 +225,28 @@ fn a_worker_killed_mid_stage_leaves_nothing_and_the_recoverer_stages_it_once() {
     assert_eq!(credit(&shop).unwrap(), AMOUNT);
 }
 
-#[test]
-fn a_lease_revoked_while_the_stage_is_under_way_stops_it_before_its_commit() {
+/// A fact the plan was decided on, read by the gate's premise reader; the test moves it.
+struct Stock(std::sync::atomic::AtomicI64);
+
+impl interlock::PremiseReader for Stock {
+    fn read(
+        &self,
+        _key: &EffectKey,
+        _payload: &serde_json::Value,
+    ) -> Result<interlock::core::Premises, interlock::PremiseError> {
+        let mut p = interlock::core::Premises::new();
+        p.insert(
+            "stock".into(),
+            self.0.load(std::sync::atomic::Ordering::SeqCst).into(),
+        );
+        Ok(p)
+    }
+}
+
+/// Submit the shop's plan (decided on `stock` = 1) with a credit that counts for about a second
+/// inside the stage, and do `meanwhile` once the stage is under way: the outcome, and the
+/// customer's credit after.
+fn staged_while(meanwhile: impl FnOnce(&SqliteJournal, &Stock)) -> (Outcome, i64) {
     let dir = tempfile::tempdir().unwrap();
     let shop = db_shop::create(dir.path()).unwrap();
     let journal_path = dir.path().join("journal.db");
@@ -239,14 +259,15 @@ fn a_lease_revoked_while_the_stage_is_under_way_stops_it_before_its_commit() {
     cfg.send_timeout = Duration::from_secs(20);
     let gate = Gate::new(journal.clone(), journal.clone(), clock, cfg).unwrap();
     let db = SqliteDb::open(&shop, Policy::default()).unwrap();
-    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap();
-    // The credit counts for about a second inside the stage: time to revoke the lease.
+    let stock = Arc::new(Stock(std::sync::atomic::AtomicI64::new(1)));
+    let bound = gate.bind(Arc::new(db), stock.clone()).unwrap();
     let effect = Effect::new(
-        EffectKey::derive(&["revoked"]),
+        EffectKey::derive(&["meanwhile"]),
         &db_shop::cancel_and_credit(4_000_000).unwrap().to_payload(),
         LEASE,
     )
-    .unwrap();
+    .unwrap()
+    .premise("stock", 1);
     let outcome = std::thread::scope(|s| {
         let staging = s.spawn(|| bound.submit(&effect).unwrap());
         let start = Instant::now();
@@ -257,18 +278,36 @@ fn a_lease_revoked_while_the_stage_is_under_way_stops_it_before_its_commit() {
             );
             std::thread::sleep(Duration::from_millis(2));
         }
-        assert!(journal.revoke_lease(LEASE).unwrap());
+        meanwhile(&journal, &stock);
         staging.join().unwrap()
     });
+    (outcome, credit(&shop).unwrap())
+}
+
+#[test]
+fn a_lease_revoked_while_the_stage_is_under_way_stops_it_before_its_commit() {
+    let (outcome, credited) =
+        staged_while(|journal, _| assert!(journal.revoke_lease(LEASE).unwrap()));
     match outcome {
         Outcome::Failed(f) => assert_eq!(f.code, "lease_dead", "{f:?}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        credit(&shop).unwrap(),
-        0,
-        "nothing landed after the revocation"
-    );
+    assert_eq!(credited, 0, "nothing landed after the revocation");
+}
+
+#[test]
+fn a_premise_that_moves_while_the_stage_is_under_way_stops_it_before_its_commit() {
+    let (outcome, credited) = staged_while(|_, stock| {
+        stock.0.store(0, std::sync::atomic::Ordering::SeqCst);
+    });
+    match outcome {
+        Outcome::Failed(f) => {
+            assert_eq!(f.code, "premise_moved", "{f:?}");
+            assert!(f.message.contains("stock"), "{f:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(credited, 0, "nothing landed on the moved fact");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::core::decide::diff;
 use crate::core::limits::{Use, room};
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
-use crate::journal::{TxLeases, TxView};
+use crate::journal::{TxLeases, TxView, Verified};
 use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
 use crate::target::Looked;
@@ -271,35 +271,42 @@ impl Bound {
     }
 
     /// The last look a target takes just before its point of no return
-    /// ([`crate::target::SendRequest::last_look`]): the lease as its grant now reads (revoked,
-    /// expired, its scope and cap; the uses were counted at dispatch), then the premises against
-    /// those decided. A read that fails or panics is unreadable: the target must not land.
-    pub(super) fn last_look(&self, key: &EffectKey, first: &Proposed) -> Looked {
-        let store = &self.gate.leases;
-        match catch_unwind(AssertUnwindSafe(|| store.describe(&first.lease))) {
-            Ok(Ok(Some(grant))) => match grant.verdict(&first.payload, self.now()) {
-                LeaseVerdict::Live => {}
-                LeaseVerdict::Dead { reason } => {
-                    return Looked::Lapsed {
-                        code: "lease_dead",
-                        why: reason,
-                    };
+    /// ([`crate::target::SendRequest::last_look`]): the lease judged as a dispatch judges it —
+    /// where the journal keeps the leases, inside a journal transaction (that writes nothing),
+    /// a signed approval by everything it stands for, the request's route included; else by the
+    /// lease store's own check — then the premises against those decided. The key's own use of
+    /// a limited lease was counted at its dispatch and stands; budgets are not counted again. A
+    /// read that fails or panics is unreadable: the target must not land.
+    pub(super) fn last_look(&self, key: &EffectKey, first: &Proposed, seen: &Verified) -> Looked {
+        let lease = if self.gate.leases_in_journal {
+            let mut verdict = None;
+            let read = self.gate.append_after(key, seen, &mut |tx| {
+                verdict = Some(self.lease_of(tx, key, first));
+                Vec::new()
+            });
+            match (read, verdict) {
+                (Ok(_), Some(v)) => v,
+                (Err(e), _) => {
+                    return Looked::Unreadable(format!("the journal could not be read: {e}"));
                 }
-                other => {
-                    return Looked::Lapsed {
-                        code: "lease_dead",
-                        why: format!("lease {}: {other:?}", first.lease),
-                    };
+                (Ok(_), None) => {
+                    return Looked::Unreadable("the journal's transaction did not run".into());
                 }
-            },
-            Ok(Ok(None)) => {
+            }
+        } else {
+            self.lease_verdict(first)
+        };
+        match lease {
+            LeaseVerdict::Live => {}
+            LeaseVerdict::Dead { reason }
+            | LeaseVerdict::Spent { reason }
+            | LeaseVerdict::OverBudget { reason } => {
                 return Looked::Lapsed {
                     code: "lease_dead",
-                    why: format!("no lease named {} is granted", first.lease),
+                    why: reason,
                 };
             }
-            Ok(Err(e)) => return Looked::Unreadable(format!("the lease could not be read: {e}")),
-            Err(_) => return Looked::Unreadable("reading the lease panicked".into()),
+            LeaseVerdict::Error { message } => return Looked::Unreadable(message),
         }
         let check = self.read_premises(key, first);
         if let Some(e) = check.error {

@@ -125,7 +125,7 @@ impl Bound {
                 "this attempt's claim ran out before it could send; a recoverer will take it",
             )));
         }
-        let look = || self.last_look(key, first);
+        let look = || self.last_look(key, first, &seen);
         let req = SendRequest {
             key,
             payload: &first.payload,
