@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)] // a command line's output is its product
 
 mod budget_cmd;
+mod db_cmd;
 mod inbox_cmd;
 mod journal_cmd;
 mod lease_cmd;
@@ -108,6 +109,12 @@ enum Command {
     /// Serve Prometheus metrics for the journal at /metrics: every effect by where it stands,
     /// read from the journal (docs/operations.md).
     Metrics(metrics_cmd::MetricsArgs),
+    /// Database effects: install the substrate in a team's SQLite or PostgreSQL database, and
+    /// verify the journal against its markers.
+    Db {
+        #[command(subcommand)]
+        what: db_cmd::DbCmd,
+    },
     /// The approvers' web inbox.
     Inbox {
         #[command(subcommand)]
@@ -295,6 +302,13 @@ fn main() -> ExitCode {
             Command::Ops { what } => {
                 ops_cmd::run(named.open_existing()?, what).map(|()| Exit::Holds)
             }
+            Command::Db {
+                what: db_cmd::DbCmd::Install(args),
+            } => db_cmd::install(&args).map(|()| Exit::Holds),
+            Command::Db {
+                what: db_cmd::DbCmd::Verify(args),
+            } => db_cmd::verify(&*read()?, &args)
+                .map(|held| if held { Exit::Holds } else { Exit::DoesNotHold }),
             Command::Scoreboard { prefix, json } => {
                 journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| Exit::Holds)
             }

@@ -802,3 +802,113 @@ fn an_operator_settles_an_ambiguous_effect_once_no_send_can_land_and_verify_name
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A team's shop database (orders and customers' credit), before the substrate is installed.
+fn shop_database(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("shop.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
+             CREATE TABLE customers (id INTEGER PRIMARY KEY, credit INTEGER NOT NULL);
+             INSERT INTO orders VALUES (1, 'paid'); INSERT INTO customers VALUES (10, 0);",
+        )
+        .unwrap();
+    path
+}
+
+#[test]
+fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
+    use interlock_db::{Plan, Policy, SqliteDb, Statement};
+    let dir = tempfile::tempdir().unwrap();
+    let shop = shop_database(dir.path());
+    let journal_path = dir.path().join("journal.db");
+    let shop_arg = shop.to_str().unwrap();
+    let out = cli(
+        &journal_path,
+        &[
+            "db",
+            "install",
+            "--database",
+            shop_arg,
+            "--observe",
+            "orders,customers",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("observing orders, customers"),
+        "{}",
+        text(&out)
+    );
+
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new("ops", "ana@support", 0).unlimited())
+        .unwrap();
+    let gate = Gate::new(
+        journal.clone(),
+        journal,
+        clock,
+        GateConfig::beside(&journal_path),
+    )
+    .unwrap();
+    let db = SqliteDb::open(&shop, Policy::default()).unwrap();
+    let bound = gate
+        .bind(Arc::new(db), Arc::new(interlock::premise::NoPremises))
+        .unwrap();
+    let plan = Plan::new(vec![
+        Statement {
+            name: "cancel_order".into(),
+            sql: "UPDATE orders SET status = 'cancelled' WHERE id = :order".into(),
+            params: [("order".to_owned(), 1.into())].into(),
+        },
+        Statement {
+            name: "credit_customer".into(),
+            sql: "UPDATE customers SET credit = credit + :amount WHERE id = :customer".into(),
+            params: [
+                ("amount".to_owned(), 500.into()),
+                ("customer".to_owned(), 10.into()),
+            ]
+            .into(),
+        },
+    ])
+    .unwrap();
+    let submit = |key: &str, plan: &Plan| {
+        let effect =
+            interlock::Effect::new(EffectKey::fixed(key).unwrap(), &plan.to_payload(), "ops")
+                .unwrap();
+        bound.submit(&effect).unwrap()
+    };
+    assert!(matches!(
+        submit("cancel-1", &plan),
+        Outcome::Committed { .. }
+    ));
+    let understated = plan.clone().footprint([("orders".to_owned(), 1)].into());
+    let second = submit("cancel-2", &understated);
+    assert!(matches!(second, Outcome::Failed(_)), "{second:?}");
+
+    let out = cli(&journal_path, &["db", "verify", "--database", shop_arg]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("cancel-1  committed; marker holds its receipt")
+            && shown.contains("cancel-2  FAILED; no marker")
+            && shown.contains("2 database effect(s)"),
+        "{shown}"
+    );
+
+    // The database loses the committed effect's marker: the journal and it disagree.
+    rusqlite::Connection::open(&shop)
+        .unwrap()
+        .execute("DELETE FROM interlock_markers", [])
+        .unwrap();
+    let out = cli(&journal_path, &["db", "verify", "--database", shop_arg]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("FAIL cancel-1  committed in the journal, but the database holds no marker"),
+        "{shown}"
+    );
+}
