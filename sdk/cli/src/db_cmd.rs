@@ -1,16 +1,20 @@
 //! `interlock db`: the database-effect substrate from the command line — install it in a team's
 //! SQLite file or PostgreSQL database, and verify that the journal and the database agree: an
 //! effect the journal holds committed has its marker, with the same receipt, and one it holds
-//! failed or refused has none. Unmediated writes are listed, not judged.
+//! failed or refused has none. Unmediated writes are listed, not judged. And relay the outbox's
+//! calls to the one target the command line knows, Stripe's refunds.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use interlock::core::{EffectState, Resolution};
 use interlock::journal::Journal;
-use interlock::{EffectKey, Target};
-use interlock_db::{Change, PgDb, PgDbOptions, Plan, Policy, Receipt, SqliteDb};
+use interlock::{EffectKey, Gate, SystemClock, Target};
+use interlock_db::{Change, Outbox, PgDb, PgDbOptions, Plan, Policy, Receipt, SqliteDb};
+use interlock_stripe::{StripeConfig, StripeRefundsSetup};
 use serde_json::Value;
 
 #[derive(Subcommand)]
@@ -21,6 +25,21 @@ pub(crate) enum DbCmd {
     /// Check every database effect in the journal against the database's markers; exit 1 if
     /// any disagrees.
     Verify(VerifyArgs),
+    /// Deliver the outbox's calls to the Stripe refunds target (STRIPE_API_BASE,
+    /// STRIPE_SECRET_KEY) through the gate; exit 4 while any call waits.
+    Relay(RelayArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct RelayArgs {
+    #[command(flatten)]
+    db: Database,
+    /// Deliver at most this many calls in a pass.
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    /// Keep relaying, a pass every this many seconds, until stopped (default: one pass).
+    #[arg(long)]
+    every: Option<f64>,
 }
 
 /// Which database, and where its substrate lives.
@@ -156,11 +175,52 @@ impl Opened {
         })
     }
 
+    fn outbox(&self) -> &dyn Outbox {
+        match self {
+            Self::Sqlite(d) => &**d,
+            Self::Pg(d) => &**d,
+        }
+    }
+
     fn unmediated(&self) -> anyhow::Result<Vec<Change>> {
         Ok(match self {
             Self::Sqlite(d) => d.unmediated()?,
             Self::Pg(d) => d.unmediated()?,
         })
+    }
+}
+
+/// One pass (or, with `--every`, a pass every so often until stopped) of the outbox's calls
+/// through the gate bound to the Stripe refunds target; whether nothing is left waiting.
+pub(crate) fn relay(opened: interlock_postgres::Opened, args: &RelayArgs) -> anyhow::Result<bool> {
+    let db = Opened::open(&args.db)?;
+    let journal = opened.store;
+    let cfg = StripeConfig::from_env().context("the relay delivers to the Stripe target")?;
+    let stripe = StripeRefundsSetup::new(cfg);
+    let gate = Gate::new(
+        journal.clone(),
+        journal,
+        Arc::new(SystemClock),
+        opened.config.build()?,
+    )?
+    .with_attempt("cli-relay");
+    let bound = stripe.bind(&gate)?;
+    let targets = BTreeMap::from([(stripe.name.clone(), &bound)]);
+    loop {
+        let relayed = interlock_db::relay(db.outbox(), &targets, args.limit)?;
+        for (r, label) in &relayed.delivered {
+            println!("delivered {}/{}  {label}", r.plan_key, r.id);
+        }
+        for (r, why) in &relayed.waiting {
+            println!("waiting   {}/{}  {why}", r.plan_key, r.id);
+        }
+        if relayed.delivered.is_empty() && relayed.waiting.is_empty() {
+            println!("nothing waits in the outbox");
+        }
+        let Some(every) = args.every else {
+            return Ok(relayed.waiting.is_empty());
+        };
+        std::thread::sleep(std::time::Duration::from_secs_f64(every.max(0.1)));
     }
 }
 

@@ -309,6 +309,10 @@ fn main() -> ExitCode {
                 what: db_cmd::DbCmd::Verify(args),
             } => db_cmd::verify(&*read()?, &args)
                 .map(|held| if held { Exit::Holds } else { Exit::DoesNotHold }),
+            Command::Db {
+                what: db_cmd::DbCmd::Relay(args),
+            } => db_cmd::relay(named.open(true)?, &args)
+                .map(|done| if done { Exit::Holds } else { Exit::Unsettled }),
             Command::Scoreboard { prefix, json } => {
                 journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| Exit::Holds)
             }

@@ -912,3 +912,99 @@ fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
         "{shown}"
     );
 }
+
+#[test]
+fn db_relay_delivers_a_committed_plans_refund_once_and_then_finds_nothing_waiting() {
+    use interlock_db::{Outgoing, Plan, Policy, SqliteDb, Statement};
+    use interlock_testkit::payments_api::PaymentsApi;
+    const SECRET: &str = "sk_test_cli_relay";
+    let dir = tempfile::tempdir().unwrap();
+    let shop = shop_database(dir.path());
+    let journal_path = dir.path().join("journal.db");
+    let shop_arg = shop.to_str().unwrap();
+    let out = cli(
+        &journal_path,
+        &[
+            "db",
+            "install",
+            "--database",
+            shop_arg,
+            "--observe",
+            "orders,customers",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new("ops", "ana@support", 0).unlimited())
+        .unwrap();
+    let gate = Gate::new(
+        journal.clone(),
+        journal,
+        clock.clone(),
+        GateConfig::beside(&journal_path),
+    )
+    .unwrap();
+    let policy = Policy {
+        outbox: [("stripe-refunds".to_owned(), ["ops".to_owned()].into())].into(),
+        ..Policy::default()
+    };
+    let db = SqliteDb::open(&shop, policy).unwrap();
+    let bound = gate
+        .bind(Arc::new(db), Arc::new(interlock::premise::NoPremises))
+        .unwrap();
+    let plan = Plan::new(vec![Statement {
+        name: "cancel_order".into(),
+        sql: "UPDATE orders SET status = 'cancelled' WHERE id = :order".into(),
+        params: [("order".to_owned(), 1.into())].into(),
+    }])
+    .unwrap()
+    .then_send(Outgoing {
+        id: "refund".into(),
+        target: "stripe-refunds".into(),
+        lease: "ops".into(),
+        payload: serde_json::json!({"payment_intent": "pi_cli", "amount": 2000, "currency": "usd"}),
+    })
+    .unwrap();
+    let effect = interlock::Effect::new(
+        EffectKey::fixed("cancel-9").unwrap(),
+        &plan.to_payload(),
+        "ops",
+    )
+    .unwrap();
+    assert!(matches!(
+        bound.submit(&effect).unwrap(),
+        Outcome::Committed { .. }
+    ));
+
+    let payments = SimPayments::new(Tier::One, Duration::from_secs(86_400), clock);
+    payments.add_payment("pi_cli", 10_000);
+    let api = PaymentsApi::start(payments.clone(), SECRET).unwrap();
+    let relay = || {
+        Command::new(env!("CARGO_BIN_EXE_interlock"))
+            .arg("--journal")
+            .arg(&journal_path)
+            .args(["db", "relay", "--database", shop_arg])
+            .env("STRIPE_API_BASE", &api.base_url)
+            .env("STRIPE_SECRET_KEY", SECRET)
+            .output()
+            .unwrap()
+    };
+    let out = relay();
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("delivered cancel-9/refund  COMMITTED"),
+        "{shown}"
+    );
+    assert_eq!(payments.refunds("pi_cli").len(), 1);
+    let out = relay();
+    assert!(
+        text(&out).contains("nothing waits in the outbox"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(payments.refunds("pi_cli").len(), 1, "refunded once");
+}
