@@ -69,6 +69,41 @@ fn gate_over_shop(faults: Arc<ScriptedFaults>) -> Shop {
     }
 }
 
+/// A new shop database and a journal beside it, its lease granted now.
+fn shop_and_journal() -> (tempfile::TempDir, PathBuf, PathBuf, Arc<SqliteJournal>) {
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let journal_path = dir.path().join("journal.db");
+    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(SystemClock)).unwrap());
+    journal
+        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
+        .unwrap();
+    (dir, shop, journal_path, journal)
+}
+
+/// SIGKILL `worker` once `reached` says it got to `what`; it must not end on its own first.
+fn kill_when(mut worker: std::process::Child, what: &str, reached: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !reached() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the worker never reached {what}"
+        );
+        if worker.try_wait().unwrap().is_some() {
+            let out = worker.wait_with_output().unwrap();
+            panic!(
+                "the worker ended before it was killed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    worker.kill().unwrap(); // SIGKILL
+    let status = worker.wait().unwrap();
+    assert!(!status.success(), "killed, not finished: {status}");
+}
+
 #[test]
 fn a_plan_submitted_twice_commits_once_and_the_retry_is_answered_from_the_journal() {
     let s = gate_over_shop(ScriptedFaults::new());
@@ -139,18 +174,12 @@ fn a_gate_stopped_before_the_stage_recovers_by_staging_it_once() {
 
 #[test]
 fn a_worker_killed_mid_stage_leaves_nothing_and_the_recoverer_stages_it_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let shop = db_shop::create(dir.path()).unwrap();
-    let journal_path = dir.path().join("journal.db");
+    let (_dir, shop, journal_path, journal) = shop_and_journal();
     let clock = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
-    journal
-        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
-        .unwrap();
     // Long enough to be caught inside the stage (about a second), well inside the send timeout.
     let spin: u64 = 4_000_000;
     let send_timeout = Duration::from_secs(6);
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_db-stage-worker"))
+    let worker = Command::new(env!("CARGO_BIN_EXE_db-stage-worker"))
         .arg("--journal")
         .arg(&journal_path)
         .arg("--shop")
@@ -168,25 +197,9 @@ fn a_worker_killed_mid_stage_leaves_nothing_and_the_recoverer_stages_it_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !db_shop::stage_under_way(&shop).unwrap() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the worker never began its stage"
-        );
-        if worker.try_wait().unwrap().is_some() {
-            let out = worker.wait_with_output().unwrap();
-            panic!(
-                "the worker ended before it was killed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    worker.kill().unwrap(); // SIGKILL
-    let status = worker.wait().unwrap();
-    assert!(!status.success(), "killed, not finished: {status}");
+    kill_when(worker, "its stage", || {
+        db_shop::stage_under_way(&shop).unwrap()
+    });
     assert_eq!(credit(&shop).unwrap(), 0, "a killed stage leaves nothing");
 
     // The same plan under the same key, from a gate in this process. The dead worker's stage
@@ -247,14 +260,8 @@ impl interlock::PremiseReader for Stock {
 /// inside the stage, and do `meanwhile` once the stage is under way: the outcome, and the
 /// customer's credit after.
 fn staged_while(meanwhile: impl FnOnce(&SqliteJournal, &Stock)) -> (Outcome, i64) {
-    let dir = tempfile::tempdir().unwrap();
-    let shop = db_shop::create(dir.path()).unwrap();
-    let journal_path = dir.path().join("journal.db");
+    let (_dir, shop, journal_path, journal) = shop_and_journal();
     let clock = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
-    journal
-        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
-        .unwrap();
     let mut cfg = GateConfig::beside(&journal_path);
     cfg.send_timeout = Duration::from_secs(20);
     let gate = Gate::new(journal.clone(), journal.clone(), clock, cfg).unwrap();
@@ -334,14 +341,8 @@ fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_
 #[test]
 fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next_relay_delivers() {
     const SECRET: &str = "sk_test_relay";
-    let dir = tempfile::tempdir().unwrap();
-    let shop = db_shop::create(dir.path()).unwrap();
-    let journal_path = dir.path().join("journal.db");
+    let (_dir, shop, journal_path, journal) = shop_and_journal();
     let clock = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
-    journal
-        .grant_lease(&Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited())
-        .unwrap();
     let sim = SimPayments::new(Tier::One, Duration::from_secs(86_400), clock.clone());
     sim.add_payment("pi_relay", 10_000);
     let api = PaymentsApi::start(sim.clone(), SECRET).unwrap();
@@ -378,7 +379,7 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
     // A relay process sends the refund; the service holds it before applying; the relay dies.
     let stall = Stall::new();
     sim.hold_next(stall.clone());
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_db-relay-worker"))
+    let worker = Command::new(env!("CARGO_BIN_EXE_db-relay-worker"))
         .arg("--journal")
         .arg(&journal_path)
         .arg("--shop")
@@ -389,24 +390,8 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    kill_when(worker, "the service", || stall.reached());
     let start = Instant::now();
-    while !stall.reached() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the relay never reached the service"
-        );
-        if worker.try_wait().unwrap().is_some() {
-            let out = worker.wait_with_output().unwrap();
-            panic!(
-                "the relay ended before it was killed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    worker.kill().unwrap(); // SIGKILL
-    assert!(!worker.wait().unwrap().success());
     // The request the dead relay sent still lands.
     stall.release();
     while sim.refunds("pi_relay").is_empty() {

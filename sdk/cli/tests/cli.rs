@@ -817,31 +817,27 @@ fn shop_database(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-#[test]
-fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
-    use interlock_db::{Plan, Policy, SqliteDb, Statement};
-    let dir = tempfile::tempdir().unwrap();
-    let shop = shop_database(dir.path());
-    let journal_path = dir.path().join("journal.db");
-    let shop_arg = shop.to_str().unwrap();
+/// The shop with the substrate installed by `interlock db install`, and a gate on a journal
+/// beside it whose lease `ops` allows any number of effects: the shop, the journal, the gate.
+fn installed_shop(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Gate) {
+    let shop = shop_database(dir);
+    let journal_path = dir.join("journal.db");
     let out = cli(
         &journal_path,
         &[
             "db",
             "install",
             "--database",
-            shop_arg,
+            shop.to_str().unwrap(),
             "--observe",
             "orders,customers",
         ],
     );
-    assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("observing orders, customers"),
+        out.status.success() && text(&out).contains("observing orders, customers"),
         "{}",
         text(&out)
     );
-
     let clock = Arc::new(SystemClock);
     let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
     journal
@@ -854,6 +850,15 @@ fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
         GateConfig::beside(&journal_path),
     )
     .unwrap();
+    (shop, journal_path, gate)
+}
+
+#[test]
+fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
+    use interlock_db::{Plan, Policy, SqliteDb, Statement};
+    let dir = tempfile::tempdir().unwrap();
+    let (shop, journal_path, gate) = installed_shop(dir.path());
+    let shop_arg = shop.to_str().unwrap();
     let db = SqliteDb::open(&shop, Policy::default()).unwrap();
     let bound = gate
         .bind(Arc::new(db), Arc::new(interlock::premise::NoPremises))
@@ -919,34 +924,8 @@ fn db_relay_delivers_a_committed_plans_refund_once_and_then_finds_nothing_waitin
     use interlock_testkit::payments_api::PaymentsApi;
     const SECRET: &str = "sk_test_cli_relay";
     let dir = tempfile::tempdir().unwrap();
-    let shop = shop_database(dir.path());
-    let journal_path = dir.path().join("journal.db");
+    let (shop, journal_path, gate) = installed_shop(dir.path());
     let shop_arg = shop.to_str().unwrap();
-    let out = cli(
-        &journal_path,
-        &[
-            "db",
-            "install",
-            "--database",
-            shop_arg,
-            "--observe",
-            "orders,customers",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-
-    let clock = Arc::new(SystemClock);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
-    journal
-        .grant_lease(&Grant::new("ops", "ana@support", 0).unlimited())
-        .unwrap();
-    let gate = Gate::new(
-        journal.clone(),
-        journal,
-        clock.clone(),
-        GateConfig::beside(&journal_path),
-    )
-    .unwrap();
     let policy = Policy {
         outbox: [("stripe-refunds".to_owned(), ["ops".to_owned()].into())].into(),
         ..Policy::default()
@@ -979,7 +958,11 @@ fn db_relay_delivers_a_committed_plans_refund_once_and_then_finds_nothing_waitin
         Outcome::Committed { .. }
     ));
 
-    let payments = SimPayments::new(Tier::One, Duration::from_secs(86_400), clock);
+    let payments = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(86_400),
+        Arc::new(SystemClock),
+    );
     payments.add_payment("pi_cli", 10_000);
     let api = PaymentsApi::start(payments.clone(), SECRET).unwrap();
     let relay = || {

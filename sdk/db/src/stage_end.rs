@@ -155,6 +155,26 @@ pub(crate) struct Asked<'a> {
     pub(crate) look: Option<LastLook<'a>>,
 }
 
+impl<'a> Asked<'a> {
+    /// What `req` asks: `plan` (read from its payload, hashed as `plan_hash`) under its key,
+    /// judged by `policy`, within its limits, with its last look.
+    pub(crate) fn of(
+        req: &SendRequest<'a>,
+        plan: &'a Plan,
+        plan_hash: &'a str,
+        policy: &'a Policy,
+    ) -> Self {
+        Self {
+            key: req.key.as_str(),
+            plan,
+            plan_hash,
+            policy,
+            until: Until::of(req),
+            look: req.last_look,
+        }
+    }
+}
+
 /// The gate's last look, taken once the stage has been judged and before its marker and
 /// `COMMIT`: a lease that died or a premise that moved since the gate's checks refuses the stage
 /// (nothing lands unauthorized or on moved facts); one that could not be read rolls it back for

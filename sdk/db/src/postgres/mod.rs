@@ -27,7 +27,7 @@ use crate::diff::Change;
 use crate::error::DbError;
 use crate::plan::is_plain_name;
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Asked, Ended, Until};
+use crate::stage_end::{self, Asked, Ended};
 use session::Session;
 
 /// How long a lookup waits for a stage under way by default.
@@ -264,14 +264,7 @@ impl Target for PgDb {
             Err(refused) => return refused,
         };
         let plan_hash = crate::receipt::plan_hash(&plan);
-        let asked = Asked {
-            key: req.key.as_str(),
-            plan: &plan,
-            plan_hash: &plan_hash,
-            policy: &self.policy,
-            until: Until::of(req),
-            look: req.last_look,
-        };
+        let asked = Asked::of(req, &plan, &plan_hash, &self.policy);
         let ended = self.with(|c, s| {
             let (ended, close) = stage::stage(c, s, asked);
             if let Some(why) = &close {

@@ -148,15 +148,7 @@ impl Target for SqliteDb {
             return SendAnswer::Unknown(format!("could not set the lock wait: {e}"));
         }
         let plan_hash = crate::receipt::plan_hash(&plan);
-        let asked = Asked {
-            key: req.key.as_str(),
-            plan: &plan,
-            plan_hash: &plan_hash,
-            policy: &self.policy,
-            until,
-            look: req.last_look,
-        };
-        let ended = stage::stage(&conn, asked);
+        let ended = stage::stage(&conn, Asked::of(req, &plan, &plan_hash, &self.policy));
         let _ = conn.busy_timeout(BUSY);
         ended.into()
     }
