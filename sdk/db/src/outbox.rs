@@ -2,8 +2,9 @@
 //! them. A stage writes its plan's calls in its own transaction, after the verdict and beside the
 //! marker, so a call exists if and only if the rows committed — a refused or rolled-back plan
 //! leaves none. The relay delivers each through the gate bound to its target, under an effect
-//! key derived from the plan's key and the call's id, so a delivery is journaled, leased,
-//! premise-checked and recovered by its target's tier like any other effect: a relay that dies
+//! key derived from the outbox's name, the plan's key and the call's id, so a delivery is
+//! journaled, leased and recovered by its target's tier like any other effect (it carries no
+//! premises of its own: the facts were judged when the plan committed): a relay that dies
 //! mid-send and runs again submits the same key, and the gate answers from its journal or
 //! recovers, never sending twice what the target's tier can tell apart. A call is marked
 //! delivered only with an outcome that another attempt would not change.
