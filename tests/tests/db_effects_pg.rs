@@ -133,6 +133,10 @@ fn on_postgres_the_triggers_measure_the_audit_row_the_sql_never_names_and_the_pl
     );
     assert_eq!(credit(&mut client, 10), 500, "credited once");
     assert_eq!(
+        db.marker_keys().unwrap(),
+        vec![EffectKey::derive(&["once"]).as_str().to_owned()]
+    );
+    assert_eq!(
         db.lookup(&EffectKey::derive(&["once"]), &Value::Null),
         LookupAnswer::Found(first)
     );

@@ -182,6 +182,13 @@ impl Opened {
         }
     }
 
+    fn marker_keys(&self) -> anyhow::Result<Vec<String>> {
+        Ok(match self {
+            Self::Sqlite(d) => d.marker_keys()?,
+            Self::Pg(d) => d.marker_keys()?,
+        })
+    }
+
     fn unmediated(&self) -> anyhow::Result<Vec<Change>> {
         Ok(match self {
             Self::Sqlite(d) => d.unmediated()?,
@@ -278,6 +285,7 @@ pub(crate) fn verify(journal: &dyn Journal, args: &VerifyArgs) -> anyhow::Result
         .unwrap_or_else(|| db.target_name().to_owned());
     let mut held = true;
     let mut seen = 0;
+    let mut journaled = std::collections::BTreeSet::new();
     for key in journal.keys()? {
         let key = EffectKey::fixed(key.clone())
             .with_context(|| format!("the journal holds a key that is not one: {key}"))?;
@@ -292,10 +300,20 @@ pub(crate) fn verify(journal: &dyn Journal, args: &VerifyArgs) -> anyhow::Result
             continue;
         }
         seen += 1;
+        journaled.insert(key.as_str().to_owned());
         let marker = db.receipt(&key)?;
         let (what, ok) = judge(&first.payload, &state, marker.as_ref());
         held &= ok;
         println!("{} {key}  {what}", if ok { "ok  " } else { "FAIL" });
+    }
+    // The other way round: a marker is a commit the journal must know of.
+    for key in db.marker_keys()? {
+        if !journaled.contains(&key) {
+            held = false;
+            println!(
+                "FAIL {key}  the database holds its marker, but the journal has no database effect under it (a write the gate did not make, or another journal's)"
+            );
+        }
     }
     let unmediated = db.unmediated()?;
     println!(

@@ -904,6 +904,23 @@ fn db_install_then_verify_holds_until_a_committed_effects_marker_is_gone() {
         "{shown}"
     );
 
+    // A marker no journal record names: a commit the gate did not make.
+    let conn = rusqlite::Connection::open(&shop).unwrap();
+    conn.execute(
+        "INSERT INTO interlock_markers (key, plan_hash, diff_hash, receipt) VALUES ('ghost', 'h', 'h', '{}')",
+        [],
+    )
+    .unwrap();
+    let out = cli(&journal_path, &["db", "verify", "--database", shop_arg]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("FAIL ghost  the database holds its marker, but the journal has no database effect under it"),
+        "{shown}"
+    );
+    conn.execute("DELETE FROM interlock_markers WHERE key = 'ghost'", [])
+        .unwrap();
+
     // The database loses the committed effect's marker: the journal and it disagree.
     rusqlite::Connection::open(&shop)
         .unwrap()

@@ -25,13 +25,14 @@ pub(crate) const NOT_THE_OPENER: &str = "IL002";
 const NOT_COUNTING: &str = "IL003";
 
 /// The functions a target's role is granted, with their argument types.
-pub(crate) const ENTRY_POINTS: [&str; 6] = [
+pub(crate) const ENTRY_POINTS: [&str; 7] = [
     "open(text)",
     "measured(uuid)",
     "seal(uuid, text, text, text, jsonb)",
     "unmediated(uuid)",
     "pending(uuid, bigint, integer)",
     "delivered(uuid, text, text, text)",
+    "marked(uuid)",
 ];
 
 /// The substrate's tables and functions, in schema `s`.
@@ -196,6 +197,16 @@ BEGIN
       FROM jsonb_array_elements(p_outbox) AS o;
     INSERT INTO {s}.markers (key, plan_hash, diff_hash, receipt)
     VALUES (k, p_plan_hash, p_diff_hash, p_receipt);
+END
+$fn$;
+
+-- The key of every marker.
+CREATE OR REPLACE FUNCTION {s}.marked(p_token uuid)
+RETURNS TABLE (o_key text)
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    PERFORM {s}.opened(p_token);
+    RETURN QUERY SELECT m.key FROM {s}.markers m ORDER BY m.key;
 END
 $fn$;
 

@@ -231,6 +231,19 @@ impl PgDb {
         })
     }
 
+    /// The key of every marker: every plan this database committed.
+    pub fn marker_keys(&self) -> Result<Vec<String>, DbError> {
+        self.with(|c, s| {
+            let r = stage::marker_keys(c, s);
+            let close = r.is_err();
+            (r, close)
+        })?
+        .map_err(|detail| DbError::Stored {
+            what: "marker",
+            detail,
+        })
+    }
+
     /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
     pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
         self.with(|c, s| {

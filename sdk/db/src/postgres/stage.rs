@@ -389,6 +389,19 @@ pub(crate) fn delivered(
     done
 }
 
+/// The key of every marker.
+pub(crate) fn marker_keys(client: &mut Client, s: &str) -> Result<Vec<String>, String> {
+    let found = read_in_stage(client, s, "", |client, opened| {
+        let rows = client.query(
+            &format!("SELECT o_key FROM {s}.marked($1::pg_catalog.text::pg_catalog.uuid)"),
+            &[&opened.token],
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    });
+    unlock_key(client).map_err(|e| format!("could not end the reading: {e}"))?;
+    found
+}
+
 /// What the triggers recorded outside any stage, oldest first.
 pub(crate) fn unmediated(client: &mut Client, s: &str) -> Result<Vec<Change>, String> {
     let found = read_in_stage(client, s, "", |client, opened| {

@@ -105,6 +105,19 @@ impl SqliteDb {
         })
     }
 
+    /// The key of every marker: every plan this database committed.
+    pub fn marker_keys(&self) -> Result<Vec<String>, DbError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT key FROM interlock_markers ORDER BY key")
+            .map_err(|e| DbError::sqlite("read the markers", e))?;
+        let keys: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .and_then(Iterator::collect)
+            .map_err(|e| DbError::sqlite("read the markers", e))?;
+        Ok(keys)
+    }
+
     /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
     pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
         stage::changes(&self.conn(), None).map_err(|detail| DbError::Stored {
