@@ -218,43 +218,43 @@ impl PgDb {
         Ok(out)
     }
 
-    /// The receipt of the plan committed under `key`, if one was.
-    pub fn receipt(&self, key: &EffectKey) -> Result<Option<Receipt>, DbError> {
+    /// `f` on the session, closing it if `f` fails (a reading's transaction or lock may be left).
+    fn closing_on_error<T>(
+        &self,
+        f: impl FnOnce(&mut Session, &str) -> Result<T, String>,
+    ) -> Result<Result<T, String>, DbError> {
         self.with(|c, s| {
-            let r = stage::read_marker_locked(c, s, key.as_str(), self.lookup_wait);
+            let r = f(c, s);
             let close = r.is_err();
             (r, close)
-        })?
-        .map_err(|detail| DbError::Stored {
-            what: "marker",
-            detail,
+        })
+    }
+
+    /// A reading of the substrate's `what` rows by `f` ([`Self::closing_on_error`]).
+    fn read<T>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Session, &str) -> Result<T, String>,
+    ) -> Result<T, DbError> {
+        self.closing_on_error(f)?
+            .map_err(|detail| DbError::Stored { what, detail })
+    }
+
+    /// The receipt of the plan committed under `key`, if one was.
+    pub fn receipt(&self, key: &EffectKey) -> Result<Option<Receipt>, DbError> {
+        self.read("marker", |c, s| {
+            stage::read_marker_locked(c, s, key.as_str(), self.lookup_wait)
         })
     }
 
     /// The key of every marker: every plan this database committed.
     pub fn marker_keys(&self) -> Result<Vec<String>, DbError> {
-        self.with(|c, s| {
-            let r = stage::marker_keys(c, s);
-            let close = r.is_err();
-            (r, close)
-        })?
-        .map_err(|detail| DbError::Stored {
-            what: "marker",
-            detail,
-        })
+        self.read("marker", stage::marker_keys)
     }
 
     /// Rows of observed tables changed outside any stage: writes nobody mediated, oldest first.
     pub fn unmediated(&self) -> Result<Vec<Change>, DbError> {
-        self.with(|c, s| {
-            let r = stage::unmediated(c, s);
-            let close = r.is_err();
-            (r, close)
-        })?
-        .map_err(|detail| DbError::Stored {
-            what: "change record",
-            detail,
-        })
+        self.read("change record", stage::unmediated)
     }
 }
 

@@ -14,26 +14,16 @@ impl Outbox for PgDb {
     fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError> {
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
         let source = self.source().to_owned();
-        self.with(|c, s| {
-            let r = stage::pending(c, s, &source, after, limit);
-            let close = r.is_err();
-            (r, close)
-        })?
-        .map_err(|detail| DbError::Stored {
-            what: "outbox call",
-            detail,
+        self.read("outbox call", |c, s| {
+            stage::pending(c, s, &source, after, limit)
         })
     }
 
     fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError> {
-        self.with(|c, s| {
-            let r = stage::delivered(c, s, request, outcome);
-            let close = r.is_err();
-            (r, close)
-        })?
-        .map_err(|what| DbError::Database {
-            doing: "mark an outbox call delivered",
-            what,
-        })
+        self.closing_on_error(|c, s| stage::delivered(c, s, request, outcome))?
+            .map_err(|what| DbError::Database {
+                doing: "mark an outbox call delivered",
+                what,
+            })
     }
 }

@@ -66,21 +66,22 @@ fn unlock_key(client: &mut Client) -> Result<(), String> {
 
 /// Both timeouts for the time left, for the transaction, as one statement (no parameters).
 fn timeouts_sql(until: Until<'_>) -> String {
-    let ms = until.left().as_millis().clamp(1, i32::MAX as u128);
+    let ms = timeout_ms(until);
     format!(
         "SELECT pg_catalog.set_config('statement_timeout', '{ms}', true), \
          pg_catalog.set_config('lock_timeout', '{ms}', true)"
     )
 }
 
-/// Both timeouts for the time left (at least 1 ms: zero would mean none).
+/// The time left in milliseconds, as the timeouts take it: at least 1 (zero would mean none),
+/// at most INT_MAX (PostgreSQL's limit).
+fn timeout_ms(until: Until<'_>) -> u128 {
+    until.left().as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// Both timeouts for the time left.
 fn timeouts(client: &mut Client, until: Until<'_>, local: bool) -> Result<(), postgres::Error> {
-    // PostgreSQL takes at most INT_MAX milliseconds.
-    let ms = until
-        .left()
-        .as_millis()
-        .clamp(1, i32::MAX as u128)
-        .to_string();
+    let ms = timeout_ms(until).to_string();
     let scope = if local { "true" } else { "false" };
     client.query_one(
         &format!(
@@ -100,11 +101,7 @@ fn timeouts_and(
     name: &str,
     value: &str,
 ) -> Result<(), postgres::Error> {
-    let ms = until
-        .left()
-        .as_millis()
-        .clamp(1, i32::MAX as u128)
-        .to_string();
+    let ms = timeout_ms(until).to_string();
     client.query_one(
         "SELECT pg_catalog.set_config('statement_timeout', $1, true), \
          pg_catalog.set_config('lock_timeout', $1, true), pg_catalog.set_config($2, $3, true)",

@@ -23,7 +23,7 @@ use crate::checks::Policy;
 use crate::diff::Change;
 use crate::error::DbError;
 use crate::receipt::Receipt;
-use crate::stage_end::{self, Asked, Until};
+use crate::stage_end::{self, Asked};
 
 /// How long a connection waits for the database's write lock outside a send (a send waits for
 /// at most its own timeout).
@@ -155,13 +155,13 @@ impl Target for SqliteDb {
             Ok(p) => p,
             Err(refused) => return refused,
         };
-        let until = Until::of(req);
+        let plan_hash = crate::receipt::plan_hash(&plan);
+        let asked = Asked::of(req, &plan, &plan_hash, &self.policy);
         let conn = self.conn();
-        if let Err(e) = conn.busy_timeout(until.left().min(MAX_WAIT)) {
+        if let Err(e) = conn.busy_timeout(asked.until.left().min(MAX_WAIT)) {
             return SendAnswer::Unknown(format!("could not set the lock wait: {e}"));
         }
-        let plan_hash = crate::receipt::plan_hash(&plan);
-        let ended = stage::stage(&conn, Asked::of(req, &plan, &plan_hash, &self.policy));
+        let ended = stage::stage(&conn, asked);
         let _ = conn.busy_timeout(BUSY);
         ended.into()
     }
