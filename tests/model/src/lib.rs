@@ -6,5 +6,6 @@
 
 pub mod check;
 pub mod configs;
+pub mod db;
 pub mod limits;
 pub mod spec;

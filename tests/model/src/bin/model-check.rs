@@ -14,6 +14,9 @@ use anyhow::Context;
 use interlock_core::mutants::{self, Mutant};
 use interlock_model::check::{ModelReport, PROPERTIES, explore};
 use interlock_model::configs::models;
+use interlock_model::db::{
+    DB_MUTANTS, DB_PROPERTIES, DbConfig, DbMutant, DbReport, db_models, explore_db,
+};
 use interlock_model::limits::{
     LIMIT_PROPERTIES, LimitsConfig, LimitsReport, explore_limits, limits_models,
 };
@@ -29,6 +32,9 @@ struct MutantReport {
     model: Option<String>,
     #[serde(skip)]
     trace: Vec<String>,
+    /// Expected to survive: the layer that absorbs it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backed_by: Option<String>,
 }
 
 /// A known bug: one of the core's switches, or the shell's old order of reads.
@@ -107,13 +113,19 @@ struct Args {
     /// Skip the mutant hunts.
     #[arg(long)]
     no_mutants: bool,
+    /// The database-effect models and the stage's mutants only; the full run writes
+    /// `results/model_check_db.{md,json}` (`--quick` runs them beside the rest).
+    #[arg(long)]
+    db: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let quick = args.quick;
+    let (gate_models, db_models_too) = (!args.db, args.db || quick);
     let configs: Vec<Config> = models(quick)
         .into_iter()
+        .filter(|_| gate_models)
         .filter(|c| {
             args.only
                 .as_ref()
@@ -141,6 +153,7 @@ fn main() -> anyhow::Result<()> {
     });
     let limit_configs: Vec<LimitsConfig> = limits_models(quick)
         .into_iter()
+        .filter(|_| gate_models)
         .filter(|c| {
             args.only
                 .as_ref()
@@ -160,6 +173,28 @@ fn main() -> anyhow::Result<()> {
         );
         r
     });
+    let db_configs: Vec<DbConfig> = db_models(quick)
+        .into_iter()
+        .filter(|_| db_models_too)
+        .filter(|c| {
+            args.only
+                .as_ref()
+                .is_none_or(|o| c.name.contains(o.as_str()))
+        })
+        .collect();
+    let db_reports = on_every_core(&db_configs, |cfg| {
+        let r = explore_db(cfg, false);
+        eprintln!(
+            "model {}: {} states, depth {}, {:.1} s: {}",
+            r.name,
+            r.states,
+            r.max_depth,
+            r.seconds,
+            r.first_broken()
+                .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
+        );
+        r
+    });
     let bugs: Vec<Bug> = Mutant::ALL
         .iter()
         .map(|m| Bug::Core(*m))
@@ -168,6 +203,7 @@ fn main() -> anyhow::Result<()> {
             Bug::UseWrittenApart,
             Bug::PlaceNotStretched,
         ])
+        .filter(|_| gate_models)
         .collect();
     // Hunt in the smallest models first: a mutant is usually caught in seconds there. In CI, in
     // the model that caught it last first (a stable sort keeps the rest by size).
@@ -197,6 +233,12 @@ fn main() -> anyhow::Result<()> {
             }
         })
     };
+    let db_mutant_reports = if args.no_mutants || !db_models_too {
+        Vec::new()
+    } else {
+        // The database stage's bugs, in the database models.
+        on_every_core(&DB_MUTANTS, |m| hunt_db(m, &db_configs))
+    };
 
     let failed_models: Vec<&str> = reports
         .iter()
@@ -208,19 +250,45 @@ fn main() -> anyhow::Result<()> {
                 .filter(|r| r.first_broken().is_some())
                 .map(|r| r.name.as_str()),
         )
+        .chain(
+            db_reports
+                .iter()
+                .filter(|r| r.first_broken().is_some())
+                .map(|r| r.name.as_str()),
+        )
         .collect();
-    let missed: Vec<_> = mutant_reports.iter().filter(|m| !m.caught).collect();
-    let md = markdown(&reports, &limit_reports, &mutant_reports);
+    let missed: Vec<_> = mutant_reports
+        .iter()
+        .chain(&db_mutant_reports)
+        .filter(|m| !m.caught && m.backed_by.is_none())
+        .collect();
+    let mut md = String::new();
+    if gate_models {
+        md = markdown(&reports, &limit_reports, &mutant_reports);
+    }
+    if db_models_too {
+        md.push_str(&db_markdown(&db_reports, &db_mutant_reports, gate_models));
+    }
     print!("{md}");
     if !quick {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results");
         std::fs::create_dir_all(&dir)?;
-        let json = serde_json::to_string_pretty(&serde_json::json!({
-            "models": reports,
-            "limit_models": limit_reports,
-            "mutants": mutant_reports,
-        }))? + "\n";
-        for (name, text) in [("model_check.md", &md), ("model_check.json", &json)] {
+        let (stem, json) = if args.db {
+            let json = serde_json::json!({
+                "db_models": db_reports,
+                "mutants": db_mutant_reports,
+            });
+            ("model_check_db", json)
+        } else {
+            let json = serde_json::json!({
+                "models": reports,
+                "limit_models": limit_reports,
+                "mutants": mutant_reports,
+            });
+            ("model_check", json)
+        };
+        let json = serde_json::to_string_pretty(&json)? + "\n";
+        for (name, text) in [(format!("{stem}.md"), &md), (format!("{stem}.json"), &json)] {
             let path = dir.join(name);
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             eprintln!("wrote {}", path.display());
@@ -324,6 +392,7 @@ fn hunt(bug: Bug, configs: &[Config], limit_configs: &[LimitsConfig]) -> MutantR
         property: None,
         model: None,
         trace: Vec::new(),
+        backed_by: None,
     }
 }
 
@@ -370,6 +439,7 @@ fn caught(
         property: Some(property.into()),
         model: Some(model.into()),
         trace: traces.get(property).cloned().unwrap_or_default(),
+        backed_by: None,
     }
 }
 
@@ -392,6 +462,42 @@ fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
     }
     mutants::activate(None);
     None
+}
+
+/// The database models with `m` switched in, until one breaks a property.
+fn hunt_db(m: &DbMutant, configs: &[DbConfig]) -> MutantReport {
+    for cfg in configs {
+        let cfg = DbConfig {
+            off: m.off.to_vec(),
+            ..cfg.clone()
+        };
+        let r = explore_db(&cfg, true);
+        if let Some(p) = r.first_broken() {
+            eprintln!("mutant {}: caught by {p} in model {}", m.name, cfg.name);
+            return MutantReport {
+                name: m.name.into(),
+                caught: true,
+                property: Some(p.into()),
+                model: Some(cfg.name),
+                trace: r.traces.get(p).cloned().unwrap_or_default(),
+                backed_by: None,
+            };
+        }
+    }
+    eprintln!(
+        "mutant {}: not caught{}",
+        m.name,
+        m.backed_by
+            .map_or(String::new(), |b| format!(" (backed: {b})"))
+    );
+    MutantReport {
+        name: m.name.into(),
+        caught: false,
+        property: None,
+        model: None,
+        trace: Vec::new(),
+        backed_by: m.backed_by.map(str::to_owned),
+    }
 }
 
 /// A table's header row and its separator: `columns`, then one column per property.
@@ -501,23 +607,8 @@ fn markdown(
             verdicts(&mut md, &LIMIT_PROPERTIES, &r.properties);
         }
     }
-    md.push_str("\n## Mutants\n\nEach known bug switched back in, one at a time; the checker must find a counterexample.\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
-    for m in mutant_reports {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |",
-            m.name,
-            if m.caught { "yes" } else { "NO" },
-            m.property.as_deref().unwrap_or("—"),
-            m.model.as_deref().unwrap_or("—")
-        );
-    }
-    for m in mutant_reports.iter().filter(|m| m.caught) {
-        let _ = writeln!(md, "\n### {}: counterexample\n", m.name);
-        for line in &m.trace {
-            let _ = writeln!(md, "1. {line}");
-        }
-    }
+    md.push_str("\n## Mutants\n\nEach known bug switched back in, one at a time; the checker must find a counterexample. The database stage's mutants are in `results/model_check_db.md`.\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
+    mutant_rows(&mut md, mutant_reports);
     let traces = models
         .iter()
         .map(|r| (&r.name, &r.traces))
@@ -525,6 +616,92 @@ fn markdown(
     for (name, traces) in traces {
         for (p, trace) in traces {
             let _ = writeln!(md, "\n### {p} in model {name}: counterexample\n");
+            for line in trace {
+                let _ = writeln!(md, "1. {line}");
+            }
+        }
+    }
+    md
+}
+
+/// The mutants' table rows, then each caught one's counterexample.
+fn mutant_rows(md: &mut String, mutants: &[MutantReport]) {
+    for m in mutants {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            m.name,
+            match (m.caught, &m.backed_by) {
+                (true, _) => "yes".to_owned(),
+                (false, Some(b)) => format!("no, as expected: {b}"),
+                (false, None) => "NO".to_owned(),
+            },
+            m.property.as_deref().unwrap_or("—"),
+            m.model.as_deref().unwrap_or("—")
+        );
+    }
+    for m in mutants.iter().filter(|m| m.caught) {
+        let _ = writeln!(md, "\n### {}: counterexample\n", m.name);
+        for line in &m.trace {
+            let _ = writeln!(md, "1. {line}");
+        }
+    }
+}
+
+/// The database models' report: its own page in a full `--db` run, a section after the rest
+/// (`section`) in a `--quick` run.
+fn db_markdown(db_models: &[DbReport], mutants: &[MutantReport], section: bool) -> String {
+    let mut md = if section {
+        String::from("\n## Database effects\n\n")
+    } else {
+        String::from(
+            "# Model check: database effects\n\nRegenerate with `cargo run --release -p \
+             interlock-model --bin model-check -- --db`. ",
+        )
+    };
+    md.push_str(
+        "Workers sending one plan to a database: every \
+         interleaving of their gate steps and the stage's (the write lock, the marker check, \
+         the measurement, the last look, the marker, `COMMIT`), with crashes whose open \
+         transaction the server commits or rolls back later, lost `COMMIT` answers, a \
+         revocation, a moving premise, and a clock that never waits for a stage (see \
+         `docs/model-check.md`). The last column counts the states where every worker had \
+         stopped, by how the journal closed the effect.\n\n",
+    );
+    let mut last_columns = DB_PROPERTIES.to_vec();
+    last_columns.push("endings");
+    table_head(
+        &mut md,
+        &["model", "workers", "states", "explored", "max depth"],
+        &last_columns,
+    );
+    for r in db_models {
+        let _ = write!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            r.name,
+            r.workers,
+            r.states,
+            if r.complete {
+                "all"
+            } else {
+                "bounded by MAX_STATES"
+            },
+            r.max_depth
+        );
+        for p in DB_PROPERTIES {
+            let _ = write!(md, " {} |", r.properties.get(p).map_or("?", String::as_str));
+        }
+        let endings: Vec<String> = r.endings.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(md, " {} |", endings.join(", "));
+    }
+
+    let _ = write!(md, "\n{} Mutants\n\n", if section { "###" } else { "##" });
+    md.push_str("Each of the stage's rules switched off, one at a time, and the marker's two guards with the deadline together. A rule another layer backs survives alone, as expected, and the table says which layer (see `docs/model-check.md`).\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
+    mutant_rows(&mut md, mutants);
+    for r in db_models {
+        for (p, trace) in &r.traces {
+            let _ = writeln!(md, "\n#### {p} in model {}: counterexample\n", r.name);
             for line in trace {
                 let _ = writeln!(md, "1. {line}");
             }
