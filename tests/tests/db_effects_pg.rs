@@ -581,3 +581,148 @@ fn on_postgres_a_lease_that_lapsed_before_the_commit_rolls_the_stage_back() {
     assert_eq!(credit(&mut client, 10), 0);
     assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
 }
+
+#[test]
+fn on_postgres_a_worker_killed_mid_stage_leaves_a_transaction_that_holds_the_key_until_the_server_ends_it_and_the_plan_commits_once()
+ {
+    let (url, options, mut client) = shop("pg_killed");
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join("journal.db");
+    let clock = Arc::new(interlock::SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new("shop-ops", "ops", interlock::Clock::now_ms(&*clock)).unlimited())
+        .unwrap();
+    // The plan's last statement sleeps in the server: the worker is killed during it.
+    let mut statements = cancel_and_credit().statements;
+    statements.push(stmt(
+        "linger",
+        "UPDATE customers SET credit = credit + 0 WHERE id = :customer \
+         AND (SELECT true FROM pg_sleep(3.25))",
+        json!({"customer": 10}),
+    ));
+    let plan = Plan::new(statements).unwrap();
+    let send_timeout = Duration::from_secs(6);
+    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_db-stage-worker"))
+        .arg("--journal")
+        .arg(&journal_path)
+        .args(["--shop", &url, "--pg-schema", &options.schema])
+        .args(["--pg-search-path", options.search_path.as_deref().unwrap()])
+        .args(["--key", "pg-killed", "--lease", "shop-ops"])
+        .args(["--plan", &plan.to_payload().to_string()])
+        .args(["--send-timeout-ms", &send_timeout.as_millis().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let sleeping = |client: &mut Client| -> bool {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE state = 'active' AND query LIKE '%pg_sleep(3.25)%' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    };
+    while !sleeping(&mut client) {
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "the worker ended before its stage slept"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no stage began"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    worker.kill().unwrap(); // SIGKILL
+    worker.wait().unwrap();
+
+    // The server is still running the dead worker's statement, inside its transaction, which
+    // holds the key: a lookup now must not answer "absent".
+    let key = EffectKey::derive(&["pg-killed"]);
+    let looker = PgDb::open(&url, options.clone(), Policy::default())
+        .unwrap()
+        .lookup_wait(Duration::from_millis(300));
+    assert!(
+        matches!(looker.lookup(&key, &Value::Null), LookupAnswer::Unknown(_)),
+        "a lookup while the dead worker's transaction is open must answer unknown"
+    );
+    assert_eq!(
+        credit(&mut client, 10),
+        0,
+        "nothing of the killed stage is seen"
+    );
+
+    // Once the server ends that transaction (its statement done, the client gone), the gate's
+    // recovery finds no marker and stages the plan again, once.
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.send_timeout = send_timeout;
+    let gate = Gate::new(journal.clone(), journal, clock, cfg).unwrap();
+    let db = PgDb::open(&url, options, Policy::default()).unwrap();
+    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap();
+    let effect = Effect::new(key.clone(), &plan.to_payload(), "shop-ops").unwrap();
+    let retried = std::time::Instant::now();
+    let outcome = loop {
+        match bound.submit(&effect).unwrap() {
+            Outcome::InFlight { retry_after, .. } if retried.elapsed() < 4 * send_timeout => {
+                std::thread::sleep(retry_after.min(Duration::from_millis(500)));
+            }
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Committed {
+                via: interlock::Via::ReappliedAfterLookup,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(credit(&mut client, 10), 500, "credited once");
+    assert!(matches!(
+        looker.lookup(&key, &Value::Null),
+        LookupAnswer::Found(_)
+    ));
+}
+
+#[test]
+fn on_postgres_a_stage_opened_without_its_sessions_hold_on_the_key_refuses_rather_than_wait() {
+    // What a pooler that moves transactions between server sessions would do: the key's lock
+    // taken on one server session, the stage's transaction run on another. Waiting there would
+    // read the marker in a snapshot older than the commit it waited for.
+    let (url, options, _client) = shop("pg_pooled");
+    let key = "pooled";
+    let mut holder = Client::connect(&url, NoTls).unwrap();
+    holder
+        .query_one(
+            "SELECT pg_advisory_lock(hashtextextended($1, 7263))",
+            &[&key],
+        )
+        .unwrap();
+    let mut other = Client::connect(&url, NoTls).unwrap();
+    other
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = '5s'")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = other
+        .query_one(
+            &format!("SELECT o_token FROM {}.open($1)", options.schema),
+            &[&key],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.code().map(postgres::error::SqlState::code),
+        Some("IL004"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once"
+    );
+}

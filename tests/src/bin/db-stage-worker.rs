@@ -1,6 +1,7 @@
-//! One worker process for the database-effect kill test: opens the shared journal and the shop
-//! database and submits the cancel-and-credit plan through the gate, printing the outcome as
-//! one JSON line. The test kills it with SIGKILL while its stage is under way.
+//! One worker process for the database-effect kill tests: opens the shared journal and the shop
+//! database (a SQLite file, or a `postgres://` URL with the substrate's schema) and submits a
+//! plan through the gate — the cancel-and-credit plan, or the payload given — printing the
+//! outcome as one JSON line. The tests kill it with SIGKILL while its stage is under way.
 
 #![allow(clippy::print_stdout)] // its one JSON line is its answer
 
@@ -8,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use interlock::premise::NoPremises;
+use interlock::target::Target;
 use interlock::{Effect, EffectKey, Gate, GateConfig, SqliteJournal, SystemClock};
-use interlock_db::{Policy, SqliteDb};
+use interlock_db::{PgDb, PgDbOptions, Plan, Policy, SqliteDb};
 use interlock_tests::db_shop;
 
 /// Submit the shop's plan once through the gate.
@@ -18,9 +20,18 @@ struct Args {
     /// The shared SQLite journal (its lease granted by the test).
     #[arg(long)]
     journal: PathBuf,
-    /// The shop database, the substrate installed.
+    /// The shop database, the substrate installed: a SQLite file, or a `postgres://` URL.
     #[arg(long)]
-    shop: PathBuf,
+    shop: String,
+    /// On PostgreSQL: the substrate's schema.
+    #[arg(long, default_value = "interlock_db")]
+    pg_schema: String,
+    /// On PostgreSQL: the search path the plan's tables are found on.
+    #[arg(long)]
+    pg_search_path: Option<String>,
+    /// The plan's payload (JSON) instead of the cancel-and-credit plan.
+    #[arg(long)]
+    plan: Option<String>,
     /// The effect key's one part.
     #[arg(long)]
     key: String,
@@ -42,9 +53,24 @@ fn main() -> anyhow::Result<()> {
     let mut cfg = GateConfig::beside(&args.journal);
     cfg.send_timeout = std::time::Duration::from_millis(args.send_timeout_ms);
     let gate = Gate::new(journal.clone(), journal, clock, cfg)?;
-    let db = SqliteDb::open(&args.shop, Policy::default())?;
-    let bound = gate.bind(Arc::new(db), Arc::new(NoPremises))?;
-    let plan = db_shop::cancel_and_credit(args.spin)?;
+    let db: Arc<dyn Target> = if args.shop.starts_with("postgres://") {
+        let options = PgDbOptions {
+            schema: args.pg_schema,
+            search_path: args.pg_search_path,
+            plans_are_trusted: false,
+        };
+        Arc::new(PgDb::open(&args.shop, options, Policy::default())?)
+    } else {
+        Arc::new(SqliteDb::open(
+            PathBuf::from(&args.shop),
+            Policy::default(),
+        )?)
+    };
+    let bound = gate.bind(db, Arc::new(NoPremises))?;
+    let plan = match &args.plan {
+        Some(json) => Plan::from_payload(&serde_json::from_str(json)?)?,
+        None => db_shop::cancel_and_credit(args.spin)?,
+    };
     let effect = Effect::new(
         EffectKey::derive(&[&args.key]),
         &plan.to_payload(),

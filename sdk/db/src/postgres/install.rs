@@ -23,6 +23,9 @@ use crate::plan::is_plain_name;
 pub(crate) const NOT_THE_OPENER: &str = "IL002";
 /// SQLSTATE of a server that does not count the rows a transaction changes (`track_counts`).
 const NOT_COUNTING: &str = "IL003";
+/// SQLSTATE of `open` finding the key held by another server session though the calling
+/// session took it.
+pub(crate) const KEY_ELSEWHERE: &str = "IL004";
 
 /// The functions a target's role is granted, with their argument types.
 pub(crate) const ENTRY_POINTS: [&str; 7] = [
@@ -141,9 +144,12 @@ END
 $fn$;
 
 -- Open this transaction's one stage under `p_key`: its token, the key's marker (or null) and
--- the rows counted so far. The key's lock is taken again for the transaction (granted at once:
--- the session holds it), a hold no statement can release, so no lookup of the key can answer
--- until the transaction has ended.
+-- the rows counted so far. The key's lock is taken again for the transaction, a hold no
+-- statement can release, so no lookup of the key can answer until the transaction has ended.
+-- The session already holds it, so it is granted at once; if it is not, the session's hold is
+-- on another server session (a pooler that moves transactions between sessions), this
+-- transaction's snapshot may predate a commit of the key, and the call refuses rather than
+-- wait and read a stale marker.
 CREATE OR REPLACE FUNCTION {s}.open(p_key text, OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
@@ -153,7 +159,12 @@ BEGIN
         RAISE EXCEPTION 'interlock: this transaction has already opened a stage'
             USING ERRCODE = '{NOT_THE_OPENER}';
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7263));
+    IF p_key = '' THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7263));
+    ELSIF NOT pg_try_advisory_xact_lock(hashtextextended(p_key, 7263)) THEN
+        RAISE EXCEPTION 'interlock: the key is held by another server session though this session took it: is a pooler moving transactions between sessions?'
+            USING ERRCODE = '{KEY_ELSEWHERE}';
+    END IF;
     o_token := gen_random_uuid();
     INSERT INTO {s}.stages (xid, key, token) VALUES (x, p_key, o_token);
     SELECT m.receipt INTO o_receipt FROM {s}.markers m WHERE m.key = p_key;

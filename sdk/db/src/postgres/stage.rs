@@ -25,7 +25,7 @@ use postgres::types::ToSql;
 use serde_json::Value;
 
 use super::bind;
-use super::install::NOT_THE_OPENER;
+use super::install::{KEY_ELSEWHERE, NOT_THE_OPENER};
 
 use crate::diff::{Change, Diff};
 use crate::outbox::Request;
@@ -172,11 +172,15 @@ fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop
     // measurement, fires now — here, by the staging role (inside the substrate's functions it
     // would run with the installer's rights), under the timeouts set back for what is left.
     // Then what the statements or those triggers may have set for the rest of the transaction
-    // is set back again: the timeouts, and a commit that returns before it is durable.
+    // is set back again: the timeouts, and a commit that returns before it is durable — the
+    // server's own setting, unless that is `off` too: the marker must be durable before the
+    // journal records the commit.
     let timeouts = timeouts_sql(until);
     client.batch_execute(&format!(
         "{timeouts}; SET CONSTRAINTS ALL IMMEDIATE; {timeouts}; \
-         SET LOCAL synchronous_commit TO DEFAULT"
+         SET LOCAL synchronous_commit TO DEFAULT; \
+         SELECT pg_catalog.set_config('synchronous_commit', 'on', true) \
+         WHERE pg_catalog.current_setting('synchronous_commit') = 'off'"
     ))?;
     let (counted, changes) = measured(client, s, &opened.token)?;
     let diff = Diff { changes };
@@ -225,10 +229,18 @@ struct Opened {
 
 /// Open the transaction's stage under `key`.
 fn open(client: &mut Client, s: &str, key: &str) -> Result<Opened, Stop> {
-    let row = client.query_one(
-        &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1)"),
-        &[&key],
-    )?;
+    let row = client
+        .query_one(
+            &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1)"),
+            &[&key],
+        )
+        .map_err(|e| {
+            if e.code().map(SqlState::code) == Some(KEY_ELSEWHERE) {
+                Stop::Again(stage_end::described(&e))
+            } else {
+                Stop::from(e)
+            }
+        })?;
     let receipt = row
         .get::<_, Option<String>>(1)
         .map(|text| {
