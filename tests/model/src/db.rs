@@ -40,9 +40,12 @@ pub enum Rule {
     MarkerKeyUnique,
     /// The marker is written in the stage's own transaction, before its `COMMIT`.
     MarkerInTheTransaction,
-    /// A stage neither begins nor sends its `COMMIT` once the send's deadline has passed
-    /// (`stage_end::in_time`).
-    StageWithinTheDeadline,
+    /// A stage that took the lock after the send's deadline runs nothing (`stage_end::in_time`,
+    /// first check).
+    DeadlineCheckedUnderTheLock,
+    /// A stage does not send its `COMMIT` once the send's deadline has passed (`in_time`,
+    /// second check).
+    DeadlineCheckedBeforeCommit,
     /// A lookup reads the marker holding the write lock (the key's lock on PostgreSQL): a stage
     /// under way, or a transaction its dead worker left open, makes it answer unknown.
     LookupUnderTheLock,
@@ -55,11 +58,12 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in report order.
-    pub const ALL: [Rule; 7] = [
+    pub const ALL: [Rule; 8] = [
         Rule::MarkerCheckedFirst,
         Rule::MarkerKeyUnique,
         Rule::MarkerInTheTransaction,
-        Rule::StageWithinTheDeadline,
+        Rule::DeadlineCheckedUnderTheLock,
+        Rule::DeadlineCheckedBeforeCommit,
         Rule::LookupUnderTheLock,
         Rule::LostCommitIsUnknown,
         Rule::LastLookBeforeCommit,
@@ -79,15 +83,16 @@ pub struct DbMutant {
     pub backed_by: Option<&'static str>,
 }
 
-/// The stage's bugs: each rule switched off alone, and the marker's two guards switched off
-/// together with the deadline that keeps a late stage from reaching them.
-pub const DB_MUTANTS: [DbMutant; 8] = [
+/// The stage's bugs: each rule switched off alone; the deadline's two checks together; and the
+/// marker's two guards with the deadline that keeps a late stage from reaching them.
+pub const DB_MUTANTS: [DbMutant; 10] = [
     DbMutant {
         name: "stage_skips_the_marker_check",
         off: &[Rule::MarkerCheckedFirst],
         backed_by: Some(
-            "no stage begins once a marker is committed while stages keep their deadline and \
-             lookups wait for the lock; and one that did would fail on the marker's key",
+            "in these models no stage begins once a marker is committed while stages keep \
+             their deadline and lookups wait for the lock; and one that did would fail on the \
+             marker's key",
         ),
     },
     DbMutant {
@@ -101,8 +106,24 @@ pub const DB_MUTANTS: [DbMutant; 8] = [
         backed_by: None,
     },
     DbMutant {
+        name: "stage_begins_after_its_deadline",
+        off: &[Rule::DeadlineCheckedUnderTheLock],
+        backed_by: Some("the deadline is checked again before the COMMIT"),
+    },
+    DbMutant {
+        name: "commit_sent_after_the_deadline",
+        off: &[Rule::DeadlineCheckedBeforeCommit],
+        backed_by: Some(
+            "a stage that took the lock before its deadline holds it through its COMMIT, and \
+             every lookup waits for the lock",
+        ),
+    },
+    DbMutant {
         name: "stage_ignores_the_deadline",
-        off: &[Rule::StageWithinTheDeadline],
+        off: &[
+            Rule::DeadlineCheckedUnderTheLock,
+            Rule::DeadlineCheckedBeforeCommit,
+        ],
         backed_by: None,
     },
     DbMutant {
@@ -114,7 +135,8 @@ pub const DB_MUTANTS: [DbMutant; 8] = [
         name: "lost_commit_answer_taken_as_a_failure",
         off: &[Rule::LostCommitIsUnknown],
         backed_by: Some(
-            "the gate looks the marker up before it closes an effect on a refusal, and finds it",
+            "the gate looks the marker up before it closes an effect on a refusal, and finds it \
+             (the lookup waits for the lock while the COMMIT finishes)",
         ),
     },
     DbMutant {
@@ -125,7 +147,8 @@ pub const DB_MUTANTS: [DbMutant; 8] = [
     DbMutant {
         name: "late_stage_without_the_marker_check_or_its_key",
         off: &[
-            Rule::StageWithinTheDeadline,
+            Rule::DeadlineCheckedUnderTheLock,
+            Rule::DeadlineCheckedBeforeCommit,
             Rule::MarkerCheckedFirst,
             Rule::MarkerKeyUnique,
         ],
@@ -674,7 +697,7 @@ fn step(cfg: &DbConfig, n: &mut DbState, i: u8) -> Option<&'static str> {
                         premise_held_at_begin: !n.premise_moved,
                     },
                 ));
-                if cfg.keeps(Rule::StageWithinTheDeadline) && now >= until {
+                if cfg.keeps(Rule::DeadlineCheckedUnderTheLock) && now >= until {
                     roll_back(n, token, via, Ans::Definite("deadline"))
                 } else if cfg.keeps(Rule::MarkerCheckedFirst) && n.db.marker {
                     roll_back(n, token, via, Ans::Replayed)
@@ -703,7 +726,7 @@ fn step(cfg: &DbConfig, n: &mut DbState, i: u8) -> Option<&'static str> {
             }
         }
         Pc::Commit { token, until, via } => {
-            if cfg.keeps(Rule::StageWithinTheDeadline) && now >= until {
+            if cfg.keeps(Rule::DeadlineCheckedBeforeCommit) && now >= until {
                 roll_back(n, token, via, Ans::Definite("deadline"))
             } else {
                 if let Some((_, txn)) = &mut n.db.lock {

@@ -697,7 +697,7 @@ fn db_markdown(db_models: &[DbReport], mutants: &[MutantReport], section: bool) 
     }
 
     let _ = write!(md, "\n{} Mutants\n\n", if section { "###" } else { "##" });
-    md.push_str("Each of the stage's rules switched off, one at a time, and the marker's two guards with the deadline together. A rule another layer backs survives alone, as expected, and the table says which layer (see `docs/model-check.md`).\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
+    md.push_str("Each of the stage's rules switched off, one at a time; then the deadline's two checks together; then those with the marker's two guards. A rule another layer backs survives alone, as expected, and the table says which layer (see `docs/model-check.md`).\n\n| mutant | caught | property | model |\n|---|---|---|---|\n");
     mutant_rows(&mut md, mutants);
     for r in db_models {
         for (p, trace) in &r.traces {
