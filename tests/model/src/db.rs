@@ -1101,3 +1101,18 @@ pub fn db_models(quick: bool) -> Vec<DbConfig> {
     }
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{DB_MUTANTS, Rule};
+
+    #[test]
+    fn every_rule_of_the_stage_has_a_mutant_that_switches_it_off_alone() {
+        for rule in Rule::ALL {
+            assert!(
+                DB_MUTANTS.iter().any(|m| m.off == [rule]),
+                "no mutant switches off {rule:?} alone"
+            );
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! Model-check the gate's protocol on the real core, then show the checker catches each known
 //! bug when it is switched back in. Writes `results/model_check.md` and
-//! `results/model_check.json`; `--quick` runs the small CI configurations and writes nothing.
+//! `results/model_check.json`; `--db` runs the database-effect models instead and writes
+//! `results/model_check_db.{md,json}`; `--quick` runs the small CI configurations of both and
+//! writes nothing.
 //! Exits 1 if any property has a counterexample on the real core or any mutant goes uncaught.
 
 #![allow(clippy::print_stdout)] // the report is its output
