@@ -257,17 +257,7 @@ impl Explorer<'_> {
     }
 
     fn actions_to(&self, fp: u64) -> Vec<Action> {
-        let mut out = Vec::new();
-        let mut cur = fp;
-        while let Some((parent, action)) = self.parents.get(&cur) {
-            if *parent == cur {
-                break;
-            }
-            out.push(*action);
-            cur = *parent;
-        }
-        out.reverse();
-        out
+        path_to(&self.parents, fp)
     }
 
     fn replay(&self, fp: u64) -> State {
@@ -445,4 +435,20 @@ pub fn summary(s: &State) -> String {
         s.service.applied,
         s.service.requests.len()
     )
+}
+
+/// The steps from the start to the state `fp`, read back from each state's parent and the step
+/// that reached it (the start is its own parent).
+pub fn path_to<A: Copy>(parents: &HashMap<u64, (u64, A)>, fp: u64) -> Vec<A> {
+    let mut out = Vec::new();
+    let mut cur = fp;
+    while let Some((parent, action)) = parents.get(&cur) {
+        if *parent == cur {
+            break;
+        }
+        out.push(*action);
+        cur = *parent;
+    }
+    out.reverse();
+    out
 }

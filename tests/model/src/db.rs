@@ -990,18 +990,10 @@ fn trace(
     cfg: &DbConfig,
     init: &DbState,
     parents: &HashMap<u64, (u64, Action)>,
-    mut fp: u64,
+    fp: u64,
     last: Option<Action>,
 ) -> Vec<String> {
-    let mut path = Vec::new();
-    while let Some((parent, action)) = parents.get(&fp) {
-        if *parent == fp {
-            break;
-        }
-        path.push(*action);
-        fp = *parent;
-    }
-    path.reverse();
+    let mut path = super::check::path_to(parents, fp);
     path.extend(last);
     let mut s = init.clone();
     let mut lines = Vec::with_capacity(path.len() + 1);
@@ -1028,19 +1020,10 @@ fn describe(before: &DbState, action: Action, after: &DbState) -> String {
             format!("the database commits worker {i}'s transaction; the answer is lost")
         }
         Action::Step(i) => {
-            let w = usize::from(i);
-            let new: Vec<&str> = after.journal.0[before.journal.0.len()..]
-                .iter()
-                .map(|(_, e, _)| e.kind())
-                .collect();
             format!(
                 "worker {i} steps ({:?}){}",
-                before.workers[w].pc,
-                if new.is_empty() {
-                    String::new()
-                } else {
-                    format!(", writes {}", new.join(", "))
-                }
+                before.workers[usize::from(i)].pc,
+                after.journal.writes_since(before.journal.0.len())
             )
         }
     };
@@ -1048,14 +1031,9 @@ fn describe(before: &DbState, action: Action, after: &DbState) -> String {
 }
 
 fn summary(s: &DbState) -> String {
-    let journal = match s.journal.state() {
-        EffectState::Absent => "absent".to_owned(),
-        EffectState::Proposed { .. } => "proposed".to_owned(),
-        EffectState::InFlight { .. } => "in flight".to_owned(),
-        EffectState::Resolved { resolution, .. } => resolution.kind().to_owned(),
-    };
     format!(
-        "journal: {journal}; database: applied {} time(s), marker {}",
+        "journal: {}; database: applied {} time(s), marker {}",
+        s.journal.label(),
         s.db.applied,
         if s.db.marker { "present" } else { "absent" }
     )

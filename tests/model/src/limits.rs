@@ -791,17 +791,9 @@ fn trace(
     cfg: &LimitsConfig,
     init: &LimitsState,
     parents: &HashMap<u64, (u64, Action)>,
-    mut fp: u64,
+    fp: u64,
 ) -> Vec<String> {
-    let mut path = Vec::new();
-    while let Some((parent, action)) = parents.get(&fp) {
-        if *parent == fp {
-            break;
-        }
-        path.push(*action);
-        fp = *parent;
-    }
-    path.reverse();
+    let path = super::check::path_to(parents, fp);
     let mut s = init.clone();
     let mut lines = Vec::with_capacity(path.len() + 1);
     for action in path {
@@ -820,18 +812,12 @@ fn describe(before: &LimitsState, action: Action, after: &LimitsState) -> String
         Action::Process(k, o) => format!("the service processes k{k}'s request: {o:?}"),
         Action::Step(k) => {
             let i = usize::from(k);
-            let new: Vec<&str> = after.keys[i].journal.0[before.keys[i].journal.0.len()..]
-                .iter()
-                .map(|(_, e, _)| e.kind())
-                .collect();
             format!(
                 "worker of k{k} steps ({:?}){}",
                 before.keys[i].pc,
-                if new.is_empty() {
-                    String::new()
-                } else {
-                    format!(", writes {}", new.join(", "))
-                }
+                after.keys[i]
+                    .journal
+                    .writes_since(before.keys[i].journal.0.len())
             )
         }
     };
@@ -844,13 +830,7 @@ fn summary(s: &LimitsState) -> String {
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            let st = w.journal.state();
-            let label = match &st {
-                EffectState::Absent => "absent".to_owned(),
-                EffectState::Proposed { .. } => "proposed".to_owned(),
-                EffectState::InFlight { .. } => "in flight".to_owned(),
-                EffectState::Resolved { resolution, .. } => resolution.kind().to_owned(),
-            };
+            let label = w.journal.label();
             format!(
                 "k{i} {label}{}",
                 if w.applied.is_some() {

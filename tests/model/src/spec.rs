@@ -143,6 +143,26 @@ impl Journal {
         self.state_at(self.0.len())
     }
 
+    /// How the effect stands, in a word, for traces.
+    pub fn label(&self) -> String {
+        match self.state() {
+            EffectState::Absent => "absent".to_owned(),
+            EffectState::Proposed { .. } => "proposed".to_owned(),
+            EffectState::InFlight { .. } => "in flight".to_owned(),
+            EffectState::Resolved { resolution, .. } => resolution.kind().to_owned(),
+        }
+    }
+
+    /// `, writes A, B` for the records after the first `before`, or nothing, for traces.
+    pub fn writes_since(&self, before: usize) -> String {
+        let new: Vec<&str> = self.0[before..].iter().map(|(_, e, _)| e.kind()).collect();
+        if new.is_empty() {
+            String::new()
+        } else {
+            format!(", writes {}", new.join(", "))
+        }
+    }
+
     /// Append `events`, each written at `at`.
     pub fn append(&mut self, at: i64, events: Vec<Event>) {
         for e in events {

@@ -125,14 +125,11 @@ fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let quick = args.quick;
     let (gate_models, db_models_too) = (!args.db, args.db || quick);
+    let picked = |name: &str| args.only.as_ref().is_none_or(|o| name.contains(o.as_str()));
     let configs: Vec<Config> = models(quick)
         .into_iter()
         .filter(|_| gate_models)
-        .filter(|c| {
-            args.only
-                .as_ref()
-                .is_none_or(|o| c.name.contains(o.as_str()))
-        })
+        .filter(|c| picked(&c.name))
         .map(|c| tweak(c, &args.set))
         .collect::<anyhow::Result<_>>()?;
     let reports = on_every_core(&configs, |cfg| {
@@ -142,59 +139,27 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("  model {}: {n} states, depth {d}", cfg.name);
             }
         });
-        eprintln!(
-            "model {}: {} states, depth {}, {:.1} s: {}",
-            r.name,
-            r.states,
-            r.max_depth,
-            r.seconds,
-            r.first_broken()
-                .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
-        );
+        explored(&r.name, r.states, r.max_depth, r.seconds, r.first_broken());
         r
     });
     let limit_configs: Vec<LimitsConfig> = limits_models(quick)
         .into_iter()
         .filter(|_| gate_models)
-        .filter(|c| {
-            args.only
-                .as_ref()
-                .is_none_or(|o| c.name.contains(o.as_str()))
-        })
+        .filter(|c| picked(&c.name))
         .collect();
     let limit_reports = on_every_core(&limit_configs, |cfg| {
         let r = explore_limits(cfg, false);
-        eprintln!(
-            "model {}: {} states, depth {}, {:.1} s: {}",
-            r.name,
-            r.states,
-            r.max_depth,
-            r.seconds,
-            r.first_broken()
-                .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
-        );
+        explored(&r.name, r.states, r.max_depth, r.seconds, r.first_broken());
         r
     });
     let db_configs: Vec<DbConfig> = db_models(quick)
         .into_iter()
         .filter(|_| db_models_too)
-        .filter(|c| {
-            args.only
-                .as_ref()
-                .is_none_or(|o| c.name.contains(o.as_str()))
-        })
+        .filter(|c| picked(&c.name))
         .collect();
     let db_reports = on_every_core(&db_configs, |cfg| {
         let r = explore_db(cfg, false);
-        eprintln!(
-            "model {}: {} states, depth {}, {:.1} s: {}",
-            r.name,
-            r.states,
-            r.max_depth,
-            r.seconds,
-            r.first_broken()
-                .map_or("every property holds".into(), |p| format!("{p} BROKEN"))
-        );
+        explored(&r.name, r.states, r.max_depth, r.seconds, r.first_broken());
         r
     });
     let bugs: Vec<Bug> = Mutant::ALL
@@ -306,6 +271,14 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// One model's exploration, in a line on stderr.
+fn explored(name: &str, states: u64, depth: u32, seconds: f64, broken: Option<&str>) {
+    eprintln!(
+        "model {name}: {states} states, depth {depth}, {seconds:.1} s: {}",
+        broken.map_or("every property holds".into(), |p| format!("{p} BROKEN"))
+    );
 }
 
 /// `f` over `items` on a thread per core, the results in the items' order. Models are explored
