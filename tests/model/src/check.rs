@@ -135,17 +135,7 @@ pub fn explore(cfg: &Config, stop_early: bool, progress: &mut dyn FnMut(u64, u32
         states,
         max_depth,
         complete,
-        properties: PROPERTIES
-            .iter()
-            .map(|p| {
-                let verdict = if ex.broken.contains_key(*p) {
-                    "counterexample"
-                } else {
-                    "holds"
-                };
-                ((*p).to_owned(), verdict.to_owned())
-            })
-            .collect(),
+        properties: super::walk::verdicts(&PROPERTIES, &ex.broken),
         traces: ex.broken,
         seconds: started.elapsed().as_secs_f64(),
         stopped_early,

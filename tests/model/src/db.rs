@@ -13,7 +13,7 @@
 //! anywhere for as long as it likes — between its dispatch and its stage, inside the stage, or
 //! with its `COMMIT` outstanding.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::spec::{Journal, SEND_TIMEOUT, SETTLE};
+use super::walk::{Walk, walk};
 
 /// One rule of the substrate's stage, as the code keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -338,8 +339,8 @@ pub struct DbState {
 }
 
 /// A move of the world.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Action {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
     Step(u8),
     /// The database commits worker `i`'s transaction, and the answer is lost.
     CommitUnanswered(u8),
@@ -349,6 +350,7 @@ enum Action {
     EndOrphan(bool),
     Revoke,
     MovePremise,
+    #[default]
     Tick,
 }
 
@@ -913,97 +915,67 @@ impl DbReport {
     }
 }
 
+impl Walk for DbConfig {
+    type State = DbState;
+    type Action = Action;
+
+    fn start(&self) -> DbState {
+        DbState::initial(self)
+    }
+
+    fn fingerprint(&self, s: &DbState) -> u64 {
+        s.fingerprint()
+    }
+
+    fn moves(&self, s: &DbState) -> Vec<Action> {
+        actions(self, s)
+    }
+
+    fn step(&self, s: &DbState, a: Action) -> (DbState, Option<&'static str>) {
+        apply(self, s, a)
+    }
+
+    fn broken(&self, s: &DbState) -> Vec<&'static str> {
+        broken(s)
+    }
+
+    fn tell(&self, path: &[Action]) -> Vec<String> {
+        let mut s = DbState::initial(self);
+        let mut lines = Vec::with_capacity(path.len() + 1);
+        for action in path {
+            let (next, _) = apply(self, &s, *action);
+            lines.push(describe(&s, *action, &next));
+            s = next;
+        }
+        lines.push(format!("now: {}", summary(&s)));
+        lines
+    }
+}
+
 /// Explore every reachable state of `cfg` breadth-first, checking the properties on each state
 /// and at each commit; with `stop_early`, stop at the first counterexample.
 pub fn explore_db(cfg: &DbConfig, stop_early: bool) -> DbReport {
     let started = Instant::now();
-    let init = DbState::initial(cfg);
-    let init_fp = init.fingerprint();
-    let mut parents: HashMap<u64, (u64, Action)> = HashMap::new();
-    parents.insert(init_fp, (init_fp, Action::Tick));
-    let mut queue = VecDeque::from([(init.clone(), 0u32)]);
-    let mut traces: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut endings: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut states, mut max_depth) = (0u64, 0u32);
-    while let Some((s, depth)) = queue.pop_front() {
-        states += 1;
-        max_depth = max_depth.max(depth);
-        let fp = s.fingerprint();
-        for p in broken(&s) {
-            traces
-                .entry(p.to_owned())
-                .or_insert_with(|| trace(cfg, &init, &parents, fp, None));
-        }
+    let walked = walk(cfg, stop_early, |s| {
         if s.workers.iter().all(|w| w.pc == Pc::Idle) && s.db.lock.is_none() {
             *endings
                 .entry(s.resolution().unwrap_or("in flight").to_owned())
                 .or_default() += 1;
         }
-        if stop_early && !traces.is_empty() {
-            break;
-        }
-        for action in actions(cfg, &s) {
-            let (next, breach) = apply(cfg, &s, action);
-            let nfp = next.fingerprint();
-            if let Some(p) = breach {
-                traces
-                    .entry(p.to_owned())
-                    .or_insert_with(|| trace(cfg, &init, &parents, fp, Some(action)));
-            }
-            if let std::collections::hash_map::Entry::Vacant(e) = parents.entry(nfp) {
-                e.insert((fp, action));
-                queue.push_back((next, depth + 1));
-            }
-        }
-        if states >= super::check::MAX_STATES {
-            break;
-        }
-    }
-    let complete = queue.is_empty() && (!stop_early || traces.is_empty());
+    });
     DbReport {
         name: cfg.name.clone(),
         workers: cfg.workers,
         off: cfg.off.clone(),
-        states,
-        max_depth,
-        complete,
+        states: walked.states,
+        max_depth: walked.max_depth,
+        complete: walked.complete,
         endings,
-        properties: DB_PROPERTIES
-            .iter()
-            .map(|p| {
-                let v = if traces.contains_key(*p) {
-                    "counterexample"
-                } else {
-                    "holds"
-                };
-                ((*p).to_owned(), v.to_owned())
-            })
-            .collect(),
-        traces,
+        properties: walked.verdicts(&DB_PROPERTIES),
+        traces: walked.traces,
         seconds: started.elapsed().as_secs_f64(),
     }
-}
-
-/// The steps from the start to the state `fp` (and `last`, the step that breaks a property
-/// there), replayed and told in words.
-fn trace(
-    cfg: &DbConfig,
-    init: &DbState,
-    parents: &HashMap<u64, (u64, Action)>,
-    fp: u64,
-    last: Option<Action>,
-) -> Vec<String> {
-    let mut path = super::check::path_to(parents, fp);
-    path.extend(last);
-    let mut s = init.clone();
-    let mut lines = Vec::with_capacity(path.len() + 1);
-    for action in path {
-        let (next, _) = apply(cfg, &s, action);
-        lines.push(describe(&s, action, &next));
-        s = next;
-    }
-    lines.push(format!("now: {}", summary(&s)));
-    lines
 }
 
 fn describe(before: &DbState, action: Action, after: &DbState) -> String {

@@ -9,3 +9,4 @@ pub mod configs;
 pub mod db;
 pub mod limits;
 pub mod spec;
+mod walk;

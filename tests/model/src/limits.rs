@@ -13,7 +13,7 @@
 //! server errors, confirmations, fences, clock jumps) are left out here: what this model adds
 //! is the sharing, and the ways a use can be taken twice or given back too early.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
@@ -30,6 +30,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::spec::{Journal, SEND_TIMEOUT, SETTLE};
+use super::walk::{Walk, walk};
 
 /// One configuration of the shared-lease model.
 #[derive(Clone, Debug)]
@@ -128,17 +129,18 @@ pub struct LimitsState {
 }
 
 /// A move of the world.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Action {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
     Step(u8),
     Crash(u8),
     Process(u8, Outcome),
+    #[default]
     Tick,
 }
 
 /// How the service processes a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Outcome {
+pub(crate) enum Outcome {
     ApplyAnswered,
     ApplySilent,
     Refuse4xx,
@@ -697,62 +699,58 @@ impl LimitsReport {
     }
 }
 
+impl Walk for LimitsConfig {
+    type State = LimitsState;
+    type Action = Action;
+
+    fn start(&self) -> LimitsState {
+        LimitsState::initial(self)
+    }
+
+    fn fingerprint(&self, s: &LimitsState) -> u64 {
+        s.fingerprint()
+    }
+
+    fn moves(&self, s: &LimitsState) -> Vec<Action> {
+        actions(self, s)
+    }
+
+    fn step(&self, s: &LimitsState, a: Action) -> (LimitsState, Option<&'static str>) {
+        (apply(self, s, a), None)
+    }
+
+    fn broken(&self, s: &LimitsState) -> Vec<&'static str> {
+        broken(self, s)
+    }
+
+    fn tell(&self, path: &[Action]) -> Vec<String> {
+        let mut s = LimitsState::initial(self);
+        let mut lines = Vec::with_capacity(path.len() + 1);
+        for action in path {
+            let next = apply(self, &s, *action);
+            lines.push(describe(&s, *action, &next));
+            s = next;
+        }
+        lines.push(format!("now: {}", summary(&s)));
+        lines
+    }
+}
+
 /// Explore every reachable state of `cfg` breadth-first, checking the properties on each; with
 /// `stop_early`, stop at the first counterexample.
 pub fn explore_limits(cfg: &LimitsConfig, stop_early: bool) -> LimitsReport {
     let started = Instant::now();
-    let init = LimitsState::initial(cfg);
-    let init_fp = init.fingerprint();
-    let mut parents: HashMap<u64, (u64, Action)> = HashMap::new();
-    parents.insert(init_fp, (init_fp, Action::Tick));
-    let mut queue = VecDeque::from([(init.clone(), 0u32)]);
-    let mut traces: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let (mut states, mut max_depth) = (0u64, 0u32);
-    while let Some((s, depth)) = queue.pop_front() {
-        states += 1;
-        max_depth = max_depth.max(depth);
-        let fp = s.fingerprint();
-        for p in broken(cfg, &s) {
-            traces
-                .entry(p.to_owned())
-                .or_insert_with(|| trace(cfg, &init, &parents, fp));
-        }
-        if stop_early && !traces.is_empty() {
-            break;
-        }
-        for action in actions(cfg, &s) {
-            let next = apply(cfg, &s, action);
-            let nfp = next.fingerprint();
-            if let std::collections::hash_map::Entry::Vacant(e) = parents.entry(nfp) {
-                e.insert((fp, action));
-                queue.push_back((next, depth + 1));
-            }
-        }
-        if states >= super::check::MAX_STATES {
-            break;
-        }
-    }
-    let complete = queue.is_empty() && (!stop_early || traces.is_empty());
+    let walked = walk(cfg, stop_early, |_| {});
     LimitsReport {
         name: cfg.name.clone(),
         keys: cfg.amounts.len(),
         tier: u8::from(cfg.tier),
         limit: describe_limits(cfg),
-        states,
-        max_depth,
-        complete,
-        properties: LIMIT_PROPERTIES
-            .iter()
-            .map(|p| {
-                let v = if traces.contains_key(*p) {
-                    "counterexample"
-                } else {
-                    "holds"
-                };
-                ((*p).to_owned(), v.to_owned())
-            })
-            .collect(),
-        traces,
+        states: walked.states,
+        max_depth: walked.max_depth,
+        complete: walked.complete,
+        properties: walked.verdicts(&LIMIT_PROPERTIES),
+        traces: walked.traces,
         seconds: started.elapsed().as_secs_f64(),
     }
 }
@@ -784,25 +782,6 @@ pub fn describe_limit(l: &UseLimit) -> String {
         parts.push(format!("{f} ≤ {max} in total"));
     }
     parts.join(", ")
-}
-
-/// The steps from the start to the state `fp`, replayed and told in words.
-fn trace(
-    cfg: &LimitsConfig,
-    init: &LimitsState,
-    parents: &HashMap<u64, (u64, Action)>,
-    fp: u64,
-) -> Vec<String> {
-    let path = super::check::path_to(parents, fp);
-    let mut s = init.clone();
-    let mut lines = Vec::with_capacity(path.len() + 1);
-    for action in path {
-        let next = apply(cfg, &s, action);
-        lines.push(describe(&s, action, &next));
-        s = next;
-    }
-    lines.push(format!("now: {}", summary(&s)));
-    lines
 }
 
 fn describe(before: &LimitsState, action: Action, after: &LimitsState) -> String {
