@@ -7,6 +7,7 @@ pub mod classes;
 pub mod day;
 pub mod mcp;
 pub mod metrics;
+pub mod orders;
 pub mod plot;
 pub mod procs;
 pub mod report;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use interlock::approval::{Approvers, Policy};
 use interlock::premise::PremiseReader;
-use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, SystemClock, Tier};
+use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, Tier};
 use interlock_postgres::PgOptions;
 use interlock_stripe::{StripeConfig, StripeRefunds, StripeRefundsSetup};
 use interlock_temporal::{GatedEffect, gated};
@@ -74,10 +74,7 @@ impl Deps {
             policy,
         } = settings;
         let approvers = approvers.map(Arc::new);
-        let clock: Arc<dyn Clock> = match crate::clock::SkewClock::from_env() {
-            Some(c) => Arc::new(c),
-            None => Arc::new(SystemClock),
-        };
+        let clock = crate::clock::worker_clock();
         let opts = PgOptions::in_schema(journal_schema);
         let opened = interlock_postgres::open_named(&journal_name, clock.clone(), &opts)
             .with_context(|| {

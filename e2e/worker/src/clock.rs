@@ -29,3 +29,11 @@ impl Clock for SkewClock {
         SystemClock.now_ms().saturating_add(skew)
     }
 }
+
+/// The clock a worker runs on: [`SkewClock`] when the harness set one, else the system clock.
+pub fn worker_clock() -> std::sync::Arc<dyn Clock> {
+    match SkewClock::from_env() {
+        Some(c) => std::sync::Arc::new(c),
+        None => std::sync::Arc::new(SystemClock),
+    }
+}

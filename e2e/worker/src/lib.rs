@@ -9,6 +9,7 @@ pub mod baselines;
 pub mod clock;
 pub mod connect;
 pub mod model;
+pub mod orders;
 pub mod pause;
 pub mod timeline;
 pub mod workflow;

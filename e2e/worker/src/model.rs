@@ -158,6 +158,8 @@ pub enum Reported {
     AppliedTwice,
     /// A baseline: the payments API answered with a refund.
     Refunded,
+    /// A baseline: its transaction committed the shop's rows (or found its key already there).
+    Applied,
     /// The step failed in a way its system does not classify.
     #[default]
     Error,
@@ -173,6 +175,7 @@ impl Reported {
             Self::Ambiguous => "AMBIGUOUS",
             Self::AppliedTwice => "APPLIED_TWICE",
             Self::Refunded => "REFUNDED",
+            Self::Applied => "APPLIED",
             Self::Error => "ERROR",
         }
     }
@@ -227,7 +230,7 @@ impl RefundReport {
     /// Whether the answer claims money moved.
     pub fn says_refunded(&self) -> Option<bool> {
         match self.outcome {
-            Reported::Committed | Reported::Refunded => Some(true),
+            Reported::Committed | Reported::Refunded | Reported::Applied => Some(true),
             Reported::Refused | Reported::Failed | Reported::Error => Some(false),
             _ => None,
         }
