@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use interlock::lease::Grant;
 use interlock::premise::NoPremises;
-use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target};
+use interlock::target::{Deadline, LookupAnswer, SendAnswer, SendRequest, Target};
 use interlock::{Effect, EffectKey, Gate, GateConfig, ManualClock, Outcome, SqliteJournal};
 use interlock_db::postgres::{allow, install};
-use interlock_db::{PgDb, PgDbOptions, Plan, Policy, Premise, Receipt, Statement};
+use interlock_db::{PgDb, PgDbOptions, Plan, Policy, Premise, Receipt, RowWindow, Statement};
 use interlock_testkit::pg::Cluster;
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
@@ -498,7 +498,19 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
         (
             "forge",
             format!(
-                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND seal(gen_random_uuid(), :k, :k, :k, '[]') IS NULL"
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND seal(gen_random_uuid(), :k, :k, :k, '[]', '[]') IS NULL"
+            ),
+            json!({"k": "x", "customer": 10}),
+        ),
+        (
+            "unspend",
+            "DELETE FROM spent WHERE amount > :n".to_owned(),
+            json!({"n": 0}),
+        ),
+        (
+            "peek",
+            format!(
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND spent(gen_random_uuid(), :k, 0) IS NULL"
             ),
             json!({"k": "x", "customer": 10}),
         ),
@@ -725,4 +737,130 @@ fn on_postgres_a_stage_opened_without_its_sessions_hold_on_the_key_refuses_rathe
         started.elapsed() < Duration::from_secs(2),
         "refused at once"
     );
+}
+
+/// A budget of `max` over the credit customers are given within an hour.
+fn credit_budget(max: i64) -> Policy {
+    Policy {
+        windows: vec![RowWindow {
+            id: "credit_hour".into(),
+            table: "customers".into(),
+            column: Some("credit".into()),
+            window_ms: 3_600_000,
+            max,
+        }],
+        ..Policy::default()
+    }
+}
+
+/// Credit customer 10 with `amount`, under a deadline on `clock` that never passes.
+fn credit_at(db: &PgDb, key: &str, amount: i64, clock: &ManualClock) -> SendAnswer {
+    credit_slowly(db, key, 10, amount, 0.0, clock)
+}
+
+/// Credit `customer` with `amount`, taking `sleep_s` inside the statement, under a deadline on
+/// `clock` that never passes.
+fn credit_slowly(
+    db: &PgDb,
+    key: &str,
+    customer: i64,
+    amount: i64,
+    sleep_s: f64,
+    clock: &ManualClock,
+) -> SendAnswer {
+    let plan = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id = :customer \
+         AND (SELECT true FROM pg_sleep(:sleep))",
+        json!({ "amount": amount, "customer": customer, "sleep": sleep_s }),
+    )])
+    .unwrap();
+    db.send(&SendRequest {
+        key: &EffectKey::derive(&[key]),
+        payload: &plan.to_payload(),
+        timeout: Duration::from_secs(10),
+        deadline: Some(Deadline {
+            at_ms: i64::MAX,
+            clock,
+        }),
+        last_look: None,
+    })
+}
+
+#[test]
+fn on_postgres_a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_its_window_has_passed()
+ {
+    let (url, options, mut client) = shop("pg_budget");
+    let db = PgDb::open(&url, options, credit_budget(1_000)).unwrap();
+    let clock = ManualClock::at(1_700_000_000_000);
+    assert!(matches!(
+        credit_at(&db, "a", 400, &clock),
+        SendAnswer::Done(_)
+    ));
+    clock.advance(1_000);
+    assert!(matches!(
+        credit_at(&db, "b", 600, &clock),
+        SendAnswer::Done(_)
+    ));
+    match credit_at(&db, "c", 1, &clock) {
+        SendAnswer::Definite { message, .. } => {
+            assert!(message.contains("windows"), "{message}");
+            assert!(
+                !message.contains("1000"),
+                "no totals for the agent: {message}"
+            );
+        }
+        other => panic!("a full budget let a stage in: {other:?}"),
+    }
+    assert_eq!(
+        credit(&mut client, 10),
+        1_000,
+        "the refused stage wrote nothing"
+    );
+    clock.advance(3_600_000 - 1_000);
+    assert!(matches!(
+        credit_at(&db, "d", 400, &clock),
+        SendAnswer::Done(_)
+    ));
+    assert!(!matches!(
+        credit_at(&db, "e", 1, &clock),
+        SendAnswer::Done(_)
+    ));
+    assert_eq!(credit(&mut client, 10), 1_400);
+}
+
+#[test]
+fn on_postgres_two_stages_racing_for_a_budgets_last_room_commit_one() {
+    let (url, options, mut client) = shop("pg_budget_race");
+    let clock = ManualClock::at(1_700_000_000_000);
+    // Two targets, two sessions, two customers: each stage's statement sleeps, so the second
+    // arrives while the first is under way, and with no row in common only the window's lock
+    // stands between them.
+    let answers: Vec<SendAnswer> = std::thread::scope(|scope| {
+        let racers: Vec<_> = [("first", 10), ("second", 20)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, customer))| {
+                let db = PgDb::open(&url, options.clone(), credit_budget(400)).unwrap();
+                let clock = clock.clone();
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100 * i as u64));
+                    credit_slowly(&db, key, customer, 400, 0.5, &clock)
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let done = answers
+        .iter()
+        .filter(|a| matches!(a, SendAnswer::Done(_)))
+        .count();
+    assert_eq!(done, 1, "{answers:?}");
+    assert!(
+        answers.iter().any(
+            |a| matches!(a, SendAnswer::Definite { message, .. } if message.contains("windows"))
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(credit(&mut client, 10) + credit(&mut client, 20), 400);
 }

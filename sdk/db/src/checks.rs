@@ -41,14 +41,77 @@ pub struct Policy {
     /// leases a call to it may run under. A plan asking for any other is refused. Empty: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outbox: BTreeMap<String, BTreeSet<String>>,
+    /// Budgets and rate windows over what committed stages changed, as measured: each checked
+    /// against every stage committed in its window, read with the window locked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<RowWindow>,
 }
+
+/// A limit over a rolling window on what stages changed, as the triggers measured it. With no
+/// `column` it is a rate window: at most `max` rows of `table` changed by the stages committed
+/// in the last `window_ms`, this one included. With one it is a budget: at most `max` added to
+/// `table.column` in that time, each stage's addition summed over its rows as a [`DeltaCap`]
+/// sums it. A stage's use is never below zero: a plan that lowers the column frees no room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowWindow {
+    /// Its name (a plain name): what the substrate records each stage's use under.
+    pub id: String,
+    /// The table.
+    pub table: String,
+    /// The integer column a budget sums; none for a rate window (rows changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// The window's length, ms (more than 0).
+    pub window_ms: u64,
+    /// The most the window may hold.
+    pub max: i64,
+}
+
+impl RowWindow {
+    /// What `diff` uses of this window, or why it cannot be judged.
+    pub fn used(&self, diff: &Diff) -> Result<i64, String> {
+        match &self.column {
+            None => Ok(i64::try_from(
+                diff.changes
+                    .iter()
+                    .filter(|c| c.table == self.table)
+                    .count(),
+            )
+            .unwrap_or(i64::MAX)),
+            Some(column) => column_delta(diff, &self.table, column)
+                .map(|sum| sum.max(0))
+                .map_err(|v| format!("{}.{column} holds {v}, not an integer", self.table)),
+        }
+    }
+
+    /// Why the window cannot be kept, if it cannot: a name the substrate cannot record under,
+    /// or an empty window.
+    pub fn invalid(&self) -> Option<String> {
+        if !crate::plan::is_plain_name(&self.id) {
+            Some(format!(
+                "window {:?} is not a plain name (letters, digits, `_`)",
+                self.id
+            ))
+        } else if self.window_ms == 0 {
+            Some(format!("window {} is 0 ms long", self.id))
+        } else {
+            None
+        }
+    }
+}
+
+/// What the stages committed within each window used of it, by window id: read by the
+/// substrate with the windows locked, before the checks judge the stage.
+pub type Spent = BTreeMap<String, i64>;
 
 fn yes() -> bool {
     true
 }
 
 impl Default for Policy {
-    /// No table, row, tenant or delta rule; a stated footprint must match; no outbox calls.
+    /// No table, row, tenant or delta rule; a stated footprint must match; no outbox calls; no
+    /// windows.
     fn default() -> Self {
         Self {
             tables: None,
@@ -57,6 +120,7 @@ impl Default for Policy {
             delta_caps: Vec::new(),
             footprint_must_match: true,
             outbox: BTreeMap::new(),
+            windows: Vec::new(),
         }
     }
 }
@@ -124,8 +188,9 @@ impl Verdict {
     }
 }
 
-/// Judge `diff`, measured while staging `plan`, by `policy`.
-pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy) -> Verdict {
+/// Judge `diff`, measured while staging `plan`, by `policy`; its windows by what `spent` says
+/// committed stages used of them (a window missing from `spent` was not read: refused).
+pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy, spent: &Spent) -> Verdict {
     let mut findings = vec![
         tables(diff, policy),
         max_rows(diff, policy),
@@ -138,7 +203,50 @@ pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy) -> Verdict {
     if !plan.outbox.is_empty() {
         findings.push(outbox(plan, policy));
     }
+    if !policy.windows.is_empty() {
+        findings.push(windows(diff, policy, spent));
+    }
     Verdict { findings }
+}
+
+/// Every window has room for what the stage uses of it. The agent hears only which window and
+/// which of its own statements: never what others used, nor the window's size.
+fn windows(diff: &Diff, policy: &Policy, spent: &Spent) -> Finding {
+    let mut problems = Vec::new();
+    let mut culprits: Vec<&Change> = Vec::new();
+    for w in &policy.windows {
+        let rows = diff.changes.iter().filter(|c| c.table == w.table);
+        if let Some(why) = w.invalid() {
+            problems.push(format!("{why}: it cannot be kept"));
+            culprits.extend(rows);
+            continue;
+        }
+        let used = match w.used(diff) {
+            Ok(u) => u,
+            Err(why) => {
+                problems.push(format!("{}: {why}, so the window cannot judge it", w.id));
+                culprits.extend(rows);
+                continue;
+            }
+        };
+        let Some(before) = spent.get(&w.id) else {
+            problems.push(format!(
+                "{}: what earlier stages used of it was not read",
+                w.id
+            ));
+            culprits.extend(rows);
+            continue;
+        };
+        if used > 0 && before.saturating_add(used) > w.max {
+            problems.push(format!(
+                "{}: {before} used in the last {} ms and this plan adds {used}, at most {}",
+                w.id, w.window_ms, w.max
+            ));
+            culprits.extend(rows);
+        }
+    }
+    let refusal = (!problems.is_empty()).then(|| (problems.join(", "), statements(culprits)));
+    finding("windows", &policy.windows, refusal)
 }
 
 /// Every call the plan asks for goes to a target, under a lease, that the policy allows.
@@ -276,41 +384,45 @@ fn tenant(plan: &Plan, diff: &Diff, policy: &Policy) -> Finding {
     finding("tenant", &policy.tenant_column, refusal)
 }
 
+/// The sum over `table`'s changed rows of after − before in `column` (a missing or null value
+/// counts as 0), or the first value that is not an integer.
+fn column_delta(diff: &Diff, table: &str, column: &str) -> Result<i64, Value> {
+    let read = |image: &Option<serde_json::Map<String, Value>>| match image
+        .as_ref()
+        .and_then(|i| i.get(column))
+    {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => v.as_i64().ok_or_else(|| v.clone()),
+    };
+    diff.changes
+        .iter()
+        .filter(|c| c.table == table)
+        .try_fold(0_i64, |sum, c| {
+            Ok(sum.saturating_add(read(&c.after)?.saturating_sub(read(&c.before)?)))
+        })
+}
+
 fn delta_caps(diff: &Diff, policy: &Policy) -> Finding {
     let mut problems = Vec::new();
     let mut culprits: Vec<&Change> = Vec::new();
     for cap in &policy.delta_caps {
-        let mut sum: i64 = 0;
-        let mut unreadable = None;
-        let rows: Vec<&Change> = diff
-            .changes
-            .iter()
-            .filter(|c| c.table == cap.table)
-            .collect();
-        for c in &rows {
-            let read = |image: &Option<serde_json::Map<String, Value>>| -> Result<i64, String> {
-                match image.as_ref().and_then(|i| i.get(&cap.column)) {
-                    None | Some(Value::Null) => Ok(0),
-                    Some(v) => v.as_i64().ok_or_else(|| format!("{v}")),
-                }
-            };
-            match (read(&c.after), read(&c.before)) {
-                (Ok(a), Ok(b)) => sum = sum.saturating_add(a.saturating_sub(b)),
-                (Err(v), _) | (_, Err(v)) => unreadable = Some(v),
+        let rows = diff.changes.iter().filter(|c| c.table == cap.table);
+        match column_delta(diff, &cap.table, &cap.column) {
+            Err(v) => {
+                problems.push(format!(
+                    "{}.{} holds {v}, not an integer: the cap cannot judge it",
+                    cap.table, cap.column
+                ));
+                culprits.extend(rows);
             }
-        }
-        if let Some(v) = unreadable {
-            problems.push(format!(
-                "{}.{} holds {v}, not an integer: the cap cannot judge it",
-                cap.table, cap.column
-            ));
-            culprits.extend(rows);
-        } else if sum.unsigned_abs() > cap.max.unsigned_abs() {
-            problems.push(format!(
-                "{}.{} changed by {sum}, at most ±{}",
-                cap.table, cap.column, cap.max
-            ));
-            culprits.extend(rows);
+            Ok(sum) if sum.unsigned_abs() > cap.max.unsigned_abs() => {
+                problems.push(format!(
+                    "{}.{} changed by {sum}, at most ±{}",
+                    cap.table, cap.column, cap.max
+                ));
+                culprits.extend(rows);
+            }
+            Ok(_) => {}
         }
     }
     let refusal = (!problems.is_empty()).then(|| (problems.join(", "), statements(culprits)));
@@ -382,11 +494,13 @@ mod tests {
             }],
             footprint_must_match: true,
             outbox: BTreeMap::new(),
+            windows: Vec::new(),
         };
         let v = judge(
             &plan().footprint([("accounts".to_owned(), 1)].into()),
             &diff,
             &policy,
+            &Spent::new(),
         );
         assert!(v.passed(), "{}", v.for_operator());
         assert_eq!(v.findings.len(), 5);
@@ -414,7 +528,7 @@ mod tests {
             tenant_column: Some("tenant".into()),
             ..Policy::default()
         };
-        let v = judge(&plan(), &diff, &policy);
+        let v = judge(&plan(), &diff, &policy, &Spent::new());
         assert!(!v.passed());
         assert!(v.for_operator().contains("secret-co"));
         assert_eq!(v.for_agent(), "tenant: refused; statement `credit`");
@@ -422,10 +536,10 @@ mod tests {
         let only_other = Diff {
             changes: diff.changes[1..].to_vec(),
         };
-        assert!(!judge(&plan(), &only_other, &policy).passed());
+        assert!(!judge(&plan(), &only_other, &policy, &Spent::new()).passed());
         let mut unstated = plan();
         unstated.tenant = None;
-        let v = judge(&unstated, &Diff::default(), &policy);
+        let v = judge(&unstated, &Diff::default(), &policy, &Spent::new());
         assert_eq!(
             v.for_agent(),
             "tenant: refused; the plan must state the tenant it acts for"
@@ -450,7 +564,7 @@ mod tests {
             }],
             ..Policy::default()
         };
-        let v = judge(&plan(), &diff, &policy);
+        let v = judge(&plan(), &diff, &policy, &Spent::new());
         assert!(!v.passed());
         assert!(v.for_operator().contains("not an integer"));
     }
@@ -470,9 +584,89 @@ mod tests {
                 footprint_must_match: true,
                 ..Policy::default()
             },
+            &Spent::new(),
         );
         assert!(!v.passed());
         assert!(v.for_operator().contains("audit"));
         assert!(!v.for_agent().contains("audit"), "{}", v.for_agent());
+    }
+
+    fn budget(max: i64) -> Policy {
+        Policy {
+            windows: vec![RowWindow {
+                id: "credit_hour".into(),
+                table: "accounts".into(),
+                column: Some("balance".into()),
+                window_ms: 3_600_000,
+                max,
+            }],
+            ..Policy::default()
+        }
+    }
+
+    fn credited(by: i64) -> Diff {
+        Diff {
+            changes: vec![change(
+                "credit",
+                "accounts",
+                json!({"tenant": "t1", "balance": 10}),
+                json!({"tenant": "t1", "balance": 10 + by}),
+            )],
+        }
+    }
+
+    #[test]
+    fn a_budget_refuses_the_plan_that_would_overrun_it_and_tells_the_agent_no_totals() {
+        let spent: Spent = [("credit_hour".to_owned(), 7_300)].into();
+        let fits = judge(&plan(), &credited(2_700), &budget(10_000), &spent);
+        assert!(fits.passed(), "{}", fits.for_operator());
+        let over = judge(&plan(), &credited(2_701), &budget(10_000), &spent);
+        assert!(!over.passed());
+        assert!(
+            over.for_operator().contains("7300 used"),
+            "{}",
+            over.for_operator()
+        );
+        let agent = over.for_agent();
+        assert_eq!(agent, "windows: refused; statement `credit`");
+        assert_eq!(
+            judge(
+                &plan(),
+                &credited(2),
+                &budget(10_000),
+                &[("credit_hour".to_owned(), 9_999)].into()
+            )
+            .for_agent(),
+            agent,
+            "what others used changes nothing the agent hears"
+        );
+    }
+
+    #[test]
+    fn a_window_whose_use_was_not_read_or_cannot_be_kept_refuses() {
+        let unread = judge(&plan(), &credited(1), &budget(10_000), &Spent::new());
+        assert!(!unread.passed(), "fail closed: {}", unread.for_operator());
+        let mut empty = budget(10_000);
+        empty.windows[0].window_ms = 0;
+        let spent: Spent = [("credit_hour".to_owned(), 0)].into();
+        assert!(!judge(&plan(), &credited(1), &empty, &spent).passed());
+        let mut text = credited(1);
+        text.changes[0].after = json!({"balance": "lots"}).as_object().cloned();
+        assert!(!judge(&plan(), &text, &budget(10_000), &spent).passed());
+    }
+
+    #[test]
+    fn a_plan_that_lowers_the_column_uses_nothing_and_a_rate_window_counts_rows() {
+        let w = &budget(0).windows[0];
+        assert_eq!(w.used(&credited(-50)).unwrap(), 0);
+        let full: Spent = [("credit_hour".to_owned(), 0)].into();
+        assert!(judge(&plan(), &credited(-50), &budget(0), &full).passed());
+        let rate = RowWindow {
+            column: None,
+            ..w.clone()
+        };
+        let mut two = credited(1);
+        two.changes.push(two.changes[0].clone());
+        assert_eq!(rate.used(&two).unwrap(), 2);
     }
 }

@@ -28,7 +28,7 @@ pub mod sql_shape;
 pub mod sqlite;
 mod stage_end;
 
-pub use checks::{DeltaCap, Policy, Verdict};
+pub use checks::{DeltaCap, Policy, RowWindow, Spent, Verdict};
 pub use diff::{Change, Diff, Op};
 pub use error::DbError;
 pub use outbox::{Outbox, Relayed, Request, relay};

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use interlock::target::{Deadline, LastLook, Looked, LookupAnswer, SendAnswer, SendRequest};
 use serde_json::Value;
 
-use crate::checks::{Policy, Verdict, judge};
+use crate::checks::{Policy, Spent, Verdict, judge};
 use crate::diff::Diff;
 use crate::plan::{Plan, Premise};
 use crate::receipt::Receipt;
@@ -244,6 +244,15 @@ impl<'a> Until<'a> {
         }
     }
 
+    /// Now in milliseconds since the Unix epoch, by the gate's clock where the send named one
+    /// (the clock its claims are judged by), else by the system's.
+    pub(crate) fn now_ms(&self) -> i64 {
+        match self.wall {
+            Some(d) => d.clock.now_ms(),
+            None => interlock::Clock::now_ms(&interlock::SystemClock),
+        }
+    }
+
     /// Whether either limit has passed.
     pub(crate) fn passed(&self) -> bool {
         Instant::now() >= self.instant || self.wall.is_some_and(|d| d.passed())
@@ -287,8 +296,9 @@ pub(crate) fn judged(
     plan: &Plan,
     diff: &Diff,
     policy: &Policy,
+    spent: &Spent,
 ) -> Result<Verdict, Stop> {
-    let verdict = judge(plan, diff, policy);
+    let verdict = judge(plan, diff, policy, spent);
     if verdict.passed() {
         Ok(verdict)
     } else {

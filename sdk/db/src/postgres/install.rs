@@ -1,6 +1,6 @@
 //! What the PostgreSQL substrate installs, and the line it draws between a plan and the
 //! substrate. Everything lives in a schema of its own that no role but its owner can read or
-//! write: the markers, the outbox, the change records and the open stages. The role a target
+//! write: the markers, the outbox, the windows' use, the change records and the open stages. The role a target
 //! connects as reaches them only through functions that run with the owner's rights, and all but
 //! the first do nothing without the token `open` handed to the transaction that opened the
 //! stage — a token a plan's statements never see, because a transaction can open only one stage
@@ -28,10 +28,11 @@ const NOT_COUNTING: &str = "IL003";
 pub(crate) const KEY_ELSEWHERE: &str = "IL004";
 
 /// The functions a target's role is granted, with their argument types.
-pub(crate) const ENTRY_POINTS: [&str; 7] = [
+pub(crate) const ENTRY_POINTS: [&str; 8] = [
     "open(text)",
     "measured(uuid)",
-    "seal(uuid, text, text, text, jsonb)",
+    "spent(uuid, text, bigint)",
+    "seal(uuid, text, text, text, jsonb, jsonb)",
     "unmediated(uuid)",
     "pending(uuid, bigint, integer)",
     "delivered(uuid, text, text, text)",
@@ -79,7 +80,16 @@ CREATE TABLE IF NOT EXISTS {s}.outbox (
     UNIQUE (key, id)
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (seq) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS {s}.spent (
+    window_id TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL,
+    amount    BIGINT NOT NULL,
+    PRIMARY KEY (window_id, key)
+);
+CREATE INDEX IF NOT EXISTS spent_at ON {s}.spent (window_id, at_ms);
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text);
+DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text, jsonb);
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
 
@@ -191,10 +201,24 @@ BEGIN
 END
 $fn$;
 
--- Write the stage's marker and its plan's outbox calls (`p_outbox`: a JSON array of objects
--- with `id`, `target`, `lease` and `payload`, the payload as JSON text), and take up its change
--- records; the stage is then closed.
-CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text, p_outbox jsonb)
+-- What the stages committed since `p_since` (ms since the Unix epoch) used of window
+-- `p_window`. The caller holds the window's session lock, taken before its transaction began,
+-- so every stage that used the window before this one is in its snapshot.
+CREATE OR REPLACE FUNCTION {s}.spent(p_token uuid, p_window text, p_since bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+BEGIN
+    PERFORM {s}.opened(p_token);
+    RETURN (SELECT coalesce(sum(u.amount), 0)::bigint FROM {s}.spent u
+             WHERE u.window_id = p_window AND u.at_ms > p_since);
+END
+$fn$;
+
+-- Write the stage's marker, its plan's outbox calls (`p_outbox`: a JSON array of objects with
+-- `id`, `target`, `lease` and `payload`, the payload as JSON text) and what it used of the
+-- policy's windows (`p_spent`: a JSON array of objects with `window`, `at_ms` and `amount`),
+-- and take up its change records; the stage is then closed.
+CREATE OR REPLACE FUNCTION {s}.seal(p_token uuid, p_plan_hash text, p_diff_hash text, p_receipt text, p_outbox jsonb, p_spent jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
@@ -203,6 +227,9 @@ DECLARE
 BEGIN
     DELETE FROM {s}.changes WHERE xid = x;
     DELETE FROM {s}.stages WHERE xid = x;
+    INSERT INTO {s}.spent (window_id, key, at_ms, amount)
+    SELECT u->>'window', k, (u->>'at_ms')::bigint, (u->>'amount')::bigint
+      FROM jsonb_array_elements(p_spent) AS u;
     INSERT INTO {s}.outbox (key, id, target, lease, payload)
     SELECT k, o->>'id', o->>'target', o->>'lease', o->>'payload'
       FROM jsonb_array_elements(p_outbox) AS o;

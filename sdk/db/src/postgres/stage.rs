@@ -27,6 +27,7 @@ use serde_json::Value;
 use super::bind;
 use super::install::{KEY_ELSEWHERE, NOT_THE_OPENER};
 
+use crate::checks::{Policy, Spent};
 use crate::diff::{Change, Diff};
 use crate::outbox::Request;
 use crate::plan::{Premise, Statement};
@@ -39,12 +40,18 @@ const READ_WAIT: Duration = Duration::from_secs(10);
 
 /// The advisory lock of a key: 64 bits of its hash (two keys sharing one only queue together).
 const KEY_LOCK: &str = "pg_catalog.hashtextextended($1, 7263)";
+/// The advisory lock of a window, hashed apart from the keys'.
+const WINDOW_LOCK: &str = "pg_catalog.hashtextextended($1, 7264)";
 
 /// Stage `plan` under `key` in the substrate's schema `s`, before `until`; with the ending,
 /// why the session must be closed (its key lock may still be held), if it must.
 pub(crate) fn stage(client: &mut Client, s: &str, asked: Asked<'_>) -> (Ended, Option<String>) {
-    if let Err(e) = lock_key(client, asked.key, asked.until) {
-        let ended = Ended::Unknown(format!("could not take the key's lock: {e}"));
+    if let Err(e) = lock_key(client, asked.key, asked.until)
+        .and_then(|()| lock_windows(client, asked.policy, asked.until))
+    {
+        let ended = Ended::Unknown(format!(
+            "could not take the key's and its windows' locks: {e}"
+        ));
         // A lock request cut off by its timeout holds nothing; one cut off by a broken
         // connection went with the session.
         return match unlock_key(client) {
@@ -124,6 +131,27 @@ fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), Stri
         .map_err(|e| e.to_string())
 }
 
+/// Take the session locks of the policy's windows, in one order, after the key's: held from
+/// before the transaction begins until the stage ends, so the snapshot the stage reads a
+/// window's use in holds every stage that committed a use of it before this one, and none
+/// commits one until this stage has.
+fn lock_windows(client: &mut Client, policy: &Policy, until: Until<'_>) -> Result<(), String> {
+    let ids: std::collections::BTreeSet<&str> =
+        policy.windows.iter().map(|w| w.id.as_str()).collect();
+    for id in ids {
+        if until.passed() {
+            return Err("the send's time was up while it waited for its windows".into());
+        }
+        client
+            .query_one(
+                &format!("SELECT pg_catalog.pg_advisory_lock({WINDOW_LOCK})"),
+                &[&id],
+            )
+            .map_err(|e| format!("window {id}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn in_transaction(client: &mut Client, s: &str, asked: Asked<'_>) -> Ended {
     if let Err(e) = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ") {
         return Ended::Unknown(format!("could not begin the stage: {e}"));
@@ -192,8 +220,29 @@ fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop
                 .into(),
         ));
     }
-    let verdict = stage_end::judged(key, plan, &diff, policy)?;
+    let now_ms = until.now_ms();
+    let mut spent = Spent::new();
+    for w in &policy.windows {
+        let since = now_ms.saturating_sub(i64::try_from(w.window_ms).unwrap_or(i64::MAX));
+        let used: i64 = client
+            .query_one(
+                &format!("SELECT {s}.spent($1::pg_catalog.text::pg_catalog.uuid, $2, $3)"),
+                &[&opened.token, &w.id, &since],
+            )
+            .map_err(stage_lost)?
+            .get(0);
+        spent.insert(w.id.clone(), used);
+    }
+    let verdict = stage_end::judged(key, plan, &diff, policy, &spent)?;
     stage_end::last_look(look)?;
+    let mut uses = Vec::new();
+    for w in &policy.windows {
+        let used = w.used(&diff).map_err(Stop::Db)?;
+        if used > 0 {
+            uses.push(serde_json::json!({ "window": w.id, "at_ms": now_ms, "amount": used }));
+        }
+    }
+    let uses = Value::Array(uses).to_string();
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
     let outbox: Vec<Value> = plan
@@ -209,9 +258,17 @@ fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop
     client
         .execute(
             &format!(
-                "SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4, $5::pg_catalog.text::pg_catalog.jsonb)"
+                "SELECT {s}.seal($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4, \
+                 $5::pg_catalog.text::pg_catalog.jsonb, $6::pg_catalog.text::pg_catalog.jsonb)"
             ),
-            &[&opened.token, &plan_hash, &receipt.diff_hash, &text, &outbox],
+            &[
+                &opened.token,
+                &plan_hash,
+                &receipt.diff_hash,
+                &text,
+                &outbox,
+                &uses,
+            ],
         )
         .map_err(stage_lost)?;
     Ok(Inside::Passed(receipt))

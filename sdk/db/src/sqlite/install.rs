@@ -1,6 +1,6 @@
-//! What the SQLite substrate installs in the team's database: the marker table, the outbox, the
-//! table the triggers write changes to, the one-row table that names the stage under way, and three
-//! triggers per observed table. The triggers are the measurement: they run inside whatever
+//! What the SQLite substrate installs in the team's database: the marker table, the outbox, what
+//! each committed stage used of the policy's windows, the table the triggers write changes to,
+//! the one-row table that names the stage under way, and three triggers per observed table. The triggers are the measurement: they run inside whatever
 //! statement changes a row (a plan's, another trigger's, or a write nobody mediated), so what
 //! they record is the database's own account, not a prediction from the SQL.
 
@@ -38,6 +38,14 @@ CREATE TABLE IF NOT EXISTS interlock_outbox (
     UNIQUE (key, id)
 );
 CREATE INDEX IF NOT EXISTS interlock_outbox_pending ON interlock_outbox (seq) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS interlock_spent (
+    window_id TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    amount    INTEGER NOT NULL,
+    PRIMARY KEY (window_id, key)
+);
+CREATE INDEX IF NOT EXISTS interlock_spent_at ON interlock_spent (window_id, at_ms);
 CREATE TABLE IF NOT EXISTS interlock_stage (
     one       INTEGER PRIMARY KEY CHECK (one = 1),
     key       TEXT NOT NULL,

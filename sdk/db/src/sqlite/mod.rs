@@ -63,12 +63,12 @@ impl SqliteDb {
             .map_err(|e| DbError::sqlite("open", e))?;
         let installed: i64 = conn
             .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('interlock_markers', 'interlock_changes', 'interlock_stage', 'interlock_outbox')",
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('interlock_markers', 'interlock_changes', 'interlock_stage', 'interlock_outbox', 'interlock_spent')",
                 [],
                 |r| r.get(0),
             )
             .map_err(|e| DbError::sqlite("open", e))?;
-        if installed != 4 {
+        if installed != 5 {
             return Err(DbError::NotInstalled {
                 where_: String::new(),
             });

@@ -19,6 +19,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Value, json};
 
+use crate::checks::{Policy, Spent};
 use crate::diff::{Change, Diff};
 use crate::plan::{Premise, Statement};
 use crate::receipt::Receipt;
@@ -58,8 +59,8 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
         plan,
         plan_hash,
         policy,
+        until,
         look,
-        ..
     } = asked;
     if let Some(receipt) = marker(conn, key)? {
         return Ok(Inside::Marked(receipt));
@@ -75,7 +76,11 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
         run(conn, key, s)?;
     }
     let diff = measured(conn, key)?;
-    let verdict = stage_end::judged(key, plan, &diff, policy)?;
+    // The write lock this transaction holds is the windows' lock: no other stage commits a use
+    // of them between this read and this stage's own commit.
+    let now_ms = until.now_ms();
+    let spent = spent(conn, policy, now_ms)?;
+    let verdict = stage_end::judged(key, plan, &diff, policy, &spent)?;
     stage_end::last_look(look)?;
     conn.execute("DELETE FROM interlock_changes WHERE stage = ?1", [key])?;
     conn.execute("DELETE FROM interlock_stage", [])?;
@@ -85,6 +90,15 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
             rusqlite::params![key, call.id, call.target, call.lease, call.payload.to_string()],
         )?;
     }
+    for w in &policy.windows {
+        let used = w.used(&diff).map_err(Stop::Db)?;
+        if used > 0 {
+            conn.execute(
+                "INSERT INTO interlock_spent (window_id, key, at_ms, amount) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![w.id, key, now_ms, used],
+            )?;
+        }
+    }
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
     let text = serde_json::to_string(&receipt).map_err(|e| Stop::Db(e.to_string()))?;
     conn.execute(
@@ -92,6 +106,21 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
         rusqlite::params![key, plan_hash, receipt.diff_hash, text],
     )?;
     Ok(Inside::Passed(receipt))
+}
+
+/// What the stages committed in each of the policy's windows used of it, as of `now_ms`.
+fn spent(conn: &Connection, policy: &Policy, now_ms: i64) -> Result<Spent, Stop> {
+    let mut spent = Spent::new();
+    for w in &policy.windows {
+        let since = now_ms.saturating_sub(i64::try_from(w.window_ms).unwrap_or(i64::MAX));
+        let used: i64 = conn.query_row(
+            "SELECT coalesce(sum(amount), 0) FROM interlock_spent WHERE window_id = ?1 AND at_ms > ?2",
+            rusqlite::params![w.id, since],
+            |r| r.get(0),
+        )?;
+        spent.insert(w.id.clone(), used);
+    }
+    Ok(spent)
 }
 
 /// The receipt the marker under `key` holds, if there is one.

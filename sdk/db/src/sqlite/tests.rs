@@ -654,3 +654,74 @@ fn the_gates_last_look_decides_at_the_commit_lapsed_refuses_unreadable_rolls_bac
     assert!(matches!(send_with(Looked::Holds), SendAnswer::Done(_)));
     assert_eq!(credit(&path, 10), 500);
 }
+
+/// Credit customer 10 with `amount`, under a deadline on `clock` that never passes.
+fn credit_at(db: &SqliteDb, key: &str, amount: i64, clock: &interlock::ManualClock) -> SendAnswer {
+    let plan = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id = 10",
+        json!({ "amount": amount }),
+    )])
+    .unwrap();
+    let key = EffectKey::derive(&[key]);
+    db.send(&SendRequest {
+        key: &key,
+        payload: &plan.to_payload(),
+        timeout: Duration::from_secs(5),
+        deadline: Some(interlock::target::Deadline {
+            at_ms: i64::MAX,
+            clock,
+        }),
+        last_look: None,
+    })
+}
+
+#[test]
+fn a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_its_window_has_passed()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let policy = Policy {
+        windows: vec![crate::checks::RowWindow {
+            id: "credit_hour".into(),
+            table: "customers".into(),
+            column: Some("credit".into()),
+            window_ms: 3_600_000,
+            max: 1_000,
+        }],
+        ..Policy::default()
+    };
+    let db = SqliteDb::open(&path, policy).unwrap();
+    let clock = interlock::ManualClock::at(1_700_000_000_000);
+    assert!(matches!(
+        credit_at(&db, "a", 400, &clock),
+        SendAnswer::Done(_)
+    ));
+    clock.advance(1_000);
+    assert!(matches!(
+        credit_at(&db, "b", 600, &clock),
+        SendAnswer::Done(_)
+    ));
+    match credit_at(&db, "c", 1, &clock) {
+        SendAnswer::Definite { message, .. } => {
+            assert!(message.contains("windows"), "{message}");
+            assert!(
+                !message.contains("1000"),
+                "no totals for the agent: {message}"
+            );
+        }
+        other => panic!("a full budget let a stage in: {other:?}"),
+    }
+    assert_eq!(credit(&path, 10), 1_000, "the refused stage wrote nothing");
+    // The first use leaves the window; the second is still in it.
+    clock.advance(3_600_000 - 1_000);
+    assert!(matches!(
+        credit_at(&db, "d", 400, &clock),
+        SendAnswer::Done(_)
+    ));
+    assert!(!matches!(
+        credit_at(&db, "e", 1, &clock),
+        SendAnswer::Done(_)
+    ));
+    assert_eq!(credit(&path, 10), 1_400);
+}
