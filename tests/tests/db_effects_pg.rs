@@ -864,3 +864,81 @@ fn on_postgres_two_stages_racing_for_a_budgets_last_room_commit_one() {
     );
     assert_eq!(credit(&mut client, 10) + credit(&mut client, 20), 400);
 }
+
+#[test]
+fn on_postgres_a_plan_that_releases_its_sessions_locks_still_holds_its_windows_until_it_commits() {
+    let (url, options, mut client) = shop("pg_budget_unlock");
+    let clock = ManualClock::at(1_700_000_000_000);
+    // The first stage lets go of every session lock it holds, the window's among them, then
+    // sleeps; the second takes the window's session lock meanwhile. The transaction's own hold,
+    // taken when the stage opened, is what keeps the second from reading the window too early.
+    let release = Plan::new(vec![
+        stmt(
+            "credit_customer",
+            "UPDATE customers SET credit = credit + :amount WHERE id = 10 \
+             AND (SELECT true FROM pg_advisory_unlock_all())",
+            json!({ "amount": 400 }),
+        ),
+        stmt(
+            "linger",
+            "UPDATE customers SET credit = credit WHERE id = 10 AND (SELECT true FROM pg_sleep(:s))",
+            json!({ "s": 0.6 }),
+        ),
+    ])
+    .unwrap();
+    let answers: Vec<SendAnswer> = std::thread::scope(|scope| {
+        let first = {
+            let db = PgDb::open(&url, options.clone(), credit_budget(400)).unwrap();
+            let clock = clock.clone();
+            let release = release.clone();
+            scope.spawn(move || {
+                db.send(&SendRequest {
+                    key: &EffectKey::derive(&["releaser"]),
+                    payload: &release.to_payload(),
+                    timeout: Duration::from_secs(10),
+                    deadline: Some(Deadline {
+                        at_ms: i64::MAX,
+                        clock: &clock,
+                    }),
+                    last_look: None,
+                })
+            })
+        };
+        let second = {
+            let db = PgDb::open(&url, options.clone(), credit_budget(400)).unwrap();
+            let clock = clock.clone();
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                credit_slowly(&db, "second", 20, 400, 0.0, &clock)
+            })
+        };
+        vec![first.join().unwrap(), second.join().unwrap()]
+    });
+    let done = answers
+        .iter()
+        .filter(|a| matches!(a, SendAnswer::Done(_)))
+        .count();
+    assert_eq!(done, 1, "{answers:?}");
+    assert_eq!(
+        credit(&mut client, 10) + credit(&mut client, 20),
+        400,
+        "{answers:?}"
+    );
+}
+
+#[test]
+fn on_postgres_a_substrate_installed_before_the_windows_is_named_not_installed() {
+    let (url, options, mut client) = shop("pg_old_substrate");
+    client
+        .batch_execute(&format!(
+            "DROP FUNCTION {}.spent(uuid, text, bigint)",
+            options.schema
+        ))
+        .unwrap();
+    match PgDb::open(&url, options, Policy::default()) {
+        Err(e @ interlock_db::DbError::NotInstalled { .. }) => {
+            assert!(e.to_string().contains("predates"), "{e}");
+        }
+        other => panic!("an old substrate was taken as installed: {other:?}"),
+    }
+}

@@ -79,6 +79,20 @@ impl RowWindow {
                     .count(),
             )
             .unwrap_or(i64::MAX)),
+            Some(column)
+                if diff.changes.iter().any(|c| {
+                    c.table == self.table
+                        && ![&c.before, &c.after]
+                            .iter()
+                            .any(|i| i.as_ref().is_some_and(|i| i.contains_key(column)))
+                }) =>
+            {
+                // A misspelt column would count as 0 and the budget would never fill.
+                Err(format!(
+                    "{}.{column} is not a column of its rows",
+                    self.table
+                ))
+            }
             Some(column) => column_delta(diff, &self.table, column)
                 .map(|sum| sum.max(0))
                 .map_err(|v| format!("{}.{column} holds {v}, not an integer", self.table)),
@@ -216,6 +230,14 @@ fn windows(diff: &Diff, policy: &Policy, spent: &Spent) -> Finding {
     let mut culprits: Vec<&Change> = Vec::new();
     for w in &policy.windows {
         let rows = diff.changes.iter().filter(|c| c.table == w.table);
+        if policy.windows.iter().filter(|o| o.id == w.id).count() > 1 {
+            problems.push(format!(
+                "window {} is named twice: each window needs a name of its own",
+                w.id
+            ));
+            culprits.extend(rows);
+            continue;
+        }
         if let Some(why) = w.invalid() {
             problems.push(format!("{why}: it cannot be kept"));
             culprits.extend(rows);
@@ -653,6 +675,25 @@ mod tests {
         let mut text = credited(1);
         text.changes[0].after = json!({"balance": "lots"}).as_object().cloned();
         assert!(!judge(&plan(), &text, &budget(10_000), &spent).passed());
+        let mut misspelt = budget(10_000);
+        misspelt.windows[0].column = Some("balanse".into());
+        let refused = judge(&plan(), &credited(1), &misspelt, &spent);
+        assert!(
+            refused.for_operator().contains("not a column"),
+            "{}",
+            refused.for_operator()
+        );
+        let mut twice = budget(10_000);
+        twice.windows.push(RowWindow {
+            column: None,
+            ..twice.windows[0].clone()
+        });
+        let refused = judge(&plan(), &credited(1), &twice, &spent);
+        assert!(
+            refused.for_operator().contains("named twice"),
+            "{}",
+            refused.for_operator()
+        );
     }
 
     #[test]

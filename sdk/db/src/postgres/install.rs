@@ -29,7 +29,7 @@ pub(crate) const KEY_ELSEWHERE: &str = "IL004";
 
 /// The functions a target's role is granted, with their argument types.
 pub(crate) const ENTRY_POINTS: [&str; 8] = [
-    "open(text)",
+    "open(text, text[])",
     "measured(uuid)",
     "spent(uuid, text, bigint)",
     "seal(uuid, text, text, text, jsonb, jsonb)",
@@ -89,6 +89,7 @@ CREATE TABLE IF NOT EXISTS {s}.spent (
 );
 CREATE INDEX IF NOT EXISTS spent_at ON {s}.spent (window_id, at_ms);
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text);
+DROP FUNCTION IF EXISTS {s}.open(text);
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text, jsonb);
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
@@ -159,8 +160,10 @@ $fn$;
 -- The session already holds it, so it is granted at once; if it is not, the session's hold is
 -- on another server session (a pooler that moves transactions between sessions), this
 -- transaction's snapshot may predate a commit of the key, and the call refuses rather than
--- wait and read a stale marker.
-CREATE OR REPLACE FUNCTION {s}.open(p_key text, OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
+-- wait and read a stale marker. The locks of the windows `p_windows` the stage will read are
+-- taken again for the transaction the same way: a plan that releases the session's locks
+-- cannot let another stage read and use a window while this one has not committed its use.
+CREATE OR REPLACE FUNCTION {s}.open(p_key text, p_windows text[] DEFAULT '{{}}', OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
     x xid8 := pg_current_xact_id();
@@ -173,6 +176,11 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7263));
     ELSIF NOT pg_try_advisory_xact_lock(hashtextextended(p_key, 7263)) THEN
         RAISE EXCEPTION 'interlock: the key is held by another server session though this session took it: is a pooler moving transactions between sessions?'
+            USING ERRCODE = '{KEY_ELSEWHERE}';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_windows) AS w
+                WHERE NOT pg_try_advisory_xact_lock(hashtextextended(w, 7264))) THEN
+        RAISE EXCEPTION 'interlock: a window''s lock is held by another server session though this session took it'
             USING ERRCODE = '{KEY_ELSEWHERE}';
     END IF;
     o_token := gen_random_uuid();
@@ -209,6 +217,10 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 BEGIN
     PERFORM {s}.opened(p_token);
+    IF NOT pg_try_advisory_xact_lock(hashtextextended(p_window, 7264)) THEN
+        RAISE EXCEPTION 'interlock: window % was not locked when the stage opened', p_window
+            USING ERRCODE = '{KEY_ELSEWHERE}';
+    END IF;
     RETURN (SELECT coalesce(sum(u.amount), 0)::bigint FROM {s}.spent u
              WHERE u.window_id = p_window AND u.at_ms > p_since);
 END

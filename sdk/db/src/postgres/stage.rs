@@ -131,14 +131,20 @@ fn lock_key(client: &mut Client, key: &str, until: Until<'_>) -> Result<(), Stri
         .map_err(|e| e.to_string())
 }
 
+/// The policy's window ids, each once, in the one order their locks are taken in.
+fn window_ids(policy: &Policy) -> Vec<&str> {
+    let ids: std::collections::BTreeSet<&str> =
+        policy.windows.iter().map(|w| w.id.as_str()).collect();
+    ids.into_iter().collect()
+}
+
 /// Take the session locks of the policy's windows, in one order, after the key's: held from
 /// before the transaction begins until the stage ends, so the snapshot the stage reads a
 /// window's use in holds every stage that committed a use of it before this one, and none
-/// commits one until this stage has.
+/// commits one until this stage has. `open` takes them again for the transaction, which no
+/// statement of the plan can release.
 fn lock_windows(client: &mut Client, policy: &Policy, until: Until<'_>) -> Result<(), String> {
-    let ids: std::collections::BTreeSet<&str> =
-        policy.windows.iter().map(|w| w.id.as_str()).collect();
-    for id in ids {
+    for id in window_ids(policy) {
         if until.passed() {
             return Err("the send's time was up while it waited for its windows".into());
         }
@@ -182,7 +188,7 @@ fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop
         look,
     } = asked;
     // Bounded by the timeouts set for the time left as the key's lock was taken.
-    let opened = open(client, s, key)?;
+    let opened = open(client, s, key, &window_ids(policy))?;
     if let Some(receipt) = opened.receipt {
         return Ok(Inside::Marked(receipt));
     }
@@ -285,11 +291,11 @@ struct Opened {
 }
 
 /// Open the transaction's stage under `key`.
-fn open(client: &mut Client, s: &str, key: &str) -> Result<Opened, Stop> {
+fn open(client: &mut Client, s: &str, key: &str, windows: &[&str]) -> Result<Opened, Stop> {
     let row = client
         .query_one(
-            &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1)"),
-            &[&key],
+            &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1, $2)"),
+            &[&key, &windows],
         )
         .map_err(|e| {
             if e.code().map(SqlState::code) == Some(KEY_ELSEWHERE) {
@@ -378,7 +384,7 @@ fn read_in_stage<T>(
             timeouts_sql(Until::after(READ_WAIT))
         ))
         .map_err(|e| e.to_string())?;
-    let out = open(client, s, key).and_then(|opened| f(client, opened));
+    let out = open(client, s, key, &[]).and_then(|opened| f(client, opened));
     // The session ends the transaction in any case ([`Client::end_stage`]).
     out.map_err(Stop::into_message)
 }
