@@ -870,8 +870,9 @@ fn on_postgres_a_plan_that_releases_its_sessions_locks_still_holds_its_windows_u
     let (url, options, mut client) = shop("pg_budget_unlock");
     let clock = ManualClock::at(1_700_000_000_000);
     // The first stage lets go of every session lock it holds, the window's among them, then
-    // sleeps; the second takes the window's session lock meanwhile. The transaction's own hold,
-    // taken when the stage opened, is what keeps the second from reading the window too early.
+    // sleeps; the second, started 200 ms later, asks for the window's session lock meanwhile.
+    // The first transaction's own hold, taken when its stage opened, is what keeps the second
+    // waiting until the first has committed its use (without it both commit).
     let release = Plan::new(vec![
         stmt(
             "credit_customer",

@@ -60,11 +60,11 @@ struct Args {
     #[arg(long)]
     repeat: Option<u32>,
     /// CI's check: write nothing; fail unless every run's outcome (held, times applied, the
-    /// workflow's answer) is one the committed results/e2e_orders_<substrate>.json shows for
+    /// workflow's answer) is one the committed `results/e2e_orders_<substrate>.json` shows for
     /// its cell, and the committed .md is what that .json renders to.
     #[arg(long, conflicts_with = "out")]
     check: bool,
-    /// Run nothing: write the committed results/e2e_orders_<substrate>.md again from its .json
+    /// Run nothing: write the committed `results/e2e_orders_<substrate>.md` again from its .json
     /// (after the report's wording changed).
     #[arg(long, conflicts_with_all = ["check", "quick", "cases", "systems", "repeat"])]
     render: bool,
