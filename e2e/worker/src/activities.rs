@@ -12,7 +12,7 @@ use interlock::premise::PremiseReader;
 use interlock::{Bound, Clock, EffectKey, Gate, JournalStore, Tier};
 use interlock_postgres::PgOptions;
 use interlock_stripe::{StripeConfig, StripeRefunds, StripeRefundsSetup};
-use interlock_temporal::{GatedEffect, gated};
+use interlock_temporal::{GatedEffect, GatedReceipt, gated};
 use serde_json::Value;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
@@ -167,6 +167,31 @@ async fn with_heartbeats<T: Send + 'static>(
         .map_err(|e| ApplicationFailure::new(format!("worker task died: {e}")).into())
 }
 
+/// Temporal's recommended idempotency key for an activity: its workflow run id and its
+/// activity id, the same for every attempt.
+pub(crate) fn temporal_key(ctx: &ActivityContext) -> String {
+    let info = ctx.info();
+    format!(
+        "{}/{}",
+        info.workflow_run_id.as_deref().unwrap_or("standalone"),
+        info.activity_id
+    )
+}
+
+/// The report of a gated step that committed.
+pub(crate) fn committed(receipt: &GatedReceipt) -> RefundReport {
+    RefundReport {
+        outcome: Reported::Committed,
+        via: Some(receipt.via),
+        detail: if receipt.replayed {
+            "replayed from the journal".into()
+        } else {
+            String::new()
+        },
+        ..RefundReport::default()
+    }
+}
+
 fn finish(a: Attempt) -> Result<RefundReport, ActivityError> {
     match a {
         Attempt::Report(r) => Ok(r),
@@ -223,19 +248,12 @@ impl RefundActivities {
         };
         let receipt = gated(&ctx, bound, effect).await?;
         Ok(RefundReport {
-            outcome: Reported::Committed,
-            via: Some(receipt.via),
             refund_id: receipt
                 .result
                 .get("id")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            detail: if receipt.replayed {
-                "replayed from the journal".into()
-            } else {
-                String::new()
-            },
-            ..RefundReport::default()
+            ..committed(&receipt)
         })
     }
 
@@ -262,12 +280,7 @@ impl RefundActivities {
         ctx: ActivityContext,
         d: Decision,
     ) -> Result<RefundReport, ActivityError> {
-        let info = ctx.info();
-        let key = format!(
-            "{}/{}",
-            info.workflow_run_id.as_deref().unwrap_or("standalone"),
-            info.activity_id
-        );
+        let key = temporal_key(&ctx);
         let deps = self.deps.clone();
         finish(
             with_heartbeats(&ctx, move || {

@@ -183,16 +183,7 @@ impl OrderActivities {
             labels: Default::default(),
         };
         let receipt = gated(&ctx, &self.deps.bound, effect).await?;
-        Ok(RefundReport {
-            outcome: Reported::Committed,
-            via: Some(receipt.via),
-            detail: if receipt.replayed {
-                "replayed from the journal".into()
-            } else {
-                String::new()
-            },
-            ..RefundReport::default()
-        })
+        Ok(crate::activities::committed(&receipt))
     }
 
     /// The cancellation in a plain transaction.
@@ -224,12 +215,7 @@ impl OrderActivities {
         ctx: ActivityContext,
         d: OrderDecision,
     ) -> Result<RefundReport, ActivityError> {
-        let info = ctx.info();
-        let key = format!(
-            "{}/{}",
-            info.workflow_run_id.as_deref().unwrap_or("standalone"),
-            info.activity_id
-        );
+        let key = crate::activities::temporal_key(&ctx);
         self.baseline(&ctx, d.request, Some(key), false).await
     }
 }
