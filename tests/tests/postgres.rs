@@ -201,8 +201,11 @@ fn a_lock_lost_to_a_crashed_server_process_is_never_taken_for_its_holders_death(
 }
 
 /// SIGKILL one server process: the server ends every session and starts again after a crash.
+/// Returns once that has happened and the server takes connections again, so that what follows
+/// is judged in the new state and never races the server's own reaction to the death.
 fn crash_one_server_process(url: &str) {
     let mut victim = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let mut witness = postgres::Client::connect(url, postgres::NoTls).unwrap();
     let pid: i32 = victim
         .query_one("SELECT pg_backend_pid()", &[])
         .unwrap()
@@ -212,6 +215,23 @@ fn crash_one_server_process(url: &str) {
         .status()
         .unwrap();
     assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The witness session is ended by the server once it sees the death.
+    while witness.simple_query("SELECT 1").is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the server never ended its other sessions after one process was killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Then it recovers ("the database system is in recovery mode" until it is done).
+    while postgres::Client::connect(url, postgres::NoTls).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not take connections again after a crash"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
