@@ -1,7 +1,8 @@
 //! Group commit for writers sharing one journal handle. A commit costs one fsync whatever it
 //! holds, so threads that arrive while another thread's write is under way join its open
 //! transaction instead of queueing for a transaction of their own; the last one in commits for
-//! all. Each writer's part runs in a savepoint (its failure undoes only its own records), decides
+//! all. Each joining writer's part runs in a savepoint (its failure undoes only its own records;
+//! the first part has the transaction to itself, so a ROLLBACK undoes it for less), decides
 //! on everything written before it in the group (so two writers never decide on the same state),
 //! and returns only once the group is durable: a group that fails to commit fails every part in
 //! it, each part reading how its own group ended from a slot it holds (never from a table a later
@@ -121,14 +122,33 @@ impl Group {
         if let Some(e) = &w.stuck {
             return Err(e.clone());
         }
-        if w.open.is_none() {
+        let first = w.open.is_none();
+        if first {
             run(&w.conn, "BEGIN IMMEDIATE").map_err(err)?;
             w.open = Some(Open {
                 size: 0,
                 ending: Ending::default(),
             });
         }
-        let (mine, broken) = run_part(&w.conn, err, part);
+        // A group's first part has the transaction to itself until it returns (later writers
+        // join only once it has), so the transaction is its savepoint: undoing its writes is a
+        // ROLLBACK of the whole, which also ends a group that nothing else joined.
+        let (mine, broken) = if first {
+            match run_alone(&w.conn, err, part) {
+                Alone::Kept(mine) => (mine, None),
+                Alone::Undone(mine) => {
+                    w.open = None;
+                    if !w.conn.is_autocommit() {
+                        w.stuck = Some(stuck(err));
+                    }
+                    drop(w);
+                    return finish_alone(mine);
+                }
+                Alone::Broken(mine, e) => (mine, Some(e)),
+            }
+        } else {
+            run_part(&w.conn, err, part)
+        };
         let (size, ending) = match &mut w.open {
             Some(open) => {
                 open.size += 1;
@@ -157,14 +177,7 @@ impl Group {
                 let _ = w.conn.execute_batch("ROLLBACK");
             }
             if !w.conn.is_autocommit() {
-                w.stuck = Some(err(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-                    Some(
-                        "the journal's write connection could not end a failed transaction; \
-                         reopen the journal"
-                            .into(),
-                    ),
-                )));
+                w.stuck = Some(stuck(err));
             }
             let _ = ending.set(ended);
             w.open = None;
@@ -184,6 +197,65 @@ impl std::ops::Deref for Writer {
     type Target = Connection;
     fn deref(&self) -> &Connection {
         &self.conn
+    }
+}
+
+/// The error every write answers once the connection may be inside a transaction it could not
+/// end.
+fn stuck(err: &dyn Fn(rusqlite::Error) -> JournalError) -> JournalError {
+    err(rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+        Some(
+            "the journal's write connection could not end a failed transaction; \
+             reopen the journal"
+                .into(),
+        ),
+    ))
+}
+
+/// How a group's first part ended.
+enum Alone<T> {
+    /// Its writes stay; the group goes on as any group does.
+    Kept(Part<T>),
+    /// Its writes (if any) were undone with the whole transaction, which is over: nothing of
+    /// anyone else's was in it, and nothing it read waits for a commit (it read committed
+    /// records only).
+    Undone(Part<T>),
+    /// The transaction could not be rolled back: it must not be used again.
+    Broken(Part<T>, JournalError),
+}
+
+/// A group's first part, with the group's transaction as its savepoint.
+fn run_alone<T>(
+    conn: &Connection,
+    err: &dyn Fn(rusqlite::Error) -> JournalError,
+    part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
+) -> Alone<T> {
+    let outcome = match catch_unwind(AssertUnwindSafe(|| part(conn))) {
+        Ok(Ok((t, true))) => return Alone::Kept(Part::Done(t)),
+        Ok(Ok((t, false))) => Part::Done(t),
+        Ok(Err(e)) => Part::Failed(e),
+        Err(p) => Part::Panicked(p),
+    };
+    match run(conn, "ROLLBACK") {
+        Ok(()) => Alone::Undone(outcome),
+        Err(e) => {
+            let e = err(e);
+            let outcome = match outcome {
+                Part::Panicked(p) => Part::Panicked(p),
+                _ => Part::Failed(e.clone()),
+            };
+            Alone::Broken(outcome, e)
+        }
+    }
+}
+
+/// The answer of a first part whose transaction it rolled back.
+fn finish_alone<T>(mine: Part<T>) -> Result<T, JournalError> {
+    match mine {
+        Part::Done(t) => Ok(t),
+        Part::Failed(e) => Err(e),
+        Part::Panicked(p) => resume_unwind(p),
     }
 }
 
@@ -357,6 +429,32 @@ mod tests {
         g.write(&err, |conn| insert(conn, 3).map(|()| ((), true)))
             .unwrap();
         assert_eq!(rows(&g), vec![3]);
+    }
+
+    #[test]
+    fn a_lone_part_that_fails_or_keeps_nothing_leaves_nothing_and_costs_no_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        let failed = g.write(&err, |conn| -> Result<((), bool), JournalError> {
+            insert(conn, 1)?;
+            Err(err(rusqlite::Error::InvalidQuery))
+        });
+        assert!(failed.is_err());
+        let kept_nothing = g.write(&err, |conn| insert(conn, 2).map(|()| (7, false)));
+        assert_eq!(kept_nothing.unwrap(), 7);
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            g.write(&err, |conn| -> Result<((), bool), JournalError> {
+                insert(conn, 3)?;
+                panic!("a bug inside a lone part")
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(g.commits(), 0, "nothing was committed");
+        assert!(rows(&g).is_empty(), "every write was undone");
+        assert!(g.try_idle().is_some(), "no transaction is left open");
+        g.write(&err, |conn| insert(conn, 4).map(|()| ((), true)))
+            .unwrap();
+        assert_eq!((rows(&g), g.commits()), (vec![4], 1));
     }
 
     #[test]
