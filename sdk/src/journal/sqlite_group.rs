@@ -57,7 +57,8 @@ pub(super) struct Group {
 
 /// How a writer's part of a group ended.
 enum Part<T> {
-    /// Its records stay (or it wrote nothing and its read is to be confirmed by the commit).
+    /// Its records stay (or it wrote nothing and, having joined a group, its read is to be
+    /// confirmed by the group's commit).
     Done(T),
     /// It failed; its savepoint was rolled back, the group goes on.
     Failed(JournalError),
@@ -110,7 +111,8 @@ impl Group {
 
     /// Run `part` inside a group transaction. `part` returns its value and whether its writes
     /// stay (`false` rolls them back: it decided to write nothing, or refuses what it wrote).
-    /// Returns once the group holding the part is durable.
+    /// Returns once the group holding the part is durable, or, for a group's first part that
+    /// keeps nothing, at once (it read committed, durable records only).
     pub(super) fn write<T>(
         &self,
         err: &dyn Fn(rusqlite::Error) -> JournalError,
@@ -232,7 +234,16 @@ fn run_alone<T>(
     part: impl FnOnce(&Connection) -> Result<(T, bool), JournalError>,
 ) -> Alone<T> {
     let outcome = match catch_unwind(AssertUnwindSafe(|| part(conn))) {
-        Ok(Ok((t, true))) => return Alone::Kept(Part::Done(t)),
+        // Kept only if the transaction is still open: SQLite rolls a whole transaction back on
+        // some errors, and a part that swallowed one must not let later parts commit alone.
+        Ok(Ok((t, true))) if !conn.is_autocommit() => return Alone::Kept(Part::Done(t)),
+        Ok(Ok((_, true))) => {
+            let e = err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("the journal's transaction ended inside a write".into()),
+            ));
+            return Alone::Broken(Part::Failed(e.clone()), e);
+        }
         Ok(Ok((t, false))) => Part::Done(t),
         Ok(Err(e)) => Part::Failed(e),
         Err(p) => Part::Panicked(p),
@@ -455,6 +466,31 @@ mod tests {
         g.write(&err, |conn| insert(conn, 4).map(|()| ((), true)))
             .unwrap();
         assert_eq!((rows(&g), g.commits()), (vec![4], 1));
+    }
+
+    #[test]
+    fn a_first_part_whose_transaction_ended_inside_it_ends_the_group_and_a_joiner_starts_anew() {
+        // SQLite ends a whole transaction on some errors: a first part that swallowed one and
+        // keeps its writes must not leave a joiner to commit outside any group, told it failed
+        // while its records are on disk.
+        let dir = tempfile::tempdir().unwrap();
+        let g = group(dir.path());
+        let inside = Arc::new(AtomicBool::new(false));
+        let (g2, inside2) = (g.clone(), inside.clone());
+        let joiner = std::thread::spawn(move || {
+            wait_for(|| inside2.load(Ordering::SeqCst));
+            g2.write(&err, |conn| insert(conn, 2).map(|()| ((), true)))
+        });
+        let first = g.write(&err, |conn| {
+            insert(conn, 1)?;
+            conn.execute_batch("ROLLBACK").map_err(err)?;
+            inside.store(true, Ordering::SeqCst);
+            wait_for(|| g.queued.load(Ordering::SeqCst) > 0);
+            Ok(((), true))
+        });
+        assert!(first.is_err(), "its transaction never committed");
+        joiner.join().unwrap().unwrap();
+        assert_eq!((rows(&g), g.commits()), (vec![2], 1));
     }
 
     #[test]
