@@ -144,7 +144,7 @@ impl Group {
                         w.stuck = Some(stuck(err));
                     }
                     drop(w);
-                    return finish_alone(mine);
+                    return answer(mine, None);
                 }
                 Alone::Broken(mine, e) => (mine, Some(e)),
             }
@@ -186,12 +186,7 @@ impl Group {
             self.ended.notify_all();
         }
         drop(w);
-        match (mine, ending.get()) {
-            (Part::Panicked(p), _) => resume_unwind(p),
-            (Part::Failed(e), _) => Err(e),
-            (Part::Done(_), Some(Err(e))) => Err(e.clone()),
-            (Part::Done(t), _) => Ok(t),
-        }
+        answer(mine, ending.get())
     }
 }
 
@@ -205,13 +200,22 @@ impl std::ops::Deref for Writer {
 /// The error every write answers once the connection may be inside a transaction it could not
 /// end.
 fn stuck(err: &dyn Fn(rusqlite::Error) -> JournalError) -> JournalError {
+    failure(
+        err,
+        rusqlite::ffi::SQLITE_ERROR,
+        "the journal's write connection could not end a failed transaction; reopen the journal",
+    )
+}
+
+/// An error of the group's own making, with SQLite's result `code`.
+fn failure(
+    err: &dyn Fn(rusqlite::Error) -> JournalError,
+    code: std::ffi::c_int,
+    what: &str,
+) -> JournalError {
     err(rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-        Some(
-            "the journal's write connection could not end a failed transaction; \
-             reopen the journal"
-                .into(),
-        ),
+        rusqlite::ffi::Error::new(code),
+        Some(what.into()),
     ))
 }
 
@@ -238,10 +242,11 @@ fn run_alone<T>(
         // some errors, and a part that swallowed one must not let later parts commit alone.
         Ok(Ok((t, true))) if !conn.is_autocommit() => return Alone::Kept(Part::Done(t)),
         Ok(Ok((_, true))) => {
-            let e = err(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                Some("the journal's transaction ended inside a write".into()),
-            ));
+            let e = failure(
+                err,
+                rusqlite::ffi::SQLITE_ABORT,
+                "the journal's transaction ended inside a write",
+            );
             return Alone::Broken(Part::Failed(e.clone()), e);
         }
         Ok(Ok((t, false))) => Part::Done(t),
@@ -261,12 +266,14 @@ fn run_alone<T>(
     }
 }
 
-/// The answer of a first part whose transaction it rolled back.
-fn finish_alone<T>(mine: Part<T>) -> Result<T, JournalError> {
-    match mine {
-        Part::Done(t) => Ok(t),
-        Part::Failed(e) => Err(e),
-        Part::Panicked(p) => resume_unwind(p),
+/// A writer's answer from its part and how its group ended (`None`: no group is left to end,
+/// as for a first part whose transaction it rolled back).
+fn answer<T>(mine: Part<T>, ending: Option<&Result<(), JournalError>>) -> Result<T, JournalError> {
+    match (mine, ending) {
+        (Part::Panicked(p), _) => resume_unwind(p),
+        (Part::Failed(e), _) => Err(e),
+        (Part::Done(_), Some(Err(e))) => Err(e.clone()),
+        (Part::Done(t), _) => Ok(t),
     }
 }
 
