@@ -110,16 +110,16 @@ impl PgJournal {
         since_ms: i64,
         key: &str,
     ) -> Result<Tally, LeaseError> {
-        self.lock(q, &counter_lock(id, bucket), true)?;
-        let row = q
-            .query(
-                &format!(
-                    "SELECT mark_ms, total FROM {}.budget_totals WHERE budget = $1 AND bucket = $2",
-                    self.schema()
-                ),
-                &[&id, &bucket],
-            )
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        let row = self.read_locked(
+            q,
+            &counter_lock(id, bucket),
+            true,
+            &format!(
+                "SELECT mark_ms, total FROM {}.budget_totals WHERE budget = $1 AND bucket = $2",
+                self.schema()
+            ),
+            &[&id, &bucket],
+        )?;
         let (mark, total) = match row.first() {
             Some(r) => (r.get::<_, i64>(0), r.get::<_, i64>(1)),
             None => {
@@ -180,17 +180,17 @@ impl PgJournal {
         bucket: &str,
         hold: &Hold,
     ) -> Result<(), LeaseError> {
-        self.lock(q, &counter_lock(id, bucket), true)?;
-        let old = q
-            .query(
-                &format!(
-                    "SELECT bucket, amount, until_ms FROM {}.budget_holds \
-                     WHERE budget = $1 AND key = $2",
-                    self.schema()
-                ),
-                &[&id, &hold.key],
-            )
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        let old = self.read_locked(
+            q,
+            &counter_lock(id, bucket),
+            true,
+            &format!(
+                "SELECT bucket, amount, until_ms FROM {}.budget_holds \
+                 WHERE budget = $1 AND key = $2",
+                self.schema()
+            ),
+            &[&id, &hold.key],
+        )?;
         if let Some(r) = old.first() {
             let old_bucket: String = r.get(0);
             if old_bucket != bucket {

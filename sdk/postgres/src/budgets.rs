@@ -13,6 +13,8 @@ use interlock::lease::LeaseError;
 
 use crate::journal::PgJournal;
 use crate::pool::Query;
+use postgres::Row;
+use postgres::types::ToSql;
 
 /// The prefix of the budgets' advisory lock names (hashed to 64 bits with the schema and the
 /// counter, so a caller-chosen `per` value cannot aim at another lock).
@@ -25,34 +27,58 @@ impl PgJournal {
         name: &str,
         exclusive: bool,
     ) -> Result<(), LeaseError> {
+        let (sql, name) = self.lock_sql(name, exclusive);
+        q.execute(&sql, &[&BUDGET_LOCK_SPACE, &name])
+            .map(drop)
+            .map_err(|e| LeaseError::from(self.err(&e)))
+    }
+
+    /// The statement that takes lock `name` and its second parameter (the first is
+    /// [`BUDGET_LOCK_SPACE`]).
+    fn lock_sql(&self, name: &str, exclusive: bool) -> (String, String) {
         let f = if exclusive {
             "pg_advisory_xact_lock"
         } else {
             "pg_advisory_xact_lock_shared"
         };
-        let name = format!("{}:{name}", self.schema());
-        q.execute(
-            &format!("SELECT {f}(hashtextextended($1::text || $2, 0))::text"),
-            &[&BUDGET_LOCK_SPACE, &name],
+        (
+            format!("SELECT {f}(hashtextextended($1::text || $2, 0))::text"),
+            format!("{}:{name}", self.schema()),
         )
-        .map(drop)
-        .map_err(|e| LeaseError::from(self.err(&e)))
+    }
+
+    /// The rows of `read`, read under lock `name`. The two go out together (one round trip);
+    /// the server runs the read once the lock is granted, so it sees every change committed
+    /// before.
+    pub(crate) fn read_locked(
+        &self,
+        q: &mut dyn Query,
+        name: &str,
+        exclusive: bool,
+        read: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LeaseError> {
+        let (lock, name) = self.lock_sql(name, exclusive);
+        let mut answers = q
+            .pipeline(&[(&lock, &[&BUDGET_LOCK_SPACE, &name]), (read, params)])
+            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        Ok(answers.pop().unwrap_or_default())
     }
 
     /// The budgets in force, read under the shared rules lock.
     pub(crate) fn budgets_in(&self, q: &mut dyn Query) -> Result<Vec<Budget>, LeaseError> {
-        self.lock(q, "(rules)", false)?;
-        let rows = q
-            .query(
-                &format!(
-                    "SELECT c.id, c.spec FROM {s}.budget_changes c \
-                     WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \
-                     AND c.spec IS NOT NULL ORDER BY c.id",
-                    s = self.schema()
-                ),
-                &[],
-            )
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        let rows = self.read_locked(
+            q,
+            "(rules)",
+            false,
+            &format!(
+                "SELECT c.id, c.spec FROM {s}.budget_changes c \
+                 WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \
+                 AND c.spec IS NOT NULL ORDER BY c.id",
+                s = self.schema()
+            ),
+            &[],
+        )?;
         rows.iter()
             .map(|r| budget_of(&r.get::<_, String>(0), &r.get::<_, String>(1)))
             .collect()
@@ -66,17 +92,17 @@ impl PgJournal {
         bucket: &str,
         since_ms: i64,
     ) -> Result<Vec<Hold>, LeaseError> {
-        self.lock(q, &format!("{id}\u{1f}{bucket}"), true)?;
-        let rows = q
-            .query(
-                &format!(
-                    "SELECT key, amount, at_ms, until_ms FROM {}.budget_holds \
-                     WHERE budget = $1 AND bucket = $2 AND until_ms >= $3",
-                    self.schema()
-                ),
-                &[&id, &bucket, &since_ms],
-            )
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
+        let rows = self.read_locked(
+            q,
+            &format!("{id}\u{1f}{bucket}"),
+            true,
+            &format!(
+                "SELECT key, amount, at_ms, until_ms FROM {}.budget_holds \
+                 WHERE budget = $1 AND bucket = $2 AND until_ms >= $3",
+                self.schema()
+            ),
+            &[&id, &bucket, &since_ms],
+        )?;
         Ok(rows
             .iter()
             .map(|r| Hold {

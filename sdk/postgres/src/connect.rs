@@ -10,8 +10,8 @@ use postgres::error::SqlState;
 
 /// The connection settings, read from a URL (`postgres://user@host:port/db`) or a key=value
 /// string, with the journal's own settings added.
-pub(crate) fn config(url: &str) -> Result<postgres::Config, JournalError> {
-    let mut cfg: postgres::Config = url.parse().map_err(|e| JournalError::Storage {
+pub(crate) fn config(url: &str) -> Result<tokio_postgres::Config, JournalError> {
+    let mut cfg: tokio_postgres::Config = url.parse().map_err(|e| JournalError::Storage {
         path: redact(url),
         what: format!(
             "not a PostgreSQL connection string ({e}): use postgres://user@host:port/database"
@@ -31,19 +31,19 @@ pub(crate) fn config(url: &str) -> Result<postgres::Config, JournalError> {
         cfg.application_name("interlock");
     }
     // Never a read-only standby: a stale read there could hide a dispatch.
-    cfg.target_session_attrs(postgres::config::TargetSessionAttrs::ReadWrite);
+    cfg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
     Ok(cfg)
 }
 
 /// Where a configuration points, for messages: user, hosts, ports and database, never the
 /// password.
-pub(crate) fn location(cfg: &postgres::Config) -> String {
+pub(crate) fn location(cfg: &tokio_postgres::Config) -> String {
     let hosts: Vec<String> = cfg
         .get_hosts()
         .iter()
         .map(|h| match h {
-            postgres::config::Host::Tcp(name) => name.clone(),
-            postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .collect();
     let ports: Vec<String> = cfg.get_ports().iter().map(u16::to_string).collect();

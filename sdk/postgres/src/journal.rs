@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
-use crate::pool::{Manager, Pool, Query};
+use crate::pool::{IN_TRANSACTION, Manager, Pool, Query};
 use crate::schema;
 use interlock::approval::{Route, RouteStep, admits};
 use interlock::core::limits::Use;
@@ -91,7 +91,7 @@ impl PgJournal {
                 ),
             });
         }
-        let mut first = cfg
+        let mut first = postgres::Config::from(cfg.clone())
             .connect(postgres::NoTls)
             .map_err(|e| journal_err(&location, &e))?;
         check_server(&mut first, &location)?;
@@ -177,6 +177,17 @@ impl PgJournal {
         seen: &Verified,
     ) -> Result<Verified, JournalError> {
         let rows = self.rows_from(q, key, seen.resume_at())?;
+        self.read_on_from(q, key, seen, rows)
+    }
+
+    /// [`PgJournal::read_on`] with the rows after `seen` already read.
+    fn read_on_from(
+        &self,
+        q: &mut dyn Query,
+        key: &str,
+        seen: &Verified,
+        rows: Vec<StoredRecord>,
+    ) -> Result<Verified, JournalError> {
         match store::extend(&self.location, key, seen, rows)? {
             Some(v) => Ok(v),
             None => store::verified(&self.location, key, self.rows_from(q, key, 0)?),
@@ -194,21 +205,27 @@ impl PgJournal {
         let rows = q
             .query(&self.select_records(), &[&key, &from])
             .map_err(|e| self.err(&e))?;
-        Ok(rows
-            .iter()
-            .map(|r| StoredRecord {
-                seq: r.get(0),
-                key: r.get(1),
-                n: i64::from(r.get::<_, i32>(2)),
-                kind: r.get(3),
-                at_ms: r.get(4),
-                prev: r.get(5),
-                hash: r.get(6),
-                body: r.get(7),
-            })
-            .collect())
+        Ok(stored_records(&rows))
     }
+}
 
+/// Rows of [`PgJournal::select_records`] as the store reads them.
+fn stored_records(rows: &[postgres::Row]) -> Vec<StoredRecord> {
+    rows.iter()
+        .map(|r| StoredRecord {
+            seq: r.get(0),
+            key: r.get(1),
+            n: i64::from(r.get::<_, i32>(2)),
+            kind: r.get(3),
+            at_ms: r.get(4),
+            prev: r.get(5),
+            hash: r.get(6),
+            body: r.get(7),
+        })
+        .collect()
+}
+
+impl PgJournal {
     /// Record a new grant. Granting an id twice is an error: revoke and grant a new id instead.
     /// A signed approval is recorded only while its group holds the request
     /// ([`interlock::approval::admits`]), with the request's steps share-locked until it commits.
@@ -382,8 +399,7 @@ impl TxLeases for TxLeaseReader<'_, '_> {
 
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
         let mut tx = self.tx.borrow_mut();
-        self.journal.lock_request(&mut **tx, request, false)?;
-        Ok(self.journal.routes_on(&mut **tx, request, "")?)
+        Ok(self.journal.routes_locked(&mut **tx, request)?)
     }
 
     fn uses(&self, id: &str) -> Result<Vec<Use>, LeaseError> {
@@ -467,8 +483,22 @@ impl Journal for PgJournal {
         seen: &Verified,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
-        self.conn()?
-            .run_tx(|e| self.err(e), |q| self.append_on(q, key, seen, decide))
+        // The key's lock and the records after `seen` go out with the transaction's start, in
+        // one round trip: the read runs once the lock is granted, so it sees every append that
+        // committed before.
+        let k = key.as_str();
+        let from = i32::try_from(seen.resume_at()).unwrap_or(i32::MAX);
+        let (lock, read) = (self.lock_key_sql(), self.select_records());
+        self.conn()?.run_tx_opening(
+            |e| self.err(e),
+            &[(&lock, &[&k]), (&read, &[&k, &from])],
+            |q, rows| {
+                let [locked, after] = <[Vec<postgres::Row>; 2]>::try_from(rows)
+                    .map_err(|_| self.storage("the transaction's first statements"))?;
+                self.one_row(&locked, "the key's lock")?;
+                self.append_on(q, key, seen, stored_records(&after), decide)
+            },
+        )
     }
 
     fn import_history(&self, records: &[Record]) -> Result<Import, JournalError> {
@@ -540,16 +570,36 @@ impl PgJournal {
     /// Lock the key's row in `effects` (made for a new key) until the transaction ends: every
     /// other append or import of this key, on any host, waits here.
     fn lock_key(&self, q: &mut dyn Query, key: &str) -> Result<(), JournalError> {
+        q.query_one(&self.lock_key_sql(), &[&key])
+            .map(drop)
+            .map_err(|e| self.err(&e))
+    }
+
+    /// The key's lock. It goes out with the transaction's start, so it writes only inside the
+    /// transaction: were the start to fail, it would otherwise commit a key's row on its own,
+    /// with no record in it.
+    fn lock_key_sql(&self) -> String {
         let s = &self.schema;
-        q.query_one(
-            &format!(
-                "INSERT INTO {s}.effects (key, n) VALUES ($1, 0)
-                 ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
-            ),
-            &[&key],
+        format!(
+            "INSERT INTO {s}.effects (key, n) SELECT $1, 0 WHERE {IN_TRANSACTION}
+             ON CONFLICT (key) DO UPDATE SET n = {s}.effects.n RETURNING n"
         )
-        .map(drop)
-        .map_err(|e| self.err(&e))
+    }
+
+    /// A statement of a pipeline that must have answered one row.
+    fn one_row(&self, rows: &[postgres::Row], what: &str) -> Result<(), JournalError> {
+        if rows.len() == 1 {
+            Ok(())
+        } else {
+            Err(self.storage(&format!("{what} answered {} rows, not one", rows.len())))
+        }
+    }
+
+    fn storage(&self, what: &str) -> JournalError {
+        JournalError::Storage {
+            path: self.location.clone(),
+            what: what.to_owned(),
+        }
     }
 
     /// Inside a transaction: the key's records as exported, if the key is new here. Commits
@@ -601,13 +651,16 @@ impl PgJournal {
         Ok(row.get(0))
     }
 
-    /// A transaction's new records of one key in one statement (one round trip); their `seq`s
-    /// in the order given.
+    /// A transaction's new records of one key, and the key's head moved to the last of them, in
+    /// one statement (one round trip); their `seq`s in the order given.
     fn insert_all(
         &self,
         q: &mut dyn Query,
         rows: &[NewRecord<'_>],
     ) -> Result<Vec<i64>, JournalError> {
+        let Some(first) = rows.first() else {
+            return Ok(Vec::new());
+        };
         let mut n = Vec::with_capacity(rows.len());
         for r in rows {
             n.push(i32::try_from(r.n).map_err(|_| JournalError::Storage {
@@ -621,16 +674,21 @@ impl PgJournal {
         let prev: Vec<Option<&str>> = rows.iter().map(|r| r.prev).collect();
         let hash: Vec<&str> = rows.iter().map(|r| r.hash).collect();
         let body: Vec<&str> = rows.iter().map(|r| r.body).collect();
+        let head = n.iter().copied().max().unwrap_or(0);
+        // A data-modifying WITH runs to completion even though nothing reads its rows.
         let returned = q
             .query(
                 &format!(
-                    "INSERT INTO {}.records (key, n, kind, at_ms, prev, hash, body)
+                    "WITH head AS (UPDATE {s}.effects SET n = $8 WHERE key = $9)
+                     INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
                      SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::int8[],
                                           $5::text[], $6::text[], $7::text[])
                      RETURNING n, seq",
-                    self.schema
+                    s = self.schema
                 ),
-                &[&key, &n, &kind, &at_ms, &prev, &hash, &body],
+                &[
+                    &key, &n, &kind, &at_ms, &prev, &hash, &body, &head, &first.key,
+                ],
             )
             .map_err(|e| self.err(&e))?;
         // Matched by position in the chain, whatever order the rows come back in.
@@ -662,10 +720,10 @@ impl PgJournal {
         q: &mut dyn Query,
         key: &EffectKey,
         seen: &Verified,
+        after: Vec<StoredRecord>,
         decide: &mut Decide<'_>,
     ) -> Result<(AppendOutcome, bool), JournalError> {
-        self.lock_key(q, key.as_str())?;
-        let records = self.read_on(q, key.as_str(), seen)?;
+        let records = self.read_on_from(q, key.as_str(), seen, after)?;
         let q = RefCell::new(q);
         let leases = TxLeaseReader {
             journal: self,
@@ -680,14 +738,8 @@ impl PgJournal {
             self.clock.now_ms(),
             |rows| self.insert_all(&mut **q.borrow_mut(), rows),
         )?;
-        let q = q.into_inner();
-        if out.appended.is_empty() {
-            return Ok((out, false));
-        }
-        let head =
-            i32::try_from(out.appended.iter().map(|r| r.n).max().unwrap_or(0)).unwrap_or(i32::MAX);
-        self.set_head(q, key.as_str(), head)?;
-        Ok((out, true))
+        let keep = !out.appended.is_empty();
+        Ok((out, keep))
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::Duration;
 use interlock::liveness::{HeldLock, Liveness};
 use sha2::{Digest, Sha256};
 
-use crate::pool::{Conn, Pool, Query};
+use crate::pool::{Conn, ConnError, Pool, Query};
 
 /// How long the server keeps a silent holder's session (and its lock), at least: the keepalive's
 /// idle time before its first probe.
@@ -43,7 +43,7 @@ const IDLE_SESSIONS: usize = 16;
 /// Advisory locks on the journal's server, one per key and token.
 pub(crate) struct PgLiveness {
     /// Settings for lock sessions.
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// The journal's connections, for judging locks.
     pool: Pool,
     /// Lock sessions not holding anything.
@@ -56,7 +56,7 @@ pub(crate) struct PgLiveness {
 
 impl PgLiveness {
     pub(crate) fn new(
-        mut config: postgres::Config,
+        mut config: tokio_postgres::Config,
         pool: Pool,
         schema: &str,
         deployment: &str,
@@ -76,7 +76,7 @@ impl PgLiveness {
         // The server side: give up on a silent holder only after `kept` s of silence plus six
         // unanswered probes, and never for idleness alone. A hold's row is committed only once on
         // disk, whatever the server, role or database says by default.
-        config.options(&format!(
+        config.options(format!(
             "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
              -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
              -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000 \
@@ -108,7 +108,7 @@ impl PgLiveness {
         i64::from_be_bytes(first)
     }
 
-    fn session(&self) -> Result<Conn, postgres::Error> {
+    fn session(&self) -> Result<Conn, ConnError> {
         let reused = self
             .idle
             .lock()
@@ -120,7 +120,7 @@ impl PgLiveness {
         }
     }
 
-    fn try_lock(&self, id: i64) -> Result<Option<Conn>, postgres::Error> {
+    fn try_lock(&self, id: i64) -> Result<Option<Conn>, ConnError> {
         let lock = |s: &mut Conn| {
             s.run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
                 .map(|row| row.get::<_, bool>(0))

@@ -1,13 +1,21 @@
 //! The journal's connections. A connection the network cut does not always know it is dead until
 //! it is used, and the driver may not mark it closed afterwards; so every call that fails marks
 //! its connection broken, and the pool drops it instead of handing it out again. Each connection
-//! keeps its statements prepared: a query is one round trip, not two.
+//! keeps its statements prepared: a query is one round trip, not two. On a server a few
+//! processes away, an effect's time is mostly round trips, so a connection can also send
+//! statements that need nothing from each other's answers together ([`Query::pipeline`]): the
+//! server still runs them one after another, each as a statement of its own.
 
 use std::collections::HashMap;
 
 use interlock::JournalError;
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, NoTls, Row, Statement};
+use postgres::{Row, Statement};
+use tokio::runtime::Runtime;
+use tokio_postgres::{Client, NoTls};
+
+/// One statement of a pipeline and its parameters.
+pub(crate) type Step<'a> = (&'a str, &'a [&'a (dyn ToSql + Sync)]);
 
 /// Queries by SQL text, each prepared once per connection.
 pub(crate) trait Query {
@@ -35,42 +43,48 @@ pub(crate) trait Query {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, postgres::Error>;
+    /// Statements sent together, in one round trip, and each one's rows. The server runs them in
+    /// order, each as a statement of its own: under READ COMMITTED a statement sees what
+    /// committed before it began, so one that follows a lock sees what committed before the lock
+    /// was granted. The first failure is returned once every answer is in; inside a transaction
+    /// the statements after it fail too (the transaction is aborted), so only use this inside one
+    /// or for statements that are safe to run whatever the others did.
+    fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error>;
 }
 
-/// A client (or a transaction on it) with its connection's prepared statements.
-pub(crate) struct Cached<'a, C> {
-    c: &'a mut C,
+/// A connection's client with its prepared statements, and the runtime that drives it.
+pub(crate) struct Cached<'a> {
+    rt: &'a Runtime,
+    c: &'a Client,
     statements: &'a mut HashMap<String, Statement>,
 }
 
-impl<C: GenericClient> Cached<'_, C> {
+impl Cached<'_> {
     fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
         // Prepared statements belong to the session, not the transaction: one prepared inside a
         // transaction that later rolls back stays usable.
-        let s = self.c.prepare(sql)?;
+        let s = self.rt.block_on(self.c.prepare(sql))?;
         self.statements.insert(sql.to_owned(), s.clone());
         Ok(s)
     }
-}
 
-impl<C: GenericClient> Cached<'_, C> {
     /// Statements without parameters, sent together in one round trip (the simple protocol).
     pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
-        self.c.batch_execute(sql)
+        self.rt.block_on(self.c.batch_execute(sql))
     }
 }
 
-impl<C: GenericClient> Query for Cached<'_, C> {
+impl Query for Cached<'_> {
     fn query(
         &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, postgres::Error> {
         let s = self.statement(sql)?;
-        self.c.query(&s, params)
+        self.rt.block_on(self.c.query(&s, params))
     }
 
     fn query_one(
@@ -79,7 +93,7 @@ impl<C: GenericClient> Query for Cached<'_, C> {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, postgres::Error> {
         let s = self.statement(sql)?;
-        self.c.query_one(&s, params)
+        self.rt.block_on(self.c.query_one(&s, params))
     }
 
     fn query_opt(
@@ -88,7 +102,7 @@ impl<C: GenericClient> Query for Cached<'_, C> {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>, postgres::Error> {
         let s = self.statement(sql)?;
-        self.c.query_opt(&s, params)
+        self.rt.block_on(self.c.query_opt(&s, params))
     }
 
     fn execute(
@@ -97,22 +111,112 @@ impl<C: GenericClient> Query for Cached<'_, C> {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, postgres::Error> {
         let s = self.statement(sql)?;
-        self.c.execute(&s, params)
+        self.rt.block_on(self.c.execute(&s, params))
+    }
+
+    fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error> {
+        self.sent_together(None, steps)
     }
 }
 
-/// A pooled connection, its prepared statements, and whether a call on it failed.
+impl Cached<'_> {
+    /// [`Query::pipeline`], after `simple` (statements without parameters, the simple protocol)
+    /// in the same round trip; its first failure comes first.
+    fn pipeline_after(
+        &mut self,
+        simple: &str,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<Vec<Row>>, postgres::Error> {
+        self.sent_together(Some(simple), steps)
+    }
+
+    fn sent_together(
+        &mut self,
+        simple: Option<&str>,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<Vec<Row>>, postgres::Error> {
+        // Prepared first (a round trip each, once per connection), so that the statements
+        // themselves go out together: the driver sends a request when its future is first
+        // polled, join! polls its futures in order, and join_all polls every query before
+        // waiting for any answer.
+        let mut prepared = Vec::with_capacity(steps.len());
+        for (sql, _) in steps {
+            prepared.push(self.statement(sql)?);
+        }
+        let c = self.c;
+        let before = async {
+            match simple {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        let queries = futures::future::join_all(
+            prepared
+                .iter()
+                .zip(steps)
+                .map(|(s, (_, params))| c.query(s, params)),
+        );
+        let (before, answers) = self.rt.block_on(async { futures::join!(before, queries) });
+        before?;
+        answers.into_iter().collect()
+    }
+}
+
+/// A pooled connection: the driver's client, the runtime its socket is driven on, its prepared
+/// statements, and whether a call on it failed.
 pub(crate) struct Conn {
+    rt: Runtime,
     client: Client,
     statements: HashMap<String, Statement>,
     broken: bool,
 }
 
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    /// The server refused it or could not be reached.
+    #[error(transparent)]
+    Server(#[from] postgres::Error),
+    /// This process could not make the runtime that drives its socket.
+    #[error("cannot start the runtime that drives a PostgreSQL connection: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What [`Conn::run_tx`] sends first, in one message: the start of the transaction, and a mark
+/// that only a statement inside it sees ([`IN_TRANSACTION`]). If the start failed, the rest of
+/// the message is skipped.
+const START: &str = "START TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                     SET LOCAL interlock.in_transaction = 'on'";
+
+/// A condition true only inside a transaction [`Conn::run_tx`] started. Statements sent together
+/// with the start run even if the start failed, outside any transaction, each committing on its
+/// own: one of them that writes must write only where this holds, and so writes nothing then.
+pub(crate) const IN_TRANSACTION: &str = "current_setting('interlock.in_transaction', true) = 'on'";
+
 impl Conn {
-    /// A connection of its own, outside the pool (a liveness lock's session).
-    pub(crate) fn open(config: &postgres::Config) -> Result<Self, postgres::Error> {
+    /// A connection of its own, outside the pool (a liveness lock's session). Its socket is
+    /// read only while a call on it runs, as the `postgres` crate's are.
+    pub(crate) fn open(config: &tokio_postgres::Config) -> Result<Self, ConnError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ConnError::Runtime)?;
+        let (client, connection) = rt.block_on(config.connect(NoTls))?;
+        rt.spawn(async move {
+            // An error the server sent while no call was waiting (a FATAL such as the end of
+            // an idle transaction, or a socket that timed out) reaches no caller: the next call
+            // only finds the connection closed, and is answered Unavailable.
+            if let Err(e) = connection.await {
+                tracing::warn!(
+                    error = %e,
+                    sqlstate = e.code().map_or("", |c| c.code()),
+                    "a PostgreSQL connection of the journal ended"
+                );
+            }
+        });
         Ok(Self {
-            client: config.connect(NoTls)?,
+            rt,
+            client,
             statements: HashMap::new(),
             broken: false,
         })
@@ -126,10 +230,11 @@ impl Conn {
     /// Run `f` on the connection; any failure retires the connection.
     pub(crate) fn run<T, E>(
         &mut self,
-        f: impl FnOnce(&mut Cached<'_, Client>) -> Result<T, E>,
+        f: impl FnOnce(&mut Cached<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         let out = f(&mut Cached {
-            c: &mut self.client,
+            rt: &self.rt,
+            c: &self.client,
             statements: &mut self.statements,
         });
         if out.is_err() {
@@ -144,46 +249,61 @@ impl Conn {
     pub(crate) fn run_tx<T>(
         &mut self,
         err: impl Fn(&postgres::Error) -> JournalError,
-        f: impl FnOnce(&mut Cached<'_, postgres::Transaction<'_>>) -> Result<(T, bool), JournalError>,
+        f: impl FnOnce(&mut Cached<'_>) -> Result<(T, bool), JournalError>,
     ) -> Result<T, JournalError> {
-        let statements = &mut self.statements;
-        let out = self
-            .client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .map_err(|e| err(&e))
-            .and_then(|mut tx| {
-                let (t, keep) = f(&mut Cached {
-                    c: &mut tx,
-                    statements,
-                })?;
-                if keep { tx.commit() } else { tx.rollback() }.map_err(|e| err(&e))?;
-                Ok(t)
-            });
-        if out.is_err() {
-            self.broken = true;
+        self.run_tx_opening(err, &[], |q, _| f(q))
+    }
+
+    /// [`Conn::run_tx`], with `first` sent together with the transaction's start and their rows
+    /// handed to `f`: a transaction that begins by taking a lock and reading what it guards
+    /// costs one round trip for the three.
+    pub(crate) fn run_tx_opening<T>(
+        &mut self,
+        err: impl Fn(&postgres::Error) -> JournalError,
+        first: &[Step<'_>],
+        f: impl FnOnce(&mut Cached<'_>, Vec<Vec<Row>>) -> Result<(T, bool), JournalError>,
+    ) -> Result<T, JournalError> {
+        // Broken until the transaction has ended: a failure or a panic anywhere in it retires
+        // the connection, and closing it rolls the transaction back on the server.
+        self.broken = true;
+        let mut q = Cached {
+            rt: &self.rt,
+            c: &self.client,
+            statements: &mut self.statements,
+        };
+        let rows = if first.is_empty() {
+            q.batch_execute(START).map(|()| Vec::new())
+        } else {
+            q.pipeline_after(START, first)
         }
-        out
+        .map_err(|e| err(&e))?;
+        let (t, keep) = f(&mut q, rows)?;
+        q.batch_execute(if keep { "COMMIT" } else { "ROLLBACK" })
+            .map_err(|e| err(&e))?;
+        self.broken = false;
+        Ok(t)
     }
 }
 
 /// Opens connections with the journal's settings.
 #[derive(Debug)]
 pub(crate) struct Manager {
-    pub(crate) config: postgres::Config,
+    pub(crate) config: tokio_postgres::Config,
 }
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
-    type Error = postgres::Error;
+    type Error = ConnError;
 
-    fn connect(&self) -> Result<Conn, postgres::Error> {
+    fn connect(&self) -> Result<Conn, ConnError> {
         Conn::open(&self.config)
     }
 
-    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
-        conn.client.simple_query("").map(drop)
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), ConnError> {
+        conn.rt
+            .block_on(conn.client.simple_query(""))
+            .map(drop)
+            .map_err(ConnError::from)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -193,3 +313,145 @@ impl r2d2::ManageConnection for Manager {
 
 /// The pool.
 pub(crate) type Pool = r2d2::Pool<Manager>;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn server() -> (
+        &'static interlock_testkit::pg::Cluster,
+        tokio_postgres::Config,
+    ) {
+        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
+        let cfg = crate::connect::config(cluster.url()).expect("its URL");
+        (cluster, cfg)
+    }
+
+    /// The error with its SQLSTATE, if the server sent one.
+    fn storage(e: &postgres::Error) -> JournalError {
+        JournalError::Storage {
+            path: "test".into(),
+            what: format!("{e} {}", e.code().map_or("", |c| c.code())),
+        }
+    }
+
+    #[test]
+    fn a_read_sent_with_a_lock_sees_what_committed_while_the_lock_was_awaited() {
+        let (cluster, cfg) = server();
+        let t = format!("{}.rows", cluster.fresh_schema("pool"));
+        let schema = t.split('.').next().unwrap_or_default().to_owned();
+        let mut holder = Conn::open(&cfg).expect("a connection");
+        holder
+            .run(|q| q.batch_execute(&format!("CREATE SCHEMA {schema}; CREATE TABLE {t} (x int)")))
+            .expect("a table");
+        holder
+            .run(|q| {
+                q.batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock(7070); INSERT INTO {t} VALUES (1)"
+                ))
+            })
+            .expect("the lock held and a row written, uncommitted");
+        let (tx, rx) = mpsc::channel();
+        let reader = std::thread::spawn({
+            let (cfg, t) = (cfg.clone(), t.clone());
+            move || {
+                let mut c = Conn::open(&cfg).expect("a connection");
+                let seen = c.run_tx_opening(
+                    storage,
+                    &[
+                        ("SELECT pg_advisory_xact_lock_shared(7070)::text", &[]),
+                        (&format!("SELECT count(*) FROM {t}"), &[]),
+                    ],
+                    |_, rows| Ok((rows[1][0].get::<_, i64>(0), false)),
+                );
+                tx.send(seen).expect("the test waits");
+            }
+        });
+        // The pipeline is sent and waiting on the lock; only then does the row commit.
+        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+        holder
+            .run(|q| q.batch_execute("COMMIT"))
+            .expect("committed");
+        let seen = rx.recv_timeout(Duration::from_secs(10)).expect("an answer");
+        assert_eq!(
+            seen.expect("no error"),
+            1,
+            "the read saw the row committed before it"
+        );
+        reader.join().expect("the reader ends");
+    }
+
+    #[test]
+    fn a_failed_statement_fails_its_pipeline_and_retires_the_connection_with_its_transaction() {
+        let (_, cfg) = server();
+        let mut c = Conn::open(&cfg).expect("a connection");
+        let failed = c.run_tx_opening(
+            storage,
+            &[("SELECT 1", &[]), ("SELECT 1 / 0", &[]), ("SELECT 3", &[])],
+            |_, _| Ok(((), true)),
+        );
+        let Err(JournalError::Storage { what, .. }) = failed else {
+            panic!("the division by zero is the answer: {failed:?}");
+        };
+        assert!(what.ends_with("22012"), "division by zero: {what}");
+        assert!(c.is_broken(), "a failed transaction retires its connection");
+        let mut fresh = Conn::open(&cfg).expect("a connection");
+        let answers = fresh
+            .run(|q| q.pipeline(&[("SELECT 1::int4", &[]), ("SELECT $1::int4 + 1", &[&41_i32])]))
+            .expect("both answered");
+        let got: Vec<i32> = answers.iter().map(|rows| rows[0].get(0)).collect();
+        assert_eq!(got, [1, 42], "each statement's rows, in the order sent");
+        assert!(!fresh.is_broken());
+    }
+
+    #[test]
+    fn a_write_guarded_by_in_transaction_writes_only_inside_a_started_transaction() {
+        let (cluster, cfg) = server();
+        let schema = cluster.fresh_schema("guard");
+        let mut c = Conn::open(&cfg).expect("a connection");
+        c.run(|q| {
+            q.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
+            ))
+        })
+        .expect("a table");
+        let insert = format!("INSERT INTO {schema}.t SELECT 1 WHERE {IN_TRANSACTION} RETURNING x");
+        let outside = c.run(|q| q.query(&insert, &[])).expect("answered");
+        assert!(
+            outside.is_empty(),
+            "outside a transaction it writes nothing"
+        );
+        let after_one = c
+            .run(|q| q.batch_execute("BEGIN; SET LOCAL interlock.in_transaction = 'on'; COMMIT"))
+            .and_then(|()| c.run(|q| q.query(&insert, &[])))
+            .expect("answered");
+        assert!(after_one.is_empty(), "the mark ends with its transaction");
+        let inside = c
+            .run_tx_opening(storage, &[(&insert, &[])], |_, rows| {
+                Ok((rows[0].len(), true))
+            })
+            .expect("committed");
+        assert_eq!(inside, 1, "sent with the start, it writes");
+        let count = c
+            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
+            .expect("counted");
+        assert_eq!(count.get::<_, i64>(0), 1);
+    }
+
+    #[test]
+    fn a_panic_inside_a_transaction_leaves_its_connection_retired() {
+        let (_, cfg) = server();
+        let mut c = Conn::open(&cfg).expect("a connection");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _: Result<(), _> = c.run_tx(storage, |_| panic!("a bug in the caller"));
+        }));
+        assert!(unwound.is_err());
+        assert!(
+            c.is_broken(),
+            "never handed out again with its transaction open"
+        );
+    }
+}

@@ -84,18 +84,26 @@ impl PgJournal {
         request: &str,
         exclusive: bool,
     ) -> Result<(), JournalError> {
-        let f = if exclusive {
-            "pg_advisory_xact_lock"
-        } else {
-            "pg_advisory_xact_lock_shared"
-        };
-        // The two-key form: a key space of its own, apart from the liveness locks' one-key form.
-        q.execute(
-            &format!("SELECT {f}($1, hashtext($2))::text"),
-            &[&ROUTE_LOCKS, &request],
-        )
-        .map(drop)
-        .map_err(|e| self.err(&e))
+        q.execute(&lock_request_sql(exclusive), &[&ROUTE_LOCKS, &request])
+            .map(drop)
+            .map_err(|e| self.err(&e))
+    }
+
+    /// The request's steps, share-locked until the transaction ends. The lock and the read go
+    /// out together (one round trip); the server runs the read once the lock is granted, so it
+    /// sees every step committed before.
+    pub(crate) fn routes_locked(
+        &self,
+        q: &mut dyn Query,
+        request: &str,
+    ) -> Result<Vec<Route>, JournalError> {
+        let mut answers = q
+            .pipeline(&[
+                (&lock_request_sql(false), &[&ROUTE_LOCKS, &request]),
+                (&self.routes_sql(""), &[&request]),
+            ])
+            .map_err(|e| self.err(&e))?;
+        self.decode_routes(&answers.pop().unwrap_or_default())
     }
 
     /// The latest step of every request, oldest request first.
@@ -121,16 +129,17 @@ impl PgJournal {
         lock: &str,
     ) -> Result<Vec<Route>, JournalError> {
         let rows = q
-            .query(
-                &format!(
-                    "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
-                     FROM {}.routes WHERE request = $1 ORDER BY n {lock}",
-                    self.schema()
-                ),
-                &[&request],
-            )
+            .query(&self.routes_sql(lock), &[&request])
             .map_err(|e| self.err(&e))?;
         self.decode_routes(&rows)
+    }
+
+    fn routes_sql(&self, lock: &str) -> String {
+        format!(
+            "SELECT n, kind, level, group_name, reason, repair_of, detail, at_ms, request \
+             FROM {}.routes WHERE request = $1 ORDER BY n {lock}",
+            self.schema()
+        )
     }
 
     fn decode_routes(&self, rows: &[postgres::Row]) -> Result<Vec<Route>, JournalError> {
@@ -160,3 +169,14 @@ impl PgJournal {
 
 /// The first key of every route lock.
 const ROUTE_LOCKS: i32 = 0x1c7e_0001;
+
+/// The statement that takes a request's lock (the two-key form: a key space of its own, apart
+/// from the liveness locks' one-key form).
+fn lock_request_sql(exclusive: bool) -> String {
+    let f = if exclusive {
+        "pg_advisory_xact_lock"
+    } else {
+        "pg_advisory_xact_lock_shared"
+    };
+    format!("SELECT {f}($1, hashtext($2))::text")
+}

@@ -98,8 +98,8 @@ async fn main() -> anyhow::Result<()> {
             None => Policy::default(),
         },
     };
-    // The journal's calls block (SQLite, or PostgreSQL's blocking driver): opening it and binding
-    // the gate run on a blocking thread, as every gated activity does.
+    // The journal's calls block (SQLite's, and PostgreSQL's too): opening it and binding the
+    // gate run on a blocking thread, as every gated activity does.
     let deps = Arc::new(tokio::task::spawn_blocking(move || Deps::new(settings)).await??);
     // INTERLOCK_METRICS_LISTEN: this worker's counters, and the journal's effects, at /metrics.
     let _metrics = interlock::metrics::Endpoint::from_env(deps.journal().clone())?;

@@ -52,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
     // Logs at RUST_LOG's level (default info); traces to a collector when
     // OTEL_EXPORTER_OTLP_ENDPOINT names one. Kept to the end of main, which flushes them.
     let _telemetry = interlock_telemetry::install("refund-worker", "info")?;
-    // Opening a journal blocks (SQLite, or PostgreSQL's blocking driver).
+    // Opening a journal blocks (SQLite's, and PostgreSQL's too).
     let (activities, _metrics) = tokio::task::spawn_blocking(activities).await??;
     let client =
         interlock_temporal::connect::client(format!("refund-worker@pid{}", std::process::id()))
