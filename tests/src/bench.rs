@@ -303,3 +303,22 @@ pub fn user_and_system_time() -> (Duration, Duration) {
     let mut next = || Duration::from_millis(ticks.next().unwrap_or(0) * 10);
     (next(), next())
 }
+
+/// Seconds of CPU the whole machine has spent busy so far (every process, user and kernel, not
+/// idle or waiting for the disk), from the first line of `/proc/stat` in ticks of 1/100 s.
+pub fn machine_busy() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let (Some(idle), Some(iowait)) = (ticks.get(3), ticks.get(4)) else {
+        anyhow::bail!("/proc/stat's first line has no idle and iowait columns");
+    };
+    let total: u64 = ticks.iter().take(8).sum();
+    Ok(total.saturating_sub(idle + iowait) as f64 / 100.0)
+}

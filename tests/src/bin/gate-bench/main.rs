@@ -41,6 +41,11 @@ struct Args {
     /// `INTERLOCK_DATABASE_URL`'s): the run to profile the round trips an effect costs.
     #[arg(long, value_name = "EFFECTS", conflicts_with_all = ["senders", "render", "quick", "serial_only"])]
     postgres_only: Option<u64>,
+    /// This many concurrent senders (threads) for 3 s on a PostgreSQL journal, printed as JSON
+    /// with the CPU time of the whole machine (the server's processes are on it too), and
+    /// nothing written: the run to profile the server's share.
+    #[arg(long, value_name = "SENDERS", conflicts_with_all = ["senders", "render", "quick", "serial_only", "postgres_only"])]
+    postgres_senders: Option<u32>,
     /// Measure only the same effects with and without three matching budgets, print, and write
     /// nothing (for profiling).
     #[arg(long, conflicts_with_all = ["senders", "render"])]
@@ -102,6 +107,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(effects) = args.postgres_only {
         return postgres::serial_only(effects);
+    }
+    if let Some(senders) = args.postgres_senders {
+        return postgres::senders_only(senders, Duration::from_secs(3));
     }
     let serial_effects = if quick { 100 } else { 2000 };
     let each = Duration::from_millis(if quick { 200 } else { 1500 });

@@ -98,3 +98,24 @@ pub(crate) fn serial_only(effects: u64) -> anyhow::Result<()> {
         ),
     }))
 }
+
+/// `senders` threads sending for `each` on a fresh schema and nothing else, printed as JSON with
+/// the cores the whole machine kept busy meanwhile.
+pub(crate) fn senders_only(senders: u32, each: Duration) -> anyhow::Result<()> {
+    let cluster = interlock_testkit::pg::Cluster::start()?;
+    let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("concurrent"), senders)?;
+    let before = bench::machine_busy()?;
+    let (done, took) = bench::threads(&bound, senders as usize, "pg-senders", each)?;
+    let busy = bench::machine_busy()? - before;
+    let secs = took.as_secs_f64().max(1e-9);
+    crate::print_json(&json!({
+        "senders": senders,
+        "effects": done,
+        "effects_per_s": interlock_testkit::bench_report::round(done as f64 / secs, 1),
+        "machine_cores_busy": interlock_testkit::bench_report::round(busy / secs, 2),
+        "machine_cpu_ms_per_effect": interlock_testkit::bench_report::round(
+            busy * 1000.0 / (done as f64).max(1.0),
+            3
+        ),
+    }))
+}
