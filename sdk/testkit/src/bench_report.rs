@@ -352,7 +352,8 @@ fn render_postgres(md: &mut String, pg: &Value) {
          | measure | median (min–max) |\n|---|---|\n\
          | server: single-row commits/s | {} |\n\
          | serial: effects/s ({} effects per round) | {} |\n\
-         | serial: effects per server commit (ceiling 0.5) | {} |\n\n\
+         | serial: effects per server commit (ceiling 0.5) | {} |\n\
+         {}\n\
          | senders (threads, one process, {} s each) | effects/s | effects per server commit |\n\
          |---|---|---|\n",
         num(&pg["rounds"]),
@@ -360,6 +361,7 @@ fn render_postgres(md: &mut String, pg: &Value) {
         num(&pg["serial_effects_per_round"]),
         spread(&pg["serial_effects_per_s"]),
         spread(&pg["serial_effects_per_commit"]),
+        requests_line(&pg["requests_per_effect"]),
         num(&pg["seconds_per_concurrent_run"]),
     );
     for row in pg["concurrent"].as_array().into_iter().flatten() {
@@ -372,6 +374,19 @@ fn render_postgres(md: &mut String, pg: &Value) {
         );
     }
     md.push('\n');
+}
+
+/// The table row of the requests a serial effect sends the server, or none where they were not
+/// counted.
+fn requests_line(requests: &Value) -> String {
+    match requests["requests_per_effect"].as_f64() {
+        Some(n) => format!(
+            "| requests sent to the server per serial effect ({} effects, `sendto` calls counted \
+             by `strace -c`; statements sent together are one) | {n} |\n",
+            num(&requests["effects"])
+        ),
+        None => String::new(),
+    }
 }
 
 fn render_grpc(md: &mut String, grpc: &Value) {

@@ -70,7 +70,9 @@ pub(crate) fn measure(
             })
         })
         .collect();
+    let requests = requests_per_effect(cluster.url(), if serial_effects < 500 { 50 } else { 500 });
     Ok(json!({
+        "requests_per_effect": requests,
         "rounds": rounds,
         "server_commit_per_s": of(&|m| m.0, 0),
         "serial_effects_per_round": serial_effects,
@@ -79,6 +81,42 @@ pub(crate) fn measure(
         "seconds_per_concurrent_run": each.as_secs_f64(),
         "concurrent": concurrent,
     }))
+}
+
+/// The requests one serial effect sends the server, counted by `strace` as the `sendto` calls of
+/// two runs of [`serial_only`] on the server at `url` (`effects` effects, and none, so opening the
+/// journal is not counted). Statements sent together go out in one call, so this is the effect's
+/// round trips, on the journal's connection and the liveness lock's session together. `None`
+/// (with the reason) where `strace` is missing or cannot trace here.
+fn requests_per_effect(url: &str, effects: u64) -> Value {
+    let count = |n: u64| -> anyhow::Result<u64> {
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("strace.txt");
+        let status = std::process::Command::new("strace")
+            .args(["-f", "-c", "-e", "trace=sendto", "-o"])
+            .arg(&out)
+            .arg(std::env::current_exe()?)
+            .args(["--postgres-only", &n.to_string()])
+            .env("INTERLOCK_DATABASE_URL", url)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "strace exited with {status}");
+        Ok(crate::sqlite::strace_calls(
+            &std::fs::read_to_string(&out)?,
+            &["sendto"],
+        ))
+    };
+    match count(effects).and_then(|all| Ok((all, count(0)?))) {
+        Ok((all, opening)) => json!({
+            "effects": effects,
+            "requests_per_effect": interlock_testkit::bench_report::round(
+                all.saturating_sub(opening) as f64 / effects.max(1) as f64,
+                2
+            ),
+            "how": "sendto calls counted by strace -f -c in a serial run, less those of a run of no effects",
+        }),
+        Err(e) => json!({ "not_counted": format!("strace: {e}") }),
+    }
 }
 
 /// `effects` effects one after another on a fresh schema and nothing else, printed as JSON.

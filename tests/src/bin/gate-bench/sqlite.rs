@@ -276,7 +276,10 @@ pub(crate) fn syncs_per_effect(dir: &Path, effects: usize) -> Value {
             .stdout(std::process::Stdio::null())
             .status()?;
         anyhow::ensure!(status.success(), "strace exited with {status}");
-        Ok(strace_sync_calls(&std::fs::read_to_string(&out)?))
+        Ok(strace_calls(
+            &std::fs::read_to_string(&out)?,
+            &["fsync", "fdatasync"],
+        ))
     };
     match count(effects).and_then(|all| Ok((all, count(0)?))) {
         Ok((all, opening)) => json!({
@@ -288,14 +291,16 @@ pub(crate) fn syncs_per_effect(dir: &Path, effects: usize) -> Value {
     }
 }
 
-/// The calls of `fsync` and `fdatasync` in `strace -c`'s summary table.
-fn strace_sync_calls(summary: &str) -> u64 {
+/// The calls of the syscalls `names` in `strace -c`'s summary table.
+pub(crate) fn strace_calls(summary: &str, names: &[&str]) -> u64 {
     summary
         .lines()
         .filter_map(|line| {
             let cols: Vec<&str> = line.split_whitespace().collect();
             match cols.last() {
-                Some(&("fsync" | "fdatasync")) if cols.len() >= 5 => cols[3].parse::<u64>().ok(),
+                Some(name) if names.contains(name) && cols.len() >= 5 => {
+                    cols[3].parse::<u64>().ok()
+                }
                 _ => None,
             }
         })
@@ -304,7 +309,11 @@ fn strace_sync_calls(summary: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::strace_sync_calls;
+    use super::strace_calls;
+
+    fn strace_sync_calls(summary: &str) -> u64 {
+        strace_calls(summary, &["fsync", "fdatasync"])
+    }
 
     #[test]
     fn strace_summary_sync_calls_are_summed_without_the_total_row() {
