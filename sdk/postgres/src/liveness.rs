@@ -121,8 +121,38 @@ impl PgLiveness {
     }
 
     fn try_lock(&self, id: i64) -> Result<Option<Conn>, ConnError> {
+        // Which server lifetime this lock belongs to, written in the statement that takes it and
+        // committed with it, so on disk before the lock counts as taken (the lock session's
+        // commits wait for the flush): a row a crash could still lose would let another attempt
+        // write it again in the new lifetime, where the lock it names would look released while
+        // its first holder may be sending. Written only when the lock was taken (the lock is
+        // taken once, before the insert reads it), and never moved to a newer lifetime: an
+        // attempt that takes the lock after a restart and then loses the race to append must not
+        // make an older holder's lock look released (a row from an older lifetime only ever makes
+        // a lock look held: the deadline rules). The lifetime's id is made by the first hold after
+        // a crash emptied it. One that another session made after this statement began is not
+        // seen here: the row then names none, and its lock is never judged released (the
+        // deadline rules), as for a lost row. The lock never waits, so the statement's snapshot
+        // is as good as one taken after it. On failure the session is dropped, and closing it
+        // drops the lock.
+        let sql = format!(
+            "WITH got AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS taken),
+             made AS (
+                 INSERT INTO {0}.server_epoch (one, id)
+                 SELECT true, md5(random()::text || clock_timestamp()::text)
+                 FROM got WHERE got.taken
+                 ON CONFLICT (one) DO NOTHING RETURNING id),
+             held AS (
+                 INSERT INTO {0}.holds (lock_id, server_started, epoch)
+                 SELECT $1, pg_postmaster_start_time(),
+                        COALESCE((SELECT id FROM made), (SELECT id FROM {0}.server_epoch))
+                 FROM got WHERE got.taken
+                 ON CONFLICT (lock_id) DO NOTHING)
+             SELECT taken FROM got",
+            self.schema
+        );
         let lock = |s: &mut Conn| {
-            s.run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
+            s.run(|q| q.query_one(&sql, &[&id]))
                 .map(|row| row.get::<_, bool>(0))
         };
         // A reused session may have died with a server restart: one fresh try.
@@ -138,29 +168,6 @@ impl PgLiveness {
             give_back(&self.idle, session);
             return Ok(None);
         }
-        // Which server lifetime this lock belongs to, written before the claim that names it.
-        // Never moved to a newer lifetime: an attempt that takes the lock after a restart and
-        // then loses the race to append must not make an older holder's lock look released
-        // (a row from an older lifetime only ever makes a lock look held: the deadline rules).
-        // The lifetime's id is made by the first hold after a crash emptied it. One that another
-        // session made after this statement began is not seen here: the row then names none,
-        // and its lock is never judged released (the deadline rules), as for a lost row.
-        let sql = format!(
-            "WITH made AS (
-                 INSERT INTO {0}.server_epoch (one, id)
-                 VALUES (true, md5(random()::text || clock_timestamp()::text))
-                 ON CONFLICT (one) DO NOTHING RETURNING id)
-             INSERT INTO {0}.holds (lock_id, server_started, epoch)
-             SELECT $1, pg_postmaster_start_time(),
-                    COALESCE((SELECT id FROM made), (SELECT id FROM {0}.server_epoch))
-             ON CONFLICT (lock_id) DO NOTHING",
-            self.schema
-        );
-        // Committed only once on disk (the lock session's commits wait for the flush): a row a
-        // crash could still lose would let another attempt write it again in the new lifetime,
-        // where the lock it names would look released while its first holder may be sending.
-        // On failure the session is dropped, and closing it drops the lock.
-        session.run(|q| q.execute(&sql, &[&id]))?;
         Ok(Some(session))
     }
 }
@@ -276,5 +283,66 @@ impl Liveness for PgLiveness {
 
     fn keeps_silent_holder(&self) -> Option<Duration> {
         Some(SILENT_HOLDER_KEPT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{PgJournal, PgOptions};
+    use crate::pool::Manager;
+
+    #[test]
+    fn a_lock_another_session_holds_writes_no_hold_and_one_taken_has_its_hold_committed() {
+        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
+        let schema = cluster.fresh_schema("holds");
+        PgJournal::open(
+            cluster.url(),
+            Arc::new(interlock::SystemClock),
+            &PgOptions::in_schema(&schema),
+        )
+        .expect("the journal's schema");
+        let config = crate::connect::config(cluster.url()).expect("its URL");
+        let pool = r2d2::Pool::builder().build_unchecked(Manager {
+            config: config.clone(),
+        });
+        let live = PgLiveness::new(config.clone(), pool, &schema, "default", "test".into());
+        let id = live.lock_id("k", 1);
+        let holds = |c: &mut Conn| {
+            c.run(|q| {
+                q.query_one(
+                    &format!("SELECT count(*) FROM {schema}.holds WHERE lock_id = $1"),
+                    &[&id],
+                )
+            })
+            .expect("counted")
+            .get::<_, i64>(0)
+        };
+        let mut other = Conn::open(&config).expect("a connection");
+        other
+            .run(|q| q.execute("SELECT pg_advisory_lock($1)::text", &[&id]))
+            .expect("the lock taken elsewhere");
+        let lost = live.try_hold("k", 1).expect("asked");
+        assert!(lost.is_none(), "held by another session");
+        assert_eq!(holds(&mut other), 0, "a lock not taken writes no hold");
+        other
+            .run(|q| q.execute("SELECT pg_advisory_unlock($1)::text", &[&id]))
+            .expect("given up");
+        let held = live.try_hold("k", 1).expect("asked");
+        assert!(held.is_some(), "free, so taken");
+        assert_eq!(
+            holds(&mut other),
+            1,
+            "its hold is committed once it counts as taken"
+        );
+        assert!(
+            !live.released("k", 1, "").expect("judged"),
+            "a lock still held is never judged released"
+        );
+        drop(held);
+        assert!(
+            live.released("k", 1, "").expect("judged"),
+            "and given back, it is"
+        );
     }
 }
