@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
-use crate::pool::{IN_TRANSACTION, Manager, Pool, Query};
+use crate::pool::{IN_TRANSACTION, MARK_OFF, Manager, Pool, Query};
 use crate::schema;
 use interlock::approval::{Route, RouteStep, admits};
 use interlock::core::limits::Use;
@@ -109,10 +109,10 @@ impl PgJournal {
         // A commit is acknowledged only once it is on disk (whatever the role or database says),
         // and no statement timeout can cut a commit's wait for a synchronous standby short (the
         // server would then report it committed with only a warning).
-        pool_cfg.options(
+        pool_cfg.options(format!(
             "-c idle_in_transaction_session_timeout=10000 -c lock_timeout=10000 \
-             -c statement_timeout=0 -c synchronous_commit=on",
-        );
+             -c statement_timeout=0 -c synchronous_commit=on {MARK_OFF}"
+        ));
         let pool = r2d2::Pool::builder()
             .max_size(opts.pool_size.max(2))
             .min_idle(Some(0))

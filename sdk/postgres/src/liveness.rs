@@ -108,15 +108,16 @@ impl PgLiveness {
         i64::from_be_bytes(first)
     }
 
-    fn session(&self) -> Result<Conn, ConnError> {
+    /// An idle lock session, or a new one; whether it was reused.
+    fn session(&self) -> Result<(Conn, bool), ConnError> {
         let reused = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         match reused {
-            Some(c) if !c.is_broken() => Ok(c),
-            _ => Conn::open(&self.config),
+            Some(c) if !c.is_broken() => Ok((c, true)),
+            _ => Ok((Conn::open(&self.config)?, false)),
         }
     }
 
@@ -155,14 +156,17 @@ impl PgLiveness {
             s.run(|q| q.query_one(&sql, &[&id]))
                 .map(|row| row.get::<_, bool>(0))
         };
-        // A reused session may have died with a server restart: one fresh try.
-        let mut session = self.session()?;
+        let (mut session, reused) = self.session()?;
         let got = match lock(&mut session) {
             Ok(got) => got,
-            Err(_) => {
+            // A reused session may have died with a server restart: one fresh try.
+            Err(_) if reused && session.is_closed() => {
                 session = Conn::open(&self.config)?;
                 lock(&mut session)?
             }
+            // One still open may hold the lock the failed statement took: it is dropped on
+            // return, and closing it gives the lock back.
+            Err(e) => return Err(e.into()),
         };
         if !got {
             give_back(&self.idle, session);

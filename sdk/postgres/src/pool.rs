@@ -191,7 +191,12 @@ const START: &str = "START TRANSACTION ISOLATION LEVEL READ COMMITTED; \
 /// A condition true only inside a transaction [`Conn::run_tx`] started. Statements sent together
 /// with the start run even if the start failed, outside any transaction, each committing on its
 /// own: one of them that writes must write only where this holds, and so writes nothing then.
-pub(crate) const IN_TRANSACTION: &str = "current_setting('interlock.in_transaction', true) = 'on'";
+pub(crate) const IN_TRANSACTION: &str =
+    "pg_catalog.current_setting('interlock.in_transaction', true) = 'on'";
+
+/// The mark's value at the start of every session of the journal ([`IN_TRANSACTION`]): a role's
+/// or database's default cannot turn it on outside a transaction.
+pub(crate) const MARK_OFF: &str = "-c interlock.in_transaction=off";
 
 impl Conn {
     /// A connection of its own, outside the pool (a liveness lock's session). Its socket is
@@ -224,7 +229,12 @@ impl Conn {
 
     /// Whether a call failed on it or the driver saw it close.
     pub(crate) fn is_broken(&self) -> bool {
-        self.broken || self.client.is_closed()
+        self.broken || self.is_closed()
+    }
+
+    /// Whether the driver saw it close (the server or the network ended it).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.is_closed()
     }
 
     /// Run `f` on the connection; any failure retires the connection.
@@ -439,6 +449,36 @@ mod tests {
             .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
             .expect("counted");
         assert_eq!(count.get::<_, i64>(0), 1);
+    }
+
+    #[test]
+    fn a_role_that_turns_the_mark_on_by_default_does_not_turn_it_on_for_the_journal() {
+        let (cluster, cfg) = server();
+        let role = cluster.fresh_schema("marked");
+        let mut admin = Conn::open(&cfg).expect("a connection");
+        admin
+            .run(|q| {
+                q.batch_execute(&format!(
+                    "CREATE ROLE {role} LOGIN PASSWORD 'pw'; \
+                     ALTER ROLE {role} SET interlock.in_transaction = 'on'"
+                ))
+            })
+            .expect("a role whose sessions start with the mark on");
+        let mut as_role = crate::connect::config(&cluster.url_as(&role, "pw")).expect("its URL");
+        let mark = format!("SELECT {IN_TRANSACTION}");
+        let mut plain = Conn::open(&as_role).expect("a connection");
+        let on = plain.run(|q| q.query_one(&mark, &[])).expect("read");
+        assert!(on.get::<_, bool>(0), "the role's default alone turns it on");
+        as_role.options(MARK_OFF);
+        let mut journal = Conn::open(&as_role).expect("a connection");
+        let on = journal.run(|q| q.query_one(&mark, &[])).expect("read");
+        assert!(
+            !on.get::<_, bool>(0),
+            "the journal's sessions start with it off"
+        );
+        drop((plain, journal));
+        // Best effort: a server of the caller's (INTERLOCK_DATABASE_URL) keeps no test role.
+        let _ = admin.run(|q| q.batch_execute(&format!("DROP ROLE {role}")));
     }
 
     #[test]
