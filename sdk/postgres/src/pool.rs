@@ -351,8 +351,8 @@ mod tests {
     #[test]
     fn a_read_sent_with_a_lock_sees_what_committed_while_the_lock_was_awaited() {
         let (cluster, cfg) = server();
-        let t = format!("{}.rows", cluster.fresh_schema("pool"));
-        let schema = t.split('.').next().unwrap_or_default().to_owned();
+        let schema = cluster.fresh_schema("pool");
+        let t = format!("{schema}.rows");
         let mut holder = Conn::open(&cfg).expect("a connection");
         holder
             .run(|q| q.batch_execute(&format!("CREATE SCHEMA {schema}; CREATE TABLE {t} (x int)")))
