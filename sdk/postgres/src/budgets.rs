@@ -47,9 +47,7 @@ impl PgJournal {
         )
     }
 
-    /// The rows of `read`, read under lock `name`. The two go out together (one round trip);
-    /// the server runs the read once the lock is granted, so it sees every change committed
-    /// before.
+    /// The rows of `read`, read under lock `name` ([`Query::read_under`]).
     pub(crate) fn read_locked(
         &self,
         q: &mut dyn Query,
@@ -59,10 +57,8 @@ impl PgJournal {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LeaseError> {
         let (lock, name) = self.lock_sql(name, exclusive);
-        let mut answers = q
-            .pipeline(&[(&lock, &[&BUDGET_LOCK_SPACE, &name]), (read, params)])
-            .map_err(|e| LeaseError::from(self.err(&e)))?;
-        Ok(answers.pop().unwrap_or_default())
+        q.read_under((&lock, &[&BUDGET_LOCK_SPACE, &name]), (read, params))
+            .map_err(|e| LeaseError::from(self.err(&e)))
     }
 
     /// The budgets in force, read under the shared rules lock.

@@ -50,6 +50,12 @@ pub(crate) trait Query {
     /// the statements after it fail too (the transaction is aborted), so only use this inside one
     /// or for statements that are safe to run whatever the others did.
     fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error>;
+    /// The rows of `read`, sent with `lock` in one round trip: the server runs the read once the
+    /// lock is granted, so it sees every change committed before.
+    fn read_under(&mut self, lock: Step<'_>, read: Step<'_>) -> Result<Vec<Row>, postgres::Error> {
+        let mut answers = self.pipeline(&[lock, read])?;
+        Ok(answers.pop().unwrap_or_default())
+    }
 }
 
 /// A connection's client with its prepared statements, and the runtime that drives it.
@@ -120,16 +126,8 @@ impl Query for Cached<'_> {
 }
 
 impl Cached<'_> {
-    /// [`Query::pipeline`], after `simple` (statements without parameters, the simple protocol)
-    /// in the same round trip; its first failure comes first.
-    fn pipeline_after(
-        &mut self,
-        simple: &str,
-        steps: &[Step<'_>],
-    ) -> Result<Vec<Vec<Row>>, postgres::Error> {
-        self.sent_together(Some(simple), steps)
-    }
-
+    /// [`Query::pipeline`], after `simple` if given (statements without parameters, the simple
+    /// protocol) in the same round trip; its failure comes first.
     fn sent_together(
         &mut self,
         simple: Option<&str>,
@@ -227,6 +225,14 @@ impl Conn {
         })
     }
 
+    fn cached(&mut self) -> Cached<'_> {
+        Cached {
+            rt: &self.rt,
+            c: &self.client,
+            statements: &mut self.statements,
+        }
+    }
+
     /// Whether a call failed on it or the driver saw it close.
     pub(crate) fn is_broken(&self) -> bool {
         self.broken || self.is_closed()
@@ -242,11 +248,7 @@ impl Conn {
         &mut self,
         f: impl FnOnce(&mut Cached<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        let out = f(&mut Cached {
-            rt: &self.rt,
-            c: &self.client,
-            statements: &mut self.statements,
-        });
+        let out = f(&mut self.cached());
         if out.is_err() {
             self.broken = true;
         }
@@ -276,17 +278,8 @@ impl Conn {
         // Broken until the transaction has ended: a failure or a panic anywhere in it retires
         // the connection, and closing it rolls the transaction back on the server.
         self.broken = true;
-        let mut q = Cached {
-            rt: &self.rt,
-            c: &self.client,
-            statements: &mut self.statements,
-        };
-        let rows = if first.is_empty() {
-            q.batch_execute(START).map(|()| Vec::new())
-        } else {
-            q.pipeline_after(START, first)
-        }
-        .map_err(|e| err(&e))?;
+        let mut q = self.cached();
+        let rows = q.sent_together(Some(START), first).map_err(|e| err(&e))?;
         let (t, keep) = f(&mut q, rows)?;
         q.batch_execute(if keep { "COMMIT" } else { "ROLLBACK" })
             .map_err(|e| err(&e))?;

@@ -89,21 +89,20 @@ impl PgJournal {
             .map_err(|e| self.err(&e))
     }
 
-    /// The request's steps, share-locked until the transaction ends. The lock and the read go
-    /// out together (one round trip); the server runs the read once the lock is granted, so it
-    /// sees every step committed before.
+    /// The request's steps, read under its shared lock until the transaction ends
+    /// ([`Query::read_under`]).
     pub(crate) fn routes_locked(
         &self,
         q: &mut dyn Query,
         request: &str,
     ) -> Result<Vec<Route>, JournalError> {
-        let mut answers = q
-            .pipeline(&[
+        let rows = q
+            .read_under(
                 (&lock_request_sql(false), &[&ROUTE_LOCKS, &request]),
                 (&self.routes_sql(""), &[&request]),
-            ])
+            )
             .map_err(|e| self.err(&e))?;
-        self.decode_routes(&answers.pop().unwrap_or_default())
+        self.decode_routes(&rows)
     }
 
     /// The latest step of every request, oldest request first.

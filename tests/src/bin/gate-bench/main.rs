@@ -13,6 +13,7 @@ mod compare;
 mod postgres;
 mod senders;
 mod sqlite;
+mod strace;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -89,30 +89,16 @@ pub(crate) fn measure(
 /// round trips, on the journal's connection and the liveness lock's session together. `None`
 /// (with the reason) where `strace` is missing or cannot trace here.
 fn requests_per_effect(url: &str, effects: u64) -> Value {
-    let count = |n: u64| -> anyhow::Result<u64> {
-        let dir = tempfile::tempdir()?;
-        let out = dir.path().join("strace.txt");
-        let status = std::process::Command::new("strace")
-            .args(["-f", "-c", "-e", "trace=sendto", "-o"])
-            .arg(&out)
-            .arg(std::env::current_exe()?)
+    let requests = crate::strace::per_effect(&["sendto"], effects, |n, command| {
+        command
             .args(["--postgres-only", &n.to_string()])
-            .env("INTERLOCK_DATABASE_URL", url)
-            .stdout(std::process::Stdio::null())
-            .status()?;
-        anyhow::ensure!(status.success(), "strace exited with {status}");
-        Ok(crate::sqlite::strace_calls(
-            &std::fs::read_to_string(&out)?,
-            &["sendto"],
-        ))
-    };
-    match count(effects).and_then(|all| Ok((all, count(0)?))) {
-        Ok((all, opening)) => json!({
+            .env("INTERLOCK_DATABASE_URL", url);
+        Ok(())
+    });
+    match requests {
+        Ok(per) => json!({
             "effects": effects,
-            "requests_per_effect": interlock_testkit::bench_report::round(
-                all.saturating_sub(opening) as f64 / effects.max(1) as f64,
-                2
-            ),
+            "requests_per_effect": interlock_testkit::bench_report::round(per, 2),
             "how": "sendto calls counted by strace -f -c in a serial run, less those of a run of no effects",
         }),
         Err(e) => json!({ "not_counted": format!("strace: {e}") }),

@@ -5,7 +5,6 @@
 //! within its round, and every figure is reported as the median of the rounds with min and max.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use interlock::target::{SendRequest, Target};
@@ -263,66 +262,20 @@ pub(crate) fn serial_only(dir: &Path, effects: usize) -> anyhow::Result<()> {
 /// what "two durable commits per effect" comes to in syncs. `None` (with the reason) where
 /// `strace` is missing or cannot trace here.
 pub(crate) fn syncs_per_effect(dir: &Path, effects: usize) -> Value {
-    let count = |n: usize| -> anyhow::Result<u64> {
-        let out = dir.join(format!("strace-{n}.txt"));
+    let syncs = crate::strace::per_effect(&["fsync", "fdatasync"], effects as u64, |n, command| {
         let run_dir = dir.join(format!("strace-run-{n}"));
         std::fs::create_dir_all(&run_dir)?;
-        let status = Command::new("strace")
-            .args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
-            .arg(&out)
-            .arg(std::env::current_exe()?)
+        command
             .args(["--serial-only", &n.to_string(), "--round-dir"])
-            .arg(&run_dir)
-            .stdout(std::process::Stdio::null())
-            .status()?;
-        anyhow::ensure!(status.success(), "strace exited with {status}");
-        Ok(strace_calls(
-            &std::fs::read_to_string(&out)?,
-            &["fsync", "fdatasync"],
-        ))
-    };
-    match count(effects).and_then(|all| Ok((all, count(0)?))) {
-        Ok((all, opening)) => json!({
+            .arg(&run_dir);
+        Ok(())
+    });
+    match syncs {
+        Ok(per) => json!({
             "effects": effects,
-            "syncs_per_effect": round(all.saturating_sub(opening) as f64 / effects.max(1) as f64, 3),
+            "syncs_per_effect": round(per, 3),
             "how": "fsync and fdatasync calls counted by strace -f -c in a serial run, less those of a run of no effects",
         }),
         Err(e) => json!({ "not_counted": format!("strace: {e}") }),
-    }
-}
-
-/// The calls of the syscalls `names` in `strace -c`'s summary table.
-pub(crate) fn strace_calls(summary: &str, names: &[&str]) -> u64 {
-    summary
-        .lines()
-        .filter_map(|line| {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            match cols.last() {
-                Some(name) if names.contains(name) && cols.len() >= 5 => {
-                    cols[3].parse::<u64>().ok()
-                }
-                _ => None,
-            }
-        })
-        .sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::strace_calls;
-
-    fn strace_sync_calls(summary: &str) -> u64 {
-        strace_calls(summary, &["fsync", "fdatasync"])
-    }
-
-    #[test]
-    fn strace_summary_sync_calls_are_summed_without_the_total_row() {
-        let s = "% time     seconds  usecs/call     calls    errors syscall\n\
-                 ------ ----------- ----------- --------- --------- ----------------\n\
-                  60.00    0.000300           5        60           fdatasync\n\
-                  40.00    0.000200          10        20         1 fsync\n\
-                 ------ ----------- ----------- --------- --------- ----------------\n\
-                 100.00    0.000500           6        80         1 total\n";
-        assert_eq!(strace_sync_calls(s), 80);
     }
 }
