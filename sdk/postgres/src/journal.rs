@@ -652,8 +652,9 @@ impl PgJournal {
     }
 
     /// A transaction's new records of one key, and the key's head moved to the last of them, in
-    /// one statement (one round trip); their `seq`s in the order given.
-    fn insert_all(
+    /// one statement sent with the transaction's COMMIT (one round trip); their `seq`s in the
+    /// order given.
+    fn insert_all_and_commit(
         &self,
         q: &mut dyn Query,
         rows: &[NewRecord<'_>],
@@ -677,7 +678,7 @@ impl PgJournal {
         let head = n.iter().copied().max().unwrap_or(0);
         // A data-modifying WITH runs to completion even though nothing reads its rows.
         let returned = q
-            .query(
+            .query_and_commit(
                 &format!(
                     "WITH head AS (UPDATE {s}.effects SET n = $8 WHERE key = $9)
                      INSERT INTO {s}.records (key, n, kind, at_ms, prev, hash, body)
@@ -713,8 +714,8 @@ impl PgJournal {
         .map_err(|e| self.err(&e))
     }
 
-    /// Inside a transaction: read the key, decide, insert. Commits only when something was
-    /// appended.
+    /// Inside a transaction: read the key, decide, insert. Commits with the insert when something
+    /// was appended; the caller rolls back otherwise.
     fn append_on(
         &self,
         q: &mut dyn Query,
@@ -736,7 +737,7 @@ impl PgJournal {
             Some(&leases),
             decide,
             self.clock.now_ms(),
-            |rows| self.insert_all(&mut **q.borrow_mut(), rows),
+            |rows| self.insert_all_and_commit(&mut **q.borrow_mut(), rows),
         )?;
         let keep = !out.appended.is_empty();
         Ok((out, keep))

@@ -50,6 +50,14 @@ pub(crate) trait Query {
     /// the statements after it fail too (the transaction is aborted), so only use this inside one
     /// or for statements that are safe to run whatever the others did.
     fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error>;
+    /// The rows of `sql`, sent with the transaction's COMMIT in one round trip: `sql` must be
+    /// the transaction's last statement. If it fails, the transaction is aborted and the COMMIT
+    /// ends it as a rollback; the failure is returned. Either way the transaction is over.
+    fn query_and_commit(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error>;
     /// The rows of `read`, sent with `lock` in one round trip: the server runs the read once the
     /// lock is granted, so it sees every change committed before.
     fn read_under(&mut self, lock: Step<'_>, read: Step<'_>) -> Result<Vec<Row>, postgres::Error> {
@@ -63,10 +71,17 @@ pub(crate) struct Cached<'a> {
     rt: &'a Runtime,
     c: &'a Client,
     statements: &'a mut HashMap<String, Statement>,
+    /// Set once a statement ended the transaction ([`Query::query_and_commit`]).
+    ended: bool,
 }
 
 impl Cached<'_> {
     fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        // Outside the transaction it would commit on its own: a caller's bug, caught by tests.
+        debug_assert!(
+            !self.ended,
+            "a statement after its transaction's last: {sql}"
+        );
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
@@ -79,6 +94,10 @@ impl Cached<'_> {
 
     /// Statements without parameters, sent together in one round trip (the simple protocol).
     pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        debug_assert!(
+            !self.ended,
+            "a statement after its transaction's last: {sql}"
+        );
         self.rt.block_on(self.c.batch_execute(sql))
     }
 }
@@ -122,6 +141,18 @@ impl Query for Cached<'_> {
 
     fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error> {
         self.sent_together(None, steps)
+    }
+
+    fn query_and_commit(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        let answers = self.sent_together(None, &[(sql, params), ("COMMIT", &[])]);
+        self.ended = true;
+        let mut answers = answers?;
+        answers.truncate(1);
+        Ok(answers.pop().unwrap_or_default())
     }
 }
 
@@ -230,6 +261,7 @@ impl Conn {
             rt: &self.rt,
             c: &self.client,
             statements: &mut self.statements,
+            ended: false,
         }
     }
 
@@ -268,7 +300,8 @@ impl Conn {
 
     /// [`Conn::run_tx`], with `first` sent together with the transaction's start and their rows
     /// handed to `f`: a transaction that begins by taking a lock and reading what it guards
-    /// costs one round trip for the three.
+    /// costs one round trip for the three. If `f` ended the transaction with its last statement
+    /// ([`Query::query_and_commit`]), nothing more is sent.
     pub(crate) fn run_tx_opening<T>(
         &mut self,
         err: impl Fn(&postgres::Error) -> JournalError,
@@ -281,8 +314,10 @@ impl Conn {
         let mut q = self.cached();
         let rows = q.sent_together(Some(START), first).map_err(|e| err(&e))?;
         let (t, keep) = f(&mut q, rows)?;
-        q.batch_execute(if keep { "COMMIT" } else { "ROLLBACK" })
-            .map_err(|e| err(&e))?;
+        if !q.ended {
+            q.batch_execute(if keep { "COMMIT" } else { "ROLLBACK" })
+                .map_err(|e| err(&e))?;
+        }
         self.broken = false;
         Ok(t)
     }
@@ -472,6 +507,92 @@ mod tests {
         drop((plain, journal));
         // Best effort: a server of the caller's (INTERLOCK_DATABASE_URL) keeps no test role.
         let _ = admin.run(|q| q.batch_execute(&format!("DROP ROLE {role}")));
+    }
+
+    #[test]
+    fn a_statement_sent_with_the_commit_ends_its_transaction_committed() {
+        let (cluster, cfg) = server();
+        let schema = cluster.fresh_schema("commit_with");
+        let mut c = Conn::open(&cfg).expect("a connection");
+        c.run(|q| {
+            q.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
+            ))
+        })
+        .expect("a table");
+        let mark = format!("SELECT {IN_TRANSACTION}");
+        let inserted = c
+            .run_tx_opening(
+                storage,
+                &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
+                |q, _| {
+                    let inside: bool = q.query_one(&mark, &[]).expect("read").get(0);
+                    assert!(inside, "still inside the transaction");
+                    let rows = q
+                        .query_and_commit(
+                            &format!("INSERT INTO {schema}.t VALUES (2) RETURNING x"),
+                            &[],
+                        )
+                        .map_err(|e| storage(&e))?;
+                    Ok((rows.len(), true))
+                },
+            )
+            .expect("committed");
+        assert_eq!(inserted, 1, "the last statement's rows");
+        assert!(
+            !c.is_broken(),
+            "a committed transaction keeps its connection"
+        );
+        let inside: bool = c.run(|q| q.query_one(&mark, &[])).expect("read").get(0);
+        assert!(
+            !inside,
+            "nothing is left open after the commit sent with the statement"
+        );
+        let mut other = Conn::open(&cfg).expect("a connection");
+        let count = other
+            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
+            .expect("counted");
+        assert_eq!(
+            count.get::<_, i64>(0),
+            2,
+            "both rows committed, seen from another session"
+        );
+    }
+
+    #[test]
+    fn a_failed_statement_sent_with_the_commit_rolls_its_whole_transaction_back() {
+        let (cluster, cfg) = server();
+        let schema = cluster.fresh_schema("commit_fail");
+        let mut c = Conn::open(&cfg).expect("a connection");
+        c.run(|q| {
+            q.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
+            ))
+        })
+        .expect("a table");
+        let failed = c.run_tx_opening(
+            storage,
+            &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
+            |q, _| {
+                q.query_and_commit(&format!("INSERT INTO {schema}.t VALUES (1 / 0)"), &[])
+                    .map_err(|e| storage(&e))?;
+                Ok(((), true))
+            },
+        );
+        let Err(JournalError::Storage { what, .. }) = failed else {
+            panic!("the division by zero is the answer: {failed:?}");
+        };
+        assert!(what.ends_with("22012"), "division by zero: {what}");
+        assert!(c.is_broken(), "a failed transaction retires its connection");
+        let mut other = Conn::open(&cfg).expect("a connection");
+        let count = other
+            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
+            .expect("counted");
+        assert_eq!(
+            count.get::<_, i64>(0),
+            0,
+            "the first statement's row was rolled back too"
+        );
     }
 
     #[test]

@@ -241,9 +241,11 @@ pub fn state_of(
 }
 
 /// Inside a store's write transaction, with the key's records read and verified in it: ask
-/// `decide` what to append, chain the events and insert them with `insert` (which returns the
-/// rows' `seq`s, in order), and refuse a history the grammar would reject. The caller commits
-/// when records were appended and rolls back otherwise, or on any error.
+/// `decide` what to append, chain the events, refuse a history the grammar would reject, keep
+/// the lease's use and the budgets' places, and insert the events with `insert` (which returns
+/// the rows' `seq`s, in order). `insert` is called at most once, for the transaction's last
+/// statement: a store may send its COMMIT with it. Otherwise the caller commits when records
+/// were appended and rolls back when none were, or on any error.
 pub fn decide_and_append(
     location: &str,
     key: &str,
@@ -251,7 +253,7 @@ pub fn decide_and_append(
     leases: Option<&dyn TxLeases>,
     decide: &mut Decide<'_>,
     now_ms: i64,
-    mut insert: impl FnMut(&[NewRecord<'_>]) -> Result<Vec<i64>, JournalError>,
+    insert: impl FnOnce(&[NewRecord<'_>]) -> Result<Vec<i64>, JournalError>,
 ) -> Result<AppendOutcome, JournalError> {
     let Verified {
         mut records,
@@ -289,8 +291,18 @@ pub fn decide_and_append(
             event,
         });
     }
+    // Refuse to commit anything that would make the history unreadable.
+    let mut history = Verified::new(location, key, records)?;
+    if let Some(leases) = leases {
+        let dispatched_now = history.records[first_new..]
+            .iter()
+            .any(|r| matches!(r.event, Event::Dispatched(_)));
+        keep_use(location, key, leases, held_before, dispatched_now, &history)?;
+    }
+    // The insert is the transaction's last statement, so a store that can (PostgreSQL) sends
+    // its COMMIT with it, in the same round trip.
     if !bodies.is_empty() {
-        let rows: Vec<NewRecord<'_>> = records[first_new..]
+        let rows: Vec<NewRecord<'_>> = history.records[first_new..]
             .iter()
             .zip(&bodies)
             .map(|(r, body)| NewRecord {
@@ -314,19 +326,11 @@ pub fn decide_and_append(
                 ),
             });
         }
-        for (r, seq) in records[first_new..].iter_mut().zip(seqs) {
+        for (r, seq) in history.records[first_new..].iter_mut().zip(seqs) {
             r.seq = seq;
         }
     }
-    let appended = records[first_new..].to_vec();
-    // Refuse to commit anything that would make the history unreadable.
-    let history = Verified::new(location, key, records)?;
-    if let Some(leases) = leases {
-        let dispatched_now = appended
-            .iter()
-            .any(|r| matches!(r.event, Event::Dispatched(_)));
-        keep_use(location, key, leases, held_before, dispatched_now, &history)?;
-    }
+    let appended = history.records[first_new..].to_vec();
     Ok(AppendOutcome {
         before,
         appended,
