@@ -148,11 +148,27 @@ impl Query for Cached<'_> {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, postgres::Error> {
-        let answers = self.sent_together(None, &[(sql, params), ("COMMIT", &[])]);
+        let (statement, commit) = (self.statement(sql)?, self.statement("COMMIT")?);
         self.ended = true;
-        let mut answers = answers?;
-        answers.truncate(1);
-        Ok(answers.pop().unwrap_or_default())
+        let c = self.c;
+        self.rt.block_on(async {
+            let mut rows = std::pin::pin!(c.query(&statement, params));
+            // The first poll sends the statement, or fails before sending anything (parameters
+            // it could not encode): then no COMMIT follows, and the transaction stays open until
+            // the connection, retired for the failure, is closed and the server rolls it back.
+            match futures::poll!(&mut rows) {
+                std::task::Poll::Ready(Err(e)) => return Err(e),
+                std::task::Poll::Ready(Ok(rows)) => {
+                    c.query(&commit, &[]).await?;
+                    return Ok(rows);
+                }
+                std::task::Poll::Pending => {}
+            }
+            let (rows, committed) = futures::join!(rows, c.query(&commit, &[]));
+            let rows = rows?;
+            committed?;
+            Ok(rows)
+        })
     }
 }
 
@@ -592,6 +608,41 @@ mod tests {
             count.get::<_, i64>(0),
             0,
             "the first statement's row was rolled back too"
+        );
+    }
+
+    #[test]
+    fn a_statement_that_cannot_be_sent_sends_no_commit_after_it() {
+        let (cluster, cfg) = server();
+        let schema = cluster.fresh_schema("commit_unsent");
+        let mut c = Conn::open(&cfg).expect("a connection");
+        c.run(|q| {
+            q.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
+            ))
+        })
+        .expect("a table");
+        let failed = c.run_tx_opening(
+            storage,
+            &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
+            |q, _| {
+                // One parameter short: the driver refuses it before anything is sent.
+                q.query_and_commit(&format!("INSERT INTO {schema}.t VALUES ($1)"), &[])
+                    .map_err(|e| storage(&e))?;
+                Ok(((), true))
+            },
+        );
+        assert!(failed.is_err(), "{failed:?}");
+        assert!(c.is_broken(), "a failed transaction retires its connection");
+        drop(c);
+        let mut other = Conn::open(&cfg).expect("a connection");
+        let count = other
+            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
+            .expect("counted");
+        assert_eq!(
+            count.get::<_, i64>(0),
+            0,
+            "the transaction's first row was never committed"
         );
     }
 

@@ -19,7 +19,8 @@ pub struct GateConfig {
     pub settle: Duration,
     /// A tier-1 target is trusted only until `window − margin` after the first dispatch.
     pub dedupe_margin: Duration,
-    /// Where liveness lock files live (one host only).
+    /// The liveness lock file (one host only; the name is from when it was a directory of lock
+    /// files).
     pub lock_dir: PathBuf,
     /// Suggested wait before retrying an effect in flight elsewhere.
     pub retry_after: Duration,
@@ -74,7 +75,7 @@ impl GateConfig {
     }
 
     /// Defaults for a journal at `journal_path`: 30 s send timeout, 5 s settle, 1 h dedupe margin,
-    /// lock files beside the journal (in its directory, resolved to a canonical path).
+    /// the liveness lock file beside the journal (in its directory, resolved to a canonical path).
     pub fn beside(journal_path: impl Into<PathBuf>) -> Self {
         // One directory however the journal was named (`./j.db`, `/srv/j.db`, a symlink):
         // a recoverer that probed another directory would find every holder's lock free.
@@ -237,7 +238,8 @@ impl GateConfigBuilder {
         self
     }
 
-    /// Where liveness lock files live (default: beside the journal).
+    /// The liveness lock file (default: `<journal>.locks`, beside the journal). A directory of an
+    /// earlier release's lock files at that path is moved aside when the gate opens it.
     pub fn lock_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cfg.lock_dir = dir.into();
         self
