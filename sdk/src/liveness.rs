@@ -21,8 +21,9 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::{FcntlArg, fcntl};
@@ -85,7 +86,17 @@ pub struct LockDir {
     host: String,
     /// Descriptions of the lock file that hold no lock, for the next hold or probe.
     idle: Arc<Mutex<Vec<File>>>,
+    /// The process that opened them: a child forked without exec shares them, so it opens its
+    /// own.
+    pid: u32,
+    /// When the file's modification time was last set (seconds since the epoch): locks leave a
+    /// file's times as they are, and a cleaner that removes old files (`/tmp`'s) must not take
+    /// it from under its holders.
+    touched: Arc<AtomicU64>,
 }
+
+/// How often a holder sets the lock file's modification time, at most.
+const TOUCH_EVERY: u64 = 60;
 
 /// Idle descriptions kept open for reuse; more are closed as their locks are given back.
 const IDLE: usize = 64;
@@ -105,21 +116,48 @@ impl LockDir {
         }
         let file = open_in_place(&path)?;
         let meta = file.metadata()?;
-        Ok(Self {
+        let locks = Self {
             path,
             id: (meta.dev(), meta.ino()),
             host: host.into(),
-            idle: Arc::new(Mutex::new(vec![file])),
-        })
+            idle: Arc::new(Mutex::new(Vec::new())),
+            pid: std::process::id(),
+            touched: Arc::new(AtomicU64::new(0)),
+        };
+        locks.touch(&file);
+        locks
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(file);
+        Ok(locks)
+    }
+
+    /// Write the file's first byte if that was last done more than a minute ago, which moves its
+    /// modification time (write permission is enough; no lock reads the contents). Best effort:
+    /// a failure is logged and the hold goes on.
+    fn touch(&self, file: &File) {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if secs.saturating_sub(self.touched.load(Ordering::Relaxed)) < TOUCH_EVERY {
+            return;
+        }
+        self.touched.store(secs, Ordering::Relaxed);
+        if let Err(e) = file.write_at(&[0], 0) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not refresh the liveness lock file's modification time");
+        }
     }
 
     /// A description of the lock file holding no lock, checked to be the file still at its path.
     fn open(&self) -> io::Result<File> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::process::id() != self.pid {
+                idle.clear();
+            }
+            idle.pop()
+        };
         let file = match idle {
             Some(file) => file,
             None => open_file(&self.path)?,
@@ -153,7 +191,10 @@ impl LockDir {
         stem.truncate(32);
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            if !entry.file_name().to_string_lossy().starts_with(&retired) {
+            // Only this release moves directories aside under that name, one at a time.
+            if !entry.file_name().to_string_lossy().starts_with(&retired)
+                || !entry.file_type()?.is_dir()
+            {
                 continue;
             }
             let file = match OpenOptions::new()
@@ -181,7 +222,23 @@ fn open_in_place(path: &Path) -> io::Result<File> {
     loop {
         tries += 1;
         match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => retire(path)?,
+            Ok(m) if m.is_dir() => {
+                // Processes of this release move it one at a time, each looking again under the
+                // lock: a second one never moves the lock file the first put in its place.
+                let mut migrating = path.as_os_str().to_owned();
+                migrating.push(".migrate");
+                let migrating = open_file(Path::new(&migrating))?;
+                migrating.lock()?;
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+                    retire(path)?;
+                }
+                let file = open_file(path);
+                drop(migrating);
+                match file {
+                    Err(e) if e.kind() == io::ErrorKind::IsADirectory && tries < 5 => continue,
+                    other => return other,
+                }
+            }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -349,6 +406,7 @@ impl Liveness for LockDir {
 
     fn try_hold(&self, key: &str, token: u64) -> io::Result<Option<HeldLock>> {
         let file = self.open()?;
+        self.touch(&file);
         let start = byte_of(key, token);
         if !try_take(&file, start)? {
             self.idle
@@ -491,6 +549,57 @@ mod tests {
             "nothing taken on the new file"
         );
         drop(held);
+        Ok(())
+    }
+
+    #[test]
+    fn processes_opening_at_once_move_the_earlier_directory_once_and_share_one_file()
+    -> io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("j.db.locks");
+        std::fs::create_dir(&path)?;
+        File::create(path.join(format!("{}.1.lock", "a".repeat(32))))?;
+        let opened: Vec<LockDir> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| LockDir::new(&path, "here")))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+                })
+                .collect::<io::Result<_>>()
+        })?;
+        assert!(path.is_file());
+        let aside: Vec<_> = std::fs::read_dir(tmp.path())?
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(RETIRED))
+            .collect();
+        assert_eq!(aside.len(), 1, "moved aside once");
+        assert!(
+            aside[0].file_type()?.is_dir(),
+            "the directory, never the lock file"
+        );
+        let held = opened[0].try_hold("k", 1)?;
+        assert!(held.is_some());
+        for other in &opened[1..] {
+            assert!(
+                !other.released("k", 1, "here")?,
+                "every handle sees one file"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn opening_the_lock_file_moves_its_modification_time() -> io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("l");
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        File::create(&path)?.set_modified(old)?;
+        let _locks = LockDir::new(&path, "here")?;
+        assert!(std::fs::metadata(&path)?.modified()? > old);
         Ok(())
     }
 

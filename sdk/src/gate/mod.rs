@@ -214,7 +214,7 @@ impl Gate {
         cfg: GateConfig,
     ) -> Result<Self, GateError> {
         cfg.check()?;
-        // A journal shared by several hosts brings liveness they can all see; lock files serve
+        // A journal shared by several hosts brings liveness they can all see; a lock file serves
         // the processes of one host.
         let locks = match journal.liveness() {
             Some(shared) => shared,

@@ -29,11 +29,21 @@ impl Bound {
         claim: &Claim,
         seen: &Verified,
     ) -> Result<Step, GateError> {
+        // A lock that cannot be judged counts as held: the claim's deadline rules.
         let lock_free = self
             .gate
             .locks
             .released(key.as_str(), claim.token, &claim.holder.host)
-            .map_err(|e| self.lock_err(e))?;
+            .unwrap_or_else(|e| {
+                tracing::warn!(
+                    key = %key,
+                    token = claim.token,
+                    place = %self.gate.locks.place(),
+                    error = %e,
+                    "cannot judge the holder's liveness lock; counted as held until its claim's deadline"
+                );
+                false
+            });
         // Read after the liveness check: a holder seen dead died before this instant.
         let now = self.now();
         let tier = self.tier_facts();

@@ -246,7 +246,7 @@ pub trait Journal: Send + Sync {
     fn store_id(&self) -> &str;
 
     /// Liveness locks every worker of this journal can see, when the journal brings its own
-    /// (a database shared by several hosts). `None`: the gate uses lock files on this host.
+    /// (a database shared by several hosts). `None`: the gate uses a lock file on this host.
     fn liveness(&self) -> Option<std::sync::Arc<dyn crate::liveness::Liveness>> {
         None
     }
