@@ -392,6 +392,29 @@ mod tests {
         }
     }
 
+    /// A connection and a fresh schema `name`_… holding an empty table `t (x int)`.
+    fn with_table(name: &str) -> (tokio_postgres::Config, Conn, String) {
+        let (cluster, cfg) = server();
+        let schema = cluster.fresh_schema(name);
+        let mut c = Conn::open(&cfg).expect("a connection");
+        c.run(|q| {
+            q.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
+            ))
+        })
+        .expect("a table");
+        (cfg, c, schema)
+    }
+
+    /// The rows of `schema`.t that another session sees.
+    fn committed_rows(cfg: &tokio_postgres::Config, schema: &str) -> i64 {
+        let mut other = Conn::open(cfg).expect("a connection");
+        other
+            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
+            .expect("counted")
+            .get(0)
+    }
+
     #[test]
     fn a_read_sent_with_a_lock_sees_what_committed_while_the_lock_was_awaited() {
         let (cluster, cfg) = server();
@@ -463,15 +486,7 @@ mod tests {
 
     #[test]
     fn a_write_guarded_by_in_transaction_writes_only_inside_a_started_transaction() {
-        let (cluster, cfg) = server();
-        let schema = cluster.fresh_schema("guard");
-        let mut c = Conn::open(&cfg).expect("a connection");
-        c.run(|q| {
-            q.batch_execute(&format!(
-                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
-            ))
-        })
-        .expect("a table");
+        let (cfg, mut c, schema) = with_table("guard");
         let insert = format!("INSERT INTO {schema}.t SELECT 1 WHERE {IN_TRANSACTION} RETURNING x");
         let outside = c.run(|q| q.query(&insert, &[])).expect("answered");
         assert!(
@@ -489,10 +504,7 @@ mod tests {
             })
             .expect("committed");
         assert_eq!(inside, 1, "sent with the start, it writes");
-        let count = c
-            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
-            .expect("counted");
-        assert_eq!(count.get::<_, i64>(0), 1);
+        assert_eq!(committed_rows(&cfg, &schema), 1);
     }
 
     #[test]
@@ -527,15 +539,7 @@ mod tests {
 
     #[test]
     fn a_statement_sent_with_the_commit_ends_its_transaction_committed() {
-        let (cluster, cfg) = server();
-        let schema = cluster.fresh_schema("commit_with");
-        let mut c = Conn::open(&cfg).expect("a connection");
-        c.run(|q| {
-            q.batch_execute(&format!(
-                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
-            ))
-        })
-        .expect("a table");
+        let (cfg, mut c, schema) = with_table("commit_with");
         let mark = format!("SELECT {IN_TRANSACTION}");
         let inserted = c
             .run_tx_opening(
@@ -564,28 +568,13 @@ mod tests {
             !inside,
             "nothing is left open after the commit sent with the statement"
         );
-        let mut other = Conn::open(&cfg).expect("a connection");
-        let count = other
-            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
-            .expect("counted");
-        assert_eq!(
-            count.get::<_, i64>(0),
-            2,
-            "both rows committed, seen from another session"
-        );
+        let count = committed_rows(&cfg, &schema);
+        assert_eq!(count, 2, "both rows committed, seen from another session");
     }
 
     #[test]
     fn a_failed_statement_sent_with_the_commit_rolls_its_whole_transaction_back() {
-        let (cluster, cfg) = server();
-        let schema = cluster.fresh_schema("commit_fail");
-        let mut c = Conn::open(&cfg).expect("a connection");
-        c.run(|q| {
-            q.batch_execute(&format!(
-                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
-            ))
-        })
-        .expect("a table");
+        let (cfg, mut c, schema) = with_table("commit_fail");
         let failed = c.run_tx_opening(
             storage,
             &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
@@ -600,28 +589,13 @@ mod tests {
         };
         assert!(what.ends_with("22012"), "division by zero: {what}");
         assert!(c.is_broken(), "a failed transaction retires its connection");
-        let mut other = Conn::open(&cfg).expect("a connection");
-        let count = other
-            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
-            .expect("counted");
-        assert_eq!(
-            count.get::<_, i64>(0),
-            0,
-            "the first statement's row was rolled back too"
-        );
+        let count = committed_rows(&cfg, &schema);
+        assert_eq!(count, 0, "the first statement's row was rolled back too");
     }
 
     #[test]
     fn a_statement_that_cannot_be_sent_sends_no_commit_after_it() {
-        let (cluster, cfg) = server();
-        let schema = cluster.fresh_schema("commit_unsent");
-        let mut c = Conn::open(&cfg).expect("a connection");
-        c.run(|q| {
-            q.batch_execute(&format!(
-                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (x int)"
-            ))
-        })
-        .expect("a table");
+        let (cfg, mut c, schema) = with_table("commit_unsent");
         let failed = c.run_tx_opening(
             storage,
             &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
@@ -635,15 +609,8 @@ mod tests {
         assert!(failed.is_err(), "{failed:?}");
         assert!(c.is_broken(), "a failed transaction retires its connection");
         drop(c);
-        let mut other = Conn::open(&cfg).expect("a connection");
-        let count = other
-            .run(|q| q.query_one(&format!("SELECT count(*) FROM {schema}.t"), &[]))
-            .expect("counted");
-        assert_eq!(
-            count.get::<_, i64>(0),
-            0,
-            "the transaction's first row was never committed"
-        );
+        let count = committed_rows(&cfg, &schema);
+        assert_eq!(count, 0, "the transaction's first row was never committed");
     }
 
     #[test]
