@@ -51,8 +51,10 @@ pub(crate) trait Query {
     /// or for statements that are safe to run whatever the others did.
     fn pipeline(&mut self, steps: &[Step<'_>]) -> Result<Vec<Vec<Row>>, postgres::Error>;
     /// The rows of `sql`, sent with the transaction's COMMIT in one round trip: `sql` must be
-    /// the transaction's last statement. If it fails, the transaction is aborted and the COMMIT
-    /// ends it as a rollback; the failure is returned. Either way the transaction is over.
+    /// the transaction's last statement. If the server fails it, the transaction is aborted and
+    /// the COMMIT ends it as a rollback; if it cannot be sent at all, no COMMIT follows (the
+    /// connection, retired for the failure, rolls it back as it closes). The failure is
+    /// returned, and either way the transaction is over.
     fn query_and_commit(
         &mut self,
         sql: &str,
