@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::{FcntlArg, fcntl};
 use nix::libc;
+use sha2::{Digest, Sha256};
 
 use crate::effect::sha256_hex;
 
@@ -125,11 +126,7 @@ impl LockDir {
             touched: Arc::new(AtomicU64::new(0)),
         };
         locks.touch(&file);
-        locks
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(file);
+        keep_idle(&locks.idle, file);
         Ok(locks)
     }
 
@@ -222,23 +219,7 @@ fn open_in_place(path: &Path) -> io::Result<File> {
     loop {
         tries += 1;
         match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => {
-                // Processes of this release move it one at a time, each looking again under the
-                // lock: a second one never moves the lock file the first put in its place.
-                let mut migrating = path.as_os_str().to_owned();
-                migrating.push(".migrate");
-                let migrating = open_file(Path::new(&migrating))?;
-                migrating.lock()?;
-                if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-                    retire(path)?;
-                }
-                let file = open_file(path);
-                drop(migrating);
-                match file {
-                    Err(e) if e.kind() == io::ErrorKind::IsADirectory && tries < 5 => continue,
-                    other => return other,
-                }
-            }
+            Ok(m) if m.is_dir() => retire_one_at_a_time(path)?,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -248,6 +229,20 @@ fn open_in_place(path: &Path) -> io::Result<File> {
             other => return other,
         }
     }
+}
+
+/// [`retire`], by one process of this release at a time, each looking again under the lock: a
+/// second one never moves the lock file the first put in its place (it finds a file there, or
+/// nothing yet, and opens it).
+fn retire_one_at_a_time(path: &Path) -> io::Result<()> {
+    let mut migrating = path.as_os_str().to_owned();
+    migrating.push(".migrate");
+    let migrating = open_file(Path::new(&migrating))?;
+    migrating.lock()?;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        retire(path)?;
+    }
+    Ok(())
 }
 
 /// Move an earlier release's directory of lock files aside, after checking that it holds lock
@@ -338,8 +333,10 @@ fn writable(dir: &Path, e: io::Error) -> io::Error {
 /// The byte that stands for `key`/`token`: a collision between two pairs can only make a free
 /// lock look held (the deadline rules) or a lock look taken (the attempt is told it is busy).
 fn byte_of(key: &str, token: u64) -> libc::off_t {
-    let digest = sha256_hex(format!("{token}:{key}").as_bytes());
-    let n = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
+    let digest = Sha256::digest(format!("{token}:{key}").as_bytes());
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest[..8]);
+    let n = u64::from_be_bytes(first);
     // Below half the largest offset: the range's end stays a valid file offset.
     let below = u64::try_from(libc::off_t::MAX).unwrap_or(u64::MAX) / 2;
     libc::off_t::try_from(n % below).unwrap_or(0)
@@ -391,11 +388,16 @@ impl Drop for Held {
         };
         // If the lock cannot be given back, closing the description (dropping it) does.
         if give_back(&file, self.start).is_ok() {
-            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            if idle.len() < IDLE {
-                idle.push(file);
-            }
+            keep_idle(&self.idle, file);
         }
+    }
+}
+
+/// Keep `file`, which holds no lock, for the next hold or probe (or close it: enough are kept).
+fn keep_idle(idle: &Mutex<Vec<File>>, file: File) {
+    let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
+    if idle.len() < IDLE {
+        idle.push(file);
     }
 }
 
@@ -409,10 +411,7 @@ impl Liveness for LockDir {
         self.touch(&file);
         let start = byte_of(key, token);
         if !try_take(&file, start)? {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(file);
+            keep_idle(&self.idle, file);
             return Ok(None);
         }
         Ok(Some(HeldLock::new(Held {
@@ -428,10 +427,7 @@ impl Liveness for LockDir {
         }
         let file = self.open()?;
         let taken = taken_elsewhere(&file, byte_of(key, token));
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(file);
+        keep_idle(&self.idle, file);
         Ok(!taken? && !self.held_by_earlier_release(key, token)?)
     }
 }

@@ -417,6 +417,24 @@ mod tests {
             .get(0)
     }
 
+    /// A transaction that inserts a row into `schema`.t, then sends `INSERT INTO … {last}`, with
+    /// no parameters, together with the COMMIT.
+    fn one_row_then_commit_with(
+        c: &mut Conn,
+        schema: &str,
+        last: &str,
+    ) -> Result<(), JournalError> {
+        c.run_tx_opening(
+            storage,
+            &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
+            |q, _| {
+                q.query_and_commit(&format!("INSERT INTO {schema}.t {last}"), &[])
+                    .map_err(|e| storage(&e))?;
+                Ok(((), true))
+            },
+        )
+    }
+
     #[test]
     fn a_read_sent_with_a_lock_sees_what_committed_while_the_lock_was_awaited() {
         let (cluster, cfg) = server();
@@ -577,15 +595,7 @@ mod tests {
     #[test]
     fn a_failed_statement_sent_with_the_commit_rolls_its_whole_transaction_back() {
         let (cfg, mut c, schema) = with_table("commit_fail");
-        let failed = c.run_tx_opening(
-            storage,
-            &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
-            |q, _| {
-                q.query_and_commit(&format!("INSERT INTO {schema}.t VALUES (1 / 0)"), &[])
-                    .map_err(|e| storage(&e))?;
-                Ok(((), true))
-            },
-        );
+        let failed = one_row_then_commit_with(&mut c, &schema, "VALUES (1 / 0)");
         let Err(JournalError::Storage { what, .. }) = failed else {
             panic!("the division by zero is the answer: {failed:?}");
         };
@@ -598,16 +608,8 @@ mod tests {
     #[test]
     fn a_statement_that_cannot_be_sent_sends_no_commit_after_it() {
         let (cfg, mut c, schema) = with_table("commit_unsent");
-        let failed = c.run_tx_opening(
-            storage,
-            &[(&format!("INSERT INTO {schema}.t VALUES (1)"), &[])],
-            |q, _| {
-                // One parameter short: the driver refuses it before anything is sent.
-                q.query_and_commit(&format!("INSERT INTO {schema}.t VALUES ($1)"), &[])
-                    .map_err(|e| storage(&e))?;
-                Ok(((), true))
-            },
-        );
+        // One parameter short: the driver refuses it before anything is sent.
+        let failed = one_row_then_commit_with(&mut c, &schema, "VALUES ($1)");
         assert!(failed.is_err(), "{failed:?}");
         assert!(c.is_broken(), "a failed transaction retires its connection");
         drop(c);
