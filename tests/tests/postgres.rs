@@ -603,3 +603,176 @@ fn a_server_that_may_lose_acknowledged_commits_is_refused() {
     let err = PgJournal::open(cluster.url(), clock(), &PgOptions::default()).unwrap_err();
     assert!(err.to_string().contains("fsync off"), "{err}");
 }
+
+/// A journal in a fresh schema of the shared server.
+fn fresh_journal(label: &str) -> (&'static Cluster, PgJournal, String) {
+    let cluster = Cluster::shared().unwrap();
+    let opts = PgOptions::in_schema(cluster.fresh_schema(label));
+    let journal = PgJournal::open(cluster.url(), clock(), &opts).unwrap();
+    (cluster, journal, opts.schema)
+}
+
+/// What a decision read of the leases, the key's route and the budgets inside its transaction.
+#[derive(Debug, Default)]
+struct Seen {
+    named: Option<interlock::Grant>,
+    other: Option<interlock::Grant>,
+    routes: usize,
+    budgets: Vec<String>,
+}
+
+/// An append on `key` that names `named` ahead (with the route and the budgets) and whose
+/// decision reads `other`, then `named`, the route and the budgets, appending nothing.
+fn read_in_append(journal: &PgJournal, key: &str, named: &str, other: &str) -> Seen {
+    let key = EffectKey::fixed(key).unwrap();
+    let ahead = interlock::journal::ReadsAhead {
+        lease: Some(named),
+        routes: true,
+        budgets: true,
+    };
+    let mut seen = Seen::default();
+    journal
+        .append_reading(&key, &Default::default(), ahead, &mut |tx| {
+            let leases = tx.leases.expect("the leases live in the journal");
+            // The other first: an answer read ahead must not be handed to it.
+            seen.other = leases.grant(other).unwrap();
+            seen.named = leases.grant(named).unwrap();
+            seen.routes = leases.routes(key.as_str()).unwrap().len();
+            seen.budgets = leases
+                .budgets()
+                .unwrap()
+                .into_iter()
+                .map(|b| b.id)
+                .collect();
+            Vec::new()
+        })
+        .unwrap();
+    seen
+}
+
+/// A lease, route and budgets sent with the transaction's start answer the decision as reading
+/// them in the transaction would; a lease the decision asks for that was not named is read then.
+#[test]
+fn reads_sent_ahead_answer_as_the_transaction_and_another_lease_is_read_in_it() {
+    let (_cluster, journal, _schema) = fresh_journal("ahead_answers");
+    journal
+        .grant_lease(&interlock::Grant::new("named", "ops", 1))
+        .unwrap();
+    journal
+        .grant_lease(&interlock::Grant::new("other", "ops", 1))
+        .unwrap();
+    assert!(journal.revoke_lease("other").unwrap());
+    journal
+        .set_budget(&daily_count("per-day", 10), "finance@example")
+        .unwrap();
+    let seen = read_in_append(&journal, "ahead-1", "named", "other");
+    let named = seen.named.expect("the named lease");
+    assert_eq!((named.id.as_str(), named.revoked_ms), ("named", None));
+    let other = seen
+        .other
+        .expect("the other lease, read in the transaction");
+    assert_eq!(other.id, "other");
+    assert!(other.revoked_ms.is_some(), "{other:?}");
+    assert_eq!(seen.routes, 0);
+    assert_eq!(seen.budgets, ["per-day"]);
+    // A lease named ahead that does not exist reads as none, as it would in the transaction.
+    let seen = read_in_append(&journal, "ahead-2", "missing", "named");
+    assert!(seen.named.is_none());
+    assert_eq!(seen.other.expect("read in the transaction").id, "named");
+}
+
+/// A revocation whose transaction is open when a dispatch starts: the lease read sent ahead
+/// waits for it, so the decision sees the lease revoked. And once a dispatch has read a lease
+/// ahead, a revocation waits for the dispatch's transaction to end.
+#[test]
+fn a_lease_read_ahead_is_ordered_against_revocations_both_ways() {
+    let (cluster, journal, schema) = fresh_journal("ahead_revoke");
+    for id in ["first", "second"] {
+        journal
+            .grant_lease(&interlock::Grant::new(id, "ops", 1))
+            .unwrap();
+    }
+    let revoke = |id: &str| format!("UPDATE {schema}.leases SET revoked_ms = 2 WHERE id = '{id}'");
+    let mut c = ::postgres::Client::connect(cluster.url(), ::postgres::NoTls).unwrap();
+    let mut tx = c.transaction().unwrap();
+    tx.execute(&revoke("first"), &[]).unwrap();
+    let seen = std::thread::scope(|scope| {
+        let reading = scope.spawn(|| read_in_append(&journal, "ahead-3", "first", "first"));
+        assert!(
+            waits_on_a_lock(cluster.url(), &schema, || reading.is_finished()),
+            "the read sent ahead waits for the open revocation"
+        );
+        tx.commit().unwrap();
+        reading.join().unwrap()
+    });
+    assert!(
+        seen.named.expect("the lease").revoked_ms.is_some(),
+        "a revocation that committed while the read waited is seen"
+    );
+
+    let key = EffectKey::fixed("ahead-4").unwrap();
+    let ahead = interlock::journal::ReadsAhead {
+        lease: Some("second"),
+        ..Default::default()
+    };
+    let (url, sql) = (cluster.url().to_owned(), revoke("second"));
+    let mut revoking = None;
+    journal
+        .append_reading(&key, &Default::default(), ahead, &mut |_tx| {
+            let (url, sql) = (url.clone(), sql.clone());
+            let r = std::thread::spawn(move || {
+                let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+                c.execute(&sql, &[]).unwrap()
+            });
+            assert!(
+                waits_on_a_lock(cluster.url(), &schema, || r.is_finished()),
+                "a revocation never passes a lease read ahead while its transaction is open"
+            );
+            revoking = Some(r);
+            Vec::new()
+        })
+        .unwrap();
+    let revoked = revoking.expect("decided").join().unwrap();
+    assert_eq!(
+        revoked, 1,
+        "the revocation went through once the transaction ended"
+    );
+}
+
+/// Whether a statement on `schema`'s leases comes to wait on a lock within 5 s, while `done`
+/// says the session that would wait has not finished.
+fn waits_on_a_lock(url: &str, schema: &str, done: impl Fn() -> bool) -> bool {
+    let mut watcher = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+    let pattern = format!("%{schema}.leases%");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) && !done() {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE $1",
+                &[&pattern],
+            )
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A budget counting the effects of a UTC day.
+fn daily_count(id: &str, max: i64) -> interlock::budget::Budget {
+    use interlock::budget::{Budget, CalendarUnit, Limit, Window};
+    Budget {
+        id: id.into(),
+        scope: std::collections::BTreeMap::new(),
+        per: Vec::new(),
+        window: Window::Calendar {
+            unit: CalendarUnit::Day,
+            utc_offset_minutes: 0,
+        },
+        limit: Limit::Count { max },
+    }
+}

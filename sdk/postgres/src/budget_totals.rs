@@ -235,7 +235,7 @@ impl PgJournal {
         q: &mut dyn Query,
         key: &str,
     ) -> Result<(), LeaseError> {
-        self.lock(q, "(rules)", false)?;
+        self.lock(q, crate::budgets::RULES, false)?;
         let places = q
             .query(
                 &format!(

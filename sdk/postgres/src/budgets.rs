@@ -6,7 +6,9 @@
 //! the lease and the lease's use lock, and nothing takes those while holding one of these, so
 //! they add no cycle. The budgets in force are read under a shared lock that setting or removing
 //! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
-//! every dispatch after it reads the new ones.
+//! every dispatch after it reads the new ones. A dispatch that names the budgets ahead
+//! (`crate::ahead`) takes that lock with its transaction's start, before a lease's use lock; a
+//! change takes no other lock of the journal's before it, so that adds no cycle either.
 
 use interlock::budget::{Budget, BudgetChange, Hold, budget_of, check_by, check_change, spec_of};
 use interlock::lease::LeaseError;
@@ -18,7 +20,18 @@ use postgres::types::ToSql;
 
 /// The prefix of the budgets' advisory lock names (hashed to 64 bits with the schema and the
 /// counter, so a caller-chosen `per` value cannot aim at another lock).
-const BUDGET_LOCK_SPACE: &str = "interlock-budget:";
+pub(crate) const BUDGET_LOCK_SPACE: &str = "interlock-budget:";
+
+/// The name of the lock over the budgets in force (setting or removing one takes it
+/// exclusively).
+pub(crate) const RULES: &str = "(rules)";
+
+/// The budgets in force from their rows (id, spec).
+pub(crate) fn budgets_of(rows: &[Row]) -> Result<Vec<Budget>, LeaseError> {
+    rows.iter()
+        .map(|r| budget_of(&r.get::<_, String>(0), &r.get::<_, String>(1)))
+        .collect()
+}
 
 impl PgJournal {
     pub(crate) fn lock(
@@ -63,21 +76,24 @@ impl PgJournal {
 
     /// The budgets in force, read under the shared rules lock.
     pub(crate) fn budgets_in(&self, q: &mut dyn Query) -> Result<Vec<Budget>, LeaseError> {
-        let rows = self.read_locked(
-            q,
-            "(rules)",
-            false,
-            &format!(
-                "SELECT c.id, c.spec FROM {s}.budget_changes c \
-                 WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \
-                 AND c.spec IS NOT NULL ORDER BY c.id",
-                s = self.schema()
-            ),
-            &[],
-        )?;
-        rows.iter()
-            .map(|r| budget_of(&r.get::<_, String>(0), &r.get::<_, String>(1)))
-            .collect()
+        let rows = self.read_locked(q, RULES, false, &self.budgets_sql(), &[])?;
+        budgets_of(&rows)
+    }
+
+    /// The statements of [`PgJournal::budgets_in`]: the shared rules lock and its second
+    /// parameter (the first is [`BUDGET_LOCK_SPACE`]), then the budgets (no parameters).
+    pub(crate) fn budgets_locked_sql(&self) -> (String, String, String) {
+        let (lock, name) = self.lock_sql(RULES, false);
+        (lock, name, self.budgets_sql())
+    }
+
+    fn budgets_sql(&self) -> String {
+        format!(
+            "SELECT c.id, c.spec FROM {s}.budget_changes c \
+             WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \
+             AND c.spec IS NOT NULL ORDER BY c.id",
+            s = self.schema()
+        )
     }
 
     /// Counter `bucket` of budget `id` from `since_ms` on, locked until the transaction ends.
@@ -179,7 +195,7 @@ impl PgJournal {
 
     /// The exclusive rules lock, for a change: it waits for every dispatch that read the rules.
     fn lock_rules(&self, q: &mut dyn Query) -> Result<(), interlock::JournalError> {
-        self.lock(q, "(rules)", true).map_err(|e| match e {
+        self.lock(q, RULES, true).map_err(|e| match e {
             LeaseError::Journal(j) => j,
             other => interlock::JournalError::Storage {
                 path: self.location_str().to_owned(),

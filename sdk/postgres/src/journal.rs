@@ -7,17 +7,19 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use crate::ahead::{Ahead, AheadSql};
 use crate::connect::{self, journal_err, pool_err};
 use crate::liveness::PgLiveness;
-use crate::pool::{IN_TRANSACTION, MARK_OFF, Manager, Pool, Query};
+use crate::pool::{IN_TRANSACTION, MARK_OFF, Manager, Pool, Query, Step};
 use crate::schema;
 use interlock::approval::{Route, RouteStep, admits};
 use interlock::core::limits::Use;
 use interlock::journal::store::{self, Import, NewRecord, StoredRecord};
-use interlock::journal::{AppendOutcome, Decide, Record, TxLeases, Verified};
+use interlock::journal::{AppendOutcome, Decide, ReadsAhead, Record, TxLeases, Verified};
 use interlock::lease::{Grant, LeaseError, StoredGrant};
 use interlock::liveness::Liveness;
 use interlock::{Clock, EffectKey, Journal, JournalError};
+use postgres::types::ToSql;
 
 /// How to open a PostgreSQL journal.
 #[derive(Clone, Debug)]
@@ -305,16 +307,33 @@ impl PgJournal {
         id: &str,
         lock: &str,
     ) -> Result<Option<Grant>, LeaseError> {
-        let row = q
-            .query_opt(
-                &format!(
-                    "SELECT {GRANT_COLUMNS} FROM {}.leases WHERE id = $1 {lock}",
-                    self.schema
-                ),
-                &[&id],
-            )
+        let rows = q
+            .query(&self.lease_sql(lock), &[&id])
             .map_err(|e| LeaseError::from(self.err(&e)))?;
-        row.map(|r| stored_grant(&r).into_grant()).transpose()
+        self.grant_of(id, &rows)
+    }
+
+    /// The statement that reads one lease (parameter: its id), each row locked by `lock`.
+    pub(crate) fn lease_sql(&self, lock: &str) -> String {
+        format!(
+            "SELECT {GRANT_COLUMNS} FROM {}.leases WHERE id = $1 {lock}",
+            self.schema
+        )
+    }
+
+    /// Lease `id` from the rows [`PgJournal::lease_sql`] answered.
+    pub(crate) fn grant_of(
+        &self,
+        id: &str,
+        rows: &[postgres::Row],
+    ) -> Result<Option<Grant>, LeaseError> {
+        match rows {
+            [] => Ok(None),
+            [row] => stored_grant(row).into_grant().map(Some),
+            more => Err(self
+                .storage(&format!("lease {id} is stored {} times", more.len()))
+                .into()),
+        }
     }
 
     pub(crate) fn lease(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
@@ -385,19 +404,27 @@ fn stored_grant(r: &postgres::Row) -> StoredGrant {
     }
 }
 
-/// The leases as seen inside an append's transaction, each row share-locked until it commits.
+/// The leases as seen inside an append's transaction, each row share-locked until it commits;
+/// a read sent with the transaction's start ([`Ahead`]) is answered from its rows.
 struct TxLeaseReader<'a, 'q> {
     journal: &'a PgJournal,
     tx: &'a RefCell<&'q mut dyn Query>,
+    ahead: Ahead,
 }
 
 impl TxLeases for TxLeaseReader<'_, '_> {
     fn grant(&self, id: &str) -> Result<Option<Grant>, LeaseError> {
+        if let Some(rows) = self.ahead.grant(id) {
+            return self.journal.grant_of(id, &rows);
+        }
         let mut tx = self.tx.borrow_mut();
         self.journal.lease_on(&mut **tx, id, "FOR SHARE")
     }
 
     fn routes(&self, request: &str) -> Result<Vec<Route>, LeaseError> {
+        if let Some(rows) = self.ahead.routes(request) {
+            return Ok(self.journal.decode_routes(&rows)?);
+        }
         let mut tx = self.tx.borrow_mut();
         Ok(self.journal.routes_locked(&mut **tx, request)?)
     }
@@ -413,6 +440,9 @@ impl TxLeases for TxLeaseReader<'_, '_> {
     }
 
     fn budgets(&self) -> Result<Vec<interlock::budget::Budget>, LeaseError> {
+        if let Some(rows) = self.ahead.budgets() {
+            return crate::budgets::budgets_of(&rows);
+        }
         let mut tx = self.tx.borrow_mut();
         self.journal.budgets_in(&mut **tx)
     }
@@ -483,20 +513,40 @@ impl Journal for PgJournal {
         seen: &Verified,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError> {
+        self.append_reading(key, seen, ReadsAhead::default(), decide)
+    }
+
+    fn append_reading(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        ahead: ReadsAhead<'_>,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
         // The key's lock and the records after `seen` go out with the transaction's start, in
-        // one round trip: the read runs once the lock is granted, so it sees every append that
-        // committed before.
+        // one round trip, and the reads named ahead after them: each read runs once the lock
+        // before it is granted, so it sees everything that committed before.
         let k = key.as_str();
         let from = i32::try_from(seen.resume_at()).unwrap_or(i32::MAX);
         let (lock, read) = (self.lock_key_sql(), self.select_records());
+        let on_key: [&(dyn ToSql + Sync); 1] = [&k];
+        let after_seen: [&(dyn ToSql + Sync); 2] = [&k, &from];
+        let sql = AheadSql::of(self);
+        let mut first: Vec<Step<'_>> = vec![(&lock, &on_key), (&read, &after_seen)];
+        let params = sql.params(&ahead, &k);
+        sql.push_steps(&ahead, &params, &mut first);
         self.conn()?.run_tx_opening(
             |e| self.err(e),
-            &[(&lock, &[&k]), (&read, &[&k, &from])],
+            &first,
             |q, rows| {
-                let [locked, after] = <[Vec<postgres::Row>; 2]>::try_from(rows)
-                    .map_err(|_| self.storage("the transaction's first statements"))?;
+                let mut rows = rows.into_iter();
+                let (Some(locked), Some(after)) = (rows.next(), rows.next()) else {
+                    return Err(self.storage("the transaction's first statements"));
+                };
                 self.one_row(&locked, "the key's lock")?;
-                self.append_on(q, key, seen, stored_records(&after), decide)
+                let ahead = Ahead::answered(&ahead, k, rows)
+                    .ok_or_else(|| self.storage("the reads sent with the transaction's start"))?;
+                self.append_on(q, key, seen, stored_records(&after), ahead, decide)
             },
         )
     }
@@ -622,6 +672,7 @@ impl PgJournal {
         let leases = TxLeaseReader {
             journal: self,
             tx: &q,
+            ahead: Ahead::default(),
         };
         store::insert_imported(&self.location, records, &leases, |r| {
             self.insert(&mut **q.borrow_mut(), r)
@@ -722,6 +773,7 @@ impl PgJournal {
         key: &EffectKey,
         seen: &Verified,
         after: Vec<StoredRecord>,
+        ahead: Ahead,
         decide: &mut Decide<'_>,
     ) -> Result<(AppendOutcome, bool), JournalError> {
         let records = self.read_on_from(q, key.as_str(), seen, after)?;
@@ -729,6 +781,7 @@ impl PgJournal {
         let leases = TxLeaseReader {
             journal: self,
             tx: &q,
+            ahead,
         };
         let out = store::decide_and_append(
             &self.location,

@@ -26,6 +26,7 @@
 //! — fits without a runtime of our own in the caller's way, and `r2d2` is the plain blocking pool
 //! for it. `docs/journal.md` in the repository says more.
 
+mod ahead;
 mod budget_totals;
 mod budgets;
 mod connect;

@@ -96,13 +96,17 @@ impl PgJournal {
         q: &mut dyn Query,
         request: &str,
     ) -> Result<Vec<Route>, JournalError> {
+        let (lock, read) = self.routes_locked_sql();
         let rows = q
-            .read_under(
-                (&lock_request_sql(false), &[&ROUTE_LOCKS, &request]),
-                (&self.routes_sql(""), &[&request]),
-            )
+            .read_under((&lock, &[&ROUTE_LOCKS, &request]), (&read, &[&request]))
             .map_err(|e| self.err(&e))?;
         self.decode_routes(&rows)
+    }
+
+    /// The statements of [`PgJournal::routes_locked`]: the request's shared lock (parameters
+    /// [`ROUTE_LOCKS`] and the request), then its steps (the request).
+    pub(crate) fn routes_locked_sql(&self) -> (String, String) {
+        (lock_request_sql(false), self.routes_sql(""))
     }
 
     /// The latest step of every request, oldest request first.
@@ -141,7 +145,7 @@ impl PgJournal {
         )
     }
 
-    fn decode_routes(&self, rows: &[postgres::Row]) -> Result<Vec<Route>, JournalError> {
+    pub(crate) fn decode_routes(&self, rows: &[postgres::Row]) -> Result<Vec<Route>, JournalError> {
         rows.iter()
             .map(|r| {
                 let row = StoredRoute {
@@ -167,7 +171,7 @@ impl PgJournal {
 }
 
 /// The first key of every route lock.
-const ROUTE_LOCKS: i32 = 0x1c7e_0001;
+pub(crate) const ROUTE_LOCKS: i32 = 0x1c7e_0001;
 
 /// The statement that takes a request's lock (the two-key form: a key space of its own, apart
 /// from the liveness locks' one-key form).

@@ -11,7 +11,7 @@ use crate::core::decide::diff;
 use crate::core::limits::{Use, room};
 use crate::core::{LeaseVerdict, LookupAnswer, Premises, Proposed, Recheck};
 use crate::effect::EffectKey;
-use crate::journal::{TxLeases, TxView, Verified};
+use crate::journal::{ReadsAhead, TxLeases, TxView, Verified};
 use crate::lease::{Grant, LeaseError};
 use crate::premise::PremiseError;
 use crate::target::Looked;
@@ -32,6 +32,18 @@ impl Bound {
         let now = self.now();
         let leases = &self.gate.leases;
         fenced(|| leases.check(&first.lease, &first.payload, now))
+    }
+
+    /// What [`Bound::authorization_in`] and [`Bound::lease_in`] read as of the journal's
+    /// transaction: the lease and the key's route where the leases live in the journal's store
+    /// ([`read_in`]), and the budgets, which always do.
+    pub(super) fn reads_ahead<'a>(&self, first: &'a Proposed) -> ReadsAhead<'a> {
+        let in_journal = self.gate.leases_in_journal;
+        ReadsAhead {
+            lease: in_journal.then_some(first.lease.as_str()),
+            routes: in_journal,
+            budgets: true,
+        }
     }
 
     /// R4 as `AUTHORIZED` records it: the verdict on the lease and the grant it stands on (with

@@ -35,10 +35,12 @@ impl Bound {
         first: &Proposed,
         seen: &Verified,
     ) -> Result<Step, GateError> {
-        let out = self.gate.append_after(key, seen, &mut |tx| {
-            let (lease, grant) = self.authorization_in(tx, key, first);
-            transition::authorize(tx.state, first, &lease.verdict, grant)
-        })?;
+        let out = self
+            .gate
+            .append_reading(key, seen, self.reads_ahead(first), &mut |tx| {
+                let (lease, grant) = self.authorization_in(tx, key, first);
+                transition::authorize(tx.state, first, &lease.verdict, grant)
+            })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Authorized(_)) => self.first_dispatch(key, first, false, &out.history),
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
@@ -69,38 +71,40 @@ impl Bound {
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
         let mut stale = false;
-        let out = self.gate.append_after(key, seen, &mut |tx| {
-            // The read's age is judged by the clock inside the transaction: a stall anywhere
-            // between the read and this write counts.
-            let holding = self.written_now(&holding);
-            let (lease, grant) = if fresh {
-                self.authorization_in(tx, key, first)
-            } else {
-                (self.lease_in(tx, key, first), serde_json::Value::Null)
-            };
-            let recheck = premises.with_lease(lease, holding.now_ms);
-            stale = !transition::read_is_fresh(&recheck, &holding);
-            if fresh {
-                transition::propose_and_dispatch(
-                    tx.state,
-                    first,
-                    &recheck,
-                    grant,
-                    premises.unavailable(),
-                    &repairs,
-                    &holding,
-                )
-            } else {
-                transition::dispatch_first(
-                    tx.state,
-                    &first.payload_hash,
-                    &recheck,
-                    premises.unavailable(),
-                    &repairs,
-                    &holding,
-                )
-            }
-        })?;
+        let out = self
+            .gate
+            .append_reading(key, seen, self.reads_ahead(first), &mut |tx| {
+                // The read's age is judged by the clock inside the transaction: a stall anywhere
+                // between the read and this write counts.
+                let holding = self.written_now(&holding);
+                let (lease, grant) = if fresh {
+                    self.authorization_in(tx, key, first)
+                } else {
+                    (self.lease_in(tx, key, first), serde_json::Value::Null)
+                };
+                let recheck = premises.with_lease(lease, holding.now_ms);
+                stale = !transition::read_is_fresh(&recheck, &holding);
+                if fresh {
+                    transition::propose_and_dispatch(
+                        tx.state,
+                        first,
+                        &recheck,
+                        grant,
+                        premises.unavailable(),
+                        &repairs,
+                        &holding,
+                    )
+                } else {
+                    transition::dispatch_first(
+                        tx.state,
+                        &first.payload_hash,
+                        &recheck,
+                        premises.unavailable(),
+                        &repairs,
+                        &holding,
+                    )
+                }
+            })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Dispatched(_)) => {
                 self.fault(FaultPoint::AfterDispatch, key)?;

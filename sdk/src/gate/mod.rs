@@ -298,11 +298,22 @@ impl Gate {
         seen: &Verified,
         decide: &mut crate::journal::Decide<'_>,
     ) -> Result<crate::journal::AppendOutcome, JournalError> {
+        self.append_reading(key, seen, crate::journal::ReadsAhead::default(), decide)
+    }
+
+    /// [`Gate::append_after`] for a decision that will read `ahead` as of the transaction.
+    fn append_reading(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        ahead: crate::journal::ReadsAhead<'_>,
+        decide: &mut crate::journal::Decide<'_>,
+    ) -> Result<crate::journal::AppendOutcome, JournalError> {
         let span =
             tracing::debug_span!("interlock.journal.append", records = tracing::field::Empty);
         let _in = span.enter();
         let started = Instant::now();
-        let out = self.journal.append_after(key, seen, decide);
+        let out = self.journal.append_reading(key, seen, ahead, decide);
         crate::metrics::journal_append(started.elapsed());
         if let (false, Ok(o)) = (span.is_disabled(), &out) {
             let kinds: Vec<&str> = o.appended.iter().map(|r| r.event.kind()).collect();

@@ -170,6 +170,21 @@ pub struct TxView<'a> {
     pub now_ms: i64,
 }
 
+/// What an append's decision will read as of its transaction, named before the transaction
+/// starts, so a store that pays a round trip for each read (PostgreSQL) can send them with the
+/// transaction's start. A hint only: a read named here that the decision never asks for costs
+/// its statement, and one the decision asks for that is not named is read as it would be anyway.
+/// Either way every read is as of the transaction and under the same locks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadsAhead<'a> {
+    /// The lease [`TxLeases::grant`] will be asked for.
+    pub lease: Option<&'a str>,
+    /// Whether [`TxLeases::routes`] will be asked for the key's own route.
+    pub routes: bool,
+    /// Whether [`TxLeases::budgets`] will be asked for.
+    pub budgets: bool,
+}
+
 /// Leases read — and their uses kept — inside a journal's write transaction.
 pub trait TxLeases {
     /// Lease `id` as recorded, as of this transaction.
@@ -285,6 +300,19 @@ pub trait Journal: Send + Sync {
         seen: &Verified,
         decide: &mut Decide<'_>,
     ) -> Result<AppendOutcome, JournalError>;
+
+    /// [`Journal::append_after`], told what the decision will read as of the transaction
+    /// ([`ReadsAhead`]); a store that gains nothing from knowing ignores it.
+    fn append_reading(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        ahead: ReadsAhead<'_>,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        let _ = ahead;
+        self.append_after(key, seen, decide)
+    }
 
     /// Copy one key's records in as they were exported from another journal — same positions,
     /// times and hashes, so the chain still verifies — if the key is new here. A key that already
