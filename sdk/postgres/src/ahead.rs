@@ -2,12 +2,14 @@
 //! transaction, each under a lock held until the transaction ends. Read one by one as the
 //! decision asks for them, they cost a round trip each, three of a first send's twelve. Named
 //! before the transaction starts ([`ReadsAhead`]), they go out with its start and the key's lock
-//! in one round trip, in the order the decision takes them (the lease's row share-locked, then
-//! the route's shared lock, then the rules' shared lock), each lock before the read it guards.
-//! Nothing changes what they read until the transaction ends, so an answer read ahead is the
-//! answer the decision would have read later in the same transaction. A read the decision asks
-//! for that was not named (another lease) or that it asks for again goes to the server as
-//! before.
+//! in one round trip, in the journal's lock order (the lease's row share-locked, then the route's
+//! shared lock, then the budgets' rules lock, shared, which every transaction takes before a
+//! lease's use lock), each lock before the read it guards. Nothing changes a row they read until
+//! the transaction ends, so an answer read ahead is the answer the decision would have read later
+//! in the same transaction; the one exception, a lease granted after a read ahead found none, is
+//! a refusal where the later read would have found it live. A read the decision asks for that was
+//! not named (another lease) or that it asks for again goes to the server as before. A read
+//! named and never asked for still holds its lock until the transaction ends.
 
 use std::cell::RefCell;
 

@@ -173,8 +173,9 @@ pub struct TxView<'a> {
 /// What an append's decision will read as of its transaction, named before the transaction
 /// starts, so a store that pays a round trip for each read (PostgreSQL) can send them with the
 /// transaction's start. A hint only: a read named here that the decision never asks for costs
-/// its statement, and one the decision asks for that is not named is read as it would be anyway.
-/// Either way every read is as of the transaction and under the same locks.
+/// its statement and holds its lock until the transaction ends, and one the decision asks for
+/// that is not named is read as it would be anyway. Either way every read is as of the
+/// transaction and under the same locks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReadsAhead<'a> {
     /// The lease [`TxLeases::grant`] will be asked for.

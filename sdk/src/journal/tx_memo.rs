@@ -2,8 +2,9 @@
 //! gate's checks) and once to keep the key's use of them (`store::keep_use`). Both reads are
 //! answered "as of this transaction", and nothing sets a lease or a budget inside an append's
 //! transaction while another transaction waits on the row's or the budgets' lock until it ends,
-//! so the second read can only repeat the first: it is answered from memory. On PostgreSQL each
-//! read is a round trip (three per first send); everything else goes to the store as before.
+//! so the second read can only repeat the first: it is answered from memory (on PostgreSQL a read
+//! is a round trip, unless the dispatch sent it with the transaction's start); everything else
+//! goes to the store as before.
 //! `check` is the trait's own, over the remembered grant.
 
 use std::cell::RefCell;
