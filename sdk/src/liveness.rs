@@ -48,6 +48,13 @@ pub trait Liveness: Send + Sync {
     /// Drop what a resolved key's locks left behind (best effort: leftovers are harmless).
     fn forget(&self, _key: &str, _up_to_token: u64) {}
 
+    /// Give back `lock`, held for `key`'s `up_to_token`, and [`Liveness::forget`] the key's
+    /// locks: its effect is resolved. A store that can do both at once does.
+    fn release_resolved(&self, lock: HeldLock, key: &str, up_to_token: u64) {
+        drop(lock);
+        self.forget(key, up_to_token);
+    }
+
     /// How long, at least, a holder that is alive but cut off keeps its lock. `None`: until its
     /// process dies. A gate refuses a claim deadline longer than this, so a lock that a silent
     /// connection lost is never taken for a holder's death before the deadline rules anyway.
@@ -58,15 +65,23 @@ pub trait Liveness: Send + Sync {
 
 /// A held liveness lock; dropping it (or dying) releases it.
 pub struct HeldLock {
-    _guard: Box<dyn Send>,
+    guard: Box<dyn std::any::Any + Send>,
 }
 
 impl HeldLock {
     /// A lock held for as long as `guard` lives.
     pub fn new(guard: impl Send + 'static) -> Self {
         Self {
-            _guard: Box::new(guard),
+            guard: Box::new(guard),
         }
+    }
+
+    /// The guard, if it is a `T` (for the [`Liveness`] that made it); the lock otherwise.
+    pub fn downcast<T: Send + 'static>(self) -> Result<T, Self> {
+        self.guard
+            .downcast::<T>()
+            .map(|g| *g)
+            .map_err(|guard| Self { guard })
     }
 }
 

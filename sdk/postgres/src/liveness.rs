@@ -187,6 +187,25 @@ fn io(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
+impl PgLiveness {
+    /// The statements that delete the holds of `key`'s locks up to `up_to_token` (and the next,
+    /// which an attempt may have taken).
+    fn forget_sql(&self, key: &str, up_to_token: u64) -> String {
+        let ids: Vec<String> = (1..=up_to_token.saturating_add(1))
+            .map(|t| self.lock_id(key, t).to_string())
+            .collect();
+        // Best effort, so without waiting for the disk, in one round trip (the ids are numbers):
+        // a delete a crash loses leaves the rows as they were while the key was being resolved,
+        // which is how its locks were judged until then.
+        format!(
+            "BEGIN; SET LOCAL synchronous_commit = off;
+             DELETE FROM {}.holds WHERE lock_id IN ({}); COMMIT;",
+            self.schema,
+            ids.join(", ")
+        )
+    }
+}
+
 /// A held advisory lock and the session holding it.
 struct PgHeld {
     session: Option<Conn>,
@@ -254,20 +273,33 @@ impl Liveness for PgLiveness {
         Ok(row.get(0))
     }
 
-    fn forget(&self, key: &str, up_to_token: u64) {
-        let ids: Vec<i64> = (1..=up_to_token.saturating_add(1))
-            .map(|t| self.lock_id(key, t))
-            .collect();
-        // Best effort, so without waiting for the disk, in one round trip (the ids are numbers):
-        // a delete a crash loses leaves the rows as they were while the key was being resolved,
-        // which is how its locks were judged until then.
-        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+    fn release_resolved(&self, lock: HeldLock, key: &str, up_to_token: u64) {
+        let session = match lock.downcast::<PgHeld>() {
+            Ok(mut held) => held.session.take().map(|s| (s, held.id)),
+            Err(other) => {
+                drop(other);
+                None
+            }
+        };
+        let Some((mut session, id)) = session else {
+            return self.forget(key, up_to_token);
+        };
+        // The holds' rows go first, then the lock, in one round trip: until the lock is given
+        // back its holds are gone and it counts as held (a lock with no hold is never judged
+        // released), which is no loss for a resolved key. A failure drops the session, which
+        // gives the lock back; the rows stay, as after a crash.
         let sql = format!(
-            "BEGIN; SET LOCAL synchronous_commit = off;
-             DELETE FROM {}.holds WHERE lock_id IN ({}); COMMIT;",
-            self.schema,
-            list.join(", ")
+            "{} SELECT pg_advisory_unlock({id})",
+            self.forget_sql(key, up_to_token)
         );
+        let unlocked = session.run(|q| q.batch_last_value(&sql));
+        if matches!(unlocked.as_ref().map(Option::as_deref), Ok(Some("t"))) {
+            give_back(&self.idle, session);
+        }
+    }
+
+    fn forget(&self, key: &str, up_to_token: u64) {
+        let sql = self.forget_sql(key, up_to_token);
         // On an idle lock session when there is one, leaving the journal's pool to the senders.
         let idle = self
             .idle
@@ -297,7 +329,7 @@ mod tests {
     use crate::pool::Manager;
 
     #[test]
-    fn a_lock_another_session_holds_writes_no_hold_and_one_taken_has_its_hold_committed() {
+    fn holds_are_written_for_locks_taken_only_and_a_resolved_lock_goes_with_its_holds() {
         let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
         let schema = cluster.fresh_schema("holds");
         PgJournal::open(
@@ -347,6 +379,19 @@ mod tests {
         assert!(
             live.released("k", 1, "").expect("judged"),
             "and given back, it is"
+        );
+        let resolved = live.try_hold("k", 1).expect("asked").expect("free");
+        live.release_resolved(resolved, "k", 1);
+        assert_eq!(holds(&mut other), 0, "a resolved key's holds are deleted");
+        let free: bool = other
+            .run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
+            .expect("asked")
+            .get(0);
+        assert!(free, "and its lock is given back with them");
+        assert_eq!(
+            live.idle.lock().expect("no panic").len(),
+            1,
+            "on a session kept for the next lock"
         );
     }
 }

@@ -740,6 +740,16 @@ impl Bound {
             .map_err(|e| self.lock_err(e))
     }
 
+    /// Give back the liveness lock held for `key`/`token` once its answer is journaled; for a
+    /// key whose effect `state` shows resolved, its locks are forgotten with it.
+    pub(super) fn let_go(&self, key: &EffectKey, token: u64, lock: HeldLock, state: &EffectState) {
+        if matches!(state, EffectState::Resolved { .. }) {
+            self.gate.locks.release_resolved(lock, key.as_str(), token);
+        } else {
+            drop(lock);
+        }
+    }
+
     pub(super) fn lock_err(&self, source: std::io::Error) -> GateError {
         GateError::Locks {
             place: self.gate.locks.place(),

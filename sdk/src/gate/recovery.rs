@@ -209,10 +209,9 @@ impl Bound {
                 | RecoveryPlan::Ambiguous(_)
                 | RecoveryPlan::AppliedTwice(_) => {
                     self.fault(FaultPoint::AfterRecord, key)?;
-                    drop(lock);
+                    self.let_go(key, token, lock, out.history.state());
                     Ok(match out.history.into_state() {
                         EffectState::Resolved { resolution, .. } => {
-                            self.gate.locks.forget(key.as_str(), token);
                             Step::Done(self.outcome_of(resolution, false))
                         }
                         _ => Step::Again,

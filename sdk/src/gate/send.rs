@@ -172,16 +172,13 @@ impl Bound {
             )
         })?;
         self.fault(FaultPoint::AfterRecord, key)?;
-        drop(lock);
+        self.let_go(key, token, lock, out.history.state());
         let was_late = matches!(
             out.appended.first().map(|r| &r.event),
             Some(Event::LateResult(_))
         );
         Ok(Step::Done(match out.history.into_state() {
-            EffectState::Resolved { resolution, .. } => {
-                self.gate.locks.forget(key.as_str(), token);
-                self.outcome_of(resolution, was_late)
-            }
+            EffectState::Resolved { resolution, .. } => self.outcome_of(resolution, was_late),
             EffectState::InFlight { claim, .. } if claim.token == token => self.busy(&format!(
                 "sent, answer not known yet ({}); recovery will settle it",
                 answer_reason(&answer)
