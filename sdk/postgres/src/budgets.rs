@@ -7,8 +7,8 @@
 //! they add no cycle. The budgets in force are read under a shared lock that setting or removing
 //! a budget takes exclusively: a change waits for the dispatches that read the old rules, and
 //! every dispatch after it reads the new ones. Every transaction takes that lock before a lease's
-//! use lock (a dispatch that names the budgets ahead takes it with its start, `crate::ahead`;
-//! taking a use lock takes it first otherwise), and a change takes no other lock before it, so a
+//! use lock (a dispatch that names the budgets ahead takes it with its start, `crate::ahead`, and
+//! taking a use lock always asks for it first), and a change takes no other lock before it, so a
 //! change queued between the two closes no cycle. The price: a change waits for every dispatch
 //! that holds the rules lock, including one still waiting for a counted lease's use lock.
 

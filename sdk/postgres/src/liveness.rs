@@ -287,7 +287,8 @@ impl Liveness for PgLiveness {
         // The holds' rows go first, then the lock, in one round trip: until the lock is given
         // back its holds are gone and it counts as held (a lock with no hold is never judged
         // released), which is no loss for a resolved key. A failure drops the session, which
-        // gives the lock back; the rows stay, as after a crash.
+        // gives the lock back; the rows stay if it came before their deletion committed, as
+        // after a crash.
         let sql = format!(
             "{} SELECT pg_advisory_unlock({id})",
             self.forget_sql(key, up_to_token)
@@ -381,8 +382,35 @@ mod tests {
             "and given back, it is"
         );
         let resolved = live.try_hold("k", 1).expect("asked").expect("free");
+        // Each deleted hold notes whether the session deleting it held an advisory lock then.
+        other
+            .run(|q| {
+                q.batch_execute(&format!(
+                    "CREATE TABLE {schema}.deleted_by (held boolean);
+                     CREATE FUNCTION {schema}.note_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN
+                         INSERT INTO {schema}.deleted_by SELECT EXISTS (SELECT 1 FROM pg_locks
+                             WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted);
+                         RETURN OLD;
+                     END $$;
+                     CREATE TRIGGER note_delete AFTER DELETE ON {schema}.holds
+                         FOR EACH ROW EXECUTE FUNCTION {schema}.note_delete();"
+                ))
+            })
+            .expect("a trigger");
         live.release_resolved(resolved, "k", 1);
         assert_eq!(holds(&mut other), 0, "a resolved key's holds are deleted");
+        let deleted: Vec<bool> = other
+            .run(|q| q.query(&format!("SELECT held FROM {schema}.deleted_by"), &[]))
+            .expect("read")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(
+            deleted,
+            [true],
+            "by the session holding the lock, before it gave the lock back"
+        );
         let free: bool = other
             .run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
             .expect("asked")

@@ -5,8 +5,9 @@
 //! before the uses are read: the read then sees every use committed before the lock was granted,
 //! and no other append takes or gives back a use of the lease until this one commits. Appends
 //! take it after their key's row lock, the lease's share lock and the budgets' rules lock (shared,
-//! sent right before it unless the append took it with its start, `crate::ahead`), and nothing
-//! takes those while holding it, so it adds no cycle to the order the journal already locks in.
+//! sent right before it, and granted at once to an append that took it with its start,
+//! `crate::ahead`), and nothing takes those while holding it, so it adds no cycle to the order the
+//! journal already locks in.
 
 use interlock::core::limits::Use;
 use interlock::lease::LeaseError;
