@@ -1,6 +1,7 @@
 //! What only a journal on a database server can get wrong: a server that is down or restarts, a
 //! schema that belongs to another version or deployment, liveness locks that a restart or a
-//! crashed server process dropped while their holders lived, and claims longer than a silent holder keeps its lock.
+//! crashed server process dropped while their holders lived, claims longer than a silent holder
+//! keeps its lock, and reads a dispatch sends with its transaction's start.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
