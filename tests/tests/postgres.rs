@@ -666,6 +666,19 @@ fn reads_sent_ahead_answer_as_the_transaction_and_another_lease_is_read_in_it() 
     journal
         .set_budget(&daily_count("per-day", 10), "finance@example")
         .unwrap();
+    journal
+        .route(
+            "ahead-1",
+            &interlock::approval::RouteStep {
+                kind: interlock::approval::RouteKind::Routed,
+                level: 0,
+                group: "support".into(),
+                reason: "needs_judgment".into(),
+                repair_of: None,
+                detail: serde_json::Value::Null,
+            },
+        )
+        .unwrap();
     let seen = read_in_append(&journal, "ahead-1", "named", "other");
     let named = seen.named.expect("the named lease");
     assert_eq!((named.id.as_str(), named.revoked_ms), ("named", None));
@@ -674,11 +687,12 @@ fn reads_sent_ahead_answer_as_the_transaction_and_another_lease_is_read_in_it() 
         .expect("the other lease, read in the transaction");
     assert_eq!(other.id, "other");
     assert!(other.revoked_ms.is_some(), "{other:?}");
-    assert_eq!(seen.routes, 0);
+    assert_eq!(seen.routes, 1, "the key's own route");
     assert_eq!(seen.budgets, ["per-day"]);
     // A lease named ahead that does not exist reads as none, as it would in the transaction.
     let seen = read_in_append(&journal, "ahead-2", "missing", "named");
     assert!(seen.named.is_none());
+    assert_eq!(seen.routes, 0, "another key's route is not this one's");
     assert_eq!(seen.other.expect("read in the transaction").id, "named");
 }
 
