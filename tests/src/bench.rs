@@ -77,10 +77,19 @@ pub fn fsync_rate(dir: &Path, budget: Duration, overwrite: bool) -> anyhow::Resu
     Ok((rate, n))
 }
 
-/// Commits per second of the cheapest durable SQLite transaction in `dir`, with the journal's own
-/// settings (WAL, `synchronous = FULL`): one 200-byte row inserted per transaction. This is the
-/// floor the journal stands on: no journal commit can be cheaper.
-pub fn sqlite_commit_rate(dir: &Path, budget: Duration) -> anyhow::Result<f64> {
+/// The cheapest durable SQLite transaction in `dir`, with the journal's own settings (WAL,
+/// `synchronous = FULL`): one 200-byte row inserted per transaction. This is the floor the
+/// journal stands on: no journal commit can be faster or cost less CPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommitProbe {
+    /// Commits per second.
+    pub per_s: f64,
+    /// This process's CPU time per commit (user and kernel), in ms.
+    pub cpu_ms: f64,
+}
+
+/// [`CommitProbe`] for `budget` of commits one after another in `dir`.
+pub fn sqlite_commit_probe(dir: &Path, budget: Duration) -> anyhow::Result<CommitProbe> {
     let path = dir.join("commit-probe.db");
     let conn = rusqlite::Connection::open(&path)?;
     conn.execute_batch(
@@ -89,19 +98,22 @@ pub fn sqlite_commit_rate(dir: &Path, budget: Duration) -> anyhow::Result<f64> {
     )?;
     let body = "x".repeat(200);
     let mut insert = conn.prepare("INSERT INTO t (body) VALUES (?1)")?;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_time());
     let mut n = 0u64;
     while start.elapsed() < budget {
         insert.execute([&body])?;
         n += 1;
     }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let probe = CommitProbe {
+        per_s: n as f64 / start.elapsed().as_secs_f64(),
+        cpu_ms: cpu_time().saturating_sub(cpu).as_secs_f64() * 1000.0 / n.max(1) as f64,
+    };
     drop(insert);
     drop(conn);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(dir.join(format!("commit-probe.db{suffix}")));
     }
-    Ok(rate)
+    Ok(probe)
 }
 
 /// A gate over the journal at `path` (with the benchmark lease granted when `grant`), bound to

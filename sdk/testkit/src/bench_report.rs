@@ -160,6 +160,7 @@ fn render_sqlite(md: &mut String, s: &Value, syncs: &Value, append: &Value) {
          | measure | median (min–max) |\n|---|---|\n\
          | disk: syncs/s | {} |\n\
          | SQLite: smallest durable commits/s | {} |\n\
+         | SQLite: CPU ms per smallest durable commit | {} |\n\
          | serial: effects/s (no-op tier-1 target) | {} |\n\
          | serial: effects/s ÷ (smallest commits/s ÷ 2), the two-commit ceiling | {} |\n\
          | serial: effects/s ÷ disk syncs/s | {} |\n\
@@ -168,6 +169,7 @@ fn render_sqlite(md: &mut String, s: &Value, syncs: &Value, append: &Value) {
          | serial: CPU ms per effect, user | {} |\n\
          | serial: CPU ms per effect, system | {} |\n\
          | serial: CPU ms per effect, total | {} |\n\
+         | serial: CPU ms per effect beyond its two commits (total − 2 × the smallest commit's) | {} |\n\
          | serial: latency per effect over all rounds, p50 / p99 | {} ms / {} ms |\n\n",
         num(&s["rounds"]),
         num(&s["cpus"]),
@@ -176,6 +178,7 @@ fn render_sqlite(md: &mut String, s: &Value, syncs: &Value, append: &Value) {
         num(append),
         spread(&s["fsync_per_s"]),
         spread(&s["sqlite_commit_per_s"]),
+        spread(&s["sqlite_commit_cpu_ms"]),
         spread(&serial["effects_per_s"]),
         spread(&serial["over_two_commit_ceiling"]),
         spread(&serial["over_fsync_rate"]),
@@ -184,6 +187,7 @@ fn render_sqlite(md: &mut String, s: &Value, syncs: &Value, append: &Value) {
         spread(&cpu["user"]),
         spread(&cpu["system"]),
         spread(&cpu["total"]),
+        spread(&cpu["beyond_two_commits"]),
         num(&serial["latency_ms"]["p50"]),
         num(&serial["latency_ms"]["p99"]),
     );

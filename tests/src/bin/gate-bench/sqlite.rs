@@ -59,6 +59,8 @@ struct Serial {
 struct Round {
     fsync_per_s: f64,
     commit_per_s: f64,
+    /// CPU per smallest durable commit, ms.
+    commit_cpu_ms: f64,
     serial: Serial,
     /// Per number of senders: (threads, processes).
     concurrent: Vec<(Run, Run)>,
@@ -81,10 +83,10 @@ pub(crate) fn measure(dir: &Path, plan: &Plan) -> anyhow::Result<Value> {
             plan.serial_effects,
             plan.senders,
         );
-        let probe = |fsyncs: &mut u64| -> anyhow::Result<(f64, f64)> {
+        let probe = |fsyncs: &mut u64| -> anyhow::Result<(f64, bench::CommitProbe)> {
             let (rate, n) = bench::fsync_rate(dir, plan.probe, true)?;
             *fsyncs += n;
-            Ok((rate, bench::sqlite_commit_rate(dir, plan.probe)?))
+            Ok((rate, bench::sqlite_commit_probe(dir, plan.probe)?))
         };
         let mut probed = if probes_first {
             Some(probe(&mut fsyncs)?)
@@ -100,10 +102,11 @@ pub(crate) fn measure(dir: &Path, plan: &Plan) -> anyhow::Result<Value> {
         if probed.is_none() {
             probed = Some(probe(&mut fsyncs)?);
         }
-        let (fsync_per_s, commit_per_s) = probed.unwrap_or_default();
+        let (fsync_per_s, commit) = probed.unwrap_or_default();
         rounds.push(Round {
             fsync_per_s,
-            commit_per_s,
+            commit_per_s: commit.per_s,
+            commit_cpu_ms: commit.cpu_ms,
             serial,
             concurrent,
         });
@@ -155,6 +158,7 @@ pub(crate) fn measure(dir: &Path, plan: &Plan) -> anyhow::Result<Value> {
         ),
         "fsync_per_s": of(&|r: &Round| r.fsync_per_s, 0),
         "sqlite_commit_per_s": of(&|r: &Round| r.commit_per_s, 0),
+        "sqlite_commit_cpu_ms": of(&|r: &Round| r.commit_cpu_ms, 4),
         "serial": {
             "effects_per_round": plan.serial_effects,
             "effects_per_s": of(&|r: &Round| r.serial.effects_per_s, 1),
@@ -162,6 +166,9 @@ pub(crate) fn measure(dir: &Path, plan: &Plan) -> anyhow::Result<Value> {
                 "user": of(&|r: &Round| r.serial.user_ms, 3),
                 "system": of(&|r: &Round| r.serial.system_ms, 3),
                 "total": of(&serial_cpu, 3),
+                // What the gate spends beyond the two smallest commits an effect cannot do
+                // without.
+                "beyond_two_commits": of(&|r: &Round| serial_cpu(r) - 2.0 * r.commit_cpu_ms, 3),
             },
             "commits_per_effect": of(&|r: &Round| r.serial.commits_per_effect, 3),
             "over_two_commit_ceiling":
