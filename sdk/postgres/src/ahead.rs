@@ -22,7 +22,8 @@ use crate::journal::PgJournal;
 use crate::pool::Step;
 use crate::routes::ROUTE_LOCKS;
 
-/// The statements of the reads that can be sent ahead.
+/// The statements of the reads named ahead (empty for a read not named: an append that names
+/// none, as most do, formats none).
 pub(crate) struct AheadSql {
     lease: String,
     route_lock: String,
@@ -45,12 +46,25 @@ const NO_LEASE: &str = "";
 
 impl AheadSql {
     /// The same statements [`PgJournal::lease_on`], [`PgJournal::routes_locked`] and
-    /// [`PgJournal::budgets_in`] send.
-    pub(crate) fn of(journal: &PgJournal) -> Self {
-        let (route_lock, route_read) = journal.routes_locked_sql();
-        let (rules_lock, rules_name, rules_read) = journal.budgets_locked_sql();
+    /// [`PgJournal::budgets_in`] send, for the reads `ahead` names.
+    pub(crate) fn of(journal: &PgJournal, ahead: &ReadsAhead<'_>) -> Self {
+        let lease = if ahead.lease.is_some() {
+            journal.lease_sql("FOR SHARE")
+        } else {
+            String::new()
+        };
+        let (route_lock, route_read) = if ahead.routes {
+            journal.routes_locked_sql()
+        } else {
+            Default::default()
+        };
+        let ((rules_lock, rules_name), rules_read) = if ahead.budgets {
+            (journal.rules_lock_sql(), journal.budgets_sql())
+        } else {
+            Default::default()
+        };
         Self {
-            lease: journal.lease_sql("FOR SHARE"),
+            lease,
             route_lock,
             route_read,
             rules_lock,

@@ -82,14 +82,14 @@ impl PgJournal {
         budgets_of(&rows)
     }
 
-    /// The statements of [`PgJournal::budgets_in`]: the shared rules lock and its second
-    /// parameter (the first is [`BUDGET_LOCK_SPACE`]), then the budgets (no parameters).
-    pub(crate) fn budgets_locked_sql(&self) -> (String, String, String) {
-        let (lock, name) = self.lock_sql(RULES, false);
-        (lock, name, self.budgets_sql())
+    /// The statement that takes the rules lock shared, and its second parameter (the first is
+    /// [`BUDGET_LOCK_SPACE`]).
+    pub(crate) fn rules_lock_sql(&self) -> (String, String) {
+        self.lock_sql(RULES, false)
     }
 
-    fn budgets_sql(&self) -> String {
+    /// The read of the budgets in force (no parameters), made under the rules lock.
+    pub(crate) fn budgets_sql(&self) -> String {
         format!(
             "SELECT c.id, c.spec FROM {s}.budget_changes c \
              WHERE c.n = (SELECT MAX(n) FROM {s}.budget_changes WHERE id = c.id) \

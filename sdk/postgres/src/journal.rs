@@ -531,7 +531,7 @@ impl Journal for PgJournal {
         let (lock, read) = (self.lock_key_sql(), self.select_records());
         let on_key: [&(dyn ToSql + Sync); 1] = [&k];
         let after_seen: [&(dyn ToSql + Sync); 2] = [&k, &from];
-        let sql = AheadSql::of(self);
+        let sql = AheadSql::of(self, &ahead);
         let mut first: Vec<Step<'_>> = vec![(&lock, &on_key), (&read, &after_seen)];
         let params = sql.params(&ahead, &k);
         sql.push_steps(&ahead, &params, &mut first);

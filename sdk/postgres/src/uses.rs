@@ -25,7 +25,7 @@ impl PgJournal {
     /// the two in that order, so a change to the budgets queued between them closes no cycle.
     fn lock_uses(&self, q: &mut dyn Query, id: &str) -> Result<(), LeaseError> {
         let name = format!("{}:{id}", self.schema());
-        let (rules, rules_name, _) = self.budgets_locked_sql();
+        let (rules, rules_name) = self.rules_lock_sql();
         q.pipeline(&[
             (&rules, &[&BUDGET_LOCK_SPACE, &rules_name]),
             (
@@ -137,7 +137,7 @@ mod tests {
         .expect("a journal");
         let config = crate::connect::config(cluster.url()).expect("its URL");
         let mut change = Conn::open(&config).expect("a connection");
-        let (rules, rules_name, _) = journal.budgets_locked_sql();
+        let (rules, rules_name) = journal.rules_lock_sql();
         let exclusive = rules.replace("pg_advisory_xact_lock_shared", "pg_advisory_xact_lock");
         change
             .run(|q| {
