@@ -11,7 +11,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rusqlite::Connection;
 
@@ -31,6 +31,10 @@ struct Open {
     size: usize,
     /// How it ended, once it has.
     ending: Ending,
+    /// The parts waiting for it to end, each woken on its own thread: a waiter never takes the
+    /// writer's lock again, so the writers queued for the next group do not wait behind a
+    /// group's worth of wakeups.
+    waiting: Vec<std::thread::Thread>,
 }
 
 /// The write connection and the group open on it.
@@ -45,7 +49,6 @@ pub(super) struct Writer {
 /// The writer, shared by every thread that appends through one journal handle.
 pub(super) struct Group {
     writer: Mutex<Writer>,
-    ended: Condvar,
     /// Threads between asking for the writer and getting it: a part leaves the group open only
     /// while one of them is sure to join and carry it on.
     queued: AtomicUsize,
@@ -74,7 +77,6 @@ impl Group {
                 open: None,
                 stuck: None,
             }),
-            ended: Condvar::new(),
             queued: AtomicUsize::new(0),
             grouping,
             commits: AtomicU64::new(0),
@@ -130,6 +132,7 @@ impl Group {
             w.open = Some(Open {
                 size: 0,
                 ending: Ending::default(),
+                waiting: Vec::new(),
             });
         }
         // A group's first part has the transaction to itself until it returns (later writers
@@ -159,12 +162,17 @@ impl Group {
             None => (1, Ending::default()),
         };
         let carry_on = self.grouping
+            && w.open.is_some()
             && broken.is_none()
             && size < MAX_GROUP
             && self.queued.load(Ordering::SeqCst) > 0;
-        if carry_on {
+        if carry_on && let Some(open) = &mut w.open {
+            open.waiting.push(std::thread::current());
+            drop(w);
+            // The writer that ends the group sets its ending before it wakes this thread; a
+            // wakeup meant for something else only brings it back here to look again.
             while ending.get().is_none() {
-                w = self.ended.wait(w).unwrap_or_else(PoisonError::into_inner);
+                std::thread::park();
             }
         } else {
             let ended = match broken {
@@ -182,10 +190,12 @@ impl Group {
                 w.stuck = Some(stuck(err));
             }
             let _ = ending.set(ended);
-            w.open = None;
-            self.ended.notify_all();
+            let waiting = w.open.take().map(|open| open.waiting).unwrap_or_default();
+            drop(w);
+            for part in waiting {
+                part.unpark();
+            }
         }
-        drop(w);
         answer(mine, ending.get())
     }
 }
