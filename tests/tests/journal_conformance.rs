@@ -352,6 +352,96 @@ fn a_read_after_verifies_what_came_since_and_sees_every_handles_appends(kind: Ki
     assert!(matches!(err, JournalError::Corrupt { .. }), "{err}");
 }
 
+fn a_decision_on_records_alone_lands_on_the_key_as_it_is_and_never_forks_it(kind: Kind) {
+    let s = setup(kind, "on-records");
+    let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
+    let e = effect("on-records");
+    assert!(matches!(
+        bound.submit(&e).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let mine = s.store.journal();
+    let seen = mine.read(&e.key).unwrap();
+    let note = |n: usize| {
+        Event::Refused(interlock::core::transition::conflict_note(
+            &format!("after-{n}"),
+            "payload",
+        ))
+    };
+    // Nothing appended since the read: decided once, on what was read, and appended after it.
+    let mut decided_on = Vec::new();
+    let out = mine
+        .append_on_records(&e.key, &seen, &mut |tx| {
+            decided_on.push(tx.records.len());
+            vec![note(tx.records.len())]
+        })
+        .unwrap();
+    assert_eq!(decided_on, vec![4]);
+    assert_eq!(out.appended.len(), 1);
+    assert_eq!(out.appended[0].n, 4);
+    assert_eq!(
+        out.history.records(),
+        mine.history(&e.key).unwrap().as_slice()
+    );
+    // Another handle appends after this attempt's read: the decision that lands is the one
+    // made on the key as it is (a decision on `seen` alone is never appended), after the other
+    // handle's record, and the chain is one.
+    let seen = mine.read(&e.key).unwrap();
+    s.store
+        .reopen()
+        .unwrap()
+        .append_with(&e.key, &mut |tx| vec![note(tx.records.len())])
+        .unwrap();
+    let mut decided_on = Vec::new();
+    let out = mine
+        .append_on_records(&e.key, &seen, &mut |tx| {
+            decided_on.push(tx.records.len());
+            vec![note(tx.records.len())]
+        })
+        .unwrap();
+    assert_eq!(decided_on.last(), Some(&6), "decided on {decided_on:?}");
+    assert_eq!(out.appended.len(), 1);
+    assert_eq!(out.appended[0].n, 6);
+    assert_eq!(out.appended[0].event, note(6));
+    let history = mine.history(&e.key).unwrap();
+    assert_eq!(history.len(), 7);
+    assert_eq!(out.history.records(), history.as_slice());
+    assert_eq!(history[6].prev.as_deref(), Some(history[5].hash.as_str()));
+}
+
+fn a_decision_on_records_that_reads_a_lease_reads_it_in_the_transaction(kind: Kind) {
+    let s = setup(kind, "on-records-lease");
+    let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
+    let e = effect("on-records-lease");
+    assert!(matches!(
+        bound.submit(&e).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let mine = s.store.journal();
+    let seen = mine.read(&e.key).unwrap();
+    // Whatever the read answered, the decision appends a record saying so; the one that lands
+    // read the lease as the transaction sees it. The closure hands out what it read on every
+    // run: the value left is the landed run's.
+    let said = |read: bool| {
+        Event::Refused(interlock::core::transition::conflict_note(
+            if read { "read" } else { "unread" },
+            "payload",
+        ))
+    };
+    let mut read = None;
+    let out = mine
+        .append_on_records(&e.key, &seen, &mut |tx| {
+            let grant = tx.leases.map(|l| l.grant(LEASE).map(|g| g.is_some()));
+            read = Some(matches!(grant, Some(Ok(true))));
+            vec![said(read == Some(true))]
+        })
+        .unwrap();
+    assert_eq!(read, Some(true), "the landed decision read the lease");
+    assert_eq!(out.appended.len(), 1);
+    assert_eq!(out.appended[0].event, said(true));
+    assert_eq!(mine.history(&e.key).unwrap().len(), 5);
+}
+
 /// Every key, read a page of `size` at a time, each page resuming after the last key of the one
 /// before; `between(page)` runs after each page (another worker appending, say).
 fn page_through(
@@ -447,4 +537,6 @@ interlock_tests::every_store!(
     a_held_claim_is_not_taken_before_its_deadline,
     a_read_after_verifies_what_came_since_and_sees_every_handles_appends,
     paging_after_the_last_key_lists_every_key_once_even_as_keys_are_added,
+    a_decision_on_records_alone_lands_on_the_key_as_it_is_and_never_forks_it,
+    a_decision_on_records_that_reads_a_lease_reads_it_in_the_transaction,
 );

@@ -2,7 +2,9 @@
 //! row in `effects` (creating it for a new key), reads the key's records, lets the core decide
 //! on them — reading any lease with `FOR SHARE`, so a revocation either committed before the
 //! decision or waits until it is durable — and inserts what was decided. Appends to one key are
-//! serial on every host; `UNIQUE (key, n)` backs the row lock up.
+//! serial on every host; `UNIQUE (key, n)` backs the row lock up. An answer, which reads only
+//! the key's records, is decided before its transaction and inserted only where the records are
+//! still as read (`at_head`).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -551,6 +553,18 @@ impl Journal for PgJournal {
         )
     }
 
+    fn append_on_records(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        match self.append_at_head(key, seen, decide)? {
+            Some(out) => Ok(out),
+            None => self.append_after(key, seen, decide),
+        }
+    }
+
     fn import_history(&self, records: &[Record]) -> Result<Import, JournalError> {
         self.conn()?
             .run_tx(|e| self.err(e), |q| self.import_on(q, records))
@@ -628,7 +642,7 @@ impl PgJournal {
     /// The key's lock. It goes out with the transaction's start, so it writes only inside the
     /// transaction: were the start to fail, it would otherwise commit a key's row on its own,
     /// with no record in it.
-    fn lock_key_sql(&self) -> String {
+    pub(crate) fn lock_key_sql(&self) -> String {
         let s = &self.schema;
         format!(
             "INSERT INTO {s}.effects (key, n) SELECT $1, 0 WHERE {IN_TRANSACTION}
@@ -637,7 +651,7 @@ impl PgJournal {
     }
 
     /// A statement of a pipeline that must have answered one row.
-    fn one_row(&self, rows: &[postgres::Row], what: &str) -> Result<(), JournalError> {
+    pub(crate) fn one_row(&self, rows: &[postgres::Row], what: &str) -> Result<(), JournalError> {
         if rows.len() == 1 {
             Ok(())
         } else {
@@ -645,7 +659,7 @@ impl PgJournal {
         }
     }
 
-    fn storage(&self, what: &str) -> JournalError {
+    pub(crate) fn storage(&self, what: &str) -> JournalError {
         JournalError::Storage {
             path: self.location.clone(),
             what: what.to_owned(),
@@ -710,23 +724,9 @@ impl PgJournal {
         q: &mut dyn Query,
         rows: &[NewRecord<'_>],
     ) -> Result<Vec<i64>, JournalError> {
-        let Some(first) = rows.first() else {
+        let Some(c) = Columns::of(self, rows)? else {
             return Ok(Vec::new());
         };
-        let mut n = Vec::with_capacity(rows.len());
-        for r in rows {
-            n.push(i32::try_from(r.n).map_err(|_| JournalError::Storage {
-                path: self.location.clone(),
-                what: format!("key {} has too many records", r.key),
-            })?);
-        }
-        let key: Vec<&str> = rows.iter().map(|r| r.key).collect();
-        let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
-        let at_ms: Vec<i64> = rows.iter().map(|r| r.at_ms).collect();
-        let prev: Vec<Option<&str>> = rows.iter().map(|r| r.prev).collect();
-        let hash: Vec<&str> = rows.iter().map(|r| r.hash).collect();
-        let body: Vec<&str> = rows.iter().map(|r| r.body).collect();
-        let head = n.iter().copied().max().unwrap_or(0);
         // A data-modifying WITH runs to completion even though nothing reads its rows.
         let returned = q
             .query_and_commit(
@@ -738,22 +738,10 @@ impl PgJournal {
                      RETURNING n, seq",
                     s = self.schema
                 ),
-                &[
-                    &key, &n, &kind, &at_ms, &prev, &hash, &body, &head, &first.key,
-                ],
+                &c.params(),
             )
             .map_err(|e| self.err(&e))?;
-        // Matched by position in the chain, whatever order the rows come back in.
-        let seq_of: std::collections::HashMap<i32, i64> =
-            returned.iter().map(|r| (r.get(0), r.get(1))).collect();
-        n.iter()
-            .map(|n| {
-                seq_of.get(n).copied().ok_or_else(|| JournalError::Storage {
-                    path: self.location.clone(),
-                    what: format!("record {n} was inserted but no row came back for it"),
-                })
-            })
-            .collect()
+        c.seqs(self, &returned)
     }
 
     fn set_head(&self, q: &mut dyn Query, key: &str, head: i32) -> Result<(), JournalError> {
@@ -794,6 +782,86 @@ impl PgJournal {
         )?;
         let keep = !out.appended.is_empty();
         Ok((out, keep))
+    }
+}
+
+/// One transaction's new records of a key, as the columns of one INSERT over `unnest`, and the
+/// key's head moved to the last of them.
+pub(crate) struct Columns<'r> {
+    key: Vec<&'r str>,
+    n: Vec<i32>,
+    kind: Vec<&'r str>,
+    at_ms: Vec<i64>,
+    prev: Vec<Option<&'r str>>,
+    hash: Vec<&'r str>,
+    body: Vec<&'r str>,
+    head: i32,
+    of_key: &'r str,
+}
+
+impl<'r> Columns<'r> {
+    /// `None` for no rows.
+    pub(crate) fn of(
+        journal: &PgJournal,
+        rows: &'r [NewRecord<'r>],
+    ) -> Result<Option<Self>, JournalError> {
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let mut n = Vec::with_capacity(rows.len());
+        for r in rows {
+            n.push(
+                i32::try_from(r.n)
+                    .map_err(|_| journal.storage(&format!("key {} has too many records", r.key)))?,
+            );
+        }
+        Ok(Some(Self {
+            key: rows.iter().map(|r| r.key).collect(),
+            kind: rows.iter().map(|r| r.kind).collect(),
+            at_ms: rows.iter().map(|r| r.at_ms).collect(),
+            prev: rows.iter().map(|r| r.prev).collect(),
+            hash: rows.iter().map(|r| r.hash).collect(),
+            body: rows.iter().map(|r| r.body).collect(),
+            head: n.iter().copied().max().unwrap_or(0),
+            n,
+            of_key: first.key,
+        }))
+    }
+
+    /// `$1` to `$7` the columns, `$8` the new head, `$9` the key.
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.key,
+            &self.n,
+            &self.kind,
+            &self.at_ms,
+            &self.prev,
+            &self.hash,
+            &self.body,
+            &self.head,
+            &self.of_key,
+        ]
+    }
+
+    /// The rows' `seq`s in the order given, from the `(n, seq)` rows the insert returned:
+    /// matched by position in the chain, whatever order they came back in.
+    pub(crate) fn seqs(
+        &self,
+        journal: &PgJournal,
+        returned: &[postgres::Row],
+    ) -> Result<Vec<i64>, JournalError> {
+        let seq_of: std::collections::HashMap<i32, i64> =
+            returned.iter().map(|r| (r.get(0), r.get(1))).collect();
+        self.n
+            .iter()
+            .map(|n| {
+                seq_of.get(n).copied().ok_or_else(|| {
+                    journal.storage(&format!(
+                        "record {n} was inserted but no row came back for it"
+                    ))
+                })
+            })
+            .collect()
     }
 }
 

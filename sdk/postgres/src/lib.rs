@@ -27,6 +27,7 @@
 //! for it. `docs/journal.md` in the repository says more.
 
 mod ahead;
+mod at_head;
 mod budget_totals;
 mod budgets;
 mod connect;

@@ -167,31 +167,75 @@ impl Query for Cached<'_> {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, postgres::Error> {
-        let (statement, commit) = (self.statement(sql)?, self.statement("COMMIT")?);
-        self.ended = true;
-        let c = self.c;
-        self.rt.block_on(async {
-            let mut rows = std::pin::pin!(c.query(&statement, params));
-            // The first poll sends the statement, or fails before sending anything (parameters
-            // it could not encode): then no COMMIT follows, and the transaction stays open until
-            // the connection, retired for the failure, is closed and the server rolls it back.
-            match futures::poll!(&mut rows) {
-                std::task::Poll::Ready(Err(e)) => return Err(e),
-                std::task::Poll::Ready(Ok(rows)) => {
-                    c.query(&commit, &[]).await?;
-                    return Ok(rows);
-                }
-                std::task::Poll::Pending => {}
-            }
-            let (rows, committed) = futures::join!(rows, c.query(&commit, &[]));
-            let rows = rows?;
-            committed?;
-            Ok(rows)
-        })
+        let mut answers = self.committed_with(None, &[(sql, params)])?;
+        Ok(answers.pop().unwrap_or_default())
     }
 }
 
 impl Cached<'_> {
+    /// `steps`, after `simple` if given (the simple protocol), and the transaction's COMMIT,
+    /// sent together in one round trip; the transaction is over either way. A step the server
+    /// fails aborts the transaction, and the COMMIT ends it as a rollback. A step the driver
+    /// cannot send at all (parameters it cannot encode) is followed by no COMMIT: the
+    /// connection, retired for the failure, rolls the transaction back as it closes. The first
+    /// failure is returned: `simple`'s, then the steps' in order, then the COMMIT's.
+    fn committed_with(
+        &mut self,
+        simple: Option<&str>,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<Vec<Row>>, postgres::Error> {
+        use futures::future::maybe_done;
+        let mut prepared = Vec::with_capacity(steps.len());
+        for (sql, _) in steps {
+            prepared.push(self.statement(sql)?);
+        }
+        let commit = self.statement("COMMIT")?;
+        self.ended = true;
+        let c = self.c;
+        self.rt.block_on(async {
+            let mut before = Box::pin(maybe_done(async {
+                match simple {
+                    Some(sql) => c.batch_execute(sql).await,
+                    None => Ok(()),
+                }
+            }));
+            let mut queries: Vec<_> = prepared
+                .iter()
+                .zip(steps)
+                .map(|(s, (_, params))| Box::pin(maybe_done(c.query(s, params))))
+                .collect();
+            // The first poll sends each request in order, or fails before sending anything;
+            // an answer cannot be in yet (the connection's task has not run), so an error now
+            // is one of sending, and no COMMIT may follow it.
+            let _ = futures::poll!(before.as_mut());
+            if let Some(Err(_)) = before.as_mut().output_mut() {
+                return Err(taken(before.as_mut()));
+            }
+            for q in &mut queries {
+                let _ = futures::poll!(q.as_mut());
+                if let Some(Err(_)) = q.as_mut().output_mut() {
+                    return Err(taken(q.as_mut()));
+                }
+            }
+            let mut committed = Box::pin(maybe_done(c.query(&commit, &[])));
+            futures::join!(
+                before.as_mut(),
+                futures::future::join_all(queries.iter_mut().map(|q| q.as_mut())),
+                committed.as_mut()
+            );
+            before.as_mut().take_output().unwrap_or(Ok(()))?;
+            let mut answers = Vec::with_capacity(queries.len());
+            for q in &mut queries {
+                answers.push(q.as_mut().take_output().unwrap_or_else(|| Ok(Vec::new()))?);
+            }
+            committed
+                .as_mut()
+                .take_output()
+                .unwrap_or_else(|| Ok(Vec::new()))?;
+            Ok(answers)
+        })
+    }
+
     /// [`Query::pipeline`], after `simple` if given (statements without parameters, the simple
     /// protocol) in the same round trip; its failure comes first.
     fn sent_together(
@@ -223,6 +267,16 @@ impl Cached<'_> {
         let (before, answers) = self.rt.block_on(async { futures::join!(before, queries) });
         before?;
         answers.into_iter().collect()
+    }
+}
+
+/// The error of a step that failed before it was sent.
+fn taken<T, F: std::future::Future<Output = Result<T, postgres::Error>>>(
+    f: std::pin::Pin<&mut futures::future::MaybeDone<F>>,
+) -> postgres::Error {
+    match f.take_output() {
+        Some(Err(e)) => e,
+        _ => unreachable!("taken only from a step that failed"),
     }
 }
 
@@ -320,6 +374,17 @@ impl Conn {
             self.broken = true;
         }
         out
+    }
+
+    /// A whole transaction in one round trip: its start, `steps` and its COMMIT, sent together,
+    /// and each step's rows. Every step that writes must write only [`IN_TRANSACTION`]: if the
+    /// start failed, the steps run on their own. Any failure retires the connection; the
+    /// transaction is then over, committed by nothing.
+    pub(crate) fn run_tx_whole(
+        &mut self,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<Vec<Row>>, postgres::Error> {
+        self.run(|q| q.committed_with(Some(START), steps))
     }
 
     /// Run `f` in a READ COMMITTED transaction (whatever the server's default: each statement

@@ -309,11 +309,29 @@ impl Gate {
         ahead: crate::journal::ReadsAhead<'_>,
         decide: &mut crate::journal::Decide<'_>,
     ) -> Result<crate::journal::AppendOutcome, JournalError> {
+        self.timed_append(|j| j.append_reading(key, seen, ahead, decide))
+    }
+
+    /// [`Gate::append_after`] for a decision on the key's records alone
+    /// ([`Journal::append_on_records`]: it may run twice).
+    fn append_on_records(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut crate::journal::Decide<'_>,
+    ) -> Result<crate::journal::AppendOutcome, JournalError> {
+        self.timed_append(|j| j.append_on_records(key, seen, decide))
+    }
+
+    fn timed_append(
+        &self,
+        append: impl FnOnce(&dyn Journal) -> Result<crate::journal::AppendOutcome, JournalError>,
+    ) -> Result<crate::journal::AppendOutcome, JournalError> {
         let span =
             tracing::debug_span!("interlock.journal.append", records = tracing::field::Empty);
         let _in = span.enter();
         let started = Instant::now();
-        let out = self.journal.append_reading(key, seen, ahead, decide);
+        let out = append(self.journal.as_ref());
         crate::metrics::journal_append(started.elapsed());
         if let (false, Ok(o)) = (span.is_disabled(), &out) {
             let kinds: Vec<&str> = o.appended.iter().map(|r| r.event.kind()).collect();

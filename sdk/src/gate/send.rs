@@ -160,7 +160,9 @@ impl Bound {
             (self.lookup(key, &first.payload), asked_at)
         });
         let now = self.now();
-        let out = self.gate.append_after(key, &seen, &mut |tx| {
+        // The answer is decided on the records alone, so a store may decide it on `seen` and
+        // send it in one round trip, kept only if nothing was appended since.
+        let out = self.gate.append_on_records(key, &seen, &mut |tx| {
             transition::record_answer(
                 tx.state,
                 token,

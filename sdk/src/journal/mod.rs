@@ -315,6 +315,24 @@ pub trait Journal: Send + Sync {
         self.append_after(key, seen, decide)
     }
 
+    /// [`Journal::append_after`] for a decision that reads nothing but the key's records, its
+    /// state and the time (never `tx.leases`), so that a store that pays a round trip for each
+    /// statement (PostgreSQL) may decide on `seen` before its transaction and send the append
+    /// with the transaction's start and its COMMIT, kept only if the key's last record is still
+    /// the one seen. Where the key moved on, or the store must read more to append what was
+    /// decided (a lease's use or a budget's place that changes), it decides again inside the
+    /// transaction, as `append_after` does. `decide` may therefore run twice, the first time on
+    /// `seen`: only the events of the run that was appended are kept, so a decision that hands
+    /// anything out of the closure must set it on every run.
+    fn append_on_records(
+        &self,
+        key: &EffectKey,
+        seen: &Verified,
+        decide: &mut Decide<'_>,
+    ) -> Result<AppendOutcome, JournalError> {
+        self.append_after(key, seen, decide)
+    }
+
     /// Copy one key's records in as they were exported from another journal — same positions,
     /// times and hashes, so the chain still verifies — if the key is new here. A key that already
     /// holds the same records is left as it is; one that holds others is an error.
