@@ -97,6 +97,10 @@ impl PgJournal {
         let Some(last) = seen.records().last() else {
             return Ok(None);
         };
+        // The connection first, so the time decided at is not earlier than the transaction by
+        // a wait for the pool (only by the wait for the key's lock). It is given back before
+        // the caller falls back to the usual append, which takes one of its own.
+        let mut conn = self.conn()?;
         let outside = Outside::default();
         let reached = Cell::new(Reached::Nothing);
         let out = store::decide_and_append(
@@ -110,7 +114,8 @@ impl PgJournal {
                 if outside.asked.get() {
                     return Err(self.storage("decided on a lease outside a transaction"));
                 }
-                let inserted = self.insert_at_head(key.as_str(), last, rows, &reached)?;
+                let inserted =
+                    self.insert_at_head(&mut conn, key.as_str(), last, rows, &reached)?;
                 if inserted.is_none() {
                     reached.set(Reached::MovedOn);
                 }
@@ -128,6 +133,7 @@ impl PgJournal {
     /// and COMMIT, in one round trip; the records' `seq`s, or `None` if the key moved on.
     fn insert_at_head(
         &self,
+        conn: &mut crate::pool::Conn,
         key: &str,
         last: &interlock::journal::Record,
         rows: &[NewRecord<'_>],
@@ -142,7 +148,6 @@ impl PgJournal {
         let columns = c.params();
         let mut params: Vec<&(dyn ToSql + Sync)> = columns.to_vec();
         params.extend([&last_n as &(dyn ToSql + Sync), &last.seq, &last.hash]);
-        let mut conn = self.conn()?;
         reached.set(Reached::Server);
         let answers = conn
             .run_tx_whole(&[(&lock, &on_key), (&insert, &params)])

@@ -378,13 +378,18 @@ impl Conn {
 
     /// A whole transaction in one round trip: its start, `steps` and its COMMIT, sent together,
     /// and each step's rows. Every step that writes must write only [`IN_TRANSACTION`]: if the
-    /// start failed, the steps run on their own. Any failure retires the connection; the
-    /// transaction is then over, committed by nothing.
+    /// start failed, the steps run on their own. Any failure (or a panic) retires the
+    /// connection, and the transaction is over; whether it committed is not known when the
+    /// failure came after the COMMIT was sent (its answer lost), so a failure is never a sign
+    /// that nothing was written.
     pub(crate) fn run_tx_whole(
         &mut self,
         steps: &[Step<'_>],
     ) -> Result<Vec<Vec<Row>>, postgres::Error> {
-        self.run(|q| q.committed_with(Some(START), steps))
+        self.broken = true;
+        let rows = self.cached().committed_with(Some(START), steps)?;
+        self.broken = false;
+        Ok(rows)
     }
 
     /// Run `f` in a READ COMMITTED transaction (whatever the server's default: each statement

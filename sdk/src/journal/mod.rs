@@ -315,8 +315,10 @@ pub trait Journal: Send + Sync {
         self.append_after(key, seen, decide)
     }
 
-    /// [`Journal::append_after`] for a decision that reads nothing but the key's records, its
-    /// state and the time (never `tx.leases`), so that a store that pays a round trip for each
+    /// [`Journal::append_after`] for a decision that reads nothing but the key's records and
+    /// state (never `tx.leases`; `tx.now_ms` may be read before the transaction, earlier than it
+    /// by the wait for the key's lock, so it is no clock to judge a deadline by, only the time
+    /// the records are stamped with), so that a store that pays a round trip for each
     /// statement (PostgreSQL) may decide on `seen` before its transaction and send the append
     /// with the transaction's start and its COMMIT, kept only if the key's last record is still
     /// the one seen. Where the key moved on, or the store must read more to append what was
