@@ -352,14 +352,20 @@ fn a_read_after_verifies_what_came_since_and_sees_every_handles_appends(kind: Ki
     assert!(matches!(err, JournalError::Corrupt { .. }), "{err}");
 }
 
-fn a_decision_on_records_alone_lands_on_the_key_as_it_is_and_never_forks_it(kind: Kind) {
-    let s = setup(kind, "on-records");
+/// A store with one effect `label` committed through the gate (4 records).
+fn one_committed(kind: Kind, label: &str) -> (Setup, Effect) {
+    let s = setup(kind, label);
     let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
-    let e = effect("on-records");
+    let e = effect(label);
     assert!(matches!(
         bound.submit(&e).unwrap(),
         Outcome::Committed { .. }
     ));
+    (s, e)
+}
+
+fn a_decision_on_records_alone_lands_on_the_key_as_it_is_and_never_forks_it(kind: Kind) {
+    let (s, e) = one_committed(kind, "on-records");
     let mine = s.store.journal();
     let seen = mine.read(&e.key).unwrap();
     let note = |n: usize| {
@@ -410,13 +416,7 @@ fn a_decision_on_records_alone_lands_on_the_key_as_it_is_and_never_forks_it(kind
 }
 
 fn a_decision_on_records_that_reads_a_lease_reads_it_in_the_transaction(kind: Kind) {
-    let s = setup(kind, "on-records-lease");
-    let bound = bound(&s, Counting::new(Tier::One, Duration::ZERO));
-    let e = effect("on-records-lease");
-    assert!(matches!(
-        bound.submit(&e).unwrap(),
-        Outcome::Committed { .. }
-    ));
+    let (s, e) = one_committed(kind, "on-records-lease");
     let mine = s.store.journal();
     let seen = mine.read(&e.key).unwrap();
     // Whatever the read answered, the decision appends a record saying so; the one that lands

@@ -173,6 +173,12 @@ impl Query for Cached<'_> {
 }
 
 impl Cached<'_> {
+    /// Each step's statement, prepared first (a round trip each, once per connection), so that
+    /// the statements themselves can go out together.
+    fn prepared(&mut self, steps: &[Step<'_>]) -> Result<Vec<Statement>, postgres::Error> {
+        steps.iter().map(|(sql, _)| self.statement(sql)).collect()
+    }
+
     /// `steps`, after `simple` if given (the simple protocol), and the transaction's COMMIT,
     /// sent together in one round trip; the transaction is over either way. A step the server
     /// fails aborts the transaction, and the COMMIT ends it as a rollback. A step the driver
@@ -185,10 +191,7 @@ impl Cached<'_> {
         steps: &[Step<'_>],
     ) -> Result<Vec<Vec<Row>>, postgres::Error> {
         use futures::future::maybe_done;
-        let mut prepared = Vec::with_capacity(steps.len());
-        for (sql, _) in steps {
-            prepared.push(self.statement(sql)?);
-        }
+        let prepared = self.prepared(steps)?;
         let commit = self.statement("COMMIT")?;
         self.ended = true;
         let c = self.c;
@@ -243,14 +246,9 @@ impl Cached<'_> {
         simple: Option<&str>,
         steps: &[Step<'_>],
     ) -> Result<Vec<Vec<Row>>, postgres::Error> {
-        // Prepared first (a round trip each, once per connection), so that the statements
-        // themselves go out together: the driver sends a request when its future is first
-        // polled, join! polls its futures in order, and join_all polls every query before
-        // waiting for any answer.
-        let mut prepared = Vec::with_capacity(steps.len());
-        for (sql, _) in steps {
-            prepared.push(self.statement(sql)?);
-        }
+        // The driver sends a request when its future is first polled, join! polls its futures
+        // in order, and join_all polls every query before waiting for any answer.
+        let prepared = self.prepared(steps)?;
         let c = self.c;
         let before = async {
             match simple {
