@@ -1,6 +1,6 @@
 //! A dispatch's decision reads the lease, the key's route and the budgets in force as of its
 //! transaction, each under a lock held until the transaction ends. Read one by one as the
-//! decision asks for them, they cost a round trip each, three of a first send's twelve. Named
+//! decision asks for them, they would cost a round trip each, three per first send. Named
 //! before the transaction starts ([`ReadsAhead`]), they go out with its start and the key's lock
 //! in one round trip, in the journal's lock order (the lease's row share-locked, then the route's
 //! shared lock, then the budgets' rules lock, shared, which every transaction takes before a
