@@ -1,7 +1,8 @@
 //! What only a journal on a database server can get wrong: a server that is down or restarts, a
 //! schema that belongs to another version or deployment, liveness locks that a restart or a
 //! crashed server process dropped while their holders lived, claims longer than a silent holder
-//! keeps its lock, and reads a dispatch sends with its transaction's start.
+//! keeps its lock, reads a dispatch sends with its transaction's start, and an answer sent with
+//! its whole transaction that fails on the server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
@@ -790,4 +791,61 @@ fn daily_count(id: &str, max: i64) -> interlock::budget::Budget {
         },
         limit: Limit::Count { max },
     }
+}
+
+#[test]
+fn an_answer_whose_one_round_trip_fails_on_the_server_is_an_error_never_appended_again() {
+    // An append sent whole may have committed when its failure comes back (a COMMIT whose
+    // answer was lost): the journal returns the failure and never appends the decision again
+    // by itself. Here the server ends the append's session inside its insert, once.
+    let (cluster, journal, schema) = fresh_journal("at-head-fails");
+    let journal = Arc::new(journal);
+    journal
+        .grant_lease(&interlock::Grant::new("ops", "ops@example", 0).unlimited())
+        .unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(interlock::SystemClock);
+    let target = Counting::new(Tier::One, Duration::ZERO);
+    let e = many_effects("at-head-fails", 1).remove(0);
+    assert!(matches!(
+        gate(&journal, &clock, &target).submit(&e).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let seen = journal.read(&e.key).unwrap();
+    let mut c = ::postgres::Client::connect(cluster.url(), ::postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "CREATE SEQUENCE {schema}.inserts;
+         CREATE FUNCTION {schema}.end_first() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF nextval('{schema}.inserts') = 1 THEN
+                 PERFORM pg_terminate_backend(pg_backend_pid());
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER end_first AFTER INSERT ON {schema}.records
+             FOR EACH STATEMENT EXECUTE FUNCTION {schema}.end_first();"
+    ))
+    .unwrap();
+    let note = interlock::core::Event::Refused(interlock::core::transition::conflict_note(
+        "late", "payload",
+    ));
+    let mut runs = 0;
+    let failed = journal.append_on_records(&e.key, &seen, &mut |_| {
+        runs += 1;
+        vec![note.clone()]
+    });
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(
+        runs, 1,
+        "decided once, and not appended again after the failure"
+    );
+    assert_eq!(journal.history(&e.key).unwrap().len(), seen.records().len());
+    // The caller's next try appends it, once.
+    let out = journal
+        .append_on_records(&e.key, &seen, &mut |_| vec![note.clone()])
+        .unwrap();
+    assert_eq!(out.appended.len(), 1);
+    assert_eq!(
+        journal.history(&e.key).unwrap().len(),
+        seen.records().len() + 1
+    );
 }
