@@ -196,12 +196,7 @@ impl Cached<'_> {
         self.ended = true;
         let c = self.c;
         self.rt.block_on(async {
-            let mut before = Box::pin(maybe_done(async {
-                match simple {
-                    Some(sql) => c.batch_execute(sql).await,
-                    None => Ok(()),
-                }
-            }));
+            let mut before = Box::pin(maybe_done(simple_first(c, simple)));
             let mut queries: Vec<_> = prepared
                 .iter()
                 .zip(steps)
@@ -211,13 +206,13 @@ impl Cached<'_> {
             // an answer cannot be in yet (the connection's task has not run), so an error now
             // is one of sending, and no COMMIT may follow it.
             let _ = futures::poll!(before.as_mut());
-            if let Some(Err(_)) = before.as_mut().output_mut() {
-                return Err(taken(before.as_mut()));
+            if let Some(e) = failed(before.as_mut()) {
+                return Err(e);
             }
             for q in &mut queries {
                 let _ = futures::poll!(q.as_mut());
-                if let Some(Err(_)) = q.as_mut().output_mut() {
-                    return Err(taken(q.as_mut()));
+                if let Some(e) = failed(q.as_mut()) {
+                    return Err(e);
                 }
             }
             let mut committed = Box::pin(maybe_done(c.query(&commit, &[])));
@@ -250,12 +245,7 @@ impl Cached<'_> {
         // in order, and join_all polls every query before waiting for any answer.
         let prepared = self.prepared(steps)?;
         let c = self.c;
-        let before = async {
-            match simple {
-                Some(sql) => c.batch_execute(sql).await,
-                None => Ok(()),
-            }
-        };
+        let before = simple_first(c, simple);
         let queries = futures::future::join_all(
             prepared
                 .iter()
@@ -268,13 +258,22 @@ impl Cached<'_> {
     }
 }
 
-/// The error of a step that failed before it was sent.
-fn taken<T, F: std::future::Future<Output = Result<T, postgres::Error>>>(
-    f: std::pin::Pin<&mut futures::future::MaybeDone<F>>,
-) -> postgres::Error {
-    match f.take_output() {
-        Some(Err(e)) => e,
-        _ => unreachable!("taken only from a step that failed"),
+/// Statements without parameters sent ahead of a pipeline, if any (the simple protocol).
+async fn simple_first(c: &Client, simple: Option<&str>) -> Result<(), postgres::Error> {
+    match simple {
+        Some(sql) => c.batch_execute(sql).await,
+        None => Ok(()),
+    }
+}
+
+/// The error of a step that has already failed, taken out of it; `None` while it has not.
+fn failed<T, F: std::future::Future<Output = Result<T, postgres::Error>>>(
+    mut f: std::pin::Pin<&mut futures::future::MaybeDone<F>>,
+) -> Option<postgres::Error> {
+    if matches!(f.as_mut().output_mut(), Some(Err(_))) {
+        f.take_output().and_then(Result::err)
+    } else {
+        None
     }
 }
 
