@@ -183,3 +183,64 @@ impl PgJournal {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use postgres::types::ToSql;
+
+    use crate::journal::{PgJournal, PgOptions};
+    use crate::pool::Query;
+
+    #[test]
+    fn a_head_insert_run_outside_a_transaction_writes_nothing() {
+        // As when the START sent with it failed: the statement then runs on its own, and would
+        // commit its records without the key's lock.
+        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
+        let schema = cluster.fresh_schema("at_head");
+        let journal = PgJournal::open(
+            cluster.url(),
+            Arc::new(interlock::SystemClock),
+            &PgOptions::in_schema(&schema),
+        )
+        .expect("the journal");
+        let mut conn = journal.conn().expect("a connection");
+        let count = |conn: &mut crate::pool::Conn| {
+            conn.run(|q| {
+                q.query_one(&format!("SELECT count(*) FROM {schema}.records"), &[])
+                    .map(|r| r.get::<_, i64>(0))
+            })
+            .expect("counted")
+        };
+        let seq: i64 = conn
+            .run(|q| {
+                q.query_one(
+                    &format!(
+                        "WITH e AS (INSERT INTO {schema}.effects (key, n) VALUES ('k', 0))
+                         INSERT INTO {schema}.records (key, n, kind, at_ms, prev, hash, body)
+                         VALUES ('k', 0, 'PROPOSED', 1, NULL, 'h0', '{{}}') RETURNING seq"
+                    ),
+                    &[],
+                )
+            })
+            .expect("the key's first record")
+            .get(0);
+        let insert = journal.insert_at_head_sql();
+        let (keys, ns, kinds, ats) = (vec!["k"], vec![1_i32], vec!["COMMITTED"], vec![2_i64]);
+        let (prevs, hashes, bodies) = (vec!["h0"], vec!["h1"], vec!["{}"]);
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &keys, &ns, &kinds, &ats, &prevs, &hashes, &bodies, &1_i32, &"k", &0_i32, &seq, &"h0",
+        ];
+        let alone = conn.run(|q| q.query(&insert, &params)).expect("run");
+        assert_eq!((alone.len(), count(&mut conn)), (0, 1), "nothing inserted");
+        // Sent with the START, as the journal sends it, the same statement appends.
+        let answers = conn.run_tx_whole(&[(&insert, &params)]).expect("run");
+        let rows = answers.last().map_or(0, Vec::len);
+        assert_eq!(
+            (rows, count(&mut conn)),
+            (1, 2),
+            "appended in a transaction"
+        );
+    }
+}
