@@ -102,23 +102,6 @@ impl Cached<'_> {
         );
         self.rt.block_on(self.c.batch_execute(sql))
     }
-
-    /// [`Cached::batch_execute`], with the first column of the last row any of the statements
-    /// answered, as text.
-    pub(crate) fn batch_last_value(
-        &mut self,
-        sql: &str,
-    ) -> Result<Option<String>, postgres::Error> {
-        debug_assert!(
-            !self.ended,
-            "a statement after its transaction's last: {sql}"
-        );
-        let answers = self.rt.block_on(self.c.simple_query(sql))?;
-        Ok(answers.iter().rev().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        }))
-    }
 }
 
 impl Query for Cached<'_> {
@@ -295,6 +278,9 @@ pub(crate) enum ConnError {
     /// This process could not make the runtime that drives its socket.
     #[error("cannot start the runtime that drives a PostgreSQL connection: {0}")]
     Runtime(std::io::Error),
+    /// A statement that always answers a row answered none.
+    #[error("the server answered no row for {0}")]
+    Unanswered(&'static str),
 }
 
 /// What [`Conn::run_tx`] sends first, in one message: the start of the transaction, and a mark
