@@ -38,9 +38,7 @@ pub trait Liveness: Send + Sync {
     fn place(&self) -> String;
 
     /// Take the lock for `key`/`token` if nobody holds it. It is held until the returned guard
-    /// drops or its holder dies. The gate sends under a lock only once the claim it writes in
-    /// the journal after taking it is durable: what taking the lock wrote need not reach the
-    /// disk sooner, as long as that claim cannot be durable without it.
+    /// drops or its holder dies.
     fn try_hold(&self, key: &str, token: u64) -> io::Result<Option<HeldLock>>;
 
     /// Whether the holder of `key`/`token`, which ran on `host`, certainly holds no lock now —

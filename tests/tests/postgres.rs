@@ -237,19 +237,14 @@ fn crash_one_server_process(url: &str) {
 }
 
 #[test]
-fn a_hold_is_durable_once_the_claim_written_after_it_is() {
-    // The WAL writer flushes no earlier than every 10 s, and the hold's own commit does not wait
-    // for the disk: only the claim's commit, which waits for the log to be flushed past it,
-    // makes the hold's row durable before the crash.
+fn a_hold_is_durable_before_its_lock_counts_as_taken() {
+    // The WAL writer flushes no earlier than every 10 s: nothing but a commit that waits for the
+    // disk makes the hold's row durable before the crash.
     let cluster = Cluster::throwaway_with(&["wal_writer_delay=10000"]).unwrap();
     let journal =
         PgJournal::open(cluster.url(), clock(), &PgOptions::in_schema("interlock")).unwrap();
     let live = journal.liveness().unwrap();
     let _held = live.try_hold("k", 1).unwrap().expect("a free lock");
-    // The holder's claim commits after its lock, as DISPATCHED does (any durable commit will do).
-    journal
-        .grant_lease(&interlock::Grant::new("claim-stand-in", "ops", 0))
-        .unwrap();
     crash_one_server_process(cluster.url());
     assert_eq!(judged_once_up(&*live, "k", 1), Some(false));
     // Another attempt on the same token takes the lock in the new lifetime and lets go: had the

@@ -13,11 +13,8 @@
 //!   server process, after which the server ends every session and carries on under the same
 //!   start time. A lock is judged released only within the lifetime its row names, and a later
 //!   attempt that takes the same lock in a new lifetime never moves the row. The row is on disk
-//!   before anything relies on the lock: one a crash erased could be written again in the new
-//!   lifetime by another attempt on the same token, which would make the lock look released. It
-//!   is committed without waiting for the disk, because the gate relies on a lock only once the
-//!   claim it writes under it is durable, and that claim commits after the row on the same
-//!   server, whose log is flushed in order: the claim's flush carries the row.
+//!   before the lock counts as taken: one a crash erased could be written again in the new
+//!   lifetime by another attempt on the same token, which would make the lock look released.
 //! * **A holder went silent** (host cut off, socket never closed). The lock session asks the
 //!   server to wait [`SILENT_HOLDER_KEPT`] before its keepalive gives up on the holder, and a
 //!   gate refuses a claim deadline longer than that: the deadline rules before the lock can go.
@@ -34,10 +31,7 @@ use std::time::Duration;
 use interlock::liveness::{HeldLock, Liveness};
 use sha2::{Digest, Sha256};
 
-use postgres::Row;
-use postgres::types::ToSql;
-
-use crate::pool::{Cached, Conn, ConnError, Pool, Query, Step};
+use crate::pool::{Conn, ConnError, Pool, Query};
 
 /// How long the server keeps a silent holder's session (and its lock), at least: the keepalive's
 /// idle time before its first probe.
@@ -80,15 +74,13 @@ impl PgLiveness {
             .tcp_user_timeout(Duration::ZERO)
             .application_name("interlock-liveness");
         // The server side: give up on a silent holder only after `kept` s of silence plus six
-        // unanswered probes, and never for idleness alone. A hold's row commits without waiting
-        // for the disk or a standby, whatever the server, role or database says by default: the
-        // claim committed after it carries it (module doc), so the statement timeout never cuts
-        // a commit's wait short either.
+        // unanswered probes, and never for idleness alone. A hold's row is committed only once on
+        // disk, whatever the server, role or database says by default.
         config.options(format!(
             "-c tcp_keepalives_idle={kept} -c tcp_keepalives_interval=10 \
              -c tcp_keepalives_count=6 -c idle_session_timeout=0 \
              -c idle_in_transaction_session_timeout=0 -c statement_timeout=5000 \
-             -c synchronous_commit=off"
+             -c synchronous_commit=on"
         ));
         Self {
             config,
@@ -131,20 +123,19 @@ impl PgLiveness {
 
     fn try_lock(&self, id: i64) -> Result<Option<Conn>, ConnError> {
         // Which server lifetime this lock belongs to, written in the statement that takes it and
-        // committed with it, and on disk before anything relies on the lock: the claim its holder
-        // writes next commits after it on this server, and waits for the log to be flushed past
-        // it. A row a crash could still lose would let another attempt write it again in the new
-        // lifetime, where the lock it names would look released while its first holder may be
-        // sending; a crash that loses the row ends the holder's sessions before its claim commits,
-        // so that holder sends nothing under this lock. Written only when the lock was taken (the
-        // lock is taken once, before the insert reads it), and never moved to a newer lifetime: an
+        // committed with it, so on disk before the lock counts as taken (the lock session's
+        // commits wait for the flush): a row a crash could still lose would let another attempt
+        // write it again in the new lifetime, where the lock it names would look released while
+        // its first holder may be sending. Written only when the lock was taken (the lock is
+        // taken once, before the insert reads it), and never moved to a newer lifetime: an
         // attempt that takes the lock after a restart and then loses the race to append must not
         // make an older holder's lock look released (a row from an older lifetime only ever makes
         // a lock look held: the deadline rules). The lifetime's id is made by the first hold after
-        // a crash emptied it. One that another session made after this statement began is not seen
-        // here: the row then names none, and its lock is never judged released (the deadline
-        // rules), as for a lost row. The lock never waits, so the statement's snapshot is as good
-        // as one taken after it. On failure the session is dropped, and closing it drops the lock.
+        // a crash emptied it. One that another session made after this statement began is not
+        // seen here: the row then names none, and its lock is never judged released (the
+        // deadline rules), as for a lost row. The lock never waits, so the statement's snapshot
+        // is as good as one taken after it. On failure the session is dropped, and closing it
+        // drops the lock.
         let sql = format!(
             "WITH got AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS taken),
              made AS (
@@ -164,9 +155,9 @@ impl PgLiveness {
         // What the session owes goes first, in the same round trip: it ends in the unlock of a
         // resolved key's lock, which this one never needs to wait for.
         let lock = |idle: &mut Idle| {
-            let owed = idle.owed.take();
+            let owed = idle.owed.as_deref();
             idle.session
-                .run(|q| paid_with(q, owed.as_ref(), &[(&sql, &[&id])]))
+                .run(|q| q.sent_together(owed, &[(&sql, &[&id])]))
                 .map_err(ConnError::from)
                 .and_then(|mut answers| {
                     let row = answers.pop().and_then(|mut rows| rows.pop());
@@ -177,8 +168,14 @@ impl PgLiveness {
         let mut idle = self.session()?;
         let got = match lock(&mut idle) {
             Ok(got) => got,
-            // A reused session may have died with a server restart: one fresh try.
-            Err(_) if !idle.fresh && idle.session.is_closed() => {
+            // A reused session may have died with a server restart, or failed to pay what it
+            // owed (a failure that is not this lock's): one fresh try. The failed session is
+            // dropped, and closing it gives back any lock it took; until the server has seen it
+            // close, this lock may still look taken (busy, and retried).
+            Err(e) if !idle.fresh && (idle.session.is_closed() || idle.owed.is_some()) => {
+                if idle.owed.is_some() {
+                    tracing::warn!(error = %e, "a lock session could not give a lock back; closed");
+                }
                 idle = Idle::fresh(&self.config)?;
                 lock(&mut idle)?
             }
@@ -195,7 +192,7 @@ impl PgLiveness {
 }
 
 impl Drop for PgLiveness {
-    /// What the idle sessions owe is paid before they close, so that a resolved key's holds are
+    /// What the idle sessions owe is paid before they close, so that resolved keys' holds are
     /// not left behind; a server that does not answer within [`PAY_ON_DROP`] is not waited for
     /// (the rows stay, as after a crash, and closing the sessions gives their locks back).
     fn drop(&mut self) {
@@ -212,7 +209,9 @@ impl Drop for PgLiveness {
             .name("interlock-liveness-drop".into())
             .spawn(move || {
                 for mut idle in owing {
-                    let _ = idle.session.run(|q| paid_with(q, idle.owed.as_ref(), &[]));
+                    if let Some(sql) = idle.owed.take() {
+                        let _ = idle.session.run(|q| q.batch_execute(&sql));
+                    }
                 }
                 let _ = paid.send(());
             });
@@ -225,12 +224,12 @@ impl Drop for PgLiveness {
 /// How long dropping the liveness waits for its sessions' debts to be paid, at most.
 const PAY_ON_DROP: Duration = Duration::from_secs(2);
 
-/// A lock session between holds, and what it owes: a resolved key's holds to delete and its lock
-/// to give back, sent ahead of the session's next statement. Until then that lock counts as held,
-/// which is no loss for a resolved key.
+/// A lock session between holds, and what it owes: the statements that delete a resolved key's
+/// holds and give its lock back, sent ahead of the session's next statement. Until then that lock
+/// counts as held, which is no loss for a resolved key.
 struct Idle {
     session: Conn,
-    owed: Option<Owed>,
+    owed: Option<String>,
     /// Opened for this use, not taken from the idle ones.
     fresh: bool,
 }
@@ -245,16 +244,15 @@ impl Idle {
     }
 }
 
-/// Keep `session` for reuse with what it `owes`, if it is sound and there is room. Otherwise a
-/// debt is paid now (the rows it deletes would be left behind), and closing the session gives
-/// back any lock it still holds.
-fn give_back(idle: &Mutex<Vec<Idle>>, mut session: Conn, owed: Option<Owed>) {
+/// Keep `session` for reuse with what it `owed`, if it is sound and there is room; a session that
+/// owes is used first, so no debt waits long. Otherwise a debt is paid now (the rows it deletes
+/// would be left behind), and closing the session gives back any lock it still holds.
+fn give_back(idle: &Mutex<Vec<Idle>>, mut session: Conn, owed: Option<String>) {
     if session.is_broken() {
         return;
     }
     let mut kept = idle.lock().unwrap_or_else(PoisonError::into_inner);
     if kept.len() < IDLE_SESSIONS {
-        // Sessions that owe are used first (from the end), so no debt waits long for a use.
         let at = if owed.is_some() { kept.len() } else { 0 };
         kept.insert(
             at,
@@ -267,41 +265,9 @@ fn give_back(idle: &Mutex<Vec<Idle>>, mut session: Conn, owed: Option<Owed>) {
         return;
     }
     drop(kept);
-    if owed.is_some() {
-        let _ = session.run(|q| paid_with(q, owed.as_ref(), &[]));
+    if let Some(sql) = owed {
+        let _ = session.run(|q| q.batch_execute(&sql));
     }
-}
-
-/// What a lock session owes once its lock's key is resolved: the key's holds to delete (a
-/// prepared statement of its schema), then the lock to give back.
-struct Owed {
-    delete: String,
-    holds: Vec<i64>,
-    unlock: i64,
-}
-
-/// `then`, after what the session owes if anything, in one round trip; `then`'s rows. The delete
-/// commits on its own, without waiting for the disk (the session's setting), before the unlock:
-/// until the lock is given back its holds are gone and it counts as held (a lock with no hold is
-/// never judged released). Statements after a failed one still run: a lock given back with its
-/// holds left is judged released, which is no loss for a resolved key.
-fn paid_with(
-    q: &mut Cached<'_>,
-    owed: Option<&Owed>,
-    then: &[Step<'_>],
-) -> Result<Vec<Vec<Row>>, postgres::Error> {
-    let Some(owed) = owed else {
-        return q.pipeline(then);
-    };
-    let holds: [&(dyn ToSql + Sync); 1] = [&owed.holds];
-    let unlock: [&(dyn ToSql + Sync); 1] = [&owed.unlock];
-    let mut steps: Vec<Step<'_>> = vec![
-        (owed.delete.as_str(), &holds),
-        ("SELECT pg_advisory_unlock($1)", &unlock),
-    ];
-    steps.extend_from_slice(then);
-    let mut answers = q.pipeline(&steps)?;
-    Ok(answers.split_off(2))
 }
 
 fn io(e: impl std::fmt::Display) -> std::io::Error {
@@ -309,16 +275,21 @@ fn io(e: impl std::fmt::Display) -> std::io::Error {
 }
 
 impl PgLiveness {
-    /// The locks of `key` up to `up_to_token` (and the next, which an attempt may have taken).
-    fn lock_ids(&self, key: &str, up_to_token: u64) -> Vec<i64> {
-        (1..=up_to_token.saturating_add(1))
-            .map(|t| self.lock_id(key, t))
-            .collect()
-    }
-
-    /// The statement that deletes the holds of the locks it is given.
-    fn delete_holds(&self) -> String {
-        format!("DELETE FROM {}.holds WHERE lock_id = ANY($1)", self.schema)
+    /// The statements that delete the holds of `key`'s locks up to `up_to_token` (and the next,
+    /// which an attempt may have taken).
+    fn forget_sql(&self, key: &str, up_to_token: u64) -> String {
+        let ids: Vec<String> = (1..=up_to_token.saturating_add(1))
+            .map(|t| self.lock_id(key, t).to_string())
+            .collect();
+        // Best effort, so without waiting for the disk, in one round trip (the ids are numbers):
+        // a delete a crash loses leaves the rows as they were while the key was being resolved,
+        // which is how its locks were judged until then.
+        format!(
+            "BEGIN; SET LOCAL synchronous_commit = off;
+             DELETE FROM {}.holds WHERE lock_id IN ({}); COMMIT;",
+            self.schema,
+            ids.join(", ")
+        )
     }
 }
 
@@ -400,24 +371,22 @@ impl Liveness for PgLiveness {
         let Some((session, id)) = session else {
             return self.forget(key, up_to_token);
         };
-        // Paid with the session's next statement (`Idle`), so that no round trip of the send
-        // waits for it. A failure then drops the session, which gives the lock back; the rows
-        // stay if it came before their deletion committed, as after a crash.
-        let owed = Owed {
-            delete: self.delete_holds(),
-            holds: self.lock_ids(key, up_to_token),
-            unlock: id,
-        };
-        give_back(&self.idle, session, Some(owed));
+        // The holds' rows go first, then the lock, sent with the session's next statement so
+        // that no round trip of the send waits for them (`Idle`): until the lock is given back
+        // its holds are gone and it counts as held (a lock with no hold is never judged
+        // released), which is no loss for a resolved key. A failure drops the session, which
+        // gives the lock back; the rows stay if it came before their deletion committed, as
+        // after a crash.
+        let sql = format!(
+            "{} SELECT pg_advisory_unlock({id})",
+            self.forget_sql(key, up_to_token)
+        );
+        give_back(&self.idle, session, Some(sql));
     }
 
     fn forget(&self, key: &str, up_to_token: u64) {
-        // Best effort, so without waiting for the disk: a delete a crash loses leaves the rows as
-        // they were while the key was being resolved, which is how its locks were judged until
-        // then. On an idle lock session when there is one (whose commits do not wait), leaving
-        // the journal's pool to the senders.
-        let ids = self.lock_ids(key, up_to_token);
-        let delete = self.delete_holds();
+        let sql = self.forget_sql(key, up_to_token);
+        // On an idle lock session when there is one, leaving the journal's pool to the senders.
         let idle = self
             .idle
             .lock()
@@ -427,23 +396,13 @@ impl Liveness for PgLiveness {
             mut session, owed, ..
         }) = idle.filter(|i| !i.session.is_broken())
         {
-            if session
-                .run(|q| paid_with(q, owed.as_ref(), &[(&delete, &[&ids])]))
-                .is_ok()
-            {
+            let sql = owed.map_or_else(|| sql.clone(), |owed| format!("{owed}; {sql}"));
+            if session.run(|q| q.batch_execute(&sql)).is_ok() {
                 give_back(&self.idle, session, None);
             }
             return;
         }
         if let Ok(mut conn) = self.pool.get() {
-            // The journal's connections wait for the disk unless told otherwise.
-            let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
-            let sql = format!(
-                "BEGIN; SET LOCAL synchronous_commit = off;
-                 DELETE FROM {}.holds WHERE lock_id IN ({}); COMMIT;",
-                self.schema,
-                ids.join(", ")
-            );
             let _ = conn.run(|c| c.batch_execute(&sql));
         }
     }
@@ -624,5 +583,54 @@ mod tests {
             0,
             "and the rest are paid as the liveness is dropped"
         );
+    }
+
+    #[test]
+    fn a_debt_that_fails_to_be_paid_is_not_the_next_locks_failure() {
+        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
+        let schema = cluster.fresh_schema("unpaid");
+        PgJournal::open(
+            cluster.url(),
+            Arc::new(interlock::SystemClock),
+            &PgOptions::in_schema(&schema),
+        )
+        .expect("the journal's schema");
+        let config = crate::connect::config(cluster.url()).expect("its URL");
+        let pool = r2d2::Pool::builder().build_unchecked(Manager {
+            config: config.clone(),
+        });
+        let live = PgLiveness::new(config.clone(), pool, &schema, "default", "test".into());
+        let mut other = Conn::open(&config).expect("a connection");
+        let resolved = live.try_hold("k", 1).expect("asked").expect("free");
+        live.release_resolved(resolved, "k", 1);
+        other
+            .run(|q| {
+                q.batch_execute(&format!(
+                    "CREATE FUNCTION {schema}.no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN RAISE EXCEPTION 'holds are kept'; END $$;
+                     CREATE TRIGGER no_delete BEFORE DELETE ON {schema}.holds
+                         FOR EACH ROW EXECUTE FUNCTION {schema}.no_delete();"
+                ))
+            })
+            .expect("a trigger");
+        let next = live.try_hold("k2", 1).expect("not the debt's failure");
+        assert!(next.is_some(), "taken on a fresh session");
+        // The session that failed to pay was closed, which gives the resolved key's lock back.
+        let id = live.lock_id("k", 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let free: bool = other
+                .run(|q| q.query_one("SELECT pg_try_advisory_lock($1)", &[&id]))
+                .expect("asked")
+                .get(0);
+            if free {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lock was never given back"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

@@ -219,7 +219,7 @@ impl Cached<'_> {
 
     /// [`Query::pipeline`], after `simple` if given (statements without parameters, the simple
     /// protocol) in the same round trip; its failure comes first.
-    fn sent_together(
+    pub(crate) fn sent_together(
         &mut self,
         simple: Option<&str>,
         steps: &[Step<'_>],
