@@ -207,6 +207,31 @@ pub fn pg_commit_rate(url: &str, budget: Duration) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
+/// The times the server at `url` has synced its log to disk (`pg_stat_wal`), counted only where
+/// it syncs by call (`wal_sync_method` `fdatasync`, `fsync` or `fsync_writethrough`).
+pub fn pg_wal_syncs(url: &str) -> anyhow::Result<i64> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls)?;
+    Ok(
+        c.query_one("SELECT wal_sync FROM pg_catalog.pg_stat_wal", &[])?
+            .get(0),
+    )
+}
+
+/// [`pg_wal_syncs`] once the count has not moved for 300 ms (server processes that are ending add
+/// theirs as they end), or after 5 s.
+pub fn pg_wal_syncs_settled(url: &str) -> anyhow::Result<i64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = pg_wal_syncs(url)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = pg_wal_syncs(url)?;
+        if now == last || Instant::now() > deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
 /// A gate over a PostgreSQL journal in `schema` (the benchmark lease granted), bound to the
 /// no-op target, with room for `senders` concurrent senders.
 pub fn pg_bound(

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 use crate::spread;
 
-/// One round: the server's commits/s, serial effects/s, and effects/s per number of senders.
-type Round = (f64, f64, Vec<f64>);
+/// One round: the server's commits/s, serial effects/s, effects/s per number of senders, and the
+/// server's log syncs per serial effect (`None` where it does not count them).
+type Round = (f64, f64, Vec<f64>, Option<f64>);
 
 /// The numbers of concurrent senders measured.
 const SENDERS: [u32; 3] = [1, 16, 64];
@@ -40,11 +41,19 @@ pub(crate) fn measure(
             0.0
         };
         let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("serial"), 1)?;
+        let synced = bench::pg_wal_syncs(cluster.url())?;
         let t = Instant::now();
         for i in 0..serial_effects {
             bench::one_effect(&bound, &format!("pg-serial-{r}"), i)?;
         }
         let serial = serial_effects as f64 / t.elapsed().as_secs_f64().max(1e-9);
+        // A server process adds its syncs to the shared count now and then, and as it ends:
+        // the journal's connections are closed first. Nothing else runs on the server meanwhile
+        // but its own log writer, which syncs what was committed without waiting for the disk a
+        // few times a second.
+        drop(bound);
+        let syncs = (bench::pg_wal_syncs_settled(cluster.url())? - synced) as f64;
+        let syncs = (syncs > 0.0).then(|| syncs / serial_effects.max(1) as f64);
         let mut concurrent = Vec::new();
         for senders in SENDERS {
             let (bound, _) =
@@ -56,7 +65,7 @@ pub(crate) fn measure(
         if !probe_first {
             commit_per_s = bench::pg_commit_rate(cluster.url(), probe)?;
         }
-        measured.push((commit_per_s, serial, concurrent));
+        measured.push((commit_per_s, serial, concurrent, syncs));
     }
     let of = |f: &dyn Fn(&Round) -> f64, digits| spread(measured.iter().map(f).collect(), digits);
     let concurrent: Vec<Value> = SENDERS
@@ -71,8 +80,14 @@ pub(crate) fn measure(
         })
         .collect();
     let requests = requests_per_effect(cluster.url(), if serial_effects < 500 { 50 } else { 500 });
+    let syncs: Option<Vec<f64>> = measured.iter().map(|m| m.3).collect();
+    let syncs = syncs.map_or_else(
+        || json!({ "not_counted": "the server syncs its log by open flags, not by call" }),
+        |each| spread(each, 2),
+    );
     Ok(json!({
         "requests_per_effect": requests,
+        "serial_wal_syncs_per_effect": syncs,
         "rounds": rounds,
         "server_commit_per_s": of(&|m| m.0, 0),
         "serial_effects_per_round": serial_effects,
