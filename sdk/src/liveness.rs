@@ -49,7 +49,8 @@ pub trait Liveness: Send + Sync {
     fn forget(&self, _key: &str, _up_to_token: u64) {}
 
     /// Give back `lock`, held for `key`'s `up_to_token`, and [`Liveness::forget`] the key's
-    /// locks: its effect is resolved. A store that can do both at once does.
+    /// locks: its effect is resolved. A store that can do both at once does; one may also do it
+    /// later (the lock then stays held a while, which no sender of a resolved key needs).
     fn release_resolved(&self, lock: HeldLock, key: &str, up_to_token: u64) {
         drop(lock);
         self.forget(key, up_to_token);

@@ -168,16 +168,23 @@ impl PgLiveness {
         let mut idle = self.session()?;
         let got = match lock(&mut idle) {
             Ok(got) => got,
-            // A reused session may have died with a server restart, or failed to pay what it
-            // owed (a failure that is not this lock's): one fresh try. The failed session is
-            // dropped, and closing it gives back any lock it took; until the server has seen it
+            // A reused session may have died with a server restart, or failed with what it owed
+            // sent first (the failure may not be this lock's): one fresh try. The failed session
+            // is closed first, which gives back any lock it took; until the server has seen it
             // close, this lock may still look taken (busy, and retried).
             Err(e) if !idle.fresh && (idle.session.is_closed() || idle.owed.is_some()) => {
                 if idle.owed.is_some() {
-                    tracing::warn!(error = %e, "a lock session could not give a lock back; closed");
+                    tracing::warn!(
+                        error = %e,
+                        "a lock session failed giving a resolved key's lock back or taking the \
+                         next; closed, and the lock tried on a fresh one"
+                    );
                 }
-                idle = Idle::fresh(&self.config)?;
-                lock(&mut idle)?
+                drop(idle);
+                let mut fresh = Idle::fresh(&self.config)?;
+                let got = lock(&mut fresh)?;
+                idle = fresh;
+                got
             }
             // One still open may hold the lock the failed statement took: it is dropped on
             // return, and closing it gives the lock back.
@@ -194,28 +201,27 @@ impl PgLiveness {
 impl Drop for PgLiveness {
     /// What the idle sessions owe is paid before they close, so that resolved keys' holds are
     /// not left behind; a server that does not answer within [`PAY_ON_DROP`] is not waited for
-    /// (the rows stay, as after a crash, and closing the sessions gives their locks back).
+    /// (the rows stay, as after a crash, and closing the sessions gives their locks back). The
+    /// sessions are paid and closed on a thread of their own: each drives its socket on a
+    /// runtime of its own, which may not be dropped inside an async context.
     fn drop(&mut self) {
-        let owing: Vec<Idle> =
-            std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner))
-                .into_iter()
-                .filter(|i| i.owed.is_some())
-                .collect();
-        if owing.is_empty() {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        if idle.is_empty() {
             return;
         }
+        let owes = idle.iter().any(|i| i.owed.is_some());
         let (paid, done) = std::sync::mpsc::channel();
         let payer = std::thread::Builder::new()
             .name("interlock-liveness-drop".into())
             .spawn(move || {
-                for mut idle in owing {
+                for mut idle in idle {
                     if let Some(sql) = idle.owed.take() {
                         let _ = idle.session.run(|q| q.batch_execute(&sql));
                     }
                 }
                 let _ = paid.send(());
             });
-        if payer.is_ok() {
+        if payer.is_ok() && owes {
             let _ = done.recv_timeout(PAY_ON_DROP);
         }
     }
@@ -418,10 +424,10 @@ mod tests {
     use crate::journal::{PgJournal, PgOptions};
     use crate::pool::Manager;
 
-    #[test]
-    fn holds_are_written_for_locks_taken_only_and_a_resolved_lock_goes_with_its_holds() {
+    /// A liveness on a fresh schema of the shared test server, its schema and its settings.
+    fn liveness_in(name: &str) -> (String, tokio_postgres::Config, PgLiveness) {
         let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema("holds");
+        let schema = cluster.fresh_schema(name);
         PgJournal::open(
             cluster.url(),
             Arc::new(interlock::SystemClock),
@@ -433,6 +439,12 @@ mod tests {
             config: config.clone(),
         });
         let live = PgLiveness::new(config.clone(), pool, &schema, "default", "test".into());
+        (schema, config, live)
+    }
+
+    #[test]
+    fn holds_are_written_for_locks_taken_only_and_a_resolved_lock_goes_with_its_holds() {
+        let (schema, config, live) = liveness_in("holds");
         let id = live.lock_id("k", 1);
         let holds = |c: &mut Conn| {
             c.run(|q| {
@@ -532,19 +544,7 @@ mod tests {
     #[test]
     fn a_resolved_keys_holds_are_deleted_by_the_next_forget_at_once_when_no_session_is_kept_or_on_drop()
      {
-        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema("owed");
-        PgJournal::open(
-            cluster.url(),
-            Arc::new(interlock::SystemClock),
-            &PgOptions::in_schema(&schema),
-        )
-        .expect("the journal's schema");
-        let config = crate::connect::config(cluster.url()).expect("its URL");
-        let pool = r2d2::Pool::builder().build_unchecked(Manager {
-            config: config.clone(),
-        });
-        let live = PgLiveness::new(config.clone(), pool, &schema, "default", "test".into());
+        let (schema, config, live) = liveness_in("owed");
         let mut other = Conn::open(&config).expect("a connection");
         let mut holds = || {
             other
@@ -587,19 +587,7 @@ mod tests {
 
     #[test]
     fn a_debt_that_fails_to_be_paid_is_not_the_next_locks_failure() {
-        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema("unpaid");
-        PgJournal::open(
-            cluster.url(),
-            Arc::new(interlock::SystemClock),
-            &PgOptions::in_schema(&schema),
-        )
-        .expect("the journal's schema");
-        let config = crate::connect::config(cluster.url()).expect("its URL");
-        let pool = r2d2::Pool::builder().build_unchecked(Manager {
-            config: config.clone(),
-        });
-        let live = PgLiveness::new(config.clone(), pool, &schema, "default", "test".into());
+        let (schema, config, live) = liveness_in("unpaid");
         let mut other = Conn::open(&config).expect("a connection");
         let resolved = live.try_hold("k", 1).expect("asked").expect("free");
         live.release_resolved(resolved, "k", 1);
