@@ -403,8 +403,8 @@ fn syncs_line(syncs: &Value) -> String {
         return String::new();
     }
     format!(
-        "| server: log syncs per serial effect (`pg_stat_wal`; its log writer's own included) | \
-         {} |\n",
+        "| server: log syncs per serial effect (`pg_stat_wal`; the journal's set-up and the \
+         server's log writer included) | {} |\n",
         spread(syncs)
     )
 }

@@ -41,7 +41,9 @@ pub(crate) fn measure(
             0.0
         };
         let (bound, _) = bench::pg_bound(cluster.url(), &cluster.fresh_schema("serial"), 1)?;
-        let synced = bench::pg_wal_syncs(cluster.url())?;
+        // Settled first, so that no count a process adds late (the probe's, as it ends) falls
+        // in the serial run's.
+        let synced = bench::pg_wal_syncs_settled(cluster.url())?;
         let t = Instant::now();
         for i in 0..serial_effects {
             bench::one_effect(&bound, &format!("pg-serial-{r}"), i)?;
