@@ -186,25 +186,16 @@ impl PgJournal {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use postgres::types::ToSql;
 
-    use crate::journal::{PgJournal, PgOptions};
+    use crate::journal::PgJournal;
     use crate::pool::Query;
 
     #[test]
     fn a_head_insert_run_outside_a_transaction_writes_nothing() {
         // As when the START sent with it failed: the statement then runs on its own, and would
         // commit its records without the key's lock.
-        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema("at_head");
-        let journal = PgJournal::open(
-            cluster.url(),
-            Arc::new(interlock::SystemClock),
-            &PgOptions::in_schema(&schema),
-        )
-        .expect("the journal");
+        let (journal, schema, _) = PgJournal::on_fresh_schema("at_head");
         let mut conn = journal.conn().expect("a connection");
         let count = |conn: &mut crate::pool::Conn| {
             conn.run(|q| {

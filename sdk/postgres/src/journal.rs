@@ -946,3 +946,21 @@ impl interlock::LeaseStore for PgJournal {
         Some(&self.store)
     }
 }
+
+#[cfg(test)]
+impl PgJournal {
+    /// A journal on a fresh schema (named after `name`) of the shared test server, with that
+    /// schema and the server's connection settings.
+    pub(crate) fn on_fresh_schema(name: &str) -> (Self, String, tokio_postgres::Config) {
+        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
+        let schema = cluster.fresh_schema(name);
+        let journal = Self::open(
+            cluster.url(),
+            Arc::new(interlock::SystemClock),
+            &PgOptions::in_schema(&schema),
+        )
+        .expect("a journal");
+        let config = crate::connect::config(cluster.url()).expect("its URL");
+        (journal, schema, config)
+    }
+}

@@ -421,20 +421,12 @@ impl Liveness for PgLiveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{PgJournal, PgOptions};
+    use crate::journal::PgJournal;
     use crate::pool::Manager;
 
     /// A liveness on a fresh schema of the shared test server, its schema and its settings.
     fn liveness_in(name: &str) -> (String, tokio_postgres::Config, PgLiveness) {
-        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema(name);
-        PgJournal::open(
-            cluster.url(),
-            Arc::new(interlock::SystemClock),
-            &PgOptions::in_schema(&schema),
-        )
-        .expect("the journal's schema");
-        let config = crate::connect::config(cluster.url()).expect("its URL");
+        let (_, schema, config) = PgJournal::on_fresh_schema(name);
         let pool = r2d2::Pool::builder().build_unchecked(Manager {
             config: config.clone(),
         });

@@ -98,11 +98,9 @@ impl PgJournal {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::journal::PgOptions;
     use crate::pool::Conn;
 
     /// Lease `name`'s use locks (`schema:id`) granted or awaited, as (granted, waiting).
@@ -127,15 +125,7 @@ mod tests {
     /// lock queued behind the change for the rules lock, and the change would wait on each other.
     #[test]
     fn a_use_lock_is_taken_only_after_the_budgets_rules_lock() {
-        let cluster = interlock_testkit::pg::Cluster::shared().expect("a PostgreSQL server");
-        let schema = cluster.fresh_schema("use_order");
-        let journal = PgJournal::open(
-            cluster.url(),
-            Arc::new(interlock::SystemClock),
-            &PgOptions::in_schema(&schema),
-        )
-        .expect("a journal");
-        let config = crate::connect::config(cluster.url()).expect("its URL");
+        let (journal, schema, config) = PgJournal::on_fresh_schema("use_order");
         let mut change = Conn::open(&config).expect("a connection");
         let (rules, rules_name) = journal.rules_lock_sql();
         let exclusive = rules.replace("pg_advisory_xact_lock_shared", "pg_advisory_xact_lock");
