@@ -69,6 +69,8 @@ pub mod lease;
 pub mod liveness;
 pub mod metrics;
 pub mod premise;
+pub mod private_file;
+pub mod reach;
 pub mod receipt;
 pub mod settle;
 pub mod target;

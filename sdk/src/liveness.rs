@@ -333,13 +333,10 @@ fn is_earlier_lock_file(name: &str) -> bool {
     )
 }
 
+/// The lock file (or the migration's), owner-only and never through a symbolic link: a user who
+/// could open it could hold a lock every new send waits on ([`crate::private_file`]).
 fn open_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+    crate::private_file::open(path)
 }
 
 fn writable(dir: &Path, e: io::Error) -> io::Error {

@@ -56,6 +56,10 @@ impl SqliteJournal {
     /// (`synchronous = FULL`).
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, JournalError> {
         let shown = path.as_ref().display().to_string();
+        crate::private_file::prepare_sqlite(path.as_ref()).map_err(|e| JournalError::Storage {
+            path: shown.clone(),
+            what: e.to_string(),
+        })?;
         let conn = Connection::open(path.as_ref()).map_err(|e| map_err(&shown, e))?;
         let mut journal = Self::init(conn, shown.clone(), store_id(path.as_ref()), clock, true)?;
         journal.readers = Some(Readers::new(path.as_ref().to_path_buf(), BUSY_TIMEOUT));

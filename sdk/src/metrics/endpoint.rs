@@ -3,7 +3,7 @@
 //! gauges once per refresh interval, so a scrape never waits on a journal read (except the first,
 //! before any read has finished, and with a refresh of 0, which reads at every scrape).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::{JournalCounts, budget_gauges, journal_counts, registry, render};
 use crate::JournalStore;
 use crate::clock::{Clock, SystemClock};
+use crate::reach::Reach;
 
 /// How often the journal is read for the gauges unless told otherwise.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(10);
@@ -33,6 +34,20 @@ pub struct Endpoint {
     thread: Option<JoinHandle<()>>,
     gauges: Arc<Gauges>,
     refresher: Option<Thread>,
+}
+
+/// What an endpoint asked to listen where other hosts reach it is told to do.
+const EXPOSED_FIX: &str = "listen on loopback (127.0.0.1:9464) and scrape through a TLS proxy \
+     that authenticates the scraper, named by address in INTERLOCK_METRICS_BEHIND_PROXY (or \
+     `interlock metrics --behind-proxy`); the endpoint then answers that proxy and loopback only";
+
+/// How `/metrics` may be reached with `proxies` named: the endpoint has no TLS and no tokens of
+/// its own, so off loopback it stands behind a proxy that provides both, and answers no one else.
+fn metrics_reach(proxies: Vec<std::net::IpAddr>) -> Reach {
+    Reach {
+        authenticated: !proxies.is_empty(),
+        ..Reach::behind(proxies)
+    }
 }
 
 /// The journal's counts as last read: `None` before the first read, `Some(None)` when it failed.
@@ -85,15 +100,39 @@ impl Endpoint {
     /// Serve `/metrics` on `listen` (`host:port`; port 0 picks a free one): this process's
     /// counters and histograms, and — given a journal — its effects, read every `refresh` (a
     /// refresh of 0 reads the journal at every scrape).
+    /// Only loopback addresses: see [`Endpoint::start_behind`] for another.
     pub fn start(
         listen: &str,
         journal: Option<Arc<dyn JournalStore>>,
         refresh: Duration,
     ) -> Result<Self, EndpointError> {
+        Self::start_behind(listen, journal, refresh, Vec::new())
+    }
+
+    /// [`Endpoint::start`] behind the TLS proxies at `proxies`, which authenticate the scrapers:
+    /// an address other hosts reach is refused without one ([`crate::reach`]), and with them only
+    /// they and loopback peers are answered.
+    pub fn start_behind(
+        listen: &str,
+        journal: Option<Arc<dyn JournalStore>>,
+        refresh: Duration,
+        proxies: Vec<std::net::IpAddr>,
+    ) -> Result<Self, EndpointError> {
         let err = |what: String| EndpointError {
             listen: listen.to_owned(),
             what,
         };
+        let reach = metrics_reach(proxies);
+        let check = |addr: SocketAddr| {
+            reach
+                .check("the metrics endpoint", addr, EXPOSED_FIX)
+                .map_err(|e| err(e.to_string()))
+        };
+        // Every address the name stands for is checked before any is bound, and the socket
+        // bound is checked again.
+        if let Ok(addrs) = listen.to_socket_addrs() {
+            addrs.into_iter().try_for_each(check)?;
+        }
         let server = Arc::new(tiny_http::Server::http(listen).map_err(|e| {
             err(format!(
                 "{e} (name a free address, such as 127.0.0.1:9464, or port 0 for any)"
@@ -103,6 +142,8 @@ impl Endpoint {
             .server_addr()
             .to_ip()
             .ok_or_else(|| err("not an IP address".into()))?;
+        check(addr)?;
+        let reach = Arc::new(reach);
         let gauges = Arc::new(Gauges {
             journal,
             last: Mutex::new(None),
@@ -130,7 +171,7 @@ impl Endpoint {
             .name("interlock-metrics".into())
             .spawn(move || {
                 for request in serving.incoming_requests() {
-                    answer(request, &shown, every_scrape);
+                    answer(request, &shown, every_scrape, &reach);
                 }
                 tracing::info!("the metrics endpoint stopped accepting scrapes");
             })
@@ -173,15 +214,31 @@ impl Endpoint {
         }
     }
 
-    /// [`Endpoint::start`] on `listen` over `journal`, with the refresh
-    /// [`Endpoint::REFRESH_ENV`] asks for.
+    /// The variable that names the TLS proxies `/metrics` stands behind (comma-separated IP
+    /// addresses): without it, only loopback addresses may be listened on.
+    pub const BEHIND_PROXY_ENV: &'static str = "INTERLOCK_METRICS_BEHIND_PROXY";
+
+    /// The proxies [`Endpoint::BEHIND_PROXY_ENV`] names.
+    pub fn proxies_from_env() -> Result<Vec<std::net::IpAddr>, EndpointError> {
+        match std::env::var(Self::BEHIND_PROXY_ENV) {
+            Ok(v) => crate::reach::parse_proxies(&v).map_err(|what| EndpointError {
+                listen: String::new(),
+                what: format!("{}: {what}", Self::BEHIND_PROXY_ENV),
+            }),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Endpoint::start_behind`] on `listen` over `journal`, with the refresh
+    /// [`Endpoint::REFRESH_ENV`] asks for and the proxies [`Endpoint::BEHIND_PROXY_ENV`] names.
     pub fn start_with_env_refresh(
         listen: &str,
         journal: Arc<dyn JournalStore>,
     ) -> Result<Self, EndpointError> {
+        let proxies = Self::proxies_from_env()?;
         match Self::refresh_from_env()? {
-            Some(refresh) => Self::start(listen, Some(journal), refresh),
-            None => Self::start(listen, None, DEFAULT_REFRESH),
+            Some(refresh) => Self::start_behind(listen, Some(journal), refresh, proxies),
+            None => Self::start_behind(listen, None, DEFAULT_REFRESH, proxies),
         }
     }
 
@@ -202,9 +259,15 @@ impl Endpoint {
     }
 }
 
-fn answer(request: tiny_http::Request, gauges: &Gauges, every_scrape: bool) {
+fn answer(request: tiny_http::Request, gauges: &Gauges, every_scrape: bool, reach: &Reach) {
     let path = request.url().split('?').next().unwrap_or_default();
-    let response = if request.method() != &tiny_http::Method::Get {
+    let admitted = request.remote_addr().is_some_and(|p| reach.admits(p.ip()));
+    let response = if !admitted {
+        tiny_http::Response::from_string(
+            "this endpoint answers its TLS proxy and loopback only: scrape through the proxy\n",
+        )
+        .with_status_code(403)
+    } else if request.method() != &tiny_http::Method::Get {
         tiny_http::Response::from_string("only GET /metrics is served\n").with_status_code(405)
     } else if path == "/metrics" {
         let counts = gauges.for_scrape(every_scrape);
