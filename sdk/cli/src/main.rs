@@ -138,6 +138,13 @@ enum Command {
     },
 }
 
+/// How a page is reached, behind the TLS proxies `--behind-proxy` names (none: loopback only).
+pub(crate) fn page_reach(proxies: Option<&str>) -> anyhow::Result<interlock::reach::Reach> {
+    let proxies = interlock::reach::parse_proxies(proxies.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?;
+    Ok(interlock_inbox::page_reach(proxies))
+}
+
 /// The approver directory at `path` (JSON), checked.
 pub(crate) fn read_approvers(
     path: &std::path::Path,

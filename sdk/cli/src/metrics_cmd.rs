@@ -13,9 +13,15 @@ pub(crate) const DEFAULT_REFRESH_MS: u64 = 10_000;
 /// Serve the journal's metrics.
 #[derive(clap::Args)]
 pub(crate) struct MetricsArgs {
-    /// Where to listen (HOST:PORT; port 0 picks a free one, printed on stderr).
+    /// Where to listen (HOST:PORT; port 0 picks a free one, printed on stderr). Loopback only,
+    /// unless --behind-proxy names the TLS proxy scrapers come through.
     #[arg(long, default_value = "127.0.0.1:9464")]
     listen: String,
+    /// The TLS proxies (comma-separated IP addresses) that scrapers come through and that
+    /// authenticate them: with them, an address other hosts reach may be listened on, and only
+    /// they and loopback peers are answered.
+    #[arg(long, env = "INTERLOCK_METRICS_BEHIND_PROXY")]
+    behind_proxy: Option<String>,
     /// Read the journal for the gauges at most this often (ms); 0 reads it at every scrape.
     #[arg(long, default_value_t = DEFAULT_REFRESH_MS)]
     refresh_ms: u64,
@@ -27,10 +33,12 @@ pub(crate) fn start(at: &str, journal: Arc<dyn JournalStore>) -> anyhow::Result<
 }
 
 pub(crate) fn run(journal: Arc<dyn JournalStore>, args: MetricsArgs) -> anyhow::Result<()> {
-    let endpoint = Endpoint::start(
+    let endpoint = Endpoint::start_behind(
         &args.listen,
         Some(journal),
         Duration::from_millis(args.refresh_ms),
+        interlock::reach::parse_proxies(args.behind_proxy.as_deref().unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?,
     )?;
     eprintln!(
         "interlock metrics: serving http://{}/metrics",

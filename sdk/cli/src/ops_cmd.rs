@@ -24,9 +24,15 @@ pub(crate) enum OpsCmd {
 
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
-    /// Where to listen (loopback by default: put TLS in front of it for anything else).
+    /// Where to listen: loopback by default; an address other hosts reach needs the TLS proxy
+    /// in front of the page named with --behind-proxy.
     #[arg(long, default_value = "127.0.0.1:8089")]
     listen: SocketAddr,
+    /// The TLS proxies in front of the page (comma-separated IP addresses; name a proxy on this
+    /// host as 127.0.0.1): the page then answers them and loopback only, and believes the client
+    /// address they put in X-Forwarded-For. Without it no peer's X-Forwarded-For is believed.
+    #[arg(long, env = "INTERLOCK_PAGES_BEHIND_PROXY")]
+    behind_proxy: Option<String>,
     /// The approver directory (JSON) the workers check signed approvals against, holding the
     /// operators' public keys too (recovery checks approvals against it). Re-read at every request.
     #[arg(long, env = "INTERLOCK_APPROVERS")]
@@ -90,7 +96,7 @@ fn recoverer(opened: &Opened, target_name: &str) -> Result<Arc<dyn Recover>, Str
 }
 
 /// The approver directory, read from `path` at each call.
-fn directory(path: PathBuf) -> Directory {
+pub(crate) fn directory(path: PathBuf) -> Directory {
     Arc::new(move || {
         crate::read_approvers(&path)
             .map(Arc::new)
@@ -100,6 +106,13 @@ fn directory(path: PathBuf) -> Directory {
 
 pub(crate) fn run(opened: Opened, cmd: OpsCmd) -> anyhow::Result<()> {
     let OpsCmd::Serve(args) = cmd;
+    let reach = crate::page_reach(args.behind_proxy.as_deref())?;
+    // Before anything is read or connected: the same rule is checked again where it binds.
+    reach.check(
+        "the operators' page",
+        args.listen,
+        interlock_inbox::EXPOSED_FIX,
+    )?;
     let approvers = crate::read_approvers(&args.approvers)?;
     if approvers
         .groups
@@ -127,10 +140,10 @@ pub(crate) fn run(opened: Opened, cmd: OpsCmd) -> anyhow::Result<()> {
             clock: Arc::new(SystemClock),
             auth: Auth::default(),
         });
-        let listener = interlock_inbox::bind(args.listen).await?;
+        let listener = interlock_inbox::bind(args.listen, &reach).await?;
         let addr = listener.local_addr()?;
         eprintln!("interlock ops: listening on http://{addr}/");
-        interlock_inbox::ops::serve(ops, listener, async {
+        interlock_inbox::ops::serve(ops, listener, reach, async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;

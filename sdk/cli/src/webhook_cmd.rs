@@ -15,9 +15,14 @@ pub(crate) enum WebhookCmd {
         /// Loopback port to listen on.
         #[arg(long, default_value_t = 8788)]
         port: u16,
-        /// Address to bind.
+        /// Address to bind: loopback by default; Stripe reaches it through a TLS proxy, named
+        /// with --behind-proxy, for any address other hosts reach.
         #[arg(long, default_value = "127.0.0.1")]
         bind: String,
+        /// The TLS proxies Stripe's deliveries come through (comma-separated IP addresses): an
+        /// address other hosts reach may then be bound, and only they and loopback are answered.
+        #[arg(long, env = "INTERLOCK_WEBHOOK_BEHIND_PROXY")]
+        behind_proxy: Option<String>,
         /// Seconds a signature's timestamp may be off.
         #[arg(long, default_value_t = DEFAULT_TOLERANCE_S)]
         tolerance: i64,
@@ -33,7 +38,23 @@ pub(crate) fn run(
         port,
         bind,
         tolerance,
+        behind_proxy,
     } = cmd;
+    // Deliveries are signed (authenticated); the proxy provides TLS.
+    let reach = interlock::reach::Reach {
+        authenticated: true,
+        ..interlock::reach::Reach::behind(
+            interlock::reach::parse_proxies(behind_proxy.as_deref().unwrap_or_default())
+                .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?,
+        )
+    };
+    let fix = "bind loopback (the default) and receive deliveries through a TLS proxy, named by \
+               address with --behind-proxy";
+    let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(bind.as_str(), port))
+        .with_context(|| format!("--bind {bind}: not an address"))?;
+    for addr in addrs {
+        reach.check("the webhook receiver", addr, fix)?;
+    }
     let secret = std::env::var("STRIPE_WEBHOOK_SECRET").context(
         "STRIPE_WEBHOOK_SECRET is not set: export the endpoint's signing secret (whsec_…)",
     )?;
@@ -42,6 +63,13 @@ pub(crate) fn run(
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}:{port}: {e}"))?;
     eprintln!("listening on http://{bind}:{port} for Stripe webhooks; journal {shown}");
     for mut req in server.incoming_requests() {
+        if !req.remote_addr().is_some_and(|p| reach.admits(p.ip())) {
+            let _ = req.respond(
+                Response::from_string("deliveries come through the TLS proxy only\n")
+                    .with_status_code(403),
+            );
+            continue;
+        }
         let signature = req
             .headers()
             .iter()

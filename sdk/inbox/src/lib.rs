@@ -21,16 +21,22 @@ use std::sync::Arc;
 
 use interlock::approval::Approvers;
 use interlock::premise::PremiseReader;
+use interlock::reach::{Exposed, Reach};
 use interlock::{Clock, JournalStore};
 
 pub use deliver::Temporal;
+
+/// The approver directory as it is now (read again on every request, so that a person removed
+/// from it, or a key replaced, counts at once), or why it cannot be read.
+pub type Directory = Arc<dyn Fn() -> Result<Arc<Approvers>, String> + Send + Sync>;
 
 /// What the inbox stands on.
 pub struct Inbox {
     /// The journal: routes, leases, histories.
     pub journal: Arc<dyn JournalStore>,
-    /// Who may approve what.
-    pub approvers: Arc<Approvers>,
+    /// Who may approve what: the directory as it is now, read at every request, so a person
+    /// removed from it, or a key replaced, counts at once.
+    pub approvers: Directory,
     /// Reads the facts as they are now, beside the facts the request was decided on.
     pub premises: Arc<dyn PremiseReader>,
     /// The name of the target the requests are sent to: budgets scoped on `target` match it.
@@ -58,6 +64,23 @@ pub enum InboxError {
     /// Serving failed.
     #[error("the inbox stopped: {0}")]
     Serve(std::io::Error),
+    /// The address is reachable from other hosts and no TLS proxy is named.
+    #[error(transparent)]
+    Exposed(#[from] Exposed),
+}
+
+/// What a page asked to listen where other hosts reach it is told to do.
+pub const EXPOSED_FIX: &str = "listen on loopback (the default) and serve the page through a TLS \
+     proxy, named by address with --behind-proxy (the page then answers that proxy and loopback \
+     only)";
+
+/// How a page may be reached behind the TLS proxies at `proxies`: the sign-in authenticates, the
+/// proxy encrypts.
+pub fn page_reach(proxies: Vec<std::net::IpAddr>) -> Reach {
+    Reach {
+        authenticated: true,
+        ..Reach::behind(proxies)
+    }
 }
 
 /// The inbox's routes. Serve them with
@@ -67,26 +90,42 @@ pub fn router(inbox: Arc<Inbox>) -> axum::Router {
     pages::router(inbox)
 }
 
-/// Serve on `listener` until `shutdown` resolves.
+/// Serve on `listener`, reached as `reach` says ([`page_reach`]), until `shutdown` resolves.
 pub async fn serve(
     inbox: Arc<Inbox>,
     listener: tokio::net::TcpListener,
+    reach: Reach,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), InboxError> {
+    check(&listener, &reach, "the inbox")?;
     axum::serve(
         listener,
-        router(inbox).into_make_service_with_connect_info::<SocketAddr>(),
+        web::guarded(router(inbox), reach).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
     .map_err(InboxError::Serve)
 }
 
-/// Bind `addr` for [`serve`].
-pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, InboxError> {
+/// Bind `addr` for [`serve`], if `reach` allows it there.
+pub async fn bind(addr: SocketAddr, reach: &Reach) -> Result<tokio::net::TcpListener, InboxError> {
+    reach.check("the page", addr, EXPOSED_FIX)?;
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| InboxError::Bind { addr, source })
+}
+
+/// The rule of [`interlock::reach`] on the socket itself, whatever address it was bound by.
+fn check(
+    listener: &tokio::net::TcpListener,
+    reach: &Reach,
+    server: &str,
+) -> Result<(), InboxError> {
+    let addr = listener.local_addr().map_err(|source| InboxError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    Ok(reach.check(server, addr, EXPOSED_FIX)?)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use interlock::EffectKey;
-use interlock::approval::{Route, RouteKind, SignedApproval, Statement};
+use interlock::approval::{Approvers, Route, RouteKind, SignedApproval, Statement};
 use interlock::core::Premises;
 use interlock::receipt::SignatureAlg;
 use serde::Deserialize;
@@ -52,7 +52,7 @@ impl Door for Inbox {
         &self.auth
     }
     fn approvers(&self) -> Result<Arc<interlock::approval::Approvers>, String> {
-        Ok(self.approvers.clone())
+        (self.approvers)()
     }
     fn journal(&self) -> &Arc<dyn interlock::JournalStore> {
         &self.journal
@@ -68,8 +68,8 @@ fn now(inbox: &Inbox) -> i64 {
     inbox.clock.now_ms()
 }
 
-fn groups_of(inbox: &Inbox, approver: &str) -> String {
-    let g = inbox.approvers.groups_of(approver);
+fn groups_of(dir: &Approvers, approver: &str) -> String {
+    let g = dir.groups_of(approver);
     if g.is_empty() {
         "no group".into()
     } else {
@@ -77,20 +77,19 @@ fn groups_of(inbox: &Inbox, approver: &str) -> String {
     }
 }
 
-async fn items(inbox: &Arc<Inbox>) -> Result<Vec<Item>, Response> {
+/// The requests routed to people, judged against `dir`, the directory as this request read it.
+async fn items(inbox: &Arc<Inbox>, dir: Arc<Approvers>) -> Result<Vec<Item>, Response> {
     let i = inbox.clone();
-    tokio::task::spawn_blocking(move || {
-        desk::items(i.journal.as_ref(), &i.approvers, &i.auth, now(&i))
-    })
-    .await
-    .map_err(|e| error_page(StatusCode::INTERNAL_SERVER_ERROR, "Inbox", &e.to_string()))?
-    .map_err(|e| {
-        error_page(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The journal could not be read",
-            &e.to_string(),
-        )
-    })
+    tokio::task::spawn_blocking(move || desk::items(i.journal.as_ref(), &dir, &i.auth, now(&i)))
+        .await
+        .map_err(|e| error_page(StatusCode::INTERNAL_SERVER_ERROR, "Inbox", &e.to_string()))?
+        .map_err(|e| {
+            error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The journal could not be read",
+                &e.to_string(),
+            )
+        })
 }
 
 struct Row {
@@ -120,15 +119,15 @@ struct Done {
 }
 
 async fn home(State(inbox): Shared, headers: HeaderMap, Query(d): Query<Done>) -> Response {
-    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
+    let (s, dir) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let all = match items(&inbox).await {
+    let all = match items(&inbox, dir.clone()).await {
         Ok(i) => i,
         Err(r) => return r,
     };
-    let waiting = desk::waiting_for(&all, &inbox.approvers, &s.approver)
+    let waiting = desk::waiting_for(&all, &dir, &s.approver)
         .into_iter()
         .map(|i| Row {
             request: i.route.request.clone(),
@@ -142,7 +141,7 @@ async fn home(State(inbox): Shared, headers: HeaderMap, Query(d): Query<Done>) -
         })
         .collect();
     render(&InboxPage {
-        groups: groups_of(&inbox, &s.approver),
+        groups: groups_of(&dir, &s.approver),
         approver: s.approver,
         csrf: s.csrf,
         done: d.done,
@@ -193,9 +192,9 @@ fn find(all: Vec<Item>, id: &str) -> Result<Item, Response> {
 }
 
 /// Why `approver` cannot decide `item` now, if they cannot.
-fn cannot_decide(inbox: &Inbox, item: &Item, approver: &str) -> Option<String> {
+fn cannot_decide(dir: &Approvers, item: &Item, approver: &str) -> Option<String> {
     let r = &item.route;
-    if !inbox.approvers.is_member(&r.step.group, approver) {
+    if !dir.is_member(&r.step.group, approver) {
         return Some(format!(
             "request {} is held by group {} (level {}); you are not a member of it",
             r.request, r.step.group, r.step.level
@@ -216,11 +215,14 @@ async fn request_page(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
+    let (s, dir) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let item = match items(&inbox).await.and_then(|all| find(all, &id)) {
+    let item = match items(&inbox, dir.clone())
+        .await
+        .and_then(|all| find(all, &id))
+    {
         Ok(i) => i,
         Err(r) => return r,
     };
@@ -279,10 +281,10 @@ async fn request_page(
             Err(e) => (Vec::new(), Some(e)),
         }
     };
-    let cannot = cannot_decide(&inbox, &item, &s.approver);
+    let cannot = cannot_decide(&dir, &item, &s.approver);
     let r = &item.route;
     render(&RequestPage {
-        groups: groups_of(&inbox, &s.approver),
+        groups: groups_of(&dir, &s.approver),
         approver: s.approver.clone(),
         csrf: s.csrf.clone(),
         request: r.request.clone(),
@@ -320,11 +322,14 @@ struct StatementBody {
 /// `approver`; otherwise the refusal to answer with.
 async fn still_there(
     inbox: &Arc<Inbox>,
+    dir: &Arc<Approvers>,
     id: &str,
     n: u32,
     approver: &str,
 ) -> Result<Route, Response> {
-    let item = items(inbox).await.and_then(|all| find(all, id))?;
+    let item = items(inbox, dir.clone())
+        .await
+        .and_then(|all| find(all, id))?;
     let r = &item.route;
     if r.n != n {
         return Err(json_error(
@@ -338,7 +343,7 @@ async fn still_there(
             ),
         ));
     }
-    if let Some(why) = cannot_decide(inbox, &item, approver) {
+    if let Some(why) = cannot_decide(dir, &item, approver) {
         return Err(json_error(StatusCode::FORBIDDEN, why));
     }
     Ok(item.route)
@@ -350,11 +355,11 @@ async fn statement(
     Path(id): Path<String>,
     Json(b): Json<StatementBody>,
 ) -> Response {
-    let (token, s, _) = match checked(inbox.as_ref(), &headers, &b.csrf) {
+    let (token, s, dir) = match checked(inbox.as_ref(), &headers, &b.csrf) {
         Ok(x) => x,
         Err(e) => return json_error(StatusCode::FORBIDDEN, e),
     };
-    let route = match still_there(&inbox, &id, b.n, &s.approver).await {
+    let route = match still_there(&inbox, &dir, &id, b.n, &s.approver).await {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -407,7 +412,7 @@ async fn approve(
     Path(id): Path<String>,
     Json(b): Json<ApproveBody>,
 ) -> Response {
-    let (token, s, _) = match checked(inbox.as_ref(), &headers, &b.csrf) {
+    let (token, s, dir) = match checked(inbox.as_ref(), &headers, &b.csrf) {
         Ok(x) => x,
         Err(e) => return json_error(StatusCode::FORBIDDEN, e),
     };
@@ -432,8 +437,7 @@ async fn approve(
         alg: SignatureAlg::Ed25519,
         signature: b.signature.to_ascii_lowercase(),
     };
-    let genuine = inbox
-        .approvers
+    let genuine = dir
         .key_of(&s.approver)
         .is_some_and(|k| approval.verifies_with(&k));
     if !genuine {
@@ -444,7 +448,7 @@ async fn approve(
     }
     // The request may have escalated (or been approved) since the statement was drafted from
     // step `n`: steps are only appended, so the same step means the same group and level.
-    let route = match still_there(&inbox, &id, n, &s.approver).await {
+    let route = match still_there(&inbox, &dir, &id, n, &s.approver).await {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -487,11 +491,11 @@ async fn deny(
     Path(id): Path<String>,
     Form(f): Form<DenyForm>,
 ) -> Response {
-    let s = match checked(inbox.as_ref(), &headers, &f.csrf) {
-        Ok((_, s, _)) => s,
+    let (s, dir) = match checked(inbox.as_ref(), &headers, &f.csrf) {
+        Ok((_, s, dir)) => (s, dir),
         Err(e) => return error_page(StatusCode::FORBIDDEN, "Not declined", &e.to_string()),
     };
-    let route = match still_there(&inbox, &id, f.n, &s.approver).await {
+    let route = match still_there(&inbox, &dir, &id, f.n, &s.approver).await {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -540,11 +544,11 @@ struct HistoryPage {
 }
 
 async fn history(State(inbox): Shared, headers: HeaderMap) -> Response {
-    let (s, _) = match signed_in(inbox.as_ref(), &headers) {
+    let (s, dir) = match signed_in(inbox.as_ref(), &headers) {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let all = match items(&inbox).await {
+    let all = match items(&inbox, dir.clone()).await {
         Ok(i) => i,
         Err(r) => return r,
     };
@@ -567,7 +571,7 @@ async fn history(State(inbox): Shared, headers: HeaderMap) -> Response {
         })
         .collect();
     render(&HistoryPage {
-        groups: groups_of(&inbox, &s.approver),
+        groups: groups_of(&dir, &s.approver),
         approver: s.approver,
         csrf: s.csrf,
         rows,

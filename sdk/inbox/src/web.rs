@@ -3,19 +3,20 @@
 //! refusal is rendered. Both pages stand on a [`Door`]; a person signed in at one is not signed in
 //! at the other (each server keeps its own sessions, under a cookie of its own name, since
 //! cookies do not tell ports apart). A door may admit only some of the directory (the operators'
-//! page admits its group). Each request asks the door's directory as the door holds it then (the
-//! operators' page re-reads its file; the inbox keeps the one it started with) whether the
-//! session's person is still in it, with the key they signed in with, and admitted: a person
-//! removed, or whose key was replaced, loses the session's use at once.
+//! page admits its group). Each request reads the door's directory again (both pages re-read
+//! their file) and asks whether the session's person is still in it, with the key they signed in
+//! with, and admitted: a person removed, or whose key was replaced, loses the session's use at
+//! once, and their next sign-in is refused.
 //!
 //! Sign-in challenges are bounded per client (see [`crate::auth`]), and the client is the
-//! address the request came from. The servers listen on loopback behind a TLS proxy, so there
-//! every request comes from the proxy: from a loopback peer the client is therefore the address
-//! the proxy appended to `X-Forwarded-For` (its last entry), and from any other peer that header
-//! is ignored, since the client could have written it. A proxy must append (nginx:
-//! `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`) or set the header; one that
-//! passes a client's own header on unchanged lets clients name themselves, and then only the
-//! bound on all challenges together (which evicts nobody) holds.
+//! address the request came from. A server off loopback stands behind a TLS proxy named by address
+//! (`--behind-proxy`, [`interlock::reach`]): it answers that proxy and loopback peers only, and
+//! from the proxy the client is the address it appended to `X-Forwarded-For` (its last entry).
+//! From any other peer that header is ignored, loopback included, since the client could have
+//! written it. A proxy must append (nginx: `proxy_set_header X-Forwarded-For
+//! $proxy_add_x_forwarded_for;`) or set the header; one that passes a client's own header on
+//! unchanged lets clients name themselves, and then only the bound on all challenges together
+//! (which evicts nobody) holds.
 
 // A handler's early return is the response itself; boxing it would only add noise.
 #![allow(clippy::result_large_err)]
@@ -24,12 +25,14 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{ConnectInfo, Form, Path, Query, State};
+use axum::extract::{ConnectInfo, Form, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use interlock::approval::Approvers;
+use interlock::reach::Reach;
 use interlock::{EffectKey, JournalStore};
 use serde::Deserialize;
 use serde_json::json;
@@ -54,6 +57,35 @@ pub(crate) trait Door: Send + Sync + 'static {
     const NAME: &'static str;
     /// The session cookie's name.
     const COOKIE: &'static str;
+}
+
+/// `router` as served under `reach`: a peer it does not admit is answered 403 before any route
+/// runs, and [`client`] believes `X-Forwarded-For` from the proxies it names alone.
+pub(crate) fn guarded(router: Router, reach: Reach) -> Router {
+    router
+        .layer(axum::middleware::from_fn(admit))
+        .layer(Extension(Arc::new(reach)))
+}
+
+async fn admit(
+    Extension(reach): Extension<Arc<Reach>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match peer {
+        Some(Extension(ConnectInfo(p))) if reach.admits(p.ip()) => next.run(request).await,
+        // Without the peer's address nothing can be told: refused when a proxy is named.
+        None if reach.proxies.is_empty() => next.run(request).await,
+        _ => {
+            tracing::warn!(peer = ?peer.map(|Extension(ConnectInfo(p))| p), "refused a peer that is not the configured TLS proxy");
+            (
+                StatusCode::FORBIDDEN,
+                "this page answers its TLS proxy only: open it through the proxy's https address\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 /// The routes every door has: sign-in, sign-out, the script, receipts.
@@ -212,20 +244,14 @@ struct ChallengeQuery {
     approver: String,
 }
 
-/// The address a request came from: the peer's, or, when the peer is a proxy on this host, the
+/// The address a request came from: the peer's, or, when the peer is a proxy `reach` names, the
 /// one it appended to `X-Forwarded-For`. Without the peer's address (the router served without
 /// [`ConnectInfo`]) every request counts as one unknown client.
-fn client(peer: Option<SocketAddr>, headers: &HeaderMap) -> IpAddr {
+fn client(peer: Option<SocketAddr>, reach: Option<&Reach>, headers: &HeaderMap) -> IpAddr {
     let Some(peer) = peer.map(|p| p.ip()) else {
         return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
     };
-    let loopback = match peer {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    };
-    if !loopback {
+    if !reach.is_some_and(|r| r.is_proxy(peer)) {
         return peer;
     }
     headers
@@ -246,10 +272,15 @@ fn client(peer: Option<SocketAddr>, headers: &HeaderMap) -> IpAddr {
 async fn challenge<D: Door>(
     State(door): State<Arc<D>>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    reach: Option<Extension<Arc<Reach>>>,
     headers: HeaderMap,
     Query(q): Query<ChallengeQuery>,
 ) -> Response {
-    let from = client(peer.map(|Extension(ConnectInfo(p))| p), &headers);
+    let from = client(
+        peer.map(|Extension(ConnectInfo(p))| p),
+        reach.as_ref().map(|Extension(r)| r.as_ref()),
+        &headers,
+    );
     match door.auth().challenge(&q.approver, from, door.now_ms()) {
         Ok(nonce) => Json(json!({ "nonce": nonce })).into_response(),
         Err(e) => {
@@ -370,31 +401,71 @@ mod tests {
     }
 
     #[test]
-    fn only_a_proxy_on_this_host_is_believed_about_who_the_client_is() {
+    fn only_a_named_proxy_is_believed_about_who_the_client_is() {
         let at = |a: &str| Some(a.parse::<SocketAddr>().unwrap());
         let ip = |a: &str| a.parse::<IpAddr>().unwrap();
         let claims = forwarded(&["192.0.2.66, 198.51.100.20"]);
-        // From a proxy on this host: the address it appended, never the client's own claims.
-        assert_eq!(client(at("127.0.0.1:9000"), &claims), ip("198.51.100.20"));
-        assert_eq!(client(at("[::1]:9000"), &claims), ip("198.51.100.20"));
+        let local = Reach::behind(vec![ip("127.0.0.1"), ip("::1")]);
+        let remote = Reach::behind(vec![ip("203.0.113.9")]);
+        // From the named proxy: the address it appended, never the client's own claims.
+        let by = |peer, reach| client(at(peer), Some(reach), &claims);
+        assert_eq!(by("127.0.0.1:9000", &local), ip("198.51.100.20"));
+        assert_eq!(by("[::1]:9000", &local), ip("198.51.100.20"));
+        assert_eq!(by("203.0.113.9:9000", &remote), ip("198.51.100.20"));
         assert_eq!(
             client(
                 at("127.0.0.1:9000"),
+                Some(&local),
                 &forwarded(&["192.0.2.66", "[2001:db8::1]:443"])
             ),
             ip("2001:db8::1"),
             "the last header's last entry"
         );
         assert_eq!(
-            client(at("127.0.0.1:9000"), &forwarded(&["unknown"])),
+            client(at("127.0.0.1:9000"), Some(&local), &forwarded(&["unknown"])),
             ip("127.0.0.1")
         );
         assert_eq!(
-            client(at("127.0.0.1:9000"), &HeaderMap::new()),
+            client(at("127.0.0.1:9000"), Some(&local), &HeaderMap::new()),
             ip("127.0.0.1")
         );
-        // From anyone else, the header is theirs to write: their own address counts.
-        assert_eq!(client(at("203.0.113.7:5000"), &claims), ip("203.0.113.7"));
-        assert_eq!(client(None, &claims), ip("0.0.0.0"));
+        // A loopback peer that is not the named proxy, or any peer with no proxy named, writes
+        // the header itself: its own address counts.
+        assert_eq!(by("127.0.0.1:9000", &remote), ip("127.0.0.1"));
+        assert_eq!(client(at("127.0.0.1:9000"), None, &claims), ip("127.0.0.1"));
+        let none = Reach::loopback_only();
+        assert_eq!(by("127.0.0.1:9000", &none), ip("127.0.0.1"));
+        assert_eq!(by("203.0.113.7:5000", &local), ip("203.0.113.7"));
+        assert_eq!(client(None, Some(&local), &claims), ip("0.0.0.0"));
+    }
+
+    #[tokio::test]
+    async fn behind_a_named_proxy_no_other_peer_is_answered() {
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        let app = guarded(
+            Router::new().route("/", get(|| async { "ok" })),
+            Reach::behind(vec![ip("192.0.2.9")]),
+        );
+        let open = guarded(
+            Router::new().route("/", get(|| async { "ok" })),
+            Reach::loopback_only(),
+        );
+        for (app, peer, want) in [
+            (&app, Some("203.0.113.5:1"), 403),
+            (&app, None, 403),
+            (&app, Some("[::ffff:192.0.2.9]:1"), 200),
+            (&app, Some("127.0.0.1:1"), 200),
+            (&open, Some("203.0.113.5:1"), 200),
+        ] {
+            let mut req = axum::http::Request::get("/")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            if let Some(p) = peer {
+                req.extensions_mut()
+                    .insert(ConnectInfo(p.parse::<SocketAddr>().unwrap()));
+            }
+            let r = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+            assert_eq!(r.status().as_u16(), want, "{peer:?}");
+        }
     }
 }

@@ -240,18 +240,16 @@ impl ServerConfig {
                 }
             }
         }
-        if let Ok(crate::serve::Listen::Tcp(addr)) = crate::serve::Listen::parse(&self.listen)
-            && !addr.ip().is_loopback()
-            && (self.auth.is_none() || self.tls.is_none())
-        {
-            return Err(invalid(
-                "listen",
-                format!(
-                    "{addr} is reachable from other hosts, so the gate needs [auth] (a bearer \
-                     token) and [tls] (a certificate) there; add both, or listen on loopback \
-                     (127.0.0.1) or a unix socket"
-                ),
-            ));
+        if let Ok(crate::serve::Listen::Tcp(addr)) = crate::serve::Listen::parse(&self.listen) {
+            // The same rule the server applies where it binds (a --listen flag included).
+            let reach = interlock::reach::Reach {
+                tls: self.tls.is_some(),
+                authenticated: self.auth.is_some(),
+                proxies: Vec::new(),
+            };
+            reach
+                .check("the gate server", addr, crate::serve::EXPOSED_FIX)
+                .map_err(|e| invalid("listen", e.to_string()))?;
         }
         if self.tls.is_some() && self.listen.starts_with("unix:") {
             return Err(invalid(

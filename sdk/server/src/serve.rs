@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use interlock::gate::ConfigError as GateConfigError;
 use interlock::journal::JournalError;
+use interlock::reach::Reach;
 use interlock::{Clock, Gate, GateError};
 use interlock_postgres::PgOptions;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -115,7 +116,14 @@ pub enum ServeError {
     /// Reflection could not be set up.
     #[error("gRPC reflection: {0}")]
     Reflection(String),
+    /// The address is reachable from other hosts and the server is not protected for that.
+    #[error(transparent)]
+    Exposed(#[from] interlock::reach::Exposed),
 }
+
+/// What a gate server asked to listen where others can reach it is told to add.
+pub const EXPOSED_FIX: &str = "set [auth] (a bearer token) and [tls] (a certificate) in the \
+     server's configuration, or listen on loopback (127.0.0.1) or a unix socket";
 
 /// A bound listener, ready to serve.
 #[derive(Debug)]
@@ -356,6 +364,24 @@ impl Server {
         Ok(server)
     }
 
+    /// What protects this server's socket: its TLS and its token.
+    pub fn reach(&self) -> Reach {
+        Reach {
+            tls: self.tls.is_some(),
+            authenticated: self.token.is_some(),
+            proxies: Vec::new(),
+        }
+    }
+
+    /// Whether this server may listen on `listen` ([`interlock::reach`]): a unix socket and
+    /// loopback always, another address only with a token and TLS.
+    pub fn check_reach(&self, listen: &Listen) -> Result<(), ServeError> {
+        match listen {
+            Listen::Tcp(addr) => Ok(self.reach().check("the gate server", *addr, EXPOSED_FIX)?),
+            Listen::Unix(_) => Ok(()),
+        }
+    }
+
     /// The service, for callers that serve it themselves.
     pub fn api(&self) -> &GateApi {
         &self.api
@@ -368,6 +394,14 @@ impl Server {
         listener: Listener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
+        // Checked on the socket itself, whatever address it was bound by.
+        if let Listener::Tcp(l) = &listener {
+            let addr = l.local_addr().map_err(|source| ServeError::Bind {
+                address: listener.address(),
+                source,
+            })?;
+            self.check_reach(&Listen::Tcp(addr))?;
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_service_status(crate::SERVICE_NAME, ServingStatus::Serving)
@@ -459,6 +493,7 @@ pub fn run_until_signalled(
     listen: &Listen,
     ready: impl FnOnce(&str),
 ) -> Result<(), ServeError> {
+    server.check_reach(listen)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("interlock-serve")

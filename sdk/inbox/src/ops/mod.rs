@@ -37,9 +37,7 @@ pub trait Recover: Send + Sync {
     ) -> Result<Outcome, String>;
 }
 
-/// The approver directory as it is now (re-read on every request, so that a person removed
-/// from it, or a key replaced, counts at once), or why it cannot be read.
-pub type Directory = Arc<dyn Fn() -> Result<Arc<Approvers>, String> + Send + Sync>;
+pub use crate::Directory;
 
 /// What the operators' page stands on.
 pub struct Ops {
@@ -63,15 +61,18 @@ pub fn router(ops: Arc<Ops>) -> axum::Router {
     pages::router(ops)
 }
 
-/// Serve on `listener` until `shutdown` resolves.
+/// Serve on `listener`, reached as `reach` says ([`crate::page_reach`]), until `shutdown`
+/// resolves.
 pub async fn serve(
     ops: Arc<Ops>,
     listener: tokio::net::TcpListener,
+    reach: interlock::reach::Reach,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), InboxError> {
+    crate::check(&listener, &reach, "the operators' page")?;
     axum::serve(
         listener,
-        router(ops).into_make_service_with_connect_info::<SocketAddr>(),
+        crate::web::guarded(router(ops), reach).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
