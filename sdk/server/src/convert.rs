@@ -286,6 +286,7 @@ pub fn record(r: &Record) -> pb::Record {
         event_json: serde_json::to_string(&r.event).unwrap_or_default(),
         prev: r.prev.clone().unwrap_or_default(),
         hash: r.hash.clone(),
+        withheld: false,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod serve;
 pub mod service;
 pub mod status;
 pub mod targets;
+pub mod withheld;
 
 /// The generated messages and service (`interlock.v1`).
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]

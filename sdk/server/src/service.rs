@@ -127,6 +127,14 @@ impl GateApi {
         }
     }
 
+    /// Whether the call carries the admin token, which reads effects whole ([`crate::withheld`]).
+    fn is_admin(&self, metadata: &tonic::metadata::MetadataMap) -> bool {
+        match (&self.admin_token, crate::serve::bearer(metadata)) {
+            (Some(admin), Some(t)) => crate::serve::same(t.as_bytes(), admin.as_bytes()),
+            _ => false,
+        }
+    }
+
     /// From now on, attempts stop before any step that could lead to a send, including an
     /// unsent dispatch of their own (sends under way finish). Called when a graceful shutdown
     /// begins; callers are answered `Superseded` and submit again.
@@ -324,6 +332,7 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::GetEffectRequest>,
     ) -> Result<Response<pb::GetEffectResponse>, Status> {
+        let whole = self.is_admin(request.metadata());
         let key = convert::key("key", &request.into_inner().key).map_err(invalid)?;
         let journal = self.journal.clone();
         blocking(move || {
@@ -337,7 +346,15 @@ impl GateService for GateApi {
             Ok(Response::new(pb::GetEffectResponse {
                 key: key.to_string(),
                 status: convert::status(state.status()).into(),
-                records: records.iter().map(convert::record).collect(),
+                records: if whole {
+                    records.iter().map(convert::record).collect()
+                } else {
+                    let leases = crate::withheld::lease_ids(&records);
+                    records
+                        .iter()
+                        .map(|r| crate::withheld::record(r, &leases))
+                        .collect()
+                },
             }))
         })
         .await
@@ -401,6 +418,7 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::VerifyRequest>,
     ) -> Result<Response<pb::VerifyResponse>, Status> {
+        let whole = self.is_admin(request.metadata());
         let r = request.into_inner();
         let key = convert::key("key", &r.key).map_err(invalid)?;
         let journal = self.journal.clone();
@@ -428,6 +446,11 @@ impl GateService for GateApi {
                 _ => None,
             };
             let budgets = journal.budget_changes().map_err(|e| status::lease(&e))?;
+            let leases = if whole {
+                Vec::new()
+            } else {
+                crate::withheld::lease_ids(&journal.history(&key).map_err(|e| status::journal(&e))?)
+            };
             let v = verify::verify(
                 journal.as_ref(),
                 &key,
@@ -453,7 +476,11 @@ impl GateService for GateApi {
                             None => pb::VerifyVerdict::NotApplicable,
                         }
                         .into(),
-                        detail: c.detail.clone(),
+                        detail: if whole {
+                            c.detail.clone()
+                        } else {
+                            crate::withheld::column_detail(c.name, &c.detail, &leases)
+                        },
                     })
                     .collect(),
             }))
