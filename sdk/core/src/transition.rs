@@ -38,6 +38,36 @@ pub struct Holding {
 /// refusal; the history stops growing.
 pub const MAX_CONFLICT_NOTES: usize = 16;
 
+/// Most notes one key keeps that its lease store or premise source could not answer. A Temporal
+/// retry every second through an hour's outage would otherwise add thousands of records to one
+/// effect; past this many, each attempt is still answered with its note, unwritten.
+pub const MAX_RETRY_NOTES: usize = 16;
+
+/// `events` with a retry note left out when `history` already holds [`MAX_RETRY_NOTES`] of them;
+/// the note left out is returned beside, for the attempt's answer. A note carries no decision, so
+/// leaving it out changes no state.
+pub fn bounded_retry_notes<'a>(
+    history: impl IntoIterator<Item = &'a Event>,
+    mut events: Vec<Event>,
+) -> (Vec<Event>, Option<Refused>) {
+    let is_note = |e: &Event| {
+        matches!(e, Event::Refused(r) if !r.is_final
+            && matches!(r.code, RefusalCode::LeaseError | RefusalCode::PremiseError))
+    };
+    let Some(last) = events.last().filter(|e| is_note(e)) else {
+        return (events, None);
+    };
+    if history.into_iter().filter(|e| is_note(e)).count() < MAX_RETRY_NOTES {
+        return (events, None);
+    }
+    let held = match last {
+        Event::Refused(r) => Some(r.clone()),
+        _ => None,
+    };
+    events.pop();
+    (events, held)
+}
+
 /// Whether premises read as `recheck` says are young enough to dispatch or resend on when
 /// `holding` writes: read at most `max_read_age_ms` before the write. A read whose time is not
 /// known is not young enough. Between a premise read and the transaction that acts on it there is

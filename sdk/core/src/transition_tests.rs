@@ -812,6 +812,26 @@ fn conflicting_submissions_leave_one_note_per_payload_and_at_most_a_bounded_numb
 }
 
 #[test]
+fn an_outage_leaves_a_bounded_number_of_retry_notes_and_every_attempt_its_answer() {
+    let mut h: Vec<Event> = Vec::new();
+    for attempt in 0..200 {
+        let note = Event::Refused(retry_note(RefusalCode::PremiseError, "503", "p"));
+        let (events, unwritten) = bounded_retry_notes(&h, vec![note]);
+        assert_eq!(
+            events.len() + usize::from(unwritten.is_some()),
+            1,
+            "attempt {attempt} is answered by its note, written or not"
+        );
+        h.extend(events);
+    }
+    assert_eq!(h.len(), MAX_RETRY_NOTES);
+    // Conflict notes and decisions are never held back.
+    let (events, unwritten) =
+        bounded_retry_notes(&h, vec![Event::Refused(conflict_note("q", "p"))]);
+    assert_eq!((events.len(), unwritten), (1, None));
+}
+
+#[test]
 fn a_note_that_decides_nothing_does_not_invalidate_a_takeover() {
     let mut h = in_flight(2);
     let seen = claim_of(&state_of(&h));

@@ -60,17 +60,32 @@ pub(crate) fn location(cfg: &tokio_postgres::Config) -> String {
     )
 }
 
-/// A connection string with any password cut out, for an error about the string itself.
+/// A connection string with any password cut out, for an error about the string itself: the
+/// URL's `user:password@`, a `password=` query parameter, and a `password=` keyword.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
+    let url = match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme && !url[scheme + 3..at].contains(['/', '?']) => {
             let user = &url[scheme + 3..at];
             let user = user.split(':').next().unwrap_or("");
             format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
         }
-        _ if url.contains("password") => "(a connection string with a password)".to_owned(),
         _ => url.to_owned(),
+    };
+    // Every `password=` (query parameter or keyword, any case) keeps its name, not its value.
+    let lower = url.to_ascii_lowercase();
+    let mut out = String::with_capacity(url.len());
+    let mut from = 0;
+    while let Some(i) = lower[from..].find("password=").map(|i| from + i) {
+        let value = i + "password=".len();
+        let end = url[value..]
+            .find(|c: char| c == '&' || c.is_whitespace())
+            .map_or(url.len(), |e| value + e);
+        out.push_str(&url[from..value]);
+        out.push_str("***");
+        from = end;
     }
+    out.push_str(&url[from..]);
+    out
 }
 
 /// What a driver error means to the gate.
@@ -135,6 +150,22 @@ mod tests {
         );
         assert_eq!(redact("postgres://db/j"), "postgres://db/j");
         assert!(!redact("host=db password=s3cret").contains("s3cret"));
+        for url in [
+            "postgres://ana@db/j?password=s3cret",
+            "postgres://ana:pw@db/j?sslmode=require&PASSWORD=s3cret&x=1",
+            "postgres://db/j?password=s3cret",
+            "postgresql://db/j?user=a&password=s3cret",
+        ] {
+            let shown = redact(url);
+            assert!(
+                !shown.contains("s3cret") && !shown.contains(":pw"),
+                "{url}: {shown}"
+            );
+            assert!(
+                shown.contains("password=***") || shown.contains("PASSWORD=***"),
+                "{shown}"
+            );
+        }
         let cfg = config("postgres://ana:s3cret@db:6543/j").ok();
         let shown = cfg.as_ref().map(location).unwrap_or_default();
         assert_eq!(shown, "postgres://ana@db:6543/j");

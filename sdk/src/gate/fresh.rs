@@ -35,15 +35,20 @@ impl Bound {
         first: &Proposed,
         seen: &Verified,
     ) -> Result<Step, GateError> {
+        let mut unwritten = None;
         let out = self
             .gate
             .append_reading(key, seen, self.reads_ahead(first), &mut |tx| {
                 let (lease, grant) = self.authorization_in(tx, key, first);
-                transition::authorize(tx.state, first, &lease.verdict, grant)
+                let events = transition::authorize(tx.state, first, &lease.verdict, grant);
+                let (events, note) = bounded(tx.records, events);
+                unwritten = note;
+                events
             })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Authorized(_)) => self.first_dispatch(key, first, false, &out.history),
             Some(Event::Refused(r)) => Ok(Step::Done(self.refused_or_retry(r.clone()))),
+            None => Ok(unwritten.map_or(Step::Again, |r| Step::Done(self.refused_or_retry(r)))),
             _ => Ok(Step::Again),
         }
     }
@@ -71,6 +76,7 @@ impl Bound {
         let repairs = self.repair_candidates(first, &premises);
         let (holding, started) = self.holding();
         let mut stale = false;
+        let mut unwritten = None;
         let out = self
             .gate
             .append_reading(key, seen, self.reads_ahead(first), &mut |tx| {
@@ -84,7 +90,7 @@ impl Bound {
                 };
                 let recheck = premises.with_lease(lease, holding.now_ms);
                 stale = !transition::read_is_fresh(&recheck, &holding);
-                if fresh {
+                let events = if fresh {
                     transition::propose_and_dispatch(
                         tx.state,
                         first,
@@ -103,7 +109,10 @@ impl Bound {
                         &repairs,
                         &holding,
                     )
-                }
+                };
+                let (events, note) = bounded(tx.records, events);
+                unwritten = note;
+                events
             })?;
         match out.appended.last().map(|r| &r.event) {
             Some(Event::Dispatched(_)) => {
@@ -124,6 +133,8 @@ impl Bound {
                 tracing::warn!(key = %key, "premises read too long before the dispatch; reading again");
                 Ok(self.stale_read(&premises).map_or(Step::Again, Step::Done))
             }
+            // The key holds as many retry notes as it keeps: answered with this one, unwritten.
+            None => Ok(unwritten.map_or(Step::Again, |r| Step::Done(self.refused_or_retry(r)))),
             _ => Ok(Step::Again),
         }
     }
@@ -149,4 +160,12 @@ impl Bound {
             }
         }
     }
+}
+
+/// [`transition::bounded_retry_notes`] over the records read in the write transaction.
+fn bounded(
+    records: &[crate::journal::Record],
+    events: Vec<Event>,
+) -> (Vec<Event>, Option<crate::core::Refused>) {
+    transition::bounded_retry_notes(records.iter().map(|r| &r.event), events)
 }

@@ -152,7 +152,9 @@ impl Bound {
         crate::metrics::send(target.name(), sent_at.elapsed());
         span.record("answer", answer_kind(&answer));
         drop(span);
-        tracing::debug!(key = %key, token, ?answer, "send answered");
+        // The answer's kind only: its body (the caller's metadata, a customer's details) stays in the
+        // journal, which its owner alone reads.
+        tracing::debug!(key = %key, token, answer = answer_kind(&answer), "send answered");
         self.fault(FaultPoint::AfterSend, key)?;
         let has_lookup = self.target.has_lookup();
         let found = transition::wants_lookup(&answer, via, has_lookup).then(|| {
