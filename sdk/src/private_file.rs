@@ -3,7 +3,7 @@
 //! the lock file, opened by anyone who can read it, lets them hold a byte that every new send
 //! then waits on. So each is created owner-only (owner and group when
 //! [`GROUP_SHARED_ENV`] says the workers of one group share them), an existing one that others
-//! may read is narrowed when it is ours and refused when it is not, none is opened through a
+//! may read is narrowed, one of another user's is refused, none is opened through a
 //! symbolic link, and a directory any user may write without the sticky bit is refused: there
 //! anyone could put a file of theirs in the journal's place.
 
@@ -27,7 +27,7 @@ pub fn wanted_mode() -> u32 {
 }
 
 /// Open (or create) `path` for reading and writing as a file of the gate's: never through a
-/// symbolic link, created with [`wanted_mode`], an existing one checked by [`check_file`].
+/// symbolic link, created with [`wanted_mode`], an existing one this user's own and narrowed to it.
 pub fn open(path: &Path) -> io::Result<File> {
     check_dir(path)?;
     let file = OpenOptions::new()
@@ -102,9 +102,9 @@ fn check_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// A regular file, owned by this user or narrowed to [`wanted_mode`]: one of ours that others may
-/// read or write is narrowed (earlier releases created them with the umask's bits); one of
-/// another user's is used only if it already lets nobody else in.
+/// A regular file of this user's, narrowed to [`wanted_mode`] (earlier releases created them with
+/// the umask's bits). A file of another user's is refused whatever its mode: its owner could
+/// widen it again, or read what the gate writes.
 fn check_file(path: &Path, meta: &std::fs::Metadata, file: &File) -> io::Result<()> {
     if !meta.file_type().is_file() {
         return Err(io::Error::new(
@@ -112,31 +112,31 @@ fn check_file(path: &Path, meta: &std::fs::Metadata, file: &File) -> io::Result<
             format!("{} is not a regular file", path.display()),
         ));
     }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to another user (uid {}): the journal and its lock file must be this \
+                 user's own; remove it (or have its owner remove it), or use another path",
+                path.display(),
+                meta.uid()
+            ),
+        ));
+    }
     let wanted = wanted_mode();
     let mode = meta.permissions().mode() & 0o777;
     if mode & !wanted == 0 {
         return Ok(());
     }
-    if meta.uid() == nix::unistd::geteuid().as_raw() {
-        file.set_permissions(std::fs::Permissions::from_mode(mode & wanted))
-            .map_err(|e| named(path, e))?;
-        tracing::warn!(
-            path = %path.display(),
-            was = format!("{mode:o}"),
-            now = format!("{:o}", mode & wanted),
-            "narrowed a file of the gate's that other users could open"
-        );
-        return Ok(());
-    }
-    Err(io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!(
-            "{} belongs to another user (uid {}) and others may open it (mode {mode:o}): have its \
-             owner run chmod {wanted:o} on it, or use another path",
-            path.display(),
-            meta.uid()
-        ),
-    ))
+    file.set_permissions(std::fs::Permissions::from_mode(mode & wanted))
+        .map_err(|e| named(path, e))?;
+    tracing::warn!(
+        path = %path.display(),
+        was = format!("{mode:o}"),
+        now = format!("{:o}", mode & wanted),
+        "narrowed a file of the gate's that other users could open"
+    );
+    Ok(())
 }
 
 fn named(path: &Path, e: io::Error) -> io::Error {

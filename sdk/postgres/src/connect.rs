@@ -63,23 +63,50 @@ pub(crate) fn location(cfg: &tokio_postgres::Config) -> String {
 /// A connection string with any password cut out, for an error about the string itself: the
 /// URL's `user:password@`, a `password=` query parameter, and a `password=` keyword.
 pub(crate) fn redact(url: &str) -> String {
-    let url = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme && !url[scheme + 3..at].contains(['/', '?']) => {
-            let user = &url[scheme + 3..at];
-            let user = user.split(':').next().unwrap_or("");
-            format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
+    // The authority ends at the path or the query; its last `@` ends the user information. A
+    // password holding an unencoded `/` or `?` hides the authority's end: shown as a whole.
+    let url = match url.find("://") {
+        Some(scheme) => {
+            let rest = &url[scheme + 3..];
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => {
+                    let user = rest[..at].split(':').next().unwrap_or("");
+                    format!("{}{user}@{}", &url[..scheme + 3], &rest[at + 1..])
+                }
+                None if rest[end..].contains('@') && rest[..end].contains(':') => {
+                    return "(a connection string with a password)".to_owned();
+                }
+                None => url.to_owned(),
+            }
         }
-        _ => url.to_owned(),
+        None => url.to_owned(),
     };
-    // Every `password=` (query parameter or keyword, any case) keeps its name, not its value.
+    // Every `password` parameter or keyword (any case, spaces around `=`, a quoted value) keeps
+    // its name, not its value.
     let lower = url.to_ascii_lowercase();
     let mut out = String::with_capacity(url.len());
     let mut from = 0;
-    while let Some(i) = lower[from..].find("password=").map(|i| from + i) {
-        let value = i + "password=".len();
-        let end = url[value..]
-            .find(|c: char| c == '&' || c.is_whitespace())
-            .map_or(url.len(), |e| value + e);
+    while let Some(i) = lower[from..].find("password").map(|i| from + i) {
+        let after = i + "password".len();
+        let rest = &url[after..];
+        let eq = rest.len() - rest.trim_start().len();
+        if !rest.trim_start().starts_with('=') {
+            out.push_str(&url[from..after]);
+            from = after;
+            continue;
+        }
+        let value = after + eq + 1;
+        let value = value + (url[value..].len() - url[value..].trim_start().len());
+        let end = if url[value..].starts_with('\'') {
+            url[value + 1..]
+                .find('\'')
+                .map_or(url.len(), |e| value + 1 + e + 1)
+        } else {
+            url[value..]
+                .find(|c: char| c == '&' || c.is_whitespace())
+                .map_or(url.len(), |e| value + e)
+        };
         out.push_str(&url[from..value]);
         out.push_str("***");
         from = end;
@@ -155,6 +182,10 @@ mod tests {
             "postgres://ana:pw@db/j?sslmode=require&PASSWORD=s3cret&x=1",
             "postgres://db/j?password=s3cret",
             "postgresql://db/j?user=a&password=s3cret",
+            "postgres://ana:s3cret@db/j?application_name=x@y&password=s3cret",
+            "host=db password = s3cret",
+            "host=db password='s3 cret' user=a",
+            "postgres://ana:ab/s3cret@db/j?password=s3cret",
         ] {
             let shown = redact(url);
             assert!(
@@ -162,7 +193,7 @@ mod tests {
                 "{url}: {shown}"
             );
             assert!(
-                shown.contains("password=***") || shown.contains("PASSWORD=***"),
+                shown.contains("***") || shown.contains("a connection string with a password"),
                 "{shown}"
             );
         }

@@ -84,6 +84,11 @@ fn withhold(event: &Event, json: &mut Value, leases: &[String]) -> bool {
             put("reason", format!("{}: {WITHHELD}", r.code).into());
             true
         }
+        // A last look that found the lease dead or a budget full says why in its message.
+        Event::Failed(f) if f.code.contains("lease") || f.code.contains("budget") => {
+            put("message", format!("{}: {WITHHELD}", f.code).into());
+            true
+        }
         Event::Refused(_) | Event::Ambiguous(_) | Event::Failed(_) | Event::AppliedTwice(_) => {
             let mut changed = false;
             for field in ["reason", "message"] {
