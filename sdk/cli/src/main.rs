@@ -138,11 +138,15 @@ enum Command {
     },
 }
 
+/// The TLS proxies a server's `--behind-proxy` names (none: the server stays on loopback).
+pub(crate) fn behind_proxy(proxies: Option<&str>) -> anyhow::Result<Vec<std::net::IpAddr>> {
+    interlock::reach::parse_proxies(proxies.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))
+}
+
 /// How a page is reached, behind the TLS proxies `--behind-proxy` names (none: loopback only).
 pub(crate) fn page_reach(proxies: Option<&str>) -> anyhow::Result<interlock::reach::Reach> {
-    let proxies = interlock::reach::parse_proxies(proxies.unwrap_or_default())
-        .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?;
-    Ok(interlock_inbox::page_reach(proxies))
+    Ok(interlock_inbox::page_reach(behind_proxy(proxies)?))
 }
 
 /// The approver directory at `path` (JSON), checked.

@@ -37,8 +37,7 @@ pub(crate) fn run(journal: Arc<dyn JournalStore>, args: MetricsArgs) -> anyhow::
         &args.listen,
         Some(journal),
         Duration::from_millis(args.refresh_ms),
-        interlock::reach::parse_proxies(args.behind_proxy.as_deref().unwrap_or_default())
-            .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?,
+        crate::behind_proxy(args.behind_proxy.as_deref())?,
     )?;
     eprintln!(
         "interlock metrics: serving http://{}/metrics",

@@ -43,10 +43,7 @@ pub(crate) fn run(
     // Deliveries are signed (authenticated); the proxy provides TLS.
     let reach = interlock::reach::Reach {
         authenticated: true,
-        ..interlock::reach::Reach::behind(
-            interlock::reach::parse_proxies(behind_proxy.as_deref().unwrap_or_default())
-                .map_err(|e| anyhow::anyhow!("--behind-proxy: {e}"))?,
-        )
+        ..interlock::reach::Reach::behind(crate::behind_proxy(behind_proxy.as_deref())?)
     };
     let fix = "bind loopback (the default) and receive deliveries through a TLS proxy, named by \
                address with --behind-proxy";

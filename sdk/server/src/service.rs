@@ -112,18 +112,19 @@ impl GateApi {
         metadata: &tonic::metadata::MetadataMap,
         rpc: &str,
     ) -> Result<(), Status> {
-        let Some(admin) = &self.admin_token else {
+        if self.admin_token.is_none() {
             return Err(Status::permission_denied(format!(
                 "{rpc}: administration over gRPC is off on this server; set [auth] \
                  admin_token_env in its configuration, or use `interlock lease` and \
                  `interlock budget` on the journal"
             )));
-        };
-        match crate::serve::bearer(metadata) {
-            Some(t) if crate::serve::same(t.as_bytes(), admin.as_bytes()) => Ok(()),
-            _ => Err(Status::permission_denied(format!(
+        }
+        if self.is_admin(metadata) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
                 "{rpc} needs the admin token (authorization: Bearer <admin token>)"
-            ))),
+            )))
         }
     }
 
