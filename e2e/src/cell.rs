@@ -14,6 +14,13 @@ use interlock_testkit::sim::SimPayments;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The principal the Rust worker acts for (`INTERLOCK_PRINCIPAL`).
+pub const RUST_WORKER: &str = "rust-worker";
+/// The gate server's caller the Python worker is, by its token.
+pub const PYTHON_WORKER: &str = "python-worker";
+/// The variable holding the Python worker's token, in the gate server's environment.
+const GATE_TOKEN_VAR: &str = "INTERLOCK_E2E_WORKER_TOKEN";
+
 use e2e_worker::StepTimings;
 use e2e_worker::timeline::StepTimeline;
 
@@ -126,6 +133,7 @@ impl Env {
             ("INTERLOCK_SETTLE_MS".to_owned(), "500".to_owned()),
             ("INTERLOCK_SEND_TIMEOUT_MS".to_owned(), "10000".to_owned()),
             ("RUST_LOG".to_owned(), "info".to_owned()),
+            ("INTERLOCK_PRINCIPAL".to_owned(), RUST_WORKER.to_owned()),
         ];
         if let Some(shop) = &self.shop_url {
             vars.push(("INTERLOCK_SHOP_URL".to_owned(), shop.clone()));
@@ -146,6 +154,7 @@ impl Env {
                 "INTERLOCK_GATE_ADDRESS".to_owned(),
                 format!("unix://{}", socket.display()),
             ),
+            ("INTERLOCK_GATE_TOKEN".to_owned(), self.gate_token()),
             ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
         ]
     }
@@ -161,7 +170,16 @@ impl Env {
             ),
             ("INTERLOCK_JOURNAL".to_owned(), self.journal_name.clone()),
             ("RUST_LOG".to_owned(), "info".to_owned()),
+            (GATE_TOKEN_VAR.to_owned(), self.gate_token()),
         ]
+    }
+
+    /// The Python worker's own token at the gate server: made from the scratch directory's
+    /// name, so each run has its own.
+    fn gate_token(&self) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(self.work.display().to_string().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// A gate server's configuration listening on `socket`, with targets `refunds` (tier 1) and
@@ -179,6 +197,12 @@ impl Env {
             q(&self.journal_name)?,
             q(&self.journal_schema)?,
         );
+        // The Python worker is a caller of its own, known by its token: what the journal
+        // records as the proposer of its effects, and what the cells' leases name.
+        cfg.push_str(&format!(
+            "\n[auth]\n[[auth.callers]]\nname = \"{PYTHON_WORKER}\"\ntoken_env = \"{GATE_TOKEN_VAR}\"\n\
+             targets = [\"refunds\", \"refunds_t2\"]\n"
+        ));
         for (name, tier) in [("refunds", 1), ("refunds_t2", 2)] {
             cfg.push_str(&format!(
                 "\n[targets.{name}]\nkind = \"stripe_refunds\"\ntier = {tier}\napi_base = {}\n{shop}",
@@ -474,7 +498,9 @@ pub fn run_cell(
     env.sim.add_payment(&pi, 10_000);
     let grant = Grant::new(&lease, "ana@support", env.skew.now_ms())
         .scope("payment_intent", pi.as_str())
-        .cap("amount", 2000);
+        .cap("amount", 2000)
+        .spender(RUST_WORKER)
+        .spender(PYTHON_WORKER);
     // One approval for one request where the case is about spending it; elsewhere a standing
     // approval, since the baselines' retries run under keys of their own.
     let grant = if case.setup == Setup::SecondRequestSameLease {
@@ -498,6 +524,8 @@ pub fn run_cell(
                 &Grant::new(format!("{lease}-2"), "ana@support", env.skew.now_ms())
                     .scope("payment_intent", pi2.as_str())
                     .cap("amount", 2000)
+                    .spender(RUST_WORKER)
+                    .spender(PYTHON_WORKER)
                     .unlimited(),
             )
             .context("granting the racing request's lease")?;
@@ -870,6 +898,23 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
         .filter(|c| c.holds == Some(false))
         .map(|c| format!("{}: {}", c.name, c.detail))
         .collect();
+    // The proposer is the caller the worker was known as, never a name it wrote: the Python
+    // worker by its token at the gate server, the Rust worker by its configured principal.
+    let wanted = if cell.system.contains("_py") {
+        PYTHON_WORKER
+    } else {
+        RUST_WORKER
+    };
+    let proposed_by = v.columns.iter().find(|c| c.name == "callers");
+    if let Some(proposed_by) =
+        proposed_by.filter(|c| !c.detail.starts_with(&format!("proposed by {wanted}")))
+    {
+        let proposed_by = &proposed_by.detail;
+        cell.verified = Some(false);
+        cell.verify_failed.push(format!(
+            "callers: {proposed_by:?}, not proposed by {wanted}"
+        ));
+    }
     cell.confirmed = Some(
         v.columns
             .iter()

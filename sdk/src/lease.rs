@@ -37,6 +37,11 @@ pub struct Grant {
     /// this much.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<(String, i64)>,
+    /// The principals who may spend it ([`crate::core::Proposed::by`]); empty: whoever holds
+    /// its id, as before principals were journaled. A spend proposed by anyone else is refused
+    /// `lease_caller`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spenders: Vec<String>,
 }
 
 impl Grant {
@@ -54,6 +59,7 @@ impl Grant {
             approval: None,
             uses: Some(1),
             total: None,
+            spenders: Vec::new(),
         }
     }
 
@@ -100,6 +106,7 @@ impl Grant {
             // An approval is bound to its request: one key, however it is counted.
             uses: None,
             total: None,
+            spenders: Vec::new(),
         }
     }
 
@@ -133,6 +140,23 @@ impl Grant {
     pub fn expires(mut self, expires_ms: i64) -> Self {
         self.expires_ms = Some(expires_ms);
         self
+    }
+
+    /// Let only `principal` (and any other spender named) spend it: an effect proposed by
+    /// anyone else is refused `lease_caller`, whoever learned the lease's id. Judged where the
+    /// proposer is known (a gate whose leases are in its journal).
+    pub fn spender(mut self, principal: impl Into<String>) -> Self {
+        let p = principal.into();
+        if !self.spenders.contains(&p) {
+            self.spenders.push(p);
+        }
+        self
+    }
+
+    /// Whether `proposer` may spend it: any proposer when it names no spender, else only one
+    /// it names.
+    pub fn spendable_by(&self, proposer: Option<&str>) -> bool {
+        self.spenders.is_empty() || proposer.is_some_and(|p| self.spenders.iter().any(|s| s == p))
     }
 
     /// Whether this grant allows `payload` at `now_ms`, and if not, why.
@@ -193,6 +217,12 @@ const APPROVAL_SCOPE: &str = "(a signed approval: read it with a release that kn
 pub const LIMITED_SCOPE: &str =
     "(a lease that counts its uses: read it with a release that knows limits) ";
 
+/// How the `scope` column of a lease that names its spenders begins: not JSON, and not
+/// [`LIMITED_SCOPE`], so a reader that does not know spenders fails to read the lease (an
+/// error: it retries, sending and refusing nothing) rather than letting anyone spend it.
+pub const SPENDERS_SCOPE: &str =
+    "(a lease that names who may spend it: read it with a release that knows spenders) ";
+
 /// The cap a signed approval is stored with, on a field no payload has: a reader that does not
 /// know the `approval` column (a worker of the previous release, after the journal's schema was
 /// upgraded under it) sees a lease that allows nothing, never an unlimited one.
@@ -239,6 +269,15 @@ impl StoredGrant {
             |e: serde_json::Error| LeaseError::Invalid(format!("lease {}: {e}", grant.id));
         let scope = if grant.approval.is_some() {
             APPROVAL_SCOPE.to_owned()
+        } else if !grant.spenders.is_empty() {
+            let mut all = serde_json::json!({ "scope": grant.scope, "spenders": grant.spenders });
+            if grant.limit().limits() {
+                all["limit"] = limit_json(grant);
+            }
+            format!(
+                "{SPENDERS_SCOPE}{}",
+                serde_json::to_string(&all).map_err(invalid)?
+            )
         } else if grant.limit().limits() {
             let both = serde_json::json!({ "scope": grant.scope, "limit": limit_json(grant) });
             format!(
@@ -276,9 +315,33 @@ impl StoredGrant {
     pub fn into_grant(self) -> Result<Grant, LeaseError> {
         let unreadable =
             |what: String| LeaseError::Store(format!("lease {} has an unreadable {what}", self.id));
+        let mut spenders = Vec::new();
         let (scope, (uses, total)): (serde_json::Map<String, Value>, Limit) =
             if self.approval.is_some() {
                 (serde_json::Map::new(), (None, None))
+            } else if let Some(all) = self.scope.strip_prefix(SPENDERS_SCOPE) {
+                let v: Value =
+                    serde_json::from_str(all).map_err(|e| unreadable(format!("scope: {e}")))?;
+                let scope = v
+                    .get("scope")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .ok_or_else(|| unreadable(format!("scope: {v}")))?;
+                spenders = v
+                    .get("spenders")
+                    .and_then(Value::as_array)
+                    .and_then(|a| {
+                        a.iter()
+                            .map(|p| p.as_str().map(str::to_owned))
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| unreadable(format!("spenders: {v}")))?;
+                let limit = match v.get("limit") {
+                    None => (None, None),
+                    Some(l) => read_limit(l).ok_or_else(|| unreadable(format!("limit: {v}")))?,
+                };
+                (scope, limit)
             } else if let Some(both) = self.scope.strip_prefix(LIMITED_SCOPE) {
                 let v: Value =
                     serde_json::from_str(both).map_err(|e| unreadable(format!("scope: {e}")))?;
@@ -321,6 +384,7 @@ impl StoredGrant {
             approval,
             uses,
             total,
+            spenders,
         })
     }
 
@@ -348,6 +412,12 @@ fn check_limit(grant: &Grant) -> Result<(), LeaseError> {
     }
     if grant.approval.is_some() && grant.limit().limits() {
         return bad("a signed approval is bound to its request; it takes no uses or total");
+    }
+    if grant.approval.is_some() && !grant.spenders.is_empty() {
+        return bad("a signed approval is bound to its request; it names no spenders");
+    }
+    if grant.spenders.iter().any(|p| p.trim().is_empty()) {
+        return bad("a spender is a principal's name, not empty");
     }
     Ok(())
 }
@@ -426,6 +496,12 @@ pub fn verdict_of(grant: Option<&Grant>, id: &str, payload: &Value, now_ms: i64)
             message: format!(
                 "lease {id} limits its uses across keys; it holds only for a gate that keeps \
                  its leases in the journal, where the uses are counted"
+            ),
+        },
+        Some(g) if !g.spenders.is_empty() => LeaseVerdict::Error {
+            message: format!(
+                "lease {id} names who may spend it; it holds only for a gate that knows who \
+                 proposed the effect (keep the leases in the journal)"
             ),
         },
         Some(g) if g.request().is_some() => LeaseVerdict::Error {
@@ -532,6 +608,7 @@ mod tests {
 
     fn grant() -> Grant {
         Grant {
+            spenders: Vec::new(),
             id: "case-4471".into(),
             approver: "ana@support".into(),
             scope: json!({"payment_intent": "pi_1"})
@@ -599,6 +676,36 @@ mod tests {
         let plain = StoredGrant::of(&grant().unlimited()).unwrap();
         assert!(serde_json::from_str::<Value>(&plain.scope).is_ok());
         assert!(StoredGrant::of(&grant().uses(0)).is_err());
+    }
+
+    #[test]
+    fn a_lease_naming_its_spenders_round_trips_and_no_earlier_reader_lets_anyone_spend_it() {
+        for g in [
+            grant().unlimited().spender("alice").spender("bob"),
+            grant().uses(2).total("amount", 900).spender("alice"),
+        ] {
+            let stored = StoredGrant::of(&g).unwrap();
+            assert_eq!(stored.clone().into_grant().unwrap(), g);
+            // Neither a reader of plain scopes nor one that knows limits can read it: each
+            // fails, retries and sends nothing, rather than letting any caller spend it.
+            assert!(serde_json::from_str::<Value>(&stored.scope).is_err());
+            assert!(!stored.scope.starts_with(LIMITED_SCOPE));
+        }
+        let g = grant().unlimited().spender("alice");
+        assert!(g.spendable_by(Some("alice")));
+        assert!(!g.spendable_by(Some("mallory")));
+        assert!(!g.spendable_by(None), "no principal is not every principal");
+        assert!(
+            grant().spendable_by(None),
+            "a lease naming none is anyone's"
+        );
+        // Where the proposer is not known, the lease cannot be judged: nothing is sent.
+        let ok = json!({"payment_intent": "pi_1", "amount": 5});
+        assert!(matches!(
+            verdict_of(Some(&g), "case-4471", &ok, 0),
+            LeaseVerdict::Error { .. }
+        ));
+        assert!(StoredGrant::of(&grant().spender(" ")).is_err());
     }
 
     #[test]

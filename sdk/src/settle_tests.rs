@@ -15,6 +15,7 @@ const KEY: &str = "refund:ord-7";
 
 fn holder(a: &str) -> Holder {
     Holder {
+        caller: None,
         host: "h".into(),
         pid: 1,
         attempt: a.into(),
@@ -39,6 +40,7 @@ fn ambiguous_journal(clock: &ManualClock) -> SqliteJournal {
     };
     put(vec![
         Event::Proposed(Proposed {
+            by: None,
             payload: json!({"amount": 500}),
             payload_hash: "p".into(),
             premises: Premises::new(),

@@ -53,6 +53,12 @@ pub struct Options {
     pub faults: Option<Arc<interlock_testkit::faults::ScriptedFaults>>,
     /// Every premise read of `refunds` takes this long (a slow order service).
     pub premise_delay: Option<Duration>,
+    /// Callers known by bearer token, each with its own name, role and targets.
+    pub callers: Vec<(String, interlock_server::callers::Caller)>,
+    /// Callers known by the subject of a client certificate `client_ca` signed.
+    pub subjects: Vec<(String, interlock_server::callers::Caller)>,
+    /// Ask TLS clients for a certificate this CA (PEM) signed.
+    pub client_ca: Option<Vec<u8>>,
 }
 
 /// A premise reader that takes `delay` to answer.
@@ -167,6 +173,15 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
     if let Some((cert, key)) = &opts.tls {
         server = server.tls_pem(cert, key);
     }
+    for (token, caller) in &opts.callers {
+        server = server.caller(token.as_str(), caller.clone());
+    }
+    for (subject, caller) in &opts.subjects {
+        server = server.caller_by_subject(subject.as_str(), caller.clone());
+    }
+    if let Some(ca) = &opts.client_ca {
+        server = server.client_ca_pem(ca);
+    }
     let listen = if opts.unix {
         Listen::Unix(dir.path().join("gate.sock"))
     } else {
@@ -252,6 +267,26 @@ pub async fn client(address: &str, token: Option<&str>) -> anyhow::Result<Client
 pub async fn tls_client(address: &str, ca: &[u8]) -> anyhow::Result<Client> {
     let tls = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::try_from(format!("https://{address}"))?
+        .tls_config(tls)?
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("TLS connection to {address}: {e:?}"))?;
+    Ok(GateServiceClient::with_interceptor(channel, Bearer(None)))
+}
+
+/// Connect to `address` over TLS, trusting `ca` (PEM) for the name `localhost`, presenting the
+/// client certificate `cert` with its `key` (PEM).
+pub async fn mtls_client(
+    address: &str,
+    ca: &[u8],
+    cert: &[u8],
+    key: &[u8],
+) -> anyhow::Result<Client> {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .identity(tonic::transport::Identity::from_pem(cert, key))
         .domain_name("localhost");
     let channel = tonic::transport::Endpoint::try_from(format!("https://{address}"))?
         .tls_config(tls)?

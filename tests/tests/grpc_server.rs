@@ -586,7 +586,8 @@ async fn a_budget_set_over_grpc_refuses_the_effect_that_would_go_over_it() -> an
         .map(|c| (c.used, c.reserved, c.left))
         .collect();
     assert_eq!(counters, [(4000, 0, 1000)]);
-    assert_eq!(listed[0].changes[0].by, "ops@example");
+    // Journaled as made by the verified caller, with the name the request gave beside it.
+    assert_eq!(listed[0].changes[0].by, "admin (for ops@example)");
 
     // Only the window and the limit may change under an id: its places were counted by the rest.
     let mut wider = budget.clone();

@@ -251,7 +251,34 @@ fn an_imported_history_counts_against_its_lease_where_it_is_imported(kind: Kind)
     assert_eq!(service.applied().len(), 1);
 }
 
+fn a_lease_naming_its_spender_is_spent_by_that_principal_only(kind: Kind) {
+    let s = setup(
+        kind,
+        "spenders",
+        approval("case-4471").unlimited().spender("billing-worker"),
+    );
+    let service = Service::new(Tier::Two);
+    // Another principal (an in-process worker configured as support-bot) that knows the id, and
+    // a worker with no principal at all: neither may spend it.
+    let other = bound(&s, service.clone(), "w1").with_caller("support-bot");
+    let out = other.submit(&effect("k-a", "case-4471", 500)).unwrap();
+    assert_eq!(
+        refusal(&out).map(|r| r.0),
+        Some(RefusalCode::LeaseCaller),
+        "{out:?}"
+    );
+    let nobody = bound(&s, service.clone(), "w2");
+    let out = nobody.submit(&effect("k-b", "case-4471", 500)).unwrap();
+    assert_eq!(refusal(&out).map(|r| r.0), Some(RefusalCode::LeaseCaller));
+    assert!(service.applied().is_empty(), "nothing was sent");
+    let named = bound(&s, service.clone(), "w3").with_caller("billing-worker");
+    let out = named.submit(&effect("k-c", "case-4471", 500)).unwrap();
+    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+    assert_eq!(service.applied().len(), 1);
+}
+
 interlock_tests::every_store!(
+    a_lease_naming_its_spender_is_spent_by_that_principal_only,
     an_imported_history_counts_against_its_lease_where_it_is_imported,
     one_lease_is_spent_by_the_first_key_and_refused_to_every_other_naming_it,
     keys_racing_on_separate_handles_spend_a_two_use_lease_exactly_twice,

@@ -60,6 +60,9 @@ pub struct Settings {
     pub policy: Policy,
 }
 
+/// The variable naming the principal the worker acts for.
+pub const PRINCIPAL_VAR: &str = "INTERLOCK_PRINCIPAL";
+
 impl Deps {
     /// From explicit settings (and the harness's pause and clock variables).
     pub fn new(settings: Settings) -> anyhow::Result<Self> {
@@ -97,6 +100,11 @@ impl Deps {
         }
         if let Some(dir) = &approvers {
             gate = gate.with_approvers(dir.clone())?;
+        }
+        // The principal this worker acts for: journaled with each effect it proposes, and who
+        // the leases that name their spenders are judged for.
+        if let Some(p) = std::env::var(PRINCIPAL_VAR).ok().filter(|p| !p.is_empty()) {
+            gate = gate.with_caller(p);
         }
         // The shop's order service is its own service, never looked for at Stripe's address;
         // without one, the premises are Stripe's own.

@@ -201,6 +201,7 @@ pub fn checked(c: &CheckedCtx<'_>, d: &Decision, pause: Option<&Pause>) -> Attem
         Ok(
             LeaseVerdict::Dead { reason }
             | LeaseVerdict::Spent { reason }
+            | LeaseVerdict::NotSpender { reason }
             | LeaseVerdict::OverBudget { reason },
         ) => {
             return Attempt::Report(RefundReport {

@@ -40,6 +40,11 @@ pub(crate) enum LeaseCmd {
         /// at most MAX, as field=max.
         #[arg(long, value_name = "FIELD=MAX")]
         total: Option<String>,
+        /// A caller who may spend it (repeatable): an effect proposed by any other caller is
+        /// refused with `lease_caller`, whoever learned the id. The name is the gate server's
+        /// caller (`[[auth.callers]] name`) or an in-process worker's principal.
+        #[arg(long = "spender", value_name = "CALLER")]
+        spenders: Vec<String>,
     },
     /// Revoke a lease now: no effect under it is sent from now on, resends included.
     Revoke {
@@ -99,8 +104,12 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
             uses,
             unlimited,
             total,
+            spenders,
         } => {
             let mut g = Grant::new(&id, approver, now);
+            for p in spenders {
+                g = g.spender(p);
+            }
             match (uses, unlimited) {
                 (Some(n), _) => g = g.uses(n),
                 (None, true) => g = g.unlimited(),
@@ -172,7 +181,10 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
                     (None, Some(e)) if e <= now => "expired",
                     _ => "live",
                 };
-                let scope = serde_json::to_string(&g.scope)?;
+                let mut scope = serde_json::to_string(&g.scope)?;
+                if !g.spenders.is_empty() {
+                    scope = format!("{scope} for {}", g.spenders.join(", "));
+                }
                 let cap = g
                     .cap
                     .as_ref()

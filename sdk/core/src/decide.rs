@@ -102,6 +102,15 @@ fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
             ),
             format!("the lease does not allow this effect: {reason}"),
         ),
+        // A lease never comes to name another proposer: at recovery this is the lease refusing.
+        (LeaseVerdict::NotSpender { reason }, _) => (
+            pick(
+                at_recovery,
+                RefusalCode::LeaseCaller,
+                RefusalCode::LeaseAtRecovery,
+            ),
+            format!("the lease does not allow this effect: {reason}"),
+        ),
         (LeaseVerdict::OverBudget { reason }, _) => (
             pick(
                 at_recovery,

@@ -38,6 +38,7 @@ fn revoked() -> Recheck {
 
 fn proposed(hash: &str) -> Proposed {
     Proposed {
+        by: None,
         payload: json!({}),
         payload_hash: hash.into(),
         premises: Premises::new(),
@@ -53,6 +54,7 @@ fn claim(deadline_ms: i64) -> Claim {
     Claim {
         token: 1,
         holder: Holder {
+            caller: None,
             host: "h".into(),
             pid: 1,
             attempt: "a".into(),

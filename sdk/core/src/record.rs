@@ -18,6 +18,12 @@ pub struct Holder {
     pub pid: u32,
     /// Free text naming the attempt (a Temporal attempt, a CLI run, a test step).
     pub attempt: String,
+    /// The principal the attempt acts for, as whoever ran it verified it: the caller a gate
+    /// server authenticated (a token's or a client certificate's caller), or the principal an
+    /// in-process worker was configured with. Never a name the caller wrote. Absent where no
+    /// principal was known, and in records written before principals were journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 /// Why a recoverer was allowed to take a claim from its holder.
@@ -110,6 +116,8 @@ pub enum RefusalCode {
     StalePremise,
     /// The lease was dead or did not cover the payload at submit or dispatch.
     Lease,
+    /// The lease names who may spend it, and the effect's proposer is not among them.
+    LeaseCaller,
     /// The same key was already recorded with another payload.
     ConflictingPayload,
     /// The premise reader failed or answered nonsense: fail closed.
@@ -138,6 +146,7 @@ impl RefusalCode {
         match self {
             Self::StalePremise => "stale_premise",
             Self::Lease => "lease",
+            Self::LeaseCaller => "lease_caller",
             Self::ConflictingPayload => "conflicting_payload",
             Self::PremiseError => "premise_error",
             Self::LeaseError => "lease_error",
@@ -184,6 +193,12 @@ pub enum LeaseVerdict {
     /// ([`crate::budget::room`]).
     OverBudget {
         /// Why: the budget, what is used and left, and when room frees.
+        reason: String,
+    },
+    /// Live and covering, but the lease names who may spend it, and whoever proposed the
+    /// effect is not among them: an id seen elsewhere is not authority.
+    NotSpender {
+        /// Why: the lease, and the proposer it does not name.
         reason: String,
     },
 }
@@ -242,6 +257,10 @@ pub struct Proposed {
     /// budgets to match ([`crate::budget::Budget::scope`]).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The verified principal that proposed it ([`Holder::caller`]): whose effect it is, and
+    /// who a lease that names its spenders is judged for. Absent where none was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// `AUTHORIZED`: the lease was live and covered the payload at submit.

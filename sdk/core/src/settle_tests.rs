@@ -8,6 +8,7 @@ use crate::state::{fold, landed_evidence};
 
 fn holder(a: &str) -> Holder {
     Holder {
+        caller: None,
         host: "h".into(),
         pid: 1,
         attempt: a.into(),
@@ -21,6 +22,7 @@ fn ambiguous(prior_until: i64) -> Vec<(i64, Event)> {
         (
             0,
             Event::Proposed(Proposed {
+                by: None,
                 payload: json!({"amount": 1}),
                 payload_hash: "p".into(),
                 premises: Premises::new(),

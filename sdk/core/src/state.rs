@@ -453,6 +453,7 @@ mod tests {
 
     fn holder(a: &str) -> Holder {
         Holder {
+            caller: None,
             host: "h".into(),
             pid: 1,
             attempt: a.into(),
@@ -461,6 +462,7 @@ mod tests {
 
     fn proposed() -> Event {
         Event::Proposed(Proposed {
+            by: None,
             payload: json!({}),
             payload_hash: "p".into(),
             premises: Premises::new(),

@@ -109,6 +109,7 @@ pub fn authorize(
         }
         LeaseVerdict::Dead { .. }
         | LeaseVerdict::Spent { .. }
+        | LeaseVerdict::NotSpender { .. }
         | LeaseVerdict::OverBudget { .. } => {
             let recheck = Recheck {
                 lease: lease.clone(),

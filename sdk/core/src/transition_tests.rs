@@ -16,6 +16,7 @@ const TIER2: TierFacts = TierFacts {
 
 fn holder(a: &str) -> Holder {
     Holder {
+        caller: None,
         host: "h".into(),
         pid: 1,
         attempt: a.into(),
@@ -33,6 +34,7 @@ fn holding(a: &str, deadline_ms: i64) -> Holding {
 
 fn proposal(tier: u8) -> Proposed {
     Proposed {
+        by: None,
         payload: json!({"amount": 1}),
         payload_hash: "p".into(),
         premises: Premises::new(),

@@ -121,6 +121,7 @@ mod tests {
 
     fn proposed(hash: &str, premises: &Premises) -> Proposed {
         Proposed {
+            by: None,
             payload: json!({}),
             payload_hash: hash.into(),
             premises: premises.clone(),

@@ -97,20 +97,54 @@ impl GateTimings {
     }
 }
 
-/// Where the bearer tokens come from.
+/// Who may call, and how each caller proves it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
-    /// The environment variable holding the token every call must carry (default
-    /// `INTERLOCK_SERVE_TOKEN`).
-    #[serde(default = "default_token_env")]
-    pub token_env: String,
+    /// The environment variable holding one token shared by every worker: its calls are the
+    /// caller `worker` (every target, its own effects). Left out: `INTERLOCK_SERVE_TOKEN` when
+    /// no `[[auth.callers]]` is configured, else no shared token.
+    pub token_env: Option<String>,
     /// The environment variable holding the token every lease and budget call (`GrantLease`,
-    /// `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`, `RemoveBudget`) must carry. A
-    /// lease is an approval and a budget a limit on them: whoever may submit effects must not
-    /// thereby be able to approve them or move their limits. Without it, that administration
-    /// over gRPC is off (`interlock lease` and `interlock budget` still work).
+    /// `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`, `RemoveBudget`) must carry: the
+    /// caller `admin`. A lease is an approval and a budget a limit on them: whoever may submit
+    /// effects must not thereby be able to approve them or move their limits. Without it (and
+    /// with no caller whose role is admin), that administration over gRPC is off (`interlock
+    /// lease` and `interlock budget` still work).
     pub admin_token_env: Option<String>,
+    /// Callers, each with a credential of its own, its role and its targets.
+    #[serde(default)]
+    pub callers: Vec<CallerConfig>,
+}
+
+impl AuthConfig {
+    /// The environment variable of the shared worker token, if there is one.
+    pub fn shared_token_env(&self) -> Option<&str> {
+        match (&self.token_env, self.callers.is_empty()) {
+            (Some(env), _) => Some(env),
+            (None, true) => Some("INTERLOCK_SERVE_TOKEN"),
+            (None, false) => None,
+        }
+    }
+}
+
+/// One caller: its name (what the journal records as the proposer of its effects and the
+/// holder of its claims, and what a lease's spenders name), one credential, and what it may do.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CallerConfig {
+    /// Its name.
+    pub name: String,
+    /// The environment variable holding its bearer token.
+    pub token_env: Option<String>,
+    /// The subject of its client certificate (RFC 4514, e.g. `CN=refund-worker,O=Shop`), which
+    /// `[tls] client_ca` must have signed.
+    pub subject: Option<String>,
+    /// `worker` (the default: its own effects), `reader` (every effect, withheld) or `admin`.
+    #[serde(default = "default_role")]
+    pub role: crate::callers::Role,
+    /// The targets it may decide, submit to and recover on; left out: every target.
+    pub targets: Option<Vec<String>>,
 }
 
 /// A certificate and key in PEM files.
@@ -121,6 +155,10 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// The private key (PEM).
     pub key: PathBuf,
+    /// The CA (PEM) that signs callers' client certificates: a caller named by `subject` in
+    /// `[[auth.callers]]` connects with a certificate it signed. Left out: no client
+    /// certificates are asked for.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// One target.
@@ -240,6 +278,9 @@ impl ServerConfig {
                 }
             }
         }
+        if let Some(auth) = &self.auth {
+            self.check_callers(auth, path)?;
+        }
         if let Ok(crate::serve::Listen::Tcp(addr)) = crate::serve::Listen::parse(&self.listen) {
             // The same rule the server applies where it binds (a --listen flag included).
             let reach = interlock::reach::Reach {
@@ -257,6 +298,89 @@ impl ServerConfig {
                 "TLS is for TCP listeners; a unix socket is protected by its file permissions"
                     .into(),
             ));
+        }
+        Ok(())
+    }
+
+    fn check_callers(&self, auth: &AuthConfig, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: String, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            field,
+            message,
+        };
+        let mut names = std::collections::BTreeSet::new();
+        for reserved in [
+            crate::callers::SHARED_WORKER,
+            crate::callers::ADMIN,
+            crate::callers::UNAUTHENTICATED,
+        ] {
+            names.insert(reserved.to_owned());
+        }
+        let client_ca = self.tls.as_ref().and_then(|t| t.client_ca.as_ref());
+        for (i, c) in auth.callers.iter().enumerate() {
+            let field = |f: &str| format!("auth.callers[{i}].{f}");
+            if c.name.is_empty()
+                || c.name.len() > 128
+                || !c
+                    .name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.@:".contains(ch))
+            {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "{:?} is not a caller name: use 1 to 128 letters, digits and - _ . @ :",
+                        c.name
+                    ),
+                ));
+            }
+            if !names.insert(c.name.clone()) {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "{} is taken (by another caller, or by worker, admin or {} which the \
+                         server's own tokens use): give every caller a name of its own",
+                        c.name,
+                        crate::callers::UNAUTHENTICATED
+                    ),
+                ));
+            }
+            match (&c.token_env, &c.subject) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(invalid(
+                        field("token_env"),
+                        format!(
+                            "caller {} needs exactly one credential: token_env (a bearer \
+                             token) or subject (a client certificate)",
+                            c.name
+                        ),
+                    ));
+                }
+                (None, Some(_)) if client_ca.is_none() => {
+                    return Err(invalid(
+                        field("subject"),
+                        format!(
+                            "caller {} is known by its client certificate, but no [tls] \
+                             client_ca is configured to verify it: set tls.client_ca",
+                            c.name
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+            for t in c.targets.iter().flatten() {
+                if !self.targets.contains_key(t) {
+                    return Err(invalid(
+                        field("targets"),
+                        format!(
+                            "caller {} is allowed target {t}, which is not configured; the \
+                             targets are {}",
+                            c.name,
+                            self.targets.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -300,8 +424,8 @@ fn default_max_message() -> usize {
     DEFAULT_MAX_MESSAGE_BYTES
 }
 
-fn default_token_env() -> String {
-    "INTERLOCK_SERVE_TOKEN".into()
+fn default_role() -> crate::callers::Role {
+    crate::callers::Role::Worker
 }
 
 fn default_tier() -> u8 {
@@ -350,6 +474,32 @@ mod tests {
     }
 
     #[test]
+    fn callers_each_name_one_credential_a_role_and_their_targets() -> Result<(), ConfigError> {
+        let cfg = parse(
+            "[auth]\nadmin_token_env = \"ADMIN\"\n\
+             [[auth.callers]]\nname = \"refund-worker\"\ntoken_env = \"RW\"\ntargets = [\"refunds\"]\n\
+             [[auth.callers]]\nname = \"dash\"\nsubject = \"CN=dash,O=Shop\"\nrole = \"reader\"\n\
+             [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nclient_ca = \"ca.pem\"\n\
+             [targets.refunds]\nkind = \"stripe_refunds\"\n",
+        )?;
+        let auth = cfg
+            .auth
+            .as_ref()
+            .map(|a| (a.shared_token_env(), a.callers.len()));
+        // With callers of their own, no shared worker token is asked for.
+        assert_eq!(auth, Some((None, 2)));
+        let only_shared = parse("[auth]\n[targets.r]\nkind = \"stripe_refunds\"\n")?;
+        assert_eq!(
+            only_shared
+                .auth
+                .as_ref()
+                .and_then(AuthConfig::shared_token_env),
+            Some("INTERLOCK_SERVE_TOKEN")
+        );
+        Ok(())
+    }
+
+    #[test]
     fn a_minimal_file_takes_loopback_and_the_defaults() -> Result<(), ConfigError> {
         let cfg = parse("[targets.refunds]\nkind = \"stripe_refunds\"\n")?;
         assert_eq!(cfg.listen, "127.0.0.1:50051");
@@ -394,6 +544,30 @@ mod tests {
             (
                 "[targets.\"a b\"]\nkind = \"stripe_refunds\"",
                 "target name",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a\"\nsubject = \"CN=a\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "client_ca",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "exactly one credential",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a\"\ntoken_env = \"T\"\ntargets = [\"x\"]\n[targets.r]\nkind = \"stripe_refunds\"",
+                "auth.callers[0].targets",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"admin\"\ntoken_env = \"T\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "is taken",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a b\"\ntoken_env = \"T\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "not a caller name",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a\"\ntoken_env = \"T\"\nrole = \"root\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "unknown variant",
             ),
         ];
         for (text, wanted) in cases {

@@ -181,6 +181,7 @@ pub fn refusal(c: RefusalCode) -> pb::RefusalCode {
         RefusalCode::TargetConflict => pb::RefusalCode::TargetConflict,
         RefusalCode::LeaseSpent => pb::RefusalCode::LeaseSpent,
         RefusalCode::Budget => pb::RefusalCode::Budget,
+        RefusalCode::LeaseCaller => pb::RefusalCode::LeaseCaller,
         _ => pb::RefusalCode::Unspecified,
     }
 }
@@ -318,6 +319,7 @@ pub fn lease_to(g: &Grant, used: &[Use]) -> pb::Lease {
         granted_ms: g.granted_ms,
         expires_ms: g.expires_ms.unwrap_or(0),
         revoked_ms: g.revoked_ms.unwrap_or(0),
+        spenders: g.spenders.clone(),
     }
 }
 
@@ -362,6 +364,15 @@ pub fn lease_from(l: Option<&pb::Lease>, now_ms: i64) -> Result<Grant, Invalid> 
             ));
         }
         grant = grant.expires(l.expires_ms);
+    }
+    if l.spenders.len() > MAX_PREMISES {
+        return Err(invalid(
+            "lease.spenders",
+            format!("at most {MAX_PREMISES} callers"),
+        ));
+    }
+    for s in &l.spenders {
+        grant = grant.spender(name("lease.spenders", s)?);
     }
     if l.revoked_ms != 0 {
         return Err(invalid(

@@ -9,7 +9,8 @@
 //! killed mid-send leaves an in-flight record that the next attempt, through any server on the
 //! same journal, recovers by the target's tier.
 //!
-//! * [`config`]: the configuration file (listen address, journal, targets, token, TLS, limits).
+//! * [`config`]: the configuration file (listen address, journal, targets, callers, TLS, limits).
+//! * [`callers`]: who a call is (by token or client certificate) and what that caller may do.
 //! * [`targets`]: targets by name, built from the configuration or registered by code.
 //! * [`service`]: the RPCs, each run on the blocking pool.
 //! * [`convert`]: messages to library types and back, with every malformed field named.
@@ -20,6 +21,7 @@
 //! [`Bound::with_stop`]: interlock::Bound::with_stop
 //! [`Bound::with_fence`]: interlock::Bound::with_fence
 
+pub mod callers;
 pub mod config;
 pub mod convert;
 pub mod deadline;

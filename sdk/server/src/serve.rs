@@ -18,10 +18,11 @@ use interlock::{Clock, Gate, GateError};
 use interlock_postgres::PgOptions;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 use tonic_health::ServingStatus;
 
+use crate::callers::{Caller, Callers, Role};
 use crate::config::ServerConfig;
 use crate::pb;
 use crate::pb::gate_service_server::GateServiceServer;
@@ -85,6 +86,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// Client certificates were asked for on a server without TLS.
+    #[error("a client CA needs TLS: give the server a certificate ([tls] cert and key)")]
+    ClientCaWithoutTls,
     /// The address could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -217,9 +221,9 @@ fn clear_stale_socket(path: &Path) -> Result<(), ServeError> {
 /// A server, configured and ready to run.
 pub struct Server {
     api: GateApi,
-    token: Option<Arc<str>>,
-    admin_token: Option<Arc<str>>,
+    callers: Callers,
     tls: Option<Identity>,
+    client_ca: Option<Certificate>,
     max_message_bytes: usize,
     drain: Duration,
 }
@@ -227,12 +231,9 @@ pub struct Server {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("credentials_required", &self.callers.required())
             .field("tls", &self.tls.is_some())
+            .field("client_ca", &self.client_ca.is_some())
             .field("max_message_bytes", &self.max_message_bytes)
             .finish_non_exhaustive()
     }
@@ -243,9 +244,9 @@ impl Server {
     pub fn new(api: GateApi) -> Self {
         Self {
             api,
-            token: None,
-            admin_token: None,
+            callers: Callers::new(),
             tls: None,
+            client_ca: None,
             max_message_bytes: crate::config::DEFAULT_MAX_MESSAGE_BYTES,
             // The library's default send timeout and settle margin, and room for the answer.
             drain: Duration::from_secs(35)
@@ -260,16 +261,42 @@ impl Server {
         self
     }
 
-    /// Require `authorization: Bearer <token>` on every gate call.
+    /// Require a credential on every gate call, and let `authorization: Bearer <token>` in as
+    /// the caller `worker`: every target, its own effects. One token shared by every worker
+    /// makes them one caller; [`Server::caller`] gives each its own.
     pub fn token(mut self, token: impl Into<Arc<str>>) -> Self {
-        self.token = Some(token.into());
+        self.callers = self.callers.token(
+            token,
+            Caller::new(crate::callers::SHARED_WORKER, Role::Worker),
+        );
         self
     }
 
-    /// Turn lease administration (`GrantLease`, `RevokeLease`) on, for calls carrying
-    /// `authorization: Bearer <token>` with this token (which also passes the gate token's check).
+    /// Require a credential on every gate call, and let `authorization: Bearer <token>` in as
+    /// `caller`.
+    pub fn caller(mut self, token: impl Into<Arc<str>>, caller: Caller) -> Self {
+        self.callers = self.callers.token(token, caller);
+        self
+    }
+
+    /// Require a credential on every gate call, and let a client certificate whose subject is
+    /// `subject` in as `caller` (the certificate must be signed by [`Server::client_ca_pem`]).
+    pub fn caller_by_subject(mut self, subject: impl Into<String>, caller: Caller) -> Self {
+        self.callers = self.callers.subject(subject, caller);
+        self
+    }
+
+    /// Turn lease and budget administration on, for calls carrying `authorization: Bearer
+    /// <token>` with this token: the caller `admin`, which also reads every effect whole.
     pub fn admin_token(mut self, token: impl Into<Arc<str>>) -> Self {
-        self.admin_token = Some(token.into());
+        self.callers = self.callers.admin_token(token);
+        self
+    }
+
+    /// Ask TLS clients for a certificate, verified against this CA (PEM): the subjects of
+    /// [`Server::caller_by_subject`]. Needs [`Server::tls_pem`].
+    pub fn client_ca_pem(mut self, ca: impl AsRef<[u8]>) -> Self {
+        self.client_ca = Some(Certificate::from_pem(ca));
         self
     }
 
@@ -340,18 +367,6 @@ impl Server {
         let mut server = Self::new(api)
             .max_message_bytes(cfg.max_message_bytes)
             .drain(drain);
-        if let Some(auth) = &cfg.auth {
-            let read = |env: &str| match std::env::var(env) {
-                Ok(t) if !t.is_empty() => Ok(t),
-                _ => Err(ServeError::Token {
-                    env: env.to_owned(),
-                }),
-            };
-            server = server.token(read(&auth.token_env)?);
-            if let Some(env) = &auth.admin_token_env {
-                server = server.admin_token(read(env)?);
-            }
-        }
         if let Some(tls) = &cfg.tls {
             let read = |path: &PathBuf| {
                 std::fs::read(path).map_err(|source| ServeError::Tls {
@@ -360,6 +375,34 @@ impl Server {
                 })
             };
             server = server.tls_pem(read(&tls.cert)?, read(&tls.key)?);
+            if let Some(ca) = &tls.client_ca {
+                server = server.client_ca_pem(read(ca)?);
+            }
+        }
+        if let Some(auth) = &cfg.auth {
+            let read = |env: &str| match std::env::var(env) {
+                Ok(t) if !t.is_empty() => Ok(t),
+                _ => Err(ServeError::Token {
+                    env: env.to_owned(),
+                }),
+            };
+            if let Some(env) = auth.shared_token_env() {
+                server = server.token(read(env)?);
+            }
+            if let Some(env) = &auth.admin_token_env {
+                server = server.admin_token(read(env)?);
+            }
+            for c in &auth.callers {
+                let mut caller = Caller::new(c.name.as_str(), c.role);
+                if let Some(t) = &c.targets {
+                    caller = caller.only(t.iter().cloned());
+                }
+                server = match (&c.token_env, &c.subject) {
+                    (Some(env), _) => server.caller(read(env)?, caller),
+                    (None, Some(subject)) => server.caller_by_subject(subject.clone(), caller),
+                    (None, None) => server,
+                };
+            }
         }
         Ok(server)
     }
@@ -368,7 +411,7 @@ impl Server {
     pub fn reach(&self) -> Reach {
         Reach {
             tls: self.tls.is_some(),
-            authenticated: self.token.is_some(),
+            authenticated: self.callers.required(),
             proxies: Vec::new(),
         }
     }
@@ -417,23 +460,26 @@ impl Server {
             |e: tonic_reflection::server::Error| ServeError::Reflection(e.to_string());
         let reflection_v1 = described().build_v1().map_err(reflection_error)?;
         let reflection_v1alpha = described().build_v1alpha().map_err(reflection_error)?;
-        let tokens: Vec<Arc<str>> = self
-            .token
-            .iter()
-            .chain(self.admin_token.iter())
-            .cloned()
-            .collect();
-        let open = self.token.is_none();
-        let api = self.api.clone().with_admin_token(self.admin_token.clone());
+        let callers = Arc::new(self.callers.clone());
+        let api = self.api.clone().with_callers(callers.clone());
         let gate = InterceptedService::new(
             GateServiceServer::new(api)
                 .max_decoding_message_size(self.max_message_bytes)
                 .max_encoding_message_size(self.max_message_bytes),
-            move |req: Request<()>| authorize(open, &tokens, req),
+            move |req: Request<()>| authorize(&callers, req),
         );
         let mut builder = tonic::transport::Server::builder();
         if let Some(identity) = self.tls.clone() {
-            builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
+            let mut tls = ServerTlsConfig::new().identity(identity);
+            if let Some(ca) = self.client_ca.clone() {
+                // Callers known by token may still connect without a certificate.
+                tls = tls
+                    .client_ca_root(ca)
+                    .client_auth_optional(self.callers.by_token());
+            }
+            builder = builder.tls_config(tls)?;
+        } else if self.client_ca.is_some() {
+            return Err(ServeError::ClientCaWithoutTls);
         }
         let router = builder
             .add_service(health_service)
@@ -452,7 +498,7 @@ impl Server {
             let _ = drained_tx.send(());
         };
         let address = listener.address();
-        tracing::info!(%address, token = self.token.is_some(), tls = self.tls.is_some(), "serving interlock.v1.GateService");
+        tracing::info!(%address, credentials = self.callers.required(), tls = self.tls.is_some(), client_certificates = self.client_ca.is_some(), "serving interlock.v1.GateService");
         let drain = self.drain;
         let deadline = async move {
             if drained_rx.await.is_ok() {
@@ -554,21 +600,20 @@ fn u128_ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
-/// Check the bearer token against `tokens`, in constant time; `open` lets every call in (no
-/// gate token is configured: loopback or a unix socket).
-fn authorize(open: bool, tokens: &[Arc<str>], req: Request<()>) -> Result<Request<()>, Status> {
-    if open {
-        return Ok(req);
-    }
-    match bearer(req.metadata()) {
-        Some(g) if tokens.iter().any(|t| same(g.as_bytes(), t.as_bytes())) => Ok(req),
-        Some(_) => Err(Status::unauthenticated(
-            "the bearer token is wrong: use the token the server was configured with",
-        )),
-        None => Err(Status::unauthenticated(
-            "this server needs `authorization: Bearer <token>` on every call",
-        )),
-    }
+/// Let a call in only as a caller its credentials name ([`Callers::identify`]), before its
+/// message is decoded; the caller rides in the request's extensions to the service.
+fn authorize(callers: &Callers, mut req: Request<()>) -> Result<Request<()>, Status> {
+    let caller = identify(callers, &req)?;
+    req.extensions_mut().insert(caller);
+    Ok(req)
+}
+
+/// The caller `req` is, by its bearer token and its client certificate.
+pub(crate) fn identify<T>(callers: &Callers, req: &Request<T>) -> Result<Caller, Status> {
+    let subject = req
+        .peer_certs()
+        .and_then(|certs| certs.first().and_then(|c| crate::callers::subject_of(c)));
+    callers.identify(bearer(req.metadata()), subject.as_deref())
 }
 
 /// The bearer token a call carries, if any.
@@ -603,7 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_configured_token_passes() {
+    fn only_a_configured_token_passes_and_names_its_caller() {
         let with = |v: &str| {
             let mut r = Request::new(());
             if let Ok(v) = v.parse() {
@@ -611,12 +656,26 @@ mod tests {
             }
             r
         };
-        let tokens: Vec<Arc<str>> = vec!["s3cret".into(), "adm1n".into()];
-        assert!(authorize(false, &tokens, with("Bearer s3cret")).is_ok());
-        assert!(authorize(false, &tokens, with("Bearer adm1n")).is_ok());
-        assert!(authorize(false, &tokens, with("Bearer s3cre")).is_err());
-        assert!(authorize(false, &tokens, with("s3cret")).is_err());
-        assert!(authorize(false, &tokens, Request::new(())).is_err());
-        assert!(authorize(true, &[], Request::new(())).is_ok());
+        let callers = Callers::new().token(
+            "s3cret",
+            Caller::new(crate::callers::SHARED_WORKER, Role::Worker),
+        );
+        let callers = callers.admin_token("adm1n");
+        let name = |r: Result<Request<()>, Status>| {
+            r.ok()
+                .and_then(|r| r.extensions().get::<Caller>().map(|c| c.name.to_string()))
+        };
+        assert_eq!(
+            name(authorize(&callers, with("Bearer s3cret"))).as_deref(),
+            Some("worker")
+        );
+        assert_eq!(
+            name(authorize(&callers, with("Bearer adm1n"))).as_deref(),
+            Some("admin")
+        );
+        assert!(authorize(&callers, with("Bearer s3cre")).is_err());
+        assert!(authorize(&callers, with("s3cret")).is_err());
+        assert!(authorize(&callers, Request::new(())).is_err());
+        assert!(authorize(&Callers::new(), Request::new(())).is_ok());
     }
 }

@@ -14,6 +14,7 @@ use interlock::verify::{self, Sources};
 use interlock::{Bound, Clock, JournalStore};
 use tonic::{Request, Response, Status};
 
+use crate::callers::{Caller, Callers};
 use crate::convert::{self, Invalid};
 use crate::deadline::{CallBudget, MIN_DEADLINE_KEY, call_deadline};
 use crate::pb;
@@ -33,7 +34,7 @@ pub struct GateApi {
     targets: Arc<Targets>,
     clock: Arc<dyn Clock>,
     draining: Arc<AtomicBool>,
-    admin_token: Option<Arc<str>>,
+    callers: Arc<Callers>,
     budget: Arc<CallBudget>,
 }
 
@@ -59,7 +60,7 @@ impl GateApi {
             targets: Arc::new(targets),
             clock,
             draining: Arc::new(AtomicBool::new(false)),
-            admin_token: None,
+            callers: Arc::new(Callers::new()),
             budget: Arc::new(CallBudget::new(DEFAULT_MIN_CALL_DEADLINE)),
         }
     }
@@ -98,41 +99,58 @@ impl GateApi {
         Err(status)
     }
 
-    /// Administration (`GrantLease`, `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`,
-    /// `RemoveBudget`) for calls carrying this bearer token; `None` turns it off. A lease is an
-    /// approval and a budget a limit on them: the credential that submits effects must neither
-    /// approve them nor move the limits they are held to.
-    pub fn with_admin_token(mut self, token: Option<Arc<str>>) -> Self {
-        self.admin_token = token;
+    /// Who may call, and what each caller may do ([`crate::callers`]); default: no credential
+    /// is asked for, and every call is the unauthenticated reader. Administration (`GrantLease`,
+    /// `RevokeLease`, `ListLeases`, `SetBudget`, `ListBudgets`, `RemoveBudget`) is for admin
+    /// callers only: a lease is an approval and a budget a limit on them, and the credential
+    /// that submits effects must neither approve them nor move the limits they are held to.
+    pub fn with_callers(mut self, callers: Arc<Callers>) -> Self {
+        self.callers = callers;
         self
     }
 
-    fn check_admin(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-        rpc: &str,
-    ) -> Result<(), Status> {
-        if self.admin_token.is_none() {
-            return Err(Status::permission_denied(format!(
-                "{rpc}: administration over gRPC is off on this server; set [auth] \
-                 admin_token_env in its configuration, or use `interlock lease` and \
-                 `interlock budget` on the journal"
-            )));
-        }
-        if self.is_admin(metadata) {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(format!(
-                "{rpc} needs the admin token (authorization: Bearer <admin token>)"
-            )))
+    /// The caller of `request`: as the server's interceptor found it, else (a service served
+    /// without it) found here, from the same credentials.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        match request.extensions().get::<Caller>() {
+            Some(c) => Ok(c.clone()),
+            None => crate::serve::identify(&self.callers, request),
         }
     }
 
-    /// Whether the call carries the admin token, which reads effects whole ([`crate::withheld`]).
-    fn is_admin(&self, metadata: &tonic::metadata::MetadataMap) -> bool {
-        match (&self.admin_token, crate::serve::bearer(metadata)) {
-            (Some(admin), Some(t)) => crate::serve::same(t.as_bytes(), admin.as_bytes()),
-            _ => false,
+    fn check_admin(&self, caller: &Caller, rpc: &str) -> Result<(), Status> {
+        if caller.is_admin() {
+            return Ok(());
+        }
+        if !self.callers.has_admin() {
+            return Err(Status::permission_denied(format!(
+                "{rpc}: administration over gRPC is off on this server; set [auth] \
+                 admin_token_env (or a caller whose role is admin) in its configuration, or \
+                 use `interlock lease` and `interlock budget` on the journal"
+            )));
+        }
+        Err(Status::permission_denied(format!(
+            "{rpc} needs an admin caller (the admin token, or a caller whose role is admin); \
+             caller {} is a {}",
+            caller.name,
+            caller.role.as_str()
+        )))
+    }
+
+    /// `PERMISSION_DENIED` unless `caller` may see effect `key` (when it is in the journal).
+    fn check_owner(
+        journal: &dyn JournalStore,
+        caller: &Caller,
+        rpc: &str,
+        key: &interlock::EffectKey,
+    ) -> Result<(), Status> {
+        if caller.reads_all() {
+            return Ok(());
+        }
+        let state = journal.state(key).map_err(|e| status::journal(&e))?;
+        match state.first() {
+            Some(first) => caller.check_owner(rpc, key.as_str(), first.by.as_deref()),
+            None => Ok(()),
         }
     }
 
@@ -249,6 +267,16 @@ fn call_span(rpc: &'static str, metadata: &tonic::metadata::MetadataMap) -> trac
     span
 }
 
+/// Who a budget change is journaled as made by: the verified caller, with the name the request
+/// gave beside it when that is another.
+fn verified_by(caller: &Caller, stated: &str) -> String {
+    if stated == &*caller.name {
+        stated.to_owned()
+    } else {
+        format!("{} (for {stated})", caller.name)
+    }
+}
+
 fn invalid(e: Invalid) -> Status {
     status::invalid(&e)
 }
@@ -260,7 +288,9 @@ impl GateService for GateApi {
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::DecideResponse>, Status> {
         let span = call_span("Decide", request.metadata());
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
+        caller.check_target("Decide", &r.target)?;
         let entry = self.target(&r.target)?;
         span.record("target", r.target.as_str());
         let key = convert::key("key", &r.key).map_err(invalid)?;
@@ -285,7 +315,9 @@ impl GateService for GateApi {
     ) -> Result<Response<pb::SubmitResponse>, Status> {
         let span = call_span("Submit", request.metadata());
         let deadline = call_deadline(request.metadata());
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
+        caller.check_target("Submit", &r.target)?;
         let entry = self.target(&r.target)?;
         span.record("target", r.target.as_str());
         let effect = convert::effect_from(r.effect.as_ref()).map_err(invalid)?;
@@ -297,9 +329,19 @@ impl GateService for GateApi {
             let attempt = convert::name("attempt", &r.attempt).map_err(invalid)?;
             bound = bound.with_attempt(format!("grpc:{attempt}"));
         }
+        let bound = bound.with_caller(&*caller.name);
+        let journal = self.journal.clone();
         let outcome = blocking(move || {
-            span.in_scope(|| bound.submit(&effect))
-                .map_err(|e| status::gate(&e))
+            // Before: another caller's effect is neither replayed nor recovered for this one.
+            // After: a proposal of another caller's that won the race to the key is not
+            // answered to this one either (this attempt could only have continued it, as
+            // proposed, under its proposer's authority).
+            Self::check_owner(journal.as_ref(), &caller, "Submit", &effect.key)?;
+            let outcome = span
+                .in_scope(|| bound.submit(&effect))
+                .map_err(|e| status::gate(&e))?;
+            Self::check_owner(journal.as_ref(), &caller, "Submit", &effect.key)?;
+            Ok(outcome)
         })
         .await?;
         Ok(Response::new(pb::SubmitResponse {
@@ -313,13 +355,18 @@ impl GateService for GateApi {
     ) -> Result<Response<pb::RecoverResponse>, Status> {
         let span = call_span("Recover", request.metadata());
         let deadline = call_deadline(request.metadata());
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
+        caller.check_target("Recover", &r.target)?;
         let entry = self.target(&r.target)?;
         span.record("target", r.target.as_str());
         let key = convert::key("key", &r.key).map_err(invalid)?;
         self.check_deadline(&r.target, deadline)?;
         let (bound, _guard) = self.stoppable(&entry.bound, &r.target, deadline);
+        let bound = bound.with_caller(&*caller.name);
+        let journal = self.journal.clone();
         let outcome = blocking(move || {
+            Self::check_owner(journal.as_ref(), &caller, "Recover", &key)?;
             span.in_scope(|| bound.recover(&key))
                 .map_err(|e| status::gate(&e))
         })
@@ -333,7 +380,8 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::GetEffectRequest>,
     ) -> Result<Response<pb::GetEffectResponse>, Status> {
-        let whole = self.is_admin(request.metadata());
+        let caller = self.caller(&request)?;
+        let whole = caller.is_admin();
         let key = convert::key("key", &request.into_inner().key).map_err(invalid)?;
         let journal = self.journal.clone();
         blocking(move || {
@@ -344,6 +392,9 @@ impl GateService for GateApi {
                 )));
             }
             let state = journal.state(&key).map_err(|e| status::journal(&e))?;
+            if let Some(first) = state.first() {
+                caller.check_owner("GetEffect", key.as_str(), first.by.as_deref())?;
+            }
             Ok(Response::new(pb::GetEffectResponse {
                 key: key.to_string(),
                 status: convert::status(state.status()).into(),
@@ -365,6 +416,7 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::ListEffectsRequest>,
     ) -> Result<Response<pb::ListEffectsResponse>, Status> {
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         let size = match usize::try_from(r.page_size).unwrap_or(usize::MAX) {
             0 => DEFAULT_PAGE,
@@ -398,6 +450,10 @@ impl GateService for GateApi {
             for k in &keys {
                 let key = convert::key("key", k).map_err(|e| Status::internal(e.to_string()))?;
                 let state = journal.state(&key).map_err(|e| status::journal(&e))?;
+                // A worker's page lists its own effects: it may hold fewer than asked.
+                if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+                    continue;
+                }
                 effects.push(pb::EffectSummary {
                     key: k.clone(),
                     status: convert::status(state.status()).into(),
@@ -419,7 +475,8 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::VerifyRequest>,
     ) -> Result<Response<pb::VerifyResponse>, Status> {
-        let whole = self.is_admin(request.metadata());
+        let caller = self.caller(&request)?;
+        let whole = caller.is_admin();
         let r = request.into_inner();
         let key = convert::key("key", &r.key).map_err(invalid)?;
         let journal = self.journal.clone();
@@ -430,6 +487,9 @@ impl GateService for GateApi {
                 return Err(Status::not_found(format!(
                     "no effect with key {key} is in the journal"
                 )));
+            }
+            if let Some(first) = state.first() {
+                caller.check_owner("Verify", key.as_str(), first.by.as_deref())?;
             }
             let records = match (r.ask_target, state.first()) {
                 (true, Some(first)) => Some(
@@ -493,7 +553,8 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::GrantLeaseRequest>,
     ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
-        self.check_admin(request.metadata(), "GrantLease")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "GrantLease")?;
         let grant = convert::lease_from(request.into_inner().lease.as_ref(), self.clock.now_ms())
             .map_err(invalid)?;
         let journal = self.journal.clone();
@@ -520,7 +581,8 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::RevokeLeaseRequest>,
     ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
-        self.check_admin(request.metadata(), "RevokeLease")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "RevokeLease")?;
         let id = convert::name("id", &request.into_inner().id).map_err(invalid)?;
         let journal = self.journal.clone();
         blocking(move || {
@@ -536,7 +598,8 @@ impl GateService for GateApi {
     ) -> Result<Response<pb::ListLeasesResponse>, Status> {
         // A lease's id, scope and cap are what a caller would need to spend it on other keys:
         // reading them is administration too.
-        self.check_admin(request.metadata(), "ListLeases")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "ListLeases")?;
         let journal = self.journal.clone();
         blocking(move || {
             let leases = journal.leases().map_err(|e| status::lease(&e))?;
@@ -558,10 +621,11 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::SetBudgetRequest>,
     ) -> Result<Response<pb::SetBudgetResponse>, Status> {
-        self.check_admin(request.metadata(), "SetBudget")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "SetBudget")?;
         let r = request.into_inner();
         let budget = convert::budget::budget_from(r.budget.as_ref()).map_err(invalid)?;
-        let by = convert::name("by", &r.by).map_err(invalid)?;
+        let by = verified_by(&caller, &convert::name("by", &r.by).map_err(invalid)?);
         let journal = self.journal.clone();
         blocking(move || {
             let change = journal
@@ -580,7 +644,8 @@ impl GateService for GateApi {
     ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
         // Which scopes are limited and how much room is left tells a caller where to aim:
         // administration too.
-        self.check_admin(request.metadata(), "ListBudgets")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "ListBudgets")?;
         let journal = self.journal.clone();
         let now = self.clock.now_ms();
         blocking(move || {
@@ -600,10 +665,11 @@ impl GateService for GateApi {
         &self,
         request: Request<pb::RemoveBudgetRequest>,
     ) -> Result<Response<pb::RemoveBudgetResponse>, Status> {
-        self.check_admin(request.metadata(), "RemoveBudget")?;
+        let caller = self.caller(&request)?;
+        self.check_admin(&caller, "RemoveBudget")?;
         let r = request.into_inner();
         let id = convert::name("id", &r.id).map_err(invalid)?;
-        let by = convert::name("by", &r.by).map_err(invalid)?;
+        let by = verified_by(&caller, &convert::name("by", &r.by).map_err(invalid)?);
         let journal = self.journal.clone();
         blocking(move || {
             let change = journal

@@ -113,6 +113,7 @@ fn names_authority(code: RefusalCode) -> bool {
             | RefusalCode::LeaseAtRecovery
             | RefusalCode::LeaseErrorAtRecovery
             | RefusalCode::LeaseSpent
+            | RefusalCode::LeaseCaller
             | RefusalCode::Budget
     )
 }

@@ -17,6 +17,8 @@ pub struct Against<'a> {
     pub directory: Option<&'a Approvers>,
     /// The effect's key.
     pub key: &'a str,
+    /// Who proposed the effect ([`crate::core::Proposed::by`]).
+    pub proposer: Option<&'a str>,
     /// The payload to be sent.
     pub payload: &'a Value,
     /// The premises the effect was decided on.
@@ -36,6 +38,15 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     let own = grant.verdict(at.payload, at.now_ms);
     if own != LeaseVerdict::Live {
         return own;
+    }
+    if !grant.spendable_by(at.proposer) {
+        return LeaseVerdict::NotSpender {
+            reason: format!(
+                "lease {id} may be spent by {} only; this effect was proposed by {}",
+                grant.spenders.join(", "),
+                at.proposer.unwrap_or("no known principal")
+            ),
+        };
     }
     if let Some(bound) = grant.request().filter(|r| *r != at.key) {
         return dead(format!(

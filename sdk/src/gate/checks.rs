@@ -204,6 +204,7 @@ impl Bound {
                     &crate::approval::Against {
                         directory: self.gate.approvers.as_deref(),
                         key: key.as_str(),
+                        proposer: first.by.as_deref(),
                         payload: &first.payload,
                         premises: &first.premises,
                         route: routes.last(),
@@ -312,6 +313,7 @@ impl Bound {
             LeaseVerdict::Live => {}
             LeaseVerdict::Dead { reason }
             | LeaseVerdict::Spent { reason }
+            | LeaseVerdict::NotSpender { reason }
             | LeaseVerdict::OverBudget { reason } => {
                 return Looked::Lapsed {
                     code: "lease_dead",

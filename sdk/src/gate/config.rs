@@ -116,6 +116,7 @@ impl GateConfig {
                 host: host_name(),
                 pid: std::process::id(),
                 attempt: "1".into(),
+                caller: None,
             },
             send_timeout: Duration::from_secs(30),
             settle: Duration::from_secs(5),
@@ -248,6 +249,14 @@ impl GateConfigBuilder {
     /// Who this gate is in the claims it writes (default: this host and process, attempt 1).
     pub fn holder(mut self, holder: Holder) -> Self {
         self.cfg.holder = holder;
+        self
+    }
+
+    /// The principal this gate acts for ([`crate::Gate::with_caller`]): a worker's own name,
+    /// so the leases that name their spenders can be spent by it, and its effects say whose
+    /// they are. Unset: none is journaled.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.cfg.holder.caller = Some(principal.into());
         self
     }
 

@@ -281,6 +281,15 @@ impl Gate {
         self
     }
 
+    /// The same gate, acting for `principal`: journaled as the caller of every claim it takes
+    /// and as the proposer of every effect it proposes, and who a lease that names its spenders
+    /// is judged for. Only a name the process verified or was configured with belongs here
+    /// (a gate server passes the caller it authenticated), never one a caller wrote.
+    pub fn with_caller(mut self, principal: impl Into<String>) -> Self {
+        self.cfg.holder.caller = Some(principal.into());
+        self
+    }
+
     /// The configuration.
     pub fn config(&self) -> &GateConfig {
         &self.cfg
@@ -553,6 +562,7 @@ impl Bound {
                         .then(|| self.target.dedupe_window().map(ms))
                         .flatten(),
                     labels: effect.labels.clone(),
+                    by: self.gate.cfg.holder.caller.clone(),
                 };
                 self.propose(key, &proposal, &seen)?
             }
@@ -625,6 +635,12 @@ impl Bound {
     /// The same binding, naming another attempt in the claims it takes.
     pub fn with_attempt(mut self, attempt: impl Into<String>) -> Self {
         self.gate = self.gate.with_attempt(attempt);
+        self
+    }
+
+    /// The same binding, acting for `principal` ([`Gate::with_caller`]).
+    pub fn with_caller(mut self, principal: impl Into<String>) -> Self {
+        self.gate = self.gate.with_caller(principal);
         self
     }
 

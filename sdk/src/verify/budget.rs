@@ -219,6 +219,7 @@ mod tests {
     /// A key's history: proposed, then dispatched at `at_ms` with `budgets` recorded.
     fn history(at_ms: i64, budgets: Vec<BudgetCheck>) -> Vec<Record> {
         let proposed = crate::core::Proposed {
+            by: None,
             payload: json!({"amount": 500}),
             payload_hash: "h".into(),
             premises: Default::default(),
@@ -231,6 +232,7 @@ mod tests {
         let dispatched = Dispatched {
             token: 1,
             holder: crate::core::Holder {
+                caller: None,
                 host: "h".into(),
                 pid: 1,
                 attempt: "a".into(),

@@ -180,6 +180,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
             },
         )
     });
+    columns.push(callers(&history));
     columns.push(if dispatches.is_empty() {
         col("premises held", None, "nothing was sent")
     } else {
@@ -229,6 +230,32 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
         outcome: Some(derived.outcome),
         columns,
     }
+}
+
+/// Who acted on the effect, as the process that journaled each step verified them: the
+/// proposer, and the caller of every attempt that dispatched or took over its claim. Neither
+/// holds nor fails: the lease's verdict on the proposer is the authority column's.
+fn callers(history: &[Record]) -> Column {
+    let name = |c: Option<&String>| c.map_or("no principal".to_owned(), Clone::clone);
+    let mut steps = Vec::new();
+    for r in history {
+        match &r.event {
+            Event::Proposed(p) => steps.push(format!("proposed by {}", name(p.by.as_ref()))),
+            Event::Dispatched(d) => steps.push(format!(
+                "{} by {} ({})",
+                if d.resend { "resent" } else { "dispatched" },
+                name(d.holder.caller.as_ref()),
+                d.holder.attempt
+            )),
+            Event::Claimed(c) => steps.push(format!(
+                "claimed by {} ({})",
+                name(c.holder.caller.as_ref()),
+                c.holder.attempt
+            )),
+            _ => {}
+        }
+    }
+    col("callers", None, steps.join("; "))
 }
 
 /// Every `DISPATCHED` of a history, with the time it was written.

@@ -358,6 +358,7 @@ const PAYLOAD_HASH: &str = "p0";
 
 fn proposal() -> Proposed {
     Proposed {
+        by: None,
         payload: json!({ "plan": "cancel o1, credit c1" }),
         payload_hash: PAYLOAD_HASH.into(),
         premises: premises(true),
@@ -381,6 +382,7 @@ fn premises(held: bool) -> Premises {
 fn holding(worker: u8, attempt: u8, now: i64) -> Holding {
     Holding {
         holder: Holder {
+            caller: None,
             host: "h".into(),
             pid: u32::from(worker),
             attempt: attempt.to_string(),

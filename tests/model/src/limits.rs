@@ -155,6 +155,7 @@ fn key_name(k: u8) -> String {
 
 fn proposal(cfg: &LimitsConfig, k: u8) -> Proposed {
     Proposed {
+        by: None,
         payload: json!({ "amount": cfg.amounts[usize::from(k)] }),
         // The same for every key: keys live in journals of their own, and a key's world that
         // does not name its index lets keys that differ only by index fold into one state.
@@ -171,6 +172,7 @@ fn proposal(cfg: &LimitsConfig, k: u8) -> Proposed {
 fn holding(attempt: u8, now: i64) -> Holding {
     Holding {
         holder: Holder {
+            caller: None,
             host: "h".into(),
             pid: 0,
             attempt: attempt.to_string(),

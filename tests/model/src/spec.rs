@@ -525,6 +525,7 @@ const KEY_PAYLOAD_HASH: &str = "p0";
 
 fn proposal(cfg: &Config) -> Proposed {
     Proposed {
+        by: None,
         payload: json!({ "amount": 2000 }),
         payload_hash: KEY_PAYLOAD_HASH.into(),
         premises: premises(true),
@@ -547,6 +548,7 @@ fn premises(held: bool) -> Premises {
 
 fn holder(actor: u8, attempt: u8) -> Holder {
     Holder {
+        caller: None,
         host: "h".into(),
         pid: u32::from(actor),
         attempt: attempt.to_string(),

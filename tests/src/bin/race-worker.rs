@@ -129,6 +129,7 @@ fn main() -> anyhow::Result<()> {
         .retry_after(Duration::from_millis(args.poll_ms));
     if let Some(host) = &args.host {
         builder = builder.holder(Holder {
+            caller: None,
             host: host.clone(),
             pid: std::process::id(),
             attempt: "1".into(),

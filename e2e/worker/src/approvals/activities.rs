@@ -283,6 +283,7 @@ impl ApprovalActivities {
                 &Against {
                     directory: Some(dir),
                     key: &d.request.request_id,
+                    proposer: None,
                     payload: &d.request.payload(),
                     premises: &d.premises,
                     route: routes.last(),

@@ -1,0 +1,443 @@
+//! Callers with identities, tried as a hostile caller would against a real gate server on a
+//! real socket: each caller is known by a credential the server checked (its own bearer token,
+//! or a client certificate the server's client CA signed), uses only its targets, reads and
+//! acts on only the effects it proposed, and spends only the leases that name it. The journal
+//! records the verified caller, never a name the caller wrote, and `verify` shows it.
+
+#![allow(clippy::panic)] // in tests, a panic is the report
+
+use std::path::Path;
+
+use interlock::core::{Event, RefusalCode};
+use interlock::{EffectKey, Journal};
+use interlock_server::callers::{Caller, Role};
+use interlock_server::pb;
+use interlock_tests::grpc::{self, Client, Options};
+use tonic::Code;
+
+const ALICE: &str = "alice-token-for-tests";
+const BOB: &str = "bob-token-for-tests";
+const CAROL: &str = "carol-token-for-tests";
+const AUDITOR: &str = "auditor-token-for-tests";
+
+/// Alice and Bob refund; Carol may use only the other target; the auditor reads everything.
+fn callers() -> Vec<(String, Caller)> {
+    vec![
+        (
+            ALICE.into(),
+            Caller::new("alice", Role::Worker).only(["refunds"]),
+        ),
+        (
+            BOB.into(),
+            Caller::new("bob", Role::Worker).only(["refunds"]),
+        ),
+        (
+            CAROL.into(),
+            Caller::new("carol", Role::Worker).only(["short_window"]),
+        ),
+        (AUDITOR.into(), Caller::new("auditor", Role::Reader)),
+    ]
+}
+
+fn payload(pi: &str, amount: i64) -> String {
+    format!(r#"{{"payment_intent":"{pi}","amount":{amount},"currency":"usd"}}"#)
+}
+
+async fn decide(
+    c: &mut Client,
+    key: &str,
+    pi: &str,
+    lease: &str,
+) -> Result<pb::Effect, tonic::Status> {
+    c.decide(pb::DecideRequest {
+        target: "refunds".into(),
+        key: key.into(),
+        payload_json: payload(pi, 500),
+        lease: lease.into(),
+    })
+    .await?
+    .into_inner()
+    .effect
+    .ok_or_else(|| tonic::Status::internal("Decide answered no effect"))
+}
+
+async fn submit(c: &mut Client, effect: pb::Effect) -> Result<pb::outcome::Kind, tonic::Status> {
+    c.submit(pb::SubmitRequest {
+        target: "refunds".into(),
+        effect: Some(effect),
+        attempt: "attempt-named-by-the-caller".into(),
+    })
+    .await?
+    .into_inner()
+    .outcome
+    .and_then(|o| o.kind)
+    .ok_or_else(|| tonic::Status::internal("Submit answered no outcome"))
+}
+
+fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str) {
+    match r {
+        Err(s) if s.code() == Code::PermissionDenied => {}
+        other => panic!("{what}: expected PERMISSION_DENIED, got {other:?}"),
+    }
+}
+
+/// Who the journal says proposed `key`, and the caller of each of its dispatches.
+fn journaled_callers(
+    journal: &dyn Journal,
+    key: &str,
+) -> anyhow::Result<(Option<String>, Vec<Option<String>>)> {
+    let history = journal.history(&EffectKey::fixed(key)?)?;
+    let mut by = None;
+    let mut dispatched = Vec::new();
+    for r in history {
+        match r.event {
+            Event::Proposed(p) => by = p.by,
+            Event::Dispatched(d) => dispatched.push(d.holder.caller),
+            _ => {}
+        }
+    }
+    Ok((by, dispatched))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_own_effects()
+-> anyhow::Result<()> {
+    let server = grpc::start(
+        Options {
+            callers: callers(),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    let mut lease = grpc::lease_for("pi_1");
+    if let Some(l) = lease.lease.as_mut() {
+        l.unlimited = true;
+    }
+    admin.grant_lease(lease).await?;
+
+    let mut alice = grpc::client(&server.address, Some(ALICE)).await?;
+    let effect = decide(&mut alice, "alice-refund", "pi_1", "lease-1").await?;
+    let kind = submit(&mut alice, effect.clone()).await?;
+    assert!(
+        matches!(kind, pb::outcome::Kind::Committed(_)),
+        "alice's refund: {kind:?}"
+    );
+    // The verified caller is journaled, not the attempt name the caller wrote.
+    let (by, dispatched) = journaled_callers(server.journal.as_ref(), "alice-refund")?;
+    assert_eq!(by.as_deref(), Some("alice"));
+    assert_eq!(dispatched, vec![Some("alice".to_owned())]);
+
+    // Bob holds a valid token for the same target, and knows alice's key and payload.
+    let mut bob = grpc::client(&server.address, Some(BOB)).await?;
+    let key = || "alice-refund".to_owned();
+    denied(
+        bob.get_effect(pb::GetEffectRequest { key: key() }).await,
+        "bob reading alice's effect",
+    );
+    denied(
+        bob.verify(pb::VerifyRequest {
+            key: key(),
+            ask_target: false,
+        })
+        .await,
+        "bob verifying alice's effect",
+    );
+    denied(
+        bob.recover(pb::RecoverRequest {
+            target: "refunds".into(),
+            key: key(),
+        })
+        .await,
+        "bob recovering alice's effect",
+    );
+    denied(
+        submit(&mut bob, effect.clone()).await,
+        "bob submitting alice's effect (a replay would hand him her answer)",
+    );
+    let listed = bob
+        .list_effects(pb::ListEffectsRequest::default())
+        .await?
+        .into_inner();
+    assert!(
+        listed.effects.iter().all(|e| e.key != "alice-refund"),
+        "bob's listing shows alice's effect: {listed:?}"
+    );
+
+    // Carol's token is valid, for another target only.
+    let mut carol = grpc::client(&server.address, Some(CAROL)).await?;
+    denied(
+        decide(&mut carol, "carol-refund", "pi_1", "lease-1").await,
+        "carol deciding on refunds",
+    );
+    denied(
+        submit(&mut carol, effect.clone()).await,
+        "carol submitting to refunds",
+    );
+
+    // A reader reads every effect; alice reads her own, with the caller in its records.
+    let mut auditor = grpc::client(&server.address, Some(AUDITOR)).await?;
+    let read = auditor
+        .get_effect(pb::GetEffectRequest { key: key() })
+        .await?
+        .into_inner();
+    assert!(
+        read.records
+            .iter()
+            .any(|r| r.event_json.contains("\"by\":\"alice\""))
+    );
+    let verified = alice
+        .verify(pb::VerifyRequest {
+            key: key(),
+            ask_target: false,
+        })
+        .await?
+        .into_inner();
+    let callers_col = verified
+        .columns
+        .iter()
+        .find(|c| c.name == "callers")
+        .map(|c| c.detail.clone())
+        .unwrap_or_default();
+    assert!(
+        callers_col.contains("proposed by alice") && callers_col.contains("dispatched by alice"),
+        "verify's callers column: {callers_col:?}"
+    );
+    // Bob's refund is his alone; nothing of his was sent on alice's behalf.
+    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_names_its_spenders_refuses_any_other_caller_with_its_own_code()
+-> anyhow::Result<()> {
+    let server = grpc::start(
+        Options {
+            callers: callers(),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    let mut lease = grpc::lease_for("pi_1");
+    if let Some(l) = lease.lease.as_mut() {
+        l.unlimited = true;
+        l.spenders = vec!["alice".into()];
+    }
+    admin.grant_lease(lease).await?;
+    let listed = admin
+        .list_leases(pb::ListLeasesRequest::default())
+        .await?
+        .into_inner();
+    assert_eq!(
+        listed.leases.first().map(|l| l.spenders.clone()),
+        Some(vec!["alice".to_owned()])
+    );
+
+    // Bob learned the lease's id (from a log, a screenshot, a colleague): it is not his.
+    let mut bob = grpc::client(&server.address, Some(BOB)).await?;
+    let effect = decide(&mut bob, "bob-refund", "pi_1", "lease-1").await?;
+    match submit(&mut bob, effect).await? {
+        pb::outcome::Kind::Refused(r) => {
+            assert_eq!(r.code, pb::RefusalCode::LeaseCaller as i32, "{}", r.reason);
+        }
+        other => panic!("bob spent alice's lease: {other:?}"),
+    }
+    assert!(server.sim.refunds("pi_1").is_empty(), "a refund went out");
+    let refused = server
+        .journal
+        .history(&EffectKey::fixed("bob-refund")?)?
+        .into_iter()
+        .any(|r| matches!(&r.event, Event::Refused(f) if f.code == RefusalCode::LeaseCaller));
+    assert!(refused, "the refusal is journaled with its code");
+
+    let mut alice = grpc::client(&server.address, Some(ALICE)).await?;
+    let effect = decide(&mut alice, "alice-refund", "pi_1", "lease-1").await?;
+    let kind = submit(&mut alice, effect).await?;
+    assert!(
+        matches!(kind, pb::outcome::Kind::Committed(_)),
+        "alice spends her lease: {kind:?}"
+    );
+    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    server.stop().await
+}
+
+/// `openssl` with `args`, failing with what it said.
+fn openssl(args: &[&str], dir: &Path) -> anyhow::Result<()> {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A CA named `name` in `dir` (`{name}.pem`, `{name}.key`).
+fn ca(dir: &Path, name: &str) -> anyhow::Result<()> {
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+        ],
+        dir,
+    )
+}
+
+/// A certificate `name` with subject `subj` signed by CA `by`, for `usage` (serverAuth or
+/// clientAuth).
+fn leaf(dir: &Path, name: &str, subj: &str, by: &str, usage: &str) -> anyhow::Result<()> {
+    openssl(
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            subj,
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ],
+        dir,
+    )?;
+    let ext = format!(
+        "basicConstraints=critical,CA:FALSE\nextendedKeyUsage={usage}\nsubjectAltName=DNS:localhost\n"
+    );
+    std::fs::write(dir.join(format!("{name}.ext")), ext)?;
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{by}.pem"),
+            "-CAkey",
+            &format!("{by}.key"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ],
+        dir,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_its_caller_and_one_another_ca_signed_gets_no_answer()
+-> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    ca(dir, "ca")?;
+    ca(dir, "rogue")?;
+    leaf(dir, "server", "/CN=localhost", "ca", "serverAuth")?;
+    leaf(dir, "alice", "/O=Shop/CN=alice-worker", "ca", "clientAuth")?;
+    leaf(
+        dir,
+        "forged",
+        "/O=Shop/CN=alice-worker",
+        "rogue",
+        "clientAuth",
+    )?;
+    let read = |f: &str| std::fs::read(dir.join(f));
+    let server = grpc::start(
+        Options {
+            tls: Some((read("server.pem")?, read("server.key")?)),
+            client_ca: Some(read("ca.pem")?),
+            subjects: vec![(
+                "CN=alice-worker,O=Shop".into(),
+                Caller::new("alice", Role::Worker).only(["refunds"]),
+            )],
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    interlock::LeaseAdmin::grant_lease(
+        server.journal.as_ref(),
+        &interlock::Grant::new("lease-1", "ana@support", 0)
+            .scope("payment_intent", "pi_1")
+            .spender("alice"),
+    )?;
+
+    let ca_pem = read("ca.pem")?;
+    let mut alice = grpc::mtls_client(
+        &server.address,
+        &ca_pem,
+        &read("alice.pem")?,
+        &read("alice.key")?,
+    )
+    .await?;
+    let effect = decide(&mut alice, "cert-refund", "pi_1", "lease-1").await?;
+    let kind = submit(&mut alice, effect).await?;
+    assert!(
+        matches!(kind, pb::outcome::Kind::Committed(_)),
+        "the certificate's caller spends the lease naming it: {kind:?}"
+    );
+    let (by, dispatched) = journaled_callers(server.journal.as_ref(), "cert-refund")?;
+    assert_eq!(by.as_deref(), Some("alice"));
+    assert_eq!(dispatched, vec![Some("alice".to_owned())]);
+
+    // The same subject from a CA the server does not trust, and no certificate at all: the
+    // handshake fails, or the call is refused; never answered.
+    let forged = async {
+        let mut c = grpc::mtls_client(
+            &server.address,
+            &ca_pem,
+            &read("forged.pem")?,
+            &read("forged.key")?,
+        )
+        .await?;
+        c.list_effects(pb::ListEffectsRequest::default()).await?;
+        anyhow::Ok(())
+    };
+    assert!(
+        forged.await.is_err(),
+        "a certificate of another CA was answered"
+    );
+    let bare = async {
+        let mut c = grpc::tls_client(&server.address, &ca_pem).await?;
+        c.list_effects(pb::ListEffectsRequest::default()).await?;
+        anyhow::Ok(())
+    };
+    assert!(
+        bare.await.is_err(),
+        "a call with no certificate was answered"
+    );
+    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    server.stop().await
+}
