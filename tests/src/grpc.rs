@@ -59,6 +59,8 @@ pub struct Options {
     pub subjects: Vec<(String, interlock_server::callers::Caller)>,
     /// Ask TLS clients for a certificate this CA (PEM) signed.
     pub client_ca: Option<Vec<u8>>,
+    /// Judge signed approvals against the approver directory in this file, read live.
+    pub approvers: Option<std::path::PathBuf>,
 }
 
 /// A premise reader that takes `delay` to answer.
@@ -141,6 +143,9 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
     )?;
     if let Some(f) = &opts.faults {
         gate = gate.with_faults(f.clone());
+    }
+    if let Some(path) = &opts.approvers {
+        gate = gate.with_approver_file(path)?;
     }
     let bound = gate.bind(Arc::new(SimTarget(sim.clone())), premises)?;
     let mut targets = Targets::new();

@@ -28,20 +28,36 @@ const HOUR: i64 = 3_600_000;
 
 /// support (ana, ben) holds a request for 4 h, then managers (mia).
 fn directory(ana_seed: [u8; 32]) -> Approvers {
+    Approvers::from_json("test", &directory_json(Some(ana_seed)).to_string()).unwrap()
+}
+
+/// [`directory`] as its file holds it; without ana when `ana_seed` is `None`.
+fn directory_json(ana_seed: Option<[u8; 32]>) -> serde_json::Value {
     let public = |who: &str, seed| ApproverKey::from_seed(who, seed).public_hex();
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "approvers": {
-            "ana": {"public_key": public("ana", ana_seed), "name": "Ana"},
             "ben": {"public_key": public("ben", BEN)},
             "mia": {"public_key": public("mia", MIA)},
         },
-        "groups": {"support": ["ana", "ben"], "managers": ["mia"]},
+        "groups": {"support": ["ben"], "managers": ["mia"]},
         "chain": [
             {"group": "support", "sla_ms": 4 * HOUR},
             {"group": "managers", "sla_ms": 8 * HOUR},
         ],
     });
-    Approvers::from_json("test", &json.to_string()).unwrap()
+    if let Some(seed) = ana_seed {
+        json["approvers"]["ana"] =
+            serde_json::json!({"public_key": public("ana", seed), "name": "Ana"});
+        json["groups"]["support"] = serde_json::json!(["ana", "ben"]);
+    }
+    json
+}
+
+/// Put `json` in place at `path` as a deploy does: written beside, renamed over.
+fn put(path: &std::path::Path, json: &serde_json::Value) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, json.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// One journal, one payments service, one clock, one directory.
@@ -775,7 +791,52 @@ fn postgres_an_escalation_that_commits_while_a_dispatch_waits_for_it_stops_the_s
     assert_eq!(d.refunded(), 0);
 }
 
+fn a_person_removed_or_rekeyed_in_the_directory_file_approves_nothing_from_the_next_send(
+    kind: Kind,
+) {
+    let d = Desk::new(kind);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("approvers.json");
+    put(&path, &directory_json(Some(ANA)));
+    // A gate started while ana was an approver, reading the file live, as a worker or a gate
+    // server running for days does.
+    let bound = Gate::new(
+        d.journal.clone(),
+        d.journal.clone(),
+        Arc::new(d.clock.clone()),
+        d.store.config(),
+    )
+    .unwrap()
+    .with_approver_file(&path)
+    .unwrap()
+    .bind(
+        Arc::new(SimTarget(d.sim.clone())),
+        Arc::new(SimRefundPremises(d.sim.clone())),
+    )
+    .unwrap();
+    let removed = d.approved_by_ana(&request(1), T0 + HOUR);
+    let rekeyed = d.approved_by_ana(&request(2), T0 + HOUR);
+    put(&path, &directory_json(None));
+    let out = bound.submit(&removed).unwrap();
+    refused_at_send(&out, "not in the approver directory");
+    // Back with a new key (her old one was lost): what the old key signed is refused.
+    put(&path, &directory_json(Some(MALLORY)));
+    let out = bound.submit(&rekeyed).unwrap();
+    refused_at_send(&out, "does not verify");
+    assert_eq!(d.refunded(), 0, "nothing was sent");
+    // A directory file that does not parse is no directory: nothing is judged, nothing sent.
+    let third = d.approved_by_ana(&request(3), T0 + HOUR);
+    std::fs::write(&path, "{").unwrap();
+    let out = bound.submit(&third).unwrap();
+    assert!(matches!(out, Outcome::Retry { .. }), "{out:?}");
+    put(&path, &directory_json(Some(ANA)));
+    let out = bound.submit(&third).unwrap();
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(d.refunded(), AMOUNT);
+}
+
 interlock_tests::every_store!(
+    a_person_removed_or_rekeyed_in_the_directory_file_approves_nothing_from_the_next_send,
     a_genuine_approval_by_the_group_holding_the_request_refunds_once,
     a_forged_approval_is_refused_at_send_and_at_recovery,
     an_approval_replayed_onto_another_request_is_refused_at_send_and_at_recovery,

@@ -81,6 +81,17 @@ fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str) {
     }
 }
 
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn absent<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str) {
+    match r {
+        Err(s) if s.code() == Code::NotFound => {}
+        other => panic!("{what}: expected NOT_FOUND, got {other:?}"),
+    }
+}
+
 /// Who the journal says proposed `key`, and the caller of each of its dispatches.
 fn journaled_callers(
     journal: &dyn Journal,
@@ -133,11 +144,12 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
     // Bob holds a valid token for the same target, and knows alice's key and payload.
     let mut bob = grpc::client(&server.address, Some(BOB)).await?;
     let key = || "alice-refund".to_owned();
-    denied(
+    // Reads answer as if there were no such effect: not even its existence shows.
+    absent(
         bob.get_effect(pb::GetEffectRequest { key: key() }).await,
         "bob reading alice's effect",
     );
-    denied(
+    absent(
         bob.verify(pb::VerifyRequest {
             key: key(),
             ask_target: false,
@@ -157,14 +169,30 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
         submit(&mut bob, effect.clone()).await,
         "bob submitting alice's effect (a replay would hand him her answer)",
     );
-    let listed = bob
-        .list_effects(pb::ListEffectsRequest::default())
-        .await?
-        .into_inner();
-    assert!(
-        listed.effects.iter().all(|e| e.key != "alice-refund"),
-        "bob's listing shows alice's effect: {listed:?}"
-    );
+    // A page at a time, one key per page: no page, and no page token, names alice's key.
+    let effect_b = decide(&mut bob, "bob-refund", "pi_1", "lease-1").await?;
+    submit(&mut bob, effect_b).await?;
+    let (mut token, mut seen) = (String::new(), Vec::new());
+    for _ in 0..10 {
+        let page = bob
+            .list_effects(pb::ListEffectsRequest {
+                page_size: 1,
+                page_token: token.clone(),
+            })
+            .await?
+            .into_inner();
+        seen.extend(page.effects.into_iter().map(|e| e.key));
+        assert!(
+            !page.next_page_token.contains(&hex("alice-refund")),
+            "a page token carries alice's key: {}",
+            page.next_page_token
+        );
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(seen, ["bob-refund"], "bob lists his own effects only");
 
     // Carol's token is valid, for another target only.
     let mut carol = grpc::client(&server.address, Some(CAROL)).await?;
@@ -205,8 +233,8 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
         callers_col.contains("proposed by alice") && callers_col.contains("dispatched by alice"),
         "verify's callers column: {callers_col:?}"
     );
-    // Bob's refund is his alone; nothing of his was sent on alice's behalf.
-    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    // One refund each: nothing was sent on anyone else's behalf.
+    assert_eq!(server.sim.refunds("pi_1").len(), 2);
     server.stop().await
 }
 

@@ -56,6 +56,9 @@ pub struct Settings {
     pub send_timeout: Duration,
     /// Whom people's signed approvals are checked against (the approval workflow needs it).
     pub approvers: Option<Approvers>,
+    /// The file `approvers` was read from: the gate reads it again whenever it changes, so a
+    /// person removed from it approves nothing from the next send on.
+    pub approvers_file: Option<std::path::PathBuf>,
     /// Which requests need a person (the approval workflow's); empty clears every request.
     pub policy: Policy,
 }
@@ -74,6 +77,7 @@ impl Deps {
             settle,
             send_timeout,
             approvers,
+            approvers_file,
             policy,
         } = settings;
         let approvers = approvers.map(Arc::new);
@@ -98,8 +102,10 @@ impl Deps {
         if let Some(p) = &pause {
             gate = gate.with_faults(p.clone());
         }
-        if let Some(dir) = &approvers {
-            gate = gate.with_approvers(dir.clone())?;
+        match (&approvers_file, &approvers) {
+            (Some(path), _) => gate = gate.with_approver_file(path)?,
+            (None, Some(dir)) => gate = gate.with_approvers(dir.clone())?,
+            (None, None) => {}
         }
         // The principal this worker acts for: journaled with each effect it proposes, and who
         // the leases that name their spenders are judged for.

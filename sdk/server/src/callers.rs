@@ -94,24 +94,21 @@ impl Caller {
         }
     }
 
+    /// Whether `proposer` is this caller: named by it, or, for an effect that names none, the
+    /// caller that owned such effects before proposers were journaled (the shared worker
+    /// token's, or an open server's unauthenticated caller).
+    pub fn proposed(&self, proposer: Option<&str>) -> bool {
+        match proposer {
+            Some(p) => p == &*self.name,
+            None => [SHARED_WORKER, UNAUTHENTICATED].contains(&&*self.name),
+        }
+    }
+
     /// Whether it may see an effect `proposer` proposed. An effect that names no proposer
     /// (journaled before proposers were, or by an in-process worker given no principal) is
     /// the shared worker token's, as it was before callers had names, and readers'.
     pub fn owns(&self, proposer: Option<&str>) -> bool {
-        self.reads_all() || proposer.unwrap_or(SHARED_WORKER) == &*self.name
-    }
-
-    /// `PERMISSION_DENIED` unless it may see (and so submit to, recover or verify) the effect
-    /// `key`, which `proposer` proposed: a worker sees only its own.
-    pub fn check_owner(&self, rpc: &str, key: &str, proposer: Option<&str>) -> Result<(), Status> {
-        if self.owns(proposer) {
-            return Ok(());
-        }
-        Err(Status::permission_denied(format!(
-            "{rpc}: effect {key} is not caller {}'s: a worker reads and acts on the effects it \
-             proposed; a reader or admin caller reads every effect",
-            self.name
-        )))
+        self.reads_all() || self.proposed(proposer)
     }
 }
 
@@ -302,18 +299,20 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_uses_its_targets_and_sees_only_its_own_effects() {
+    fn a_worker_uses_its_targets_and_sees_only_its_own_effects_a_reader_reads_all_acts_on_its_own()
+    {
         let w = Caller::new("w", Role::Worker).only(["refunds"]);
         assert!(w.check_target("Submit", "refunds").is_ok());
         assert!(w.check_target("Submit", "payouts").is_err());
-        assert!(w.check_owner("GetEffect", "k", Some("w")).is_ok());
-        assert!(w.check_owner("GetEffect", "k", Some("x")).is_err());
-        assert!(w.check_owner("GetEffect", "k", None).is_err());
+        assert!(w.owns(Some("w")) && w.proposed(Some("w")));
+        assert!(!w.owns(Some("x")));
+        assert!(!w.owns(None));
         let shared = Caller::new(SHARED_WORKER, Role::Worker);
         assert!(shared.owns(None), "effects before proposers were journaled");
         assert!(!shared.owns(Some("w")));
         let r = Caller::new("r", Role::Reader);
-        assert!(r.check_owner("GetEffect", "k", Some("x")).is_ok());
+        assert!(r.owns(Some("x")), "a reader reads every effect");
+        assert!(!r.proposed(Some("x")), "but acts only on its own");
         assert!(!r.is_admin());
     }
 }

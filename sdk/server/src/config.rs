@@ -29,6 +29,11 @@ pub struct ServerConfig {
     pub metrics_listen: Option<String>,
     /// The journal: a file, or a `postgres://` URL. None: the command line's `--journal`.
     pub journal: Option<String>,
+    /// The approver directory (JSON: approvers' public keys, groups, the escalation chain):
+    /// effects under a person's signed approval are judged against it at every send, read
+    /// again whenever the file changes. Left out: such effects are not sent (answered `RETRY`,
+    /// with a bounded number of notes) until a server with the directory sends them.
+    pub approvers: Option<PathBuf>,
     /// The journal's PostgreSQL schema (for a `postgres://` journal).
     #[serde(default = "default_schema")]
     pub journal_schema: String,
@@ -317,6 +322,7 @@ impl ServerConfig {
             names.insert(reserved.to_owned());
         }
         let client_ca = self.tls.as_ref().and_then(|t| t.client_ca.as_ref());
+        let mut subjects = std::collections::BTreeSet::new();
         for (i, c) in auth.callers.iter().enumerate() {
             let field = |f: &str| format!("auth.callers[{i}].{f}");
             if c.name.is_empty()
@@ -352,6 +358,16 @@ impl ServerConfig {
                         format!(
                             "caller {} needs exactly one credential: token_env (a bearer \
                              token) or subject (a client certificate)",
+                            c.name
+                        ),
+                    ));
+                }
+                (None, Some(subject)) if !subjects.insert(subject.clone()) => {
+                    return Err(invalid(
+                        field("subject"),
+                        format!(
+                            "caller {} has the subject {subject} of another caller: a \
+                             certificate could only be one of them",
                             c.name
                         ),
                     ));
@@ -564,6 +580,11 @@ mod tests {
             (
                 "[auth]\n[[auth.callers]]\nname = \"a b\"\ntoken_env = \"T\"\n[targets.r]\nkind = \"stripe_refunds\"",
                 "not a caller name",
+            ),
+            (
+                "[auth]\n[[auth.callers]]\nname = \"a\"\nsubject = \"CN=x\"\n[[auth.callers]]\nname = \"b\"\nsubject = \"CN=x\"\n\
+                 [tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "of another caller",
             ),
             (
                 "[auth]\n[[auth.callers]]\nname = \"a\"\ntoken_env = \"T\"\nrole = \"root\"\n[targets.r]\nkind = \"stripe_refunds\"",

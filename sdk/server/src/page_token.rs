@@ -1,9 +1,65 @@
 //! `ListEffects` page tokens: the last key of the page just served, so the next page starts
 //! strictly after it in the journal's key order. A key appended between calls shifts no page, as
-//! an offset would. The token is opaque to callers (a version tag and the key in hex); one this
-//! server did not give is refused rather than guessed at.
+//! an offset would. A reader's token is the key in hex: it may see every key anyway. A worker's
+//! page lists only its own effects, but resumes after the last key it scanned, which may be
+//! another caller's: its token is that key sealed (ChaCha20-Poly1305, under a key this server
+//! process drew at start), so the token tells it nothing. One this server did not give is
+//! refused rather than guessed at.
 
 use interlock::EffectKey;
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Names a sealed token's layout.
+const SEALED: &str = "s1.";
+
+/// Seals the keys a worker's page token carries.
+pub(crate) struct Sealer {
+    key: LessSafeKey,
+    rng: SystemRandom,
+}
+
+impl Sealer {
+    /// A sealer under a key drawn now; `None` if the system cannot give randomness.
+    pub(crate) fn new() -> Option<Self> {
+        let rng = SystemRandom::new();
+        let mut bytes = [0u8; 32];
+        rng.fill(&mut bytes).ok()?;
+        let key = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &bytes).ok()?);
+        Some(Self { key, rng })
+    }
+
+    /// The sealed token that resumes after `key`; `None` if no nonce could be drawn.
+    pub(crate) fn seal(&self, key: &str) -> Option<String> {
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng.fill(&mut nonce).ok()?;
+        let mut data = key.as_bytes().to_vec();
+        self.key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut data)
+            .ok()?;
+        let mut out = String::from(SEALED);
+        for b in nonce.iter().chain(&data) {
+            out.push(hex_digit(b >> 4));
+            out.push(hex_digit(b & 0xf));
+        }
+        Some(out)
+    }
+
+    /// The key a token resumes after, sealed or plain; `None` when it is neither, made here.
+    pub(crate) fn open(&self, token: &str) -> Option<EffectKey> {
+        let Some(hex) = token.strip_prefix(SEALED) else {
+            return decode(token);
+        };
+        let mut bytes = unhex(hex.as_bytes())?;
+        if bytes.len() < NONCE_LEN {
+            return None;
+        }
+        let nonce = Nonce::try_assume_unique_for_key(bytes.get(..NONCE_LEN)?).ok()?;
+        let sealed = bytes.get_mut(NONCE_LEN..)?;
+        let plain = self.key.open_in_place(nonce, Aad::empty(), sealed).ok()?;
+        EffectKey::fixed(String::from_utf8(plain.to_vec()).ok()?).ok()
+    }
+}
 
 /// Names the token's layout, so another can follow without misreading this one.
 const TAG: &str = "k1.";
@@ -21,18 +77,20 @@ pub(crate) fn encode(key: &str) -> String {
 
 /// The key a token resumes after; `None` when it is not one [`encode`] made for a valid key.
 pub(crate) fn decode(token: &str) -> Option<EffectKey> {
-    let hex = token.strip_prefix(TAG)?.as_bytes();
-    if hex.len() % 2 != 0 {
+    let bytes = unhex(token.strip_prefix(TAG)?.as_bytes())?;
+    EffectKey::fixed(String::from_utf8(bytes).ok()?).ok()
+}
+
+fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
-    let bytes = hex
-        .chunks_exact(2)
+    hex.chunks_exact(2)
         .map(|pair| match pair {
             [hi, lo] => Some((hex_value(*hi)? << 4) | hex_value(*lo)?),
             _ => None,
         })
-        .collect::<Option<Vec<u8>>>()?;
-    EffectKey::fixed(String::from_utf8(bytes).ok()?).ok()
+        .collect()
 }
 
 fn hex_digit(nibble: u8) -> char {
@@ -66,6 +124,28 @@ mod tests {
                 "{token}"
             );
         }
+    }
+
+    #[test]
+    fn a_sealed_token_hides_its_key_and_opens_only_where_it_was_sealed() {
+        let (here, elsewhere) = (Sealer::new().unwrap(), Sealer::new().unwrap());
+        let token = here.seal("someone-elses-refund").unwrap();
+        assert!(!token.contains(&encode("someone-elses-refund")[TAG.len()..]));
+        assert_eq!(
+            here.open(&token).as_ref().map(EffectKey::as_str),
+            Some("someone-elses-refund")
+        );
+        assert!(elsewhere.open(&token).is_none());
+        let mut flipped = token.clone().into_bytes();
+        if let Some(last) = flipped.last_mut() {
+            *last = if *last == b'0' { b'1' } else { b'0' };
+        }
+        assert!(here.open(&String::from_utf8(flipped).unwrap()).is_none());
+        assert!(here.open("s1.").is_none() && here.open("s1.00").is_none());
+        assert_eq!(
+            here.open(&encode("a")).as_ref().map(EffectKey::as_str),
+            Some("a")
+        );
     }
 
     #[test]

@@ -86,6 +86,19 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// Two callers were given one credential: a call carrying it could only be one of them.
+    #[error(
+        "callers {first} and {second} are given the same {what}: give every caller a \
+         credential of its own"
+    )]
+    SharedCredential {
+        /// The first caller.
+        first: String,
+        /// The second.
+        second: String,
+        /// `token` or `certificate subject`.
+        what: &'static str,
+    },
     /// Client certificates were asked for on a server without TLS.
     #[error("a client CA needs TLS: give the server a certificate ([tls] cert and key)")]
     ClientCaWithoutTls,
@@ -353,12 +366,11 @@ impl Server {
             Some(d) => d,
             None => send + Duration::from_millis(crate::config::DRAIN_BEYOND_SEND_MS),
         };
-        let gate = customize(Gate::new(
-            store.clone(),
-            store.clone(),
-            clock.clone(),
-            gate_cfg,
-        )?);
+        let mut gate = Gate::new(store.clone(), store.clone(), clock.clone(), gate_cfg)?;
+        if let Some(path) = &cfg.approvers {
+            gate = gate.with_approver_file(path)?;
+        }
+        let gate = customize(gate);
         let targets = Targets::from_config(&gate, &cfg.targets);
         let mut api = GateApi::new(store, targets, clock);
         if let Some(floor) = cfg.gate.min_call_deadline() {
@@ -386,11 +398,26 @@ impl Server {
                     env: env.to_owned(),
                 }),
             };
+            let mut tokens: Vec<(String, String)> = Vec::new();
+            let mut distinct = |name: &str, token: String| -> Result<String, ServeError> {
+                if let Some((first, _)) = tokens
+                    .iter()
+                    .find(|(_, t)| same(t.as_bytes(), token.as_bytes()))
+                {
+                    return Err(ServeError::SharedCredential {
+                        first: first.clone(),
+                        second: name.to_owned(),
+                        what: "token",
+                    });
+                }
+                tokens.push((name.to_owned(), token.clone()));
+                Ok(token)
+            };
             if let Some(env) = auth.shared_token_env() {
-                server = server.token(read(env)?);
+                server = server.token(distinct(crate::callers::SHARED_WORKER, read(env)?)?);
             }
             if let Some(env) = &auth.admin_token_env {
-                server = server.admin_token(read(env)?);
+                server = server.admin_token(distinct(crate::callers::ADMIN, read(env)?)?);
             }
             for c in &auth.callers {
                 let mut caller = Caller::new(c.name.as_str(), c.role);
@@ -398,7 +425,7 @@ impl Server {
                     caller = caller.only(t.iter().cloned());
                 }
                 server = match (&c.token_env, &c.subject) {
-                    (Some(env), _) => server.caller(read(env)?, caller),
+                    (Some(env), _) => server.caller(distinct(&c.name, read(env)?)?, caller),
                     (None, Some(subject)) => server.caller_by_subject(subject.clone(), caller),
                     (None, None) => server,
                 };
@@ -425,9 +452,12 @@ impl Server {
         }
     }
 
-    /// The service, for callers that serve it themselves.
-    pub fn api(&self) -> &GateApi {
-        &self.api
+    /// The service, for callers that serve it themselves: with this server's callers, so
+    /// that each call is identified and checked there too.
+    pub fn api(&self) -> GateApi {
+        self.api
+            .clone()
+            .with_callers(Arc::new(self.callers.clone()))
     }
 
     /// Serve on `listener` until `shutdown` completes; then drain: no new dispatches, requests
@@ -624,9 +654,15 @@ pub(crate) fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
         .and_then(|v| v.strip_prefix("Bearer "))
 }
 
-/// Whether `given` is `token`, in time that does not depend on where they differ.
+/// Whether `a` is `b`, in time that depends neither on where they differ nor on their lengths:
+/// their digests are compared, every byte.
 pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use sha2::Digest;
+    let (x, y) = (sha2::Sha256::digest(a), sha2::Sha256::digest(b));
+    x.iter()
+        .zip(y.iter())
+        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
+        == 0
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ pub struct GateApi {
     draining: Arc<AtomicBool>,
     callers: Arc<Callers>,
     budget: Arc<CallBudget>,
+    sealer: Option<Arc<crate::page_token::Sealer>>,
 }
 
 /// The least deadline a `Submit` or `Recover` must carry before the server has learned more
@@ -61,6 +62,7 @@ impl GateApi {
             clock,
             draining: Arc::new(AtomicBool::new(false)),
             callers: Arc::new(Callers::new()),
+            sealer: crate::page_token::Sealer::new().map(Arc::new),
             budget: Arc::new(CallBudget::new(DEFAULT_MIN_CALL_DEADLINE)),
         }
     }
@@ -137,20 +139,28 @@ impl GateApi {
         )))
     }
 
-    /// `PERMISSION_DENIED` unless `caller` may see effect `key` (when it is in the journal).
-    fn check_owner(
+    /// `PERMISSION_DENIED` unless `caller` may act on effect `key` (submit it again, recover
+    /// it) when it is in the journal: its proposer, or an admin. A reader reads every effect
+    /// but acts only on its own: continuing another's effect would spend its proposer's lease.
+    fn check_actor(
         journal: &dyn JournalStore,
         caller: &Caller,
         rpc: &str,
         key: &interlock::EffectKey,
     ) -> Result<(), Status> {
-        if caller.reads_all() {
+        if caller.is_admin() {
             return Ok(());
         }
         let state = journal.state(key).map_err(|e| status::journal(&e))?;
         match state.first() {
-            Some(first) => caller.check_owner(rpc, key.as_str(), first.by.as_deref()),
-            None => Ok(()),
+            Some(first) if !caller.proposed(first.by.as_deref()) => {
+                Err(Status::permission_denied(format!(
+                    "{rpc}: effect {key} was proposed by another caller; caller {} acts only \
+                     on the effects it proposed (an admin caller may act on any)",
+                    caller.name
+                )))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -267,6 +277,13 @@ fn call_span(rpc: &'static str, metadata: &tonic::metadata::MetadataMap) -> trac
     span
 }
 
+/// The answer for a key with no effect, and for another caller's.
+fn not_found(key: &interlock::EffectKey) -> Status {
+    Status::not_found(format!(
+        "no effect with key {key} is in the journal that this caller may read"
+    ))
+}
+
 /// Who a budget change is journaled as made by: the verified caller, with the name the request
 /// gave beside it when that is another.
 fn verified_by(caller: &Caller, stated: &str) -> String {
@@ -336,11 +353,11 @@ impl GateService for GateApi {
             // After: a proposal of another caller's that won the race to the key is not
             // answered to this one either (this attempt could only have continued it, as
             // proposed, under its proposer's authority).
-            Self::check_owner(journal.as_ref(), &caller, "Submit", &effect.key)?;
+            Self::check_actor(journal.as_ref(), &caller, "Submit", &effect.key)?;
             let outcome = span
                 .in_scope(|| bound.submit(&effect))
                 .map_err(|e| status::gate(&e))?;
-            Self::check_owner(journal.as_ref(), &caller, "Submit", &effect.key)?;
+            Self::check_actor(journal.as_ref(), &caller, "Submit", &effect.key)?;
             Ok(outcome)
         })
         .await?;
@@ -366,9 +383,14 @@ impl GateService for GateApi {
         let bound = bound.with_caller(&*caller.name);
         let journal = self.journal.clone();
         let outcome = blocking(move || {
-            Self::check_owner(journal.as_ref(), &caller, "Recover", &key)?;
-            span.in_scope(|| bound.recover(&key))
-                .map_err(|e| status::gate(&e))
+            // Before, and after: a proposal of another caller's that took the key meanwhile
+            // is not answered to this one.
+            Self::check_actor(journal.as_ref(), &caller, "Recover", &key)?;
+            let outcome = span
+                .in_scope(|| bound.recover(&key))
+                .map_err(|e| status::gate(&e))?;
+            Self::check_actor(journal.as_ref(), &caller, "Recover", &key)?;
+            Ok(outcome)
         })
         .await?;
         Ok(Response::new(pb::RecoverResponse {
@@ -387,13 +409,12 @@ impl GateService for GateApi {
         blocking(move || {
             let records = journal.history(&key).map_err(|e| status::journal(&e))?;
             if records.is_empty() {
-                return Err(Status::not_found(format!(
-                    "no effect with key {key} is in the journal"
-                )));
+                return Err(not_found(&key));
             }
             let state = journal.state(&key).map_err(|e| status::journal(&e))?;
-            if let Some(first) = state.first() {
-                caller.check_owner("GetEffect", key.as_str(), first.by.as_deref())?;
+            // Another caller's effect is answered as no effect: not even its existence shows.
+            if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+                return Err(not_found(&key));
             }
             Ok(Response::new(pb::GetEffectResponse {
                 key: key.to_string(),
@@ -432,13 +453,18 @@ impl GateService for GateApi {
         let after = if r.page_token.is_empty() {
             None
         } else {
-            Some(crate::page_token::decode(&r.page_token).ok_or_else(|| {
+            let opened = match &self.sealer {
+                Some(sealer) => sealer.open(&r.page_token),
+                None => crate::page_token::decode(&r.page_token),
+            };
+            Some(opened.ok_or_else(|| {
                 Status::invalid_argument(
                     "page_token: not a token this server gave; pass next_page_token unchanged",
                 )
             })?)
         };
         let journal = self.journal.clone();
+        let sealer = self.sealer.clone();
         blocking(move || {
             // One key past the page says whether another page follows.
             let mut keys = journal
@@ -463,7 +489,13 @@ impl GateService for GateApi {
             Ok(Response::new(pb::ListEffectsResponse {
                 effects,
                 next_page_token: match keys.last() {
-                    Some(last) if more => crate::page_token::encode(last),
+                    Some(last) if more && caller.reads_all() => crate::page_token::encode(last),
+                    // The last key scanned may be another caller's: sealed, it tells nothing.
+                    Some(last) if more => {
+                        sealer.as_ref().and_then(|s| s.seal(last)).ok_or_else(|| {
+                            Status::internal("no page token could be sealed: no randomness")
+                        })?
+                    }
                     _ => String::new(),
                 },
             }))
@@ -484,12 +516,10 @@ impl GateService for GateApi {
         blocking(move || {
             let state = journal.state(&key).map_err(|e| status::journal(&e))?;
             if matches!(state, EffectState::Absent) {
-                return Err(Status::not_found(format!(
-                    "no effect with key {key} is in the journal"
-                )));
+                return Err(not_found(&key));
             }
-            if let Some(first) = state.first() {
-                caller.check_owner("Verify", key.as_str(), first.by.as_deref())?;
+            if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+                return Err(not_found(&key));
             }
             let records = match (r.ask_target, state.first()) {
                 (true, Some(first)) => Some(
@@ -555,8 +585,11 @@ impl GateService for GateApi {
     ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
         let caller = self.caller(&request)?;
         self.check_admin(&caller, "GrantLease")?;
-        let grant = convert::lease_from(request.into_inner().lease.as_ref(), self.clock.now_ms())
-            .map_err(invalid)?;
+        let mut grant =
+            convert::lease_from(request.into_inner().lease.as_ref(), self.clock.now_ms())
+                .map_err(invalid)?;
+        // Recorded by the verified caller, in the approver's name it gave.
+        grant.approver = verified_by(&caller, &grant.approver);
         let journal = self.journal.clone();
         blocking(move || {
             if journal

@@ -35,18 +35,19 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     let Some(grant) = grant else {
         return crate::lease::verdict_of(None, id, at.payload, at.now_ms);
     };
-    let own = grant.verdict(at.payload, at.now_ms);
-    if own != LeaseVerdict::Live {
-        return own;
-    }
+    // First, and in words that name no spender: one who may not spend it learns nothing of
+    // its terms (scope, cap, expiry) or of who may.
     if !grant.spendable_by(at.proposer) {
         return LeaseVerdict::NotSpender {
             reason: format!(
-                "lease {id} may be spent by {} only; this effect was proposed by {}",
-                grant.spenders.join(", "),
-                at.proposer.unwrap_or("no known principal")
+                "lease {id} does not name {} among those who may spend it",
+                at.proposer.unwrap_or("an effect with no known proposer")
             ),
         };
+    }
+    let own = grant.verdict(at.payload, at.now_ms);
+    if own != LeaseVerdict::Live {
+        return own;
     }
     if let Some(bound) = grant.request().filter(|r| *r != at.key) {
         return dead(format!(

@@ -9,6 +9,7 @@
 
 mod check;
 mod directory;
+mod live;
 mod policy;
 mod route;
 mod scoreboard;
@@ -16,6 +17,7 @@ mod statement;
 
 pub use check::{Against, verdict};
 pub use directory::{Approver, Approvers, DirectoryError, Level, MAX_SLA_MS};
+pub use live::{DirectoryFile, DirectorySource, Fixed};
 pub use policy::{Action, Assessment, Condition, Policy, Rule};
 pub use route::{
     Route, RouteKind, RouteStep, StoredRoute, admits, escalations, next_step, parse_detail, reason,

@@ -198,11 +198,31 @@ impl Bound {
                 routes,
                 uses,
             })) => {
+                // The directory as of now, where a person's approval is to be judged: one that
+                // cannot be read judges nothing.
+                let directory = match (&self.gate.approvers, grant.as_ref()) {
+                    (Some(source), Some(g)) if g.approval.is_some() => {
+                        match catch_unwind(AssertUnwindSafe(|| source.current())) {
+                            Ok(Ok(d)) => Some(d),
+                            Ok(Err(e)) => {
+                                return LeaseVerdict::Error {
+                                    message: format!("the approver directory: {e}"),
+                                };
+                            }
+                            Err(_) => {
+                                return LeaseVerdict::Error {
+                                    message: "reading the approver directory panicked".into(),
+                                };
+                            }
+                        }
+                    }
+                    _ => None,
+                };
                 let own = crate::approval::verdict(
                     &first.lease,
                     grant.as_ref(),
                     &crate::approval::Against {
-                        directory: self.gate.approvers.as_deref(),
+                        directory: directory.as_deref(),
                         key: key.as_str(),
                         proposer: first.by.as_deref(),
                         payload: &first.payload,

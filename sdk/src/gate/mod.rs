@@ -193,7 +193,7 @@ pub struct Gate {
     demoted: Arc<Mutex<HashSet<String>>>,
     /// Whom signed approvals are checked against; without it a signed approval lets nothing
     /// through.
-    approvers: Option<Arc<Approvers>>,
+    approvers: Option<Arc<dyn crate::approval::DirectorySource>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -256,15 +256,37 @@ impl Gate {
     }
 
     /// Check signed approvals ([`crate::approval`]) against `approvers` at every send. The
-    /// leases must be kept in the journal's store, where the requests' routes are.
-    pub fn with_approvers(mut self, approvers: Arc<Approvers>) -> Result<Self, GateError> {
-        if !self.leases_in_journal {
-            return Err(ConfigError::ApprovalsOutsideJournal.into());
-        }
+    /// leases must be kept in the journal's store, where the requests' routes are. The
+    /// directory is the one given, for as long as this gate lives; a process that runs for
+    /// long reads it live ([`Gate::with_approver_file`]).
+    pub fn with_approvers(self, approvers: Arc<Approvers>) -> Result<Self, GateError> {
         approvers
             .check()
             .map_err(|e| ConfigError::Approvers(e.to_string()))?;
-        self.approvers = Some(approvers);
+        self.with_approver_source(Arc::new(crate::approval::Fixed(approvers)))
+    }
+
+    /// Check signed approvals against the directory file at `path`, read again whenever it
+    /// changes: a person removed from it or re-keyed approves nothing from the next check on,
+    /// and a file that cannot be read or does not check lets no approval through.
+    pub fn with_approver_file(
+        self,
+        path: impl Into<std::path::PathBuf>,
+    ) -> Result<Self, GateError> {
+        let file = crate::approval::DirectoryFile::open(path)
+            .map_err(|e| ConfigError::Approvers(e.to_string()))?;
+        self.with_approver_source(Arc::new(file))
+    }
+
+    /// Check signed approvals against whatever directory `source` gives at each check.
+    pub fn with_approver_source(
+        mut self,
+        source: Arc<dyn crate::approval::DirectorySource>,
+    ) -> Result<Self, GateError> {
+        if !self.leases_in_journal {
+            return Err(ConfigError::ApprovalsOutsideJournal.into());
+        }
+        self.approvers = Some(source);
         Ok(self)
     }
 

@@ -92,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
             )?),
             None => None,
         },
+        approvers_file: args.approvers.clone(),
         policy: match &args.policy {
             Some(p) => serde_json::from_str::<Policy>(&read(p, "approval policy")?)
                 .with_context(|| format!("the approval policy {} is not valid", p.display()))?,
