@@ -61,6 +61,8 @@ pub struct Options {
     pub client_ca: Option<Vec<u8>>,
     /// Judge signed approvals against the approver directory in this file, read live.
     pub approvers: Option<std::path::PathBuf>,
+    /// Callers vouched for by signed tokens this verifier accepts.
+    pub jwt: Option<interlock_server::jwt::JwtVerifier>,
 }
 
 /// A premise reader that takes `delay` to answer.
@@ -186,6 +188,9 @@ pub async fn start(opts: Options, sim: Option<Arc<SimPayments>>) -> anyhow::Resu
     }
     if let Some(ca) = &opts.client_ca {
         server = server.client_ca_pem(ca);
+    }
+    if let Some(v) = opts.jwt {
+        server = server.jwt(v);
     }
     let listen = if opts.unix {
         Listen::Unix(dir.path().join("gate.sock"))

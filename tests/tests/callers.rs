@@ -469,3 +469,237 @@ async fn a_client_certificate_is_its_caller_and_one_another_ca_signed_gets_no_an
     assert_eq!(server.sim.refunds("pi_1").len(), 1);
     server.stop().await
 }
+
+/// An ES256 key pair in `dir` (`{name}.key` PKCS#8, `{name}.pub`).
+fn es256(dir: &Path, name: &str) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            &format!("{name}.key"),
+        ],
+        dir,
+    )?;
+    openssl(
+        &[
+            "pkey",
+            "-in",
+            &format!("{name}.key"),
+            "-pubout",
+            "-out",
+            &format!("{name}.pub"),
+        ],
+        dir,
+    )?;
+    Ok((
+        std::fs::read(dir.join(format!("{name}.key")))?,
+        std::fs::read(dir.join(format!("{name}.pub")))?,
+    ))
+}
+
+const ISSUER: &str = "https://idp.test";
+const AUDIENCE: &str = "interlock-gate";
+
+/// A token signed with `key` (ES256) carrying `claims` over a live `exp`, `iss` and `aud`.
+fn token(key: &[u8], claims: serde_json::Value) -> anyhow::Result<String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let mut all = serde_json::json!({"iss": ISSUER, "aud": AUDIENCE, "exp": now + 600});
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), claims.as_object()) {
+        all.extend(extra.clone());
+    }
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256),
+        &all,
+        &jsonwebtoken::EncodingKey::from_ec_pem(key)?,
+    )?)
+}
+
+/// Base64url without padding, as a JWT's parts are written.
+fn b64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            let at = usize::try_from((n >> (18 - 6 * i)) & 63).unwrap_or(0);
+            out.push(char::from(ALPHABET[at]));
+        }
+    }
+    out
+}
+
+/// UNAUTHENTICATED, for a reason whose words hold `why`.
+fn unauthenticated<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str, why: &str) {
+    match r {
+        Err(s) if s.code() == Code::Unauthenticated && s.message().contains(why) => {}
+        other => panic!("{what}: expected UNAUTHENTICATED for {why:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes()
+-> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let (idp, idp_pub) = es256(tmp.path(), "idp")?;
+    let (rogue, _) = es256(tmp.path(), "rogue")?;
+    let verifier = interlock_server::jwt::JwtVerifier::new(
+        "ES256",
+        &idp_pub,
+        ISSUER,
+        AUDIENCE,
+        0,
+        interlock_server::jwt::Claims::default(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let server = grpc::start(
+        Options {
+            callers: callers(),
+            jwt: Some(verifier),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    interlock::LeaseAdmin::grant_lease(
+        server.journal.as_ref(),
+        &interlock::Grant::new("lease-1", "ana@support", 0)
+            .scope("payment_intent", "pi_1")
+            .unlimited()
+            .spender("refund-bot"),
+    )?;
+
+    // The identity provider's token for refund-bot, allowed the refunds target.
+    let bot = token(
+        &idp,
+        serde_json::json!({"sub": "refund-bot", "interlock_targets": ["refunds"]}),
+    )?;
+    let mut c = grpc::client(&server.address, Some(&bot)).await?;
+    let effect = decide(&mut c, "bot-refund", "pi_1", "lease-1").await?;
+    let kind = submit(&mut c, effect).await?;
+    assert!(
+        matches!(kind, pb::outcome::Kind::Committed(_)),
+        "the token's caller spends the lease naming it: {kind:?}"
+    );
+    let (by, dispatched) = journaled_callers(server.journal.as_ref(), "bot-refund")?;
+    assert_eq!(by.as_deref(), Some("refund-bot"));
+    assert_eq!(dispatched, vec![Some("refund-bot".to_owned())]);
+
+    // Its claims bound it: another target is refused.
+    let narrow = token(
+        &idp,
+        serde_json::json!({"sub": "other-bot", "interlock_targets": ["short_window"]}),
+    )?;
+    let mut c = grpc::client(&server.address, Some(&narrow)).await?;
+    denied(
+        decide(&mut c, "other-refund", "pi_1", "lease-1").await,
+        "a token for another target deciding on refunds",
+    );
+
+    // Tokens that must not pass: expired, for another audience, by another issuer, signed by
+    // another key, unsigned, signed with the public key as an HMAC secret, naming a caller
+    // this server knows by another credential, claiming a role that is not one.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let hmac_confusion = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"sub": "refund-bot", "iss": ISSUER, "aud": AUDIENCE, "exp": now + 600,
+            "interlock_targets": "*"}),
+        &jsonwebtoken::EncodingKey::from_secret(&idp_pub),
+    )?;
+    let unsigned = {
+        let b64 = |v: serde_json::Value| b64url(v.to_string().as_bytes());
+        format!(
+            "{}.{}.",
+            b64(serde_json::json!({"alg": "none", "typ": "JWT"})),
+            b64(
+                serde_json::json!({"sub": "refund-bot", "iss": ISSUER, "aud": AUDIENCE,
+                "exp": now + 600})
+            )
+        )
+    };
+    let claims = |extra: serde_json::Value| {
+        let mut c = serde_json::json!({"sub": "refund-bot"});
+        if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+            c.extend(extra.clone());
+        }
+        c
+    };
+    let refused = [
+        (
+            "expired",
+            token(&idp, claims(serde_json::json!({"exp": now - 120})))?,
+            "Expired",
+        ),
+        (
+            "for another audience",
+            token(&idp, claims(serde_json::json!({"aud": "billing"})))?,
+            "Audience",
+        ),
+        (
+            "of another issuer",
+            token(
+                &idp,
+                claims(serde_json::json!({"iss": "https://evil.test"})),
+            )?,
+            "Issuer",
+        ),
+        (
+            "signed by another key",
+            token(&rogue, claims(serde_json::json!({})))?,
+            "InvalidSignature",
+        ),
+        ("unsigned", unsigned, "the bearer token:"),
+        (
+            "HMAC'd with the public key",
+            hmac_confusion,
+            "InvalidAlgorithm",
+        ),
+        (
+            "for a configured caller",
+            token(&idp, serde_json::json!({"sub": "alice"}))?,
+            "another credential",
+        ),
+        (
+            "for the admin",
+            token(&idp, serde_json::json!({"sub": "admin"}))?,
+            "another credential",
+        ),
+        (
+            "with no role",
+            token(&idp, claims(serde_json::json!({"interlock_role": "root"})))?,
+            "not worker, reader or admin",
+        ),
+    ];
+    for (what, t, why) in refused {
+        let mut c = grpc::client(&server.address, Some(&t)).await?;
+        unauthenticated(
+            c.list_effects(pb::ListEffectsRequest::default()).await,
+            &format!("a token {what}"),
+            why,
+        );
+    }
+    // A token with the admin role administers.
+    let admin = token(
+        &idp,
+        serde_json::json!({"sub": "ops-1", "interlock_role": "admin"}),
+    )?;
+    let mut c = grpc::client(&server.address, Some(&admin)).await?;
+    let leases = c
+        .list_leases(pb::ListLeasesRequest::default())
+        .await?
+        .into_inner();
+    assert_eq!(leases.leases.len(), 1);
+    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    server.stop().await
+}

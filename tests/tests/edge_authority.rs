@@ -207,8 +207,8 @@ async fn approved(
     who: &str,
     seed: u8,
 ) -> anyhow::Result<pb::Effect> {
-    use interlock::approval::{ApproverKey, RouteKind, RouteStep, Statement};
     use interlock::Clock;
+    use interlock::approval::{ApproverKey, RouteKind, RouteStep, Statement};
     let mut effect = c
         .decide(pb::DecideRequest {
             target: "refunds".into(),

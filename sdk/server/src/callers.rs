@@ -112,12 +112,22 @@ impl Caller {
     }
 }
 
-/// How callers are known: by bearer token, by client certificate subject, and who a call with
-/// no credential is (only where none is required).
+/// Whether `name` may name a caller: 1 to 128 letters, digits and `- _ . @ :`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@:".contains(c))
+}
+
+/// How callers are known: by bearer token, by a signed token (JWT), by client certificate
+/// subject, and who a call with no credential is (only where none is required).
 #[derive(Clone, Debug, Default)]
 pub struct Callers {
     tokens: Vec<(Arc<str>, Caller)>,
     subjects: Vec<(String, Caller)>,
+    jwt: Option<Arc<crate::jwt::JwtVerifier>>,
     open: Option<Caller>,
 }
 
@@ -128,6 +138,7 @@ impl Callers {
         Self {
             tokens: Vec::new(),
             subjects: Vec::new(),
+            jwt: None,
             open: Some(Caller::new(UNAUTHENTICATED, Role::Reader)),
         }
     }
@@ -149,6 +160,25 @@ impl Callers {
         self
     }
 
+    /// A call carrying a signed token (`authorization: Bearer <JWT>`) that `verifier` accepts is
+    /// the caller its claims name. A call with no credential is then refused.
+    pub fn jwt(mut self, verifier: crate::jwt::JwtVerifier) -> Self {
+        self.jwt = Some(Arc::new(verifier));
+        self.open = None;
+        self
+    }
+
+    /// The names of the callers known by a static credential, and the server's own.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = [SHARED_WORKER, ADMIN, UNAUTHENTICATED]
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect();
+        names.extend(self.tokens.iter().map(|(_, c)| c.name.to_string()));
+        names.extend(self.subjects.iter().map(|(_, c)| c.name.to_string()));
+        names
+    }
+
     /// Add the credentials of `admin`, keeping whether a call with none is let in: the admin
     /// token alone does not close a server that asks workers for nothing.
     pub fn admin_token(mut self, token: impl Into<Arc<str>>) -> Self {
@@ -159,11 +189,13 @@ impl Callers {
 
     /// Whether any caller may administer leases and budgets.
     pub fn has_admin(&self) -> bool {
-        self.tokens
-            .iter()
-            .map(|(_, c)| c)
-            .chain(self.subjects.iter().map(|(_, c)| c))
-            .any(Caller::is_admin)
+        self.jwt.is_some()
+            || self
+                .tokens
+                .iter()
+                .map(|(_, c)| c)
+                .chain(self.subjects.iter().map(|(_, c)| c))
+                .any(Caller::is_admin)
     }
 
     /// Whether every call must carry a credential.
@@ -178,7 +210,7 @@ impl Callers {
 
     /// Whether any caller is known by a token, so a client may connect without a certificate.
     pub fn by_token(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.tokens.is_empty() || self.jwt.is_some()
     }
 
     fn knows(&self, token: &str) -> bool {
@@ -196,15 +228,22 @@ impl Callers {
             // A server that asks for nothing lets a token it does not know in as nobody's.
             Some(given) if self.open.is_some() && !self.knows(given) => None,
             Some(given) => Some(
-                self.tokens
+                match self
+                    .tokens
                     .iter()
                     .find(|(t, _)| crate::serve::same(given.as_bytes(), t.as_bytes()))
-                    .map(|(_, c)| c.clone())
-                    .ok_or_else(|| {
-                        Status::unauthenticated(
-                            "the bearer token is wrong: use a token the server was configured with",
-                        )
-                    })?,
+                {
+                    Some((_, c)) => c.clone(),
+                    None => match &self.jwt {
+                        Some(v) if crate::jwt::JwtVerifier::looks_like(given) => v.caller(given)?,
+                        _ => {
+                            return Err(Status::unauthenticated(
+                                "the bearer token is wrong: use a token the server was \
+                                 configured with",
+                            ));
+                        }
+                    },
+                },
             ),
         };
         let by_subject = match subject {

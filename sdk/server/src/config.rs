@@ -120,12 +120,55 @@ pub struct AuthConfig {
     /// Callers, each with a credential of its own, its role and its targets.
     #[serde(default)]
     pub callers: Vec<CallerConfig>,
+    /// Callers vouched for by signed tokens (JWT) of the team's identity provider.
+    pub jwt: Option<JwtConfig>,
+}
+
+/// Signed tokens: a bearer token that is a JWT this key signed, for this audience, by this
+/// issuer, still live, is the caller its `sub` names, with the role and targets its claims give.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The `iss` every token must carry.
+    pub issuer: String,
+    /// The `aud` every token must carry.
+    pub audience: String,
+    /// The signing algorithm (`ES256`, `RS256`, `EdDSA`, …; no shared-secret `HS*`).
+    pub algorithm: String,
+    /// The identity provider's public key (PEM).
+    pub public_key: PathBuf,
+    /// Seconds of clock difference allowed on `exp` and `nbf` (default 30).
+    #[serde(default = "default_leeway")]
+    pub leeway_s: u64,
+    /// The claim naming the role (default `interlock_role`: `worker`, `reader` or `admin`;
+    /// absent: `worker`).
+    #[serde(default = "default_role_claim")]
+    pub role_claim: String,
+    /// The claim listing the targets (default `interlock_targets`: an array of names, or `"*"`;
+    /// absent: none).
+    #[serde(default = "default_targets_claim")]
+    pub targets_claim: String,
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+
+fn default_role_claim() -> String {
+    "interlock_role".into()
+}
+
+fn default_targets_claim() -> String {
+    "interlock_targets".into()
 }
 
 impl AuthConfig {
     /// The environment variable of the shared worker token, if there is one.
     pub fn shared_token_env(&self) -> Option<&str> {
-        match (&self.token_env, self.callers.is_empty()) {
+        match (
+            &self.token_env,
+            self.callers.is_empty() && self.jwt.is_none(),
+        ) {
             (Some(env), _) => Some(env),
             (None, true) => Some("INTERLOCK_SERVE_TOKEN"),
             (None, false) => None,
@@ -325,13 +368,7 @@ impl ServerConfig {
         let mut subjects = std::collections::BTreeSet::new();
         for (i, c) in auth.callers.iter().enumerate() {
             let field = |f: &str| format!("auth.callers[{i}].{f}");
-            if c.name.is_empty()
-                || c.name.len() > 128
-                || !c
-                    .name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.@:".contains(ch))
-            {
+            if !crate::callers::valid_name(&c.name) {
                 return Err(invalid(
                     field("name"),
                     format!(
@@ -396,6 +433,24 @@ impl ServerConfig {
                         ),
                     ));
                 }
+            }
+        }
+        if let Some(j) = &auth.jwt {
+            if j.issuer.is_empty() || j.audience.is_empty() {
+                return Err(invalid(
+                    "auth.jwt".into(),
+                    "name the issuer and the audience every token must carry".into(),
+                ));
+            }
+            if j.algorithm.starts_with("HS") {
+                return Err(invalid(
+                    "auth.jwt.algorithm".into(),
+                    format!(
+                        "{} is a shared-secret algorithm: whoever can check such a token can \
+                         make one; use a public-key algorithm (ES256, RS256, EdDSA)",
+                        j.algorithm
+                    ),
+                ));
             }
         }
         Ok(())
@@ -504,6 +559,16 @@ mod tests {
             .map(|a| (a.shared_token_env(), a.callers.len()));
         // With callers of their own, no shared worker token is asked for.
         assert_eq!(auth, Some((None, 2)));
+        let by_jwt = parse(
+            "[auth.jwt]\nissuer = \"https://idp\"\naudience = \"gate\"\nalgorithm = \"ES256\"\n\
+             public_key = \"idp.pem\"\n[targets.r]\nkind = \"stripe_refunds\"\n",
+        )?;
+        let jwt = by_jwt.auth.as_ref().and_then(|a| a.jwt.clone());
+        assert_eq!(
+            jwt.map(|j| (j.leeway_s, j.role_claim, j.targets_claim)),
+            Some((30, "interlock_role".into(), "interlock_targets".into()))
+        );
+        assert_eq!(by_jwt.auth.as_ref().and_then(AuthConfig::shared_token_env), None);
         let only_shared = parse("[auth]\n[targets.r]\nkind = \"stripe_refunds\"\n")?;
         assert_eq!(
             only_shared
@@ -580,6 +645,14 @@ mod tests {
             (
                 "[auth]\n[[auth.callers]]\nname = \"a b\"\ntoken_env = \"T\"\n[targets.r]\nkind = \"stripe_refunds\"",
                 "not a caller name",
+            ),
+            (
+                "[auth.jwt]\nissuer = \"i\"\naudience = \"a\"\nalgorithm = \"HS256\"\npublic_key = \"k\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "shared-secret",
+            ),
+            (
+                "[auth.jwt]\nissuer = \"\"\naudience = \"a\"\nalgorithm = \"ES256\"\npublic_key = \"k\"\n[targets.r]\nkind = \"stripe_refunds\"",
+                "auth.jwt",
             ),
             (
                 "[auth]\n[[auth.callers]]\nname = \"a\"\nsubject = \"CN=x\"\n[[auth.callers]]\nname = \"b\"\nsubject = \"CN=x\"\n\

@@ -11,6 +11,7 @@
 //!
 //! * [`config`]: the configuration file (listen address, journal, targets, callers, TLS, limits).
 //! * [`callers`]: who a call is (by token or client certificate) and what that caller may do.
+//! * [`jwt`]: callers vouched for by signed tokens, with their role and targets as claims.
 //! * [`targets`]: targets by name, built from the configuration or registered by code.
 //! * [`service`]: the RPCs, each run on the blocking pool.
 //! * [`convert`]: messages to library types and back, with every malformed field named.
@@ -25,6 +26,7 @@ pub mod callers;
 pub mod config;
 pub mod convert;
 pub mod deadline;
+pub mod jwt;
 mod page_token;
 pub mod serve;
 pub mod service;

@@ -78,8 +78,8 @@ pub enum ServeError {
         /// The variable.
         env: String,
     },
-    /// A TLS file could not be read.
-    #[error("cannot read the TLS file {path}: {source}")]
+    /// A TLS file (or the signed tokens' public key) could not be read.
+    #[error("cannot read the file {path}: {source}")]
     Tls {
         /// The file.
         path: PathBuf,
@@ -99,6 +99,9 @@ pub enum ServeError {
         /// `token` or `certificate subject`.
         what: &'static str,
     },
+    /// The signed-token configuration cannot be used.
+    #[error("[auth.jwt]: {0}")]
+    Jwt(String),
     /// Client certificates were asked for on a server without TLS.
     #[error("a client CA needs TLS: give the server a certificate ([tls] cert and key)")]
     ClientCaWithoutTls,
@@ -306,6 +309,14 @@ impl Server {
         self
     }
 
+    /// Require a credential on every gate call, and let a signed token `verifier` accepts in as
+    /// the caller its claims name (its subject may not be a caller known by another credential).
+    pub fn jwt(mut self, verifier: crate::jwt::JwtVerifier) -> Self {
+        let verifier = verifier.taking(self.callers.names());
+        self.callers = self.callers.jwt(verifier);
+        self
+    }
+
     /// Ask TLS clients for a certificate, verified against this CA (PEM): the subjects of
     /// [`Server::caller_by_subject`]. Needs [`Server::tls_pem`].
     pub fn client_ca_pem(mut self, ca: impl AsRef<[u8]>) -> Self {
@@ -429,6 +440,27 @@ impl Server {
                     (None, Some(subject)) => server.caller_by_subject(subject.clone(), caller),
                     (None, None) => server,
                 };
+            }
+            // Last, so that no token's subject may take a name given above.
+            if let Some(j) = &auth.jwt {
+                let pem = std::fs::read(&j.public_key).map_err(|source| ServeError::Tls {
+                    path: j.public_key.clone(),
+                    source,
+                })?;
+                let claims = crate::jwt::Claims {
+                    role: j.role_claim.clone(),
+                    targets: j.targets_claim.clone(),
+                };
+                let verifier = crate::jwt::JwtVerifier::new(
+                    &j.algorithm,
+                    &pem,
+                    &j.issuer,
+                    &j.audience,
+                    j.leeway_s,
+                    claims,
+                )
+                .map_err(ServeError::Jwt)?;
+                server = server.jwt(verifier);
             }
         }
         Ok(server)
