@@ -32,7 +32,6 @@ pub struct Person {
     pub id: &'static str,
     /// Their private key.
     pub key: ApproverKey,
-    seed: [u8; 32],
 }
 
 impl Person {
@@ -42,13 +41,7 @@ impl Person {
         Self {
             id,
             key: ApproverKey::from_seed(id, seed),
-            seed,
         }
-    }
-
-    /// Their key as they paste it into the inbox's sign-in form (64 hex digits).
-    pub fn seed_hex(&self) -> String {
-        hex::encode(self.seed)
     }
 
     /// Sign what `route` shows, for the group and level it is at, valid for an hour from

@@ -1,5 +1,7 @@
 //! The inbox in a real browser (Debian's chromium, driven through chromedriver): two approvers
-//! sign in with their own keys; support approves a refund whose facts then move, sees the
+//! have their browsers make their keys, which an operator enrols in the directory while
+//! everything runs; they sign in with them, and no script in the page can read them; support
+//! approves a refund whose facts then move, sees the
 //! refusal come back with what changed and the repair, and accepts it; support fails to approve a
 //! request that escalated away while its page was open; the manager approves it. Behind the
 //! pages: a Temporal dev server, real worker processes, the payments API and the journal, judged
@@ -142,8 +144,56 @@ fn two_approvers_approve_see_a_refusal_come_back_accept_its_repair_and_cannot_ap
         let (ana, mia) = (&people[0], &people[2]);
         let ana_web = browser(driver_port).await;
         let mia_web = browser(driver_port).await;
-        browser::sign_in(&ana_web, &base, ana.id, &ana.seed_hex()).await;
-        browser::sign_in(&mia_web, &base, mia.id, &mia.seed_hex()).await;
+        // Before enrolment, a browser's own key is no key of the directory's.
+        let ana_public = browser::make_key(&ana_web, &base, ana.id).await;
+        ana_web
+            .find(Locator::Id("sign-in"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let refused = ana_web
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath(
+                "//p[@id='error' and normalize-space(text()) != '']",
+            ))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(refused.contains("does not verify"), "{refused}");
+        // An operator enrols each browser's public key: the inbox and the worker, running all
+        // along, read the directory's file again.
+        let mia_public = browser::make_key(&mia_web, &base, mia.id).await;
+        let mut enrolled = directory.clone();
+        for (who, public) in [(ana.id, &ana_public), (mia.id, &mia_public)] {
+            if let Some(a) = enrolled.approvers.get_mut(who) {
+                a.public_key = public.clone();
+            }
+        }
+        let file = config
+            .iter()
+            .find(|(k, _)| k == "INTERLOCK_APPROVERS")
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .unwrap();
+        let next = file.with_extension("next");
+        std::fs::write(&next, serde_json::to_string_pretty(&enrolled).unwrap()).unwrap();
+        std::fs::rename(&next, &file).unwrap();
+        browser::sign_in(&ana_web, &base, ana.id).await;
+        browser::sign_in(&mia_web, &base, mia.id).await;
+        // What any script in the page can learn of ana's key: that the browser holds one, and
+        // nothing of it. Export in every format is refused; no storage a script reads holds it;
+        // the session cookie is out of script's reach too.
+        let seen = browser::what_script_reads_of_the_key(&ana_web, ana.id).await;
+        assert_eq!(seen["held"], true, "{seen}");
+        assert_eq!(seen["type"], "private", "{seen}");
+        assert_eq!(seen["extractable"], false, "{seen}");
+        assert_eq!(seen["exported"], serde_json::json!([]), "{seen}");
+        assert_eq!(seen["storage"], serde_json::json!([]), "{seen}");
+        assert_eq!(seen["cookies"], "", "{seen}");
 
         // A budget on the first payment, with room for what is asked.
         env.journal

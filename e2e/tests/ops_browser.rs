@@ -1,7 +1,8 @@
 //! The operators' page in a real browser (Debian's chromium, driven through chromedriver). The
 //! template's refund worker sends to a payments API that promises nothing (tier 3: no dedupe, no
 //! lookup) and is SIGKILLed while the API holds the answer to a refund it applied: the effect is
-//! left in flight. Olga, of the operators, signs in with her own key; the page refuses to settle
+//! left in flight. Olga, of the operators, signs in with the key her browser made and an operator
+//! enrolled; the page refuses to settle
 //! it while it is in flight, her "recover now" leaves it `AMBIGUOUS`, the page offers no settling
 //! and refuses a statement while the dead worker's send could still land, refuses a look taken
 //! before then, a statement signed by another key and a replay of her own, and records her
@@ -230,7 +231,28 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
     let rt = tokio::runtime::Runtime::new().unwrap();
     let key = rt.block_on(async {
         let c = browser(driver_port).await;
-        browser::sign_in(&c, &base, "olga", &hex::encode(OLGA_SEED)).await;
+        // Olga's browser makes her key; an operator enrols it in place of the one she had, and
+        // the page, running all along, reads the directory again.
+        let public = browser::make_key(&c, &base, "olga").await;
+        let next = approvers.with_extension("next");
+        std::fs::write(
+            &next,
+            json!({
+                "approvers": {"olga": {"public_key": public, "name": "Olga"}},
+                "groups": {"operators": ["olga"]},
+                "chain": [{"group": "operators", "sla_ms": 60_000}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::rename(&next, &approvers).unwrap();
+        browser::sign_in(&c, &base, "olga").await;
+        let seen = browser::what_script_reads_of_the_key(&c, "olga").await;
+        assert_eq!(
+            (&seen["extractable"], &seen["exported"]),
+            (&json!(false), &json!([])),
+            "{seen}"
+        );
 
         // The board: one committed, one in flight, drawn as bars and a latency point.
         let in_flight = text(&c, "in-flight").await;

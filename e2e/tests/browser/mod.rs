@@ -1,5 +1,6 @@
 //! What the browser tests share: child processes stopped with everything they started, ports,
-//! a headless chromium session of its own per person, and signing in with a person's own key.
+//! a headless chromium session of its own per person, and a person's key made in their browser,
+//! enrolled, and used to sign in.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,8 +87,8 @@ pub(crate) async fn browser(driver: u16) -> Client {
         .expect("chromedriver session (run scripts/setup: Debian's chromium and chromium-driver)")
 }
 
-/// Sign `id` in at `base` with the key whose seed is `seed_hex`, as the person would.
-pub(crate) async fn sign_in(c: &Client, base: &str, id: &str, seed_hex: &str) {
+/// Type `id` on `base`'s sign-in page.
+async fn at_login(c: &Client, base: &str, id: &str) {
     c.goto(&format!("{base}/login")).await.unwrap();
     c.find(Locator::Id("approver"))
         .await
@@ -95,12 +96,32 @@ pub(crate) async fn sign_in(c: &Client, base: &str, id: &str, seed_hex: &str) {
         .send_keys(id)
         .await
         .unwrap();
-    c.find(Locator::Id("key"))
+}
+
+/// Have the browser make `id` a key of its own at `base`, as the person would; its public half
+/// (hex), for an operator to enrol in the directory.
+pub(crate) async fn make_key(c: &Client, base: &str, id: &str) -> String {
+    at_login(c, base, id).await;
+    c.find(Locator::Id("make-key"))
         .await
         .unwrap()
-        .send_keys(seed_hex)
+        .click()
         .await
         .unwrap();
+    let shown = c
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#enrol:not([hidden]) #public-key"))
+        .await
+        .unwrap();
+    let public = shown.text().await.unwrap();
+    assert_eq!(public.len(), 64, "an Ed25519 public key in hex: {public:?}");
+    public
+}
+
+/// Sign `id` in at `base` with the key this browser holds for them, as the person would.
+pub(crate) async fn sign_in(c: &Client, base: &str, id: &str) {
+    at_login(c, base, id).await;
     c.find(Locator::Id("sign-in"))
         .await
         .unwrap()
@@ -113,4 +134,45 @@ pub(crate) async fn sign_in(c: &Client, base: &str, id: &str, seed_hex: &str) {
         .for_element(Locator::Id("who"))
         .await;
     assert_eq!(who.unwrap().text().await.unwrap(), id, "signed in as {id}");
+}
+
+/// What script in the page can learn of `id`'s key: whether the browser holds one, whether it
+/// says it is extractable, whether exporting it in any format succeeded, and every value the
+/// page's storage holds (IndexedDB aside), for the caller to check that no key is among them.
+pub(crate) async fn what_script_reads_of_the_key(c: &Client, id: &str) -> serde_json::Value {
+    const JS: &str = r#"
+        const [id, done] = arguments;
+        (async () => {
+          const d = await new Promise((ok, fail) => {
+            const r = indexedDB.open('interlock-keys', 1);
+            r.onsuccess = () => ok(r.result);
+            r.onerror = () => fail(r.error);
+          });
+          const held = await new Promise((ok, fail) => {
+            const r = d.transaction('keys').objectStore('keys').get(id);
+            r.onsuccess = () => ok(r.result);
+            r.onerror = () => fail(r.error);
+          });
+          const exported = [];
+          for (const format of ['pkcs8', 'jwk', 'raw']) {
+            try {
+              await crypto.subtle.exportKey(format, held.privateKey);
+              exported.push(format);
+            } catch (e) { /* refused, as it must be */ }
+          }
+          const storage = [];
+          for (const s of [sessionStorage, localStorage]) {
+            for (let i = 0; i < s.length; i++) storage.push(s.getItem(s.key(i)));
+          }
+          done({
+            held: !!held,
+            type: held && held.privateKey.type,
+            extractable: held && held.privateKey.extractable,
+            exported,
+            storage,
+            cookies: document.cookie,
+          });
+        })().catch((e) => done({ error: String(e) }));
+    "#;
+    c.execute_async(JS, vec![json!(id)]).await.unwrap()
 }

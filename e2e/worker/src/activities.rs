@@ -33,7 +33,7 @@ pub struct Deps {
     stripe: StripeRefunds,
     premises: RefundPremises,
     pause: Option<Arc<Pause>>,
-    approvers: Option<Arc<Approvers>>,
+    approvers: Option<Arc<dyn interlock::approval::DirectorySource>>,
     policy: Policy,
 }
 
@@ -80,7 +80,17 @@ impl Deps {
             approvers_file,
             policy,
         } = settings;
-        let approvers = approvers.map(Arc::new);
+        // The directory as it is now, for routing and for accepting approvals as for the gate:
+        // read again whenever its file changes.
+        let approvers: Option<Arc<dyn interlock::approval::DirectorySource>> =
+            match (&approvers_file, approvers) {
+                (Some(path), _) => Some(Arc::new(
+                    interlock::approval::DirectoryFile::open(path)
+                        .with_context(|| format!("the approver directory {}", path.display()))?,
+                )),
+                (None, Some(dir)) => Some(Arc::new(interlock::approval::Fixed(Arc::new(dir)))),
+                (None, None) => None,
+            };
         let clock = crate::clock::worker_clock();
         let opts = PgOptions::in_schema(journal_schema);
         let opened = interlock_postgres::open_named(&journal_name, clock.clone(), &opts)
@@ -102,10 +112,8 @@ impl Deps {
         if let Some(p) = &pause {
             gate = gate.with_faults(p.clone());
         }
-        match (&approvers_file, &approvers) {
-            (Some(path), _) => gate = gate.with_approver_file(path)?,
-            (None, Some(dir)) => gate = gate.with_approvers(dir.clone())?,
-            (None, None) => {}
+        if let Some(source) = &approvers {
+            gate = gate.with_approver_source(source.clone())?;
         }
         // The principal this worker acts for: journaled with each effect it proposes, and who
         // the leases that name their spenders are judged for.
@@ -145,9 +153,9 @@ impl Deps {
         &self.policy
     }
 
-    /// The approver directory, if the worker has one.
-    pub fn approvers(&self) -> Option<&Approvers> {
-        self.approvers.as_deref()
+    /// The approver directory as it is now, if the worker has one.
+    pub fn approvers(&self) -> Result<Option<Arc<Approvers>>, interlock::approval::DirectoryError> {
+        self.approvers.as_ref().map(|s| s.current()).transpose()
     }
 
     /// The journal with its leases and routes.

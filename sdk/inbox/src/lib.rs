@@ -1,5 +1,6 @@
 //! The approvers' inbox. Each approver signs in by proving they hold their own Ed25519 key (the
-//! browser signs a one-time challenge; the key never leaves it), sees the requests their groups
+//! browser made it, non-extractable, and signs a one-time challenge with it; the key never
+//! leaves it, and no script can read it), sees the requests their groups
 //! hold with the facts then and now side by side, and approves by signing the exact statement
 //! the gate will check — the browser signs only a statement for the request, group, level and
 //! payload its page shows. The inbox hands the signed approval to the request's workflow and

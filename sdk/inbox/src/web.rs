@@ -62,9 +62,64 @@ pub(crate) trait Door: Send + Sync + 'static {
 /// `router` as served under `reach`: a peer it does not admit is answered 403 before any route
 /// runs, and [`client`] believes `X-Forwarded-For` from the proxies it names alone.
 pub(crate) fn guarded(router: Router, reach: Reach) -> Router {
+    // Behind a TLS proxy the browser speaks https: the session cookie is `__Host-` and `Secure`
+    // (sent over TLS only, to this host only, and not settable by a sibling host or over plain
+    // HTTP), and the page asks the browser never to use plain HTTP for it (HSTS).
+    let router = if reach.proxies.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn(over_tls))
+    };
     router
         .layer(axum::middleware::from_fn(admit))
         .layer(Extension(Arc::new(reach)))
+}
+
+/// The prefix a cookie set over TLS carries: the browser keeps it only if `Secure`, for this host,
+/// at path `/`, and no other host or plain-HTTP page can set one.
+const HOST_PREFIX: &str = "__Host-";
+
+/// For a page served through a TLS proxy: only `__Host-` cookies are read (named without the
+/// prefix for the handlers), every cookie set is `__Host-` and `Secure`, and HSTS is sent.
+async fn over_tls(mut request: Request, next: Next) -> Response {
+    let kept: Vec<String> = request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().strip_prefix(HOST_PREFIX).map(str::to_owned))
+        .collect();
+    let h = request.headers_mut();
+    h.remove(header::COOKIE);
+    if let (false, Ok(v)) = (kept.is_empty(), HeaderValue::from_str(&kept.join("; "))) {
+        h.insert(header::COOKIE, v);
+    }
+    let mut r = next.run(request).await;
+    let set: Vec<HeaderValue> = r
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| {
+            let secure = if v.contains("; Secure") {
+                ""
+            } else {
+                "; Secure"
+            };
+            HeaderValue::from_str(&format!("{HOST_PREFIX}{v}{secure}")).ok()
+        })
+        .collect();
+    let h = r.headers_mut();
+    h.remove(header::SET_COOKIE);
+    for v in set {
+        h.append(header::SET_COOKIE, v);
+    }
+    h.insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        HeaderValue::from_static("max-age=31536000"),
+    );
+    r
 }
 
 async fn admit(
@@ -467,5 +522,60 @@ mod tests {
             let r = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
             assert_eq!(r.status().as_u16(), want, "{peer:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn through_a_tls_proxy_the_session_cookie_is_host_only_secure_and_hsts_is_sent() {
+        // A page that sets a session cookie and says which session it was sent.
+        let page = || {
+            Router::new().route(
+                "/",
+                get(|headers: HeaderMap| async move {
+                    let seen = session_token("s", &headers).unwrap_or_default();
+                    let mut r = seen.into_response();
+                    r.headers_mut().insert(
+                        header::SET_COOKIE,
+                        HeaderValue::from_static("s=new; HttpOnly; SameSite=Strict; Path=/"),
+                    );
+                    r
+                }),
+            )
+        };
+        let proxy: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let ask = |app: Router, cookie: &'static str| async move {
+            let mut req = axum::http::Request::get("/")
+                .header(header::COOKIE, cookie)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            req.extensions_mut().insert(ConnectInfo(proxy));
+            let r = tower::ServiceExt::oneshot(app, req).await.unwrap();
+            let set = r
+                .headers()
+                .get(header::SET_COOKIE)
+                .map(|v| v.to_str().unwrap().to_owned());
+            let hsts = r.headers().contains_key(header::STRICT_TRANSPORT_SECURITY);
+            let body = axum::body::to_bytes(r.into_body(), 1024).await.unwrap();
+            (String::from_utf8_lossy(&body).into_owned(), set, hsts)
+        };
+        let tls = guarded(page(), Reach::behind(vec![proxy.ip()]));
+        let (seen, set, hsts) = ask(tls.clone(), "__Host-s=good").await;
+        assert_eq!(seen, "good");
+        assert_eq!(
+            set.as_deref(),
+            Some("__Host-s=new; HttpOnly; SameSite=Strict; Path=/; Secure")
+        );
+        assert!(hsts);
+        // A cookie without the prefix could have been set by another host or over plain HTTP:
+        // it is not read.
+        assert_eq!(ask(tls, "s=planted").await.0, "");
+        // On loopback, with no proxy, the page is plain HTTP: no prefix, no HSTS.
+        let plain = guarded(page(), Reach::loopback_only());
+        let (seen, set, hsts) = ask(plain, "s=good").await;
+        assert_eq!(seen, "good");
+        assert_eq!(
+            set.as_deref(),
+            Some("s=new; HttpOnly; SameSite=Strict; Path=/")
+        );
+        assert!(!hsts);
     }
 }

@@ -1,21 +1,47 @@
-// The only script of the inbox and the operators' page: the person's key is used here, in the
-// browser, and never sent.
+// The only script of the inbox and the operators' page. A person's signing key is made in this
+// browser by WebCrypto as a non-extractable key and kept in this origin's IndexedDB: script here
+// (this one, or any other that ever ran in the origin) can ask the browser to sign with it, but
+// cannot read it, so it can be neither sent nor copied. Only its public half leaves the browser,
+// for an operator to enrol in the approver directory.
 const inbox = (() => {
-  const fromHex = (s) => {
-    if (!/^([0-9a-fA-F]{2})*$/.test(s)) throw new Error('the key must be hex digits');
-    return new Uint8Array((s.match(/../g) || []).map((h) => parseInt(h, 16)));
-  };
   const toHex = (b) => Array.from(new Uint8Array(b)).map((x) => x.toString(16).padStart(2, '0')).join('');
   const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
-  // An Ed25519 private key in PKCS#8: a fixed prefix, then the 32-byte seed.
-  const keyFrom = async (seedHex) => {
-    const seed = fromHex(seedHex.trim());
-    if (seed.length !== 32) throw new Error('a key is 64 hex digits (32 bytes)');
-    const pkcs8 = new Uint8Array(48);
-    pkcs8.set(fromHex('302e020100300506032b657004220420'));
-    pkcs8.set(seed, 16);
-    return crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+  // This origin's key store: one object store, a person's id to their key.
+  const db = () => new Promise((ok, fail) => {
+    const open = indexedDB.open('interlock-keys', 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('keys');
+    open.onsuccess = () => ok(open.result);
+    open.onerror = () => fail(open.error);
+  });
+  const inStore = async (mode, act) => {
+    const d = await db();
+    return new Promise((ok, fail) => {
+      const tx = d.transaction('keys', mode);
+      const r = act(tx.objectStore('keys'));
+      tx.oncomplete = () => ok(r.result);
+      tx.onerror = () => fail(tx.error);
+    });
   };
+  const storedKey = (who) => inStore('readonly', (s) => s.get(who));
+  // A new key for `who`, made here: its private half can never be read out, not even by this
+  // script. Its public half, in hex, is what the directory holds.
+  const makeKey = async (who) => {
+    const pair = await crypto.subtle.generateKey({ name: 'Ed25519' }, false, ['sign', 'verify']);
+    const publicHex = toHex(await crypto.subtle.exportKey('raw', pair.publicKey));
+    await inStore('readwrite', (s) => s.put({ privateKey: pair.privateKey, publicHex }, who));
+    return publicHex;
+  };
+  const keyOf = async (who) => {
+    const k = await storedKey(who);
+    if (!k) throw new Error(`this browser holds no key for ${who}: make one on the sign-in page and have an operator enrol it`);
+    return k.privateKey;
+  };
+  const signedIn = () => {
+    const who = document.getElementById('who');
+    if (!who) throw new Error('not signed in: sign in again');
+    return who.textContent.trim();
+  };
+  const sign = async (who, bytes) => toHex(await crypto.subtle.sign({ name: 'Ed25519' }, await keyOf(who), bytes));
   const post = async (url, body) => {
     const r = await fetch(url, {
       method: 'POST',
@@ -45,20 +71,43 @@ const inbox = (() => {
     loginForm() {
       const form = document.getElementById('login');
       const error = document.getElementById('error');
+      const enrol = document.getElementById('enrol');
+      const approver = () => {
+        const id = document.getElementById('approver').value.trim();
+        if (!id) throw new Error('give your id in the directory');
+        return id;
+      };
+      // The public key to enrol, and the directory entry an operator adds for it.
+      const show = (who, publicHex, made) => {
+        document.getElementById('public-key').textContent = publicHex;
+        document.getElementById('entry').textContent = JSON.stringify({ [who]: { public_key: publicHex } });
+        document.getElementById('enrol-note').textContent = made
+          ? `A new key for ${who} was made in this browser. Give its public key to an operator to put in the approver directory; then sign in.`
+          : `This browser already holds a key for ${who}; its public key is below.`;
+        enrol.hidden = false;
+      };
+      document.getElementById('make-key').addEventListener('click', async () => {
+        error.textContent = '';
+        try {
+          const who = approver();
+          const held = await storedKey(who);
+          if (held) show(who, held.publicHex, false);
+          else show(who, await makeKey(who), true);
+        } catch (e) {
+          error.textContent = e.message;
+        }
+      });
       form.addEventListener('submit', async (ev) => {
         ev.preventDefault();
         error.textContent = '';
         try {
-          const approver = document.getElementById('approver').value.trim();
-          const seed = document.getElementById('key').value.trim();
-          const key = await keyFrom(seed);
-          const r = await fetch('/login/challenge?approver=' + encodeURIComponent(approver));
+          const who = approver();
+          await keyOf(who);
+          const r = await fetch('/login/challenge?approver=' + encodeURIComponent(who));
           const c = await r.json();
           if (!r.ok) throw new Error(c.error);
-          const bytes = new TextEncoder().encode(`interlock-inbox-login-v1\n${c.nonce}\n${approver}`);
-          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, key, bytes);
-          await post('/login', { approver, nonce: c.nonce, signature: toHex(sig) });
-          sessionStorage.setItem('interlock-key', seed);
+          const bytes = new TextEncoder().encode(`interlock-inbox-login-v1\n${c.nonce}\n${who}`);
+          await post('/login', { approver: who, nonce: c.nonce, signature: await sign(who, bytes) });
           location.href = '/';
         } catch (e) {
           error.textContent = e.message;
@@ -73,13 +122,12 @@ const inbox = (() => {
         result.textContent = 'signing…';
         try {
           const { request, n, csrf } = button.dataset;
-          const seed = sessionStorage.getItem('interlock-key');
-          if (!seed) throw new Error('your key is kept only in the tab you signed in with: sign in again');
+          const who = signedIn();
           const draft = await post(`/request/${request}/statement`, { csrf, n: Number(n) });
           const bytes = fromB64(draft.bytes);
           checkStatement(bytes, button.dataset);
-          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), bytes);
-          const done = await post(`/request/${request}/approve`, { csrf, draft: draft.draft, signature: toHex(sig) });
+          const signature = await sign(who, bytes);
+          const done = await post(`/request/${request}/approve`, { csrf, draft: draft.draft, signature });
           location.href = '/?done=' + encodeURIComponent(done.message);
         } catch (e) {
           result.className = 'error';
@@ -103,8 +151,7 @@ const inbox = (() => {
           const note = document.getElementById('note').value;
           const looked = document.getElementById('looked').value.trim();
           if (!looked) throw new Error('say when you looked at the target: now, or the time in ms since the epoch');
-          const seed = sessionStorage.getItem('interlock-key');
-          if (!seed) throw new Error('your key is kept only in the tab you signed in with: sign in again');
+          const who = signedIn();
           const draft = await post(`/effect/${key}/statement`, { csrf, finding, reference, note, looked });
           const bytes = fromB64(draft.bytes);
           // Sign nothing but what this form says, for this effect, in this person's name.
@@ -125,19 +172,13 @@ const inbox = (() => {
             : String(st.looked_ms) === looked;
           if (!lookedOk) problems.push(`looked at ${st.looked_ms}`);
           if (problems.length) throw new Error(`the statement to sign is not what this form says (${problems.join(', ')}): not signed`);
-          const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await keyFrom(seed), bytes);
-          const done = await post(`/effect/${key}/settle`, { csrf, draft: draft.draft, signature: toHex(sig) });
+          const signature = await sign(who, bytes);
+          const done = await post(`/effect/${key}/settle`, { csrf, draft: draft.draft, signature });
           location.href = `/effect/${key}?done=` + encodeURIComponent(done.message);
         } catch (e) {
           result.className = 'error';
           result.textContent = e.message;
         }
-      });
-    },
-    signOutForm() {
-      // The key leaves this tab with the session.
-      document.getElementById('sign-out-form').addEventListener('submit', () => {
-        sessionStorage.removeItem('interlock-key');
       });
     },
   };
@@ -147,5 +188,4 @@ document.addEventListener('DOMContentLoaded', () => {
   if (document.getElementById('login')) inbox.loginForm();
   if (document.getElementById('approve')) inbox.approveButton();
   if (document.getElementById('settle-form')) inbox.settleForm();
-  if (document.getElementById('sign-out-form')) inbox.signOutForm();
 });

@@ -568,7 +568,10 @@ mod tests {
             jwt.map(|j| (j.leeway_s, j.role_claim, j.targets_claim)),
             Some((30, "interlock_role".into(), "interlock_targets".into()))
         );
-        assert_eq!(by_jwt.auth.as_ref().and_then(AuthConfig::shared_token_env), None);
+        assert_eq!(
+            by_jwt.auth.as_ref().and_then(AuthConfig::shared_token_env),
+            None
+        );
         let only_shared = parse("[auth]\n[targets.r]\nkind = \"stripe_refunds\"\n")?;
         assert_eq!(
             only_shared

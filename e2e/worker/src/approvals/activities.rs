@@ -98,6 +98,7 @@ impl ApprovalActivities {
             let assessment = deps.policy().assess(&request.payload(), &premises);
             let chain: Vec<(String, i64)> = deps
                 .approvers()
+                .map_err(retry)?
                 .map(|d| {
                     d.chain
                         .iter()
@@ -270,7 +271,7 @@ impl ApprovalActivities {
     ) -> Result<Acceptance, ActivityError> {
         let deps = self.deps.clone();
         blocking(move || {
-            let Some(dir) = deps.approvers() else {
+            let Some(dir) = deps.approvers().map_err(retry)? else {
                 return Err(fatal("no approver directory (INTERLOCK_APPROVERS)"));
             };
             let journal = deps.journal();
@@ -281,7 +282,7 @@ impl ApprovalActivities {
                 &grant.id,
                 Some(&grant),
                 &Against {
-                    directory: Some(dir),
+                    directory: Some(&dir),
                     key: &d.request.request_id,
                     proposer: None,
                     payload: &d.request.payload(),
