@@ -73,6 +73,7 @@ pub mod private_file;
 pub mod reach;
 pub mod receipt;
 pub mod settle;
+pub mod shown;
 pub mod target;
 pub mod verify;
 

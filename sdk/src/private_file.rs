@@ -43,12 +43,19 @@ pub fn open(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Create `path` owner-only if it is missing, and check it (and an existing WAL and
-/// shared-memory file beside it, which SQLite creates with the database's own permissions) if
-/// it is not: what [`open`] does, for a file another library opens.
+/// Create `path` owner-only if it is missing, and check it if it is not: what [`open`] does, for
+/// a file another library opens. Its WAL and shared-memory files are made here too, owner-only
+/// (SQLite takes an empty one as it would a new one), so that SQLite never creates them itself
+/// after these checks, where another user of a shared sticky directory could have put theirs
+/// first; an existing rollback journal is checked.
 pub fn prepare_sqlite(path: &Path) -> io::Result<()> {
     drop(open(path)?);
-    for suffix in ["-wal", "-shm", "-journal"] {
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        drop(open(Path::new(&side))?);
+    }
+    for suffix in ["-journal"] {
         let mut side = path.as_os_str().to_owned();
         side.push(suffix);
         let side = Path::new(&side);
@@ -161,6 +168,13 @@ mod tests {
         let mut wal = old.as_os_str().to_owned();
         wal.push("-wal");
         File::create(&wal)?.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+        // Missing side files are made owner-only before SQLite could make them.
+        let fresh = dir.path().join("fresh.db");
+        prepare_sqlite(&fresh)?;
+        for side in ["fresh.db-wal", "fresh.db-shm"] {
+            let m = std::fs::metadata(dir.path().join(side))?;
+            assert_eq!(m.permissions().mode() & 0o777, 0o600, "{side}");
+        }
         prepare_sqlite(&old)?;
         assert_eq!(std::fs::metadata(&old)?.permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(&wal)?.permissions().mode() & 0o777, 0o600);

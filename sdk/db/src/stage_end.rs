@@ -313,7 +313,13 @@ pub(crate) fn premise_holds(p: &Premise, got: &[BTreeMap<String, Value>]) -> Res
         return Ok(());
     }
     // The answer may hold other people's rows: only the premise's name goes back.
-    tracing::warn!(premise = %p.name, expected = ?p.expect, found = ?got, "premise moved");
+    let shown = interlock::shown::allowed();
+    tracing::warn!(
+        premise = %p.name,
+        expected = shown.premise(&p.name, &p.expect),
+        found = shown.premise(&p.name, &got),
+        "premise moved"
+    );
     Err(Stop::Refuse(
         "premise_moved",
         format!(

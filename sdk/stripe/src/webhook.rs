@@ -236,7 +236,13 @@ pub fn handle(
             return Vec::new();
         };
         if let Err(why) = same_refund(&first.payload, &confirmed) {
-            tracing::warn!(key = %key, event = id, %why, "refund event does not match its effect");
+            // The words quote amounts and payments: logged only where allow-listed.
+            tracing::warn!(
+                key = %key,
+                event = id,
+                why = interlock::shown::allowed().payload("amount", &why),
+                "refund event does not match its effect"
+            );
             outcome = Delivery::Ignored(why);
             return Vec::new();
         }
