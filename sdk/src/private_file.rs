@@ -55,9 +55,9 @@ pub fn prepare_sqlite(path: &Path) -> io::Result<()> {
         side.push(suffix);
         drop(open(Path::new(&side))?);
     }
-    for suffix in ["-journal"] {
+    {
         let mut side = path.as_os_str().to_owned();
-        side.push(suffix);
+        side.push("-journal");
         let side = Path::new(&side);
         match std::fs::symlink_metadata(side) {
             Ok(m) if m.file_type().is_symlink() => {

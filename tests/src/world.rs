@@ -64,6 +64,7 @@ impl World {
     /// The lease as granted by support.
     pub fn grant() -> Grant {
         Grant {
+            targets: Vec::new(),
             spenders: Vec::new(),
             id: LEASE.into(),
             approver: "ana@support".into(),

@@ -277,7 +277,32 @@ fn a_lease_naming_its_spender_is_spent_by_that_principal_only(kind: Kind) {
     assert_eq!(service.applied().len(), 1);
 }
 
+fn a_lease_naming_its_target_is_spent_on_that_target_only(kind: Kind) {
+    // The ledger's target is named `payments`.
+    let s = setup(
+        kind,
+        "on-target",
+        approval("payouts-only").unlimited().on_target("payouts"),
+    );
+    let service = Service::new(Tier::Two);
+    let gate = bound(&s, service.clone(), "w1");
+    let out = gate.submit(&effect("k-a", "payouts-only", 500)).unwrap();
+    let (code, reason) = refusal(&out).unwrap_or((RefusalCode::Budget, "not refused"));
+    assert_eq!(code, RefusalCode::Lease, "{out:?}");
+    assert!(reason.contains("payouts only"), "{reason}");
+    assert!(service.applied().is_empty(), "nothing was sent");
+    let s = setup(
+        kind,
+        "on-target-2",
+        approval("payments-ok").unlimited().on_target("payments"),
+    );
+    let gate = bound(&s, service.clone(), "w1");
+    let out = gate.submit(&effect("k-b", "payments-ok", 500)).unwrap();
+    assert!(matches!(out, Outcome::Committed { .. }), "{out:?}");
+}
+
 interlock_tests::every_store!(
+    a_lease_naming_its_target_is_spent_on_that_target_only,
     a_lease_naming_its_spender_is_spent_by_that_principal_only,
     an_imported_history_counts_against_its_lease_where_it_is_imported,
     one_lease_is_spent_by_the_first_key_and_refused_to_every_other_naming_it,

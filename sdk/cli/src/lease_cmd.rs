@@ -45,6 +45,10 @@ pub(crate) enum LeaseCmd {
         /// caller (`[[auth.callers]] name`) or an in-process worker's principal.
         #[arg(long = "spender", value_name = "CALLER")]
         spenders: Vec<String>,
+        /// A target it may be spent on (repeatable): an effect proposed for any other target is
+        /// refused with `lease`.
+        #[arg(long = "on-target", value_name = "TARGET")]
+        targets: Vec<String>,
     },
     /// Revoke a lease now: no effect under it is sent from now on, resends included.
     Revoke {
@@ -105,10 +109,14 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
             unlimited,
             total,
             spenders,
+            targets,
         } => {
             let mut g = Grant::new(&id, approver, now);
             for p in spenders {
                 g = g.spender(p);
+            }
+            for t in targets {
+                g = g.on_target(t);
             }
             match (uses, unlimited) {
                 (Some(n), _) => g = g.uses(n),
@@ -184,6 +192,9 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: LeaseCmd) -> anyhow::Result<()> {
                 let mut scope = serde_json::to_string(&g.scope)?;
                 if !g.spenders.is_empty() {
                     scope = format!("{scope} for {}", g.spenders.join(", "));
+                }
+                if !g.targets.is_empty() {
+                    scope = format!("{scope} on {}", g.targets.join(", "));
                 }
                 let cap = g
                     .cap

@@ -85,11 +85,16 @@ impl Caller {
     /// `PERMISSION_DENIED` unless it may use `target`.
     pub fn check_target(&self, rpc: &str, target: &str) -> Result<(), Status> {
         match &self.targets {
-            Some(allowed) if !allowed.contains(target) => Err(Status::permission_denied(format!(
-                "{rpc}: caller {} may not use target {target}; its configuration allows {}",
-                self.name,
-                allowed.iter().cloned().collect::<Vec<_>>().join(", ")
-            ))),
+            Some(allowed) if !allowed.contains(target) => Err(denied(
+                self,
+                rpc,
+                target,
+                format!(
+                    "{rpc}: caller {} may not use target {target}; its configuration allows {}",
+                    self.name,
+                    allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )),
             _ => Ok(()),
         }
     }
@@ -110,6 +115,14 @@ impl Caller {
     pub fn owns(&self, proposer: Option<&str>) -> bool {
         self.reads_all() || self.proposed(proposer)
     }
+}
+
+/// `PERMISSION_DENIED` with `message`, logged with the caller, the call and what it named: a
+/// refusal writes nothing to the journal (nothing of the effect happened), so the log is where
+/// an operator sees who tried what.
+pub(crate) fn denied(caller: &Caller, rpc: &str, what: &str, message: String) -> Status {
+    tracing::warn!(caller = %caller.name, role = caller.role.as_str(), rpc, what, "refused: {message}");
+    Status::permission_denied(message)
 }
 
 /// Whether `name` may name a caller: 1 to 128 letters, digits and `- _ . @ :`.

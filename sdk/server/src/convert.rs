@@ -320,6 +320,7 @@ pub fn lease_to(g: &Grant, used: &[Use]) -> pb::Lease {
         expires_ms: g.expires_ms.unwrap_or(0),
         revoked_ms: g.revoked_ms.unwrap_or(0),
         spenders: g.spenders.clone(),
+        targets: g.targets.clone(),
     }
 }
 
@@ -373,6 +374,15 @@ pub fn lease_from(l: Option<&pb::Lease>, now_ms: i64) -> Result<Grant, Invalid> 
     }
     for s in &l.spenders {
         grant = grant.spender(name("lease.spenders", s)?);
+    }
+    if l.targets.len() > MAX_PREMISES {
+        return Err(invalid(
+            "lease.targets",
+            format!("at most {MAX_PREMISES} targets"),
+        ));
+    }
+    for t in &l.targets {
+        grant = grant.on_target(name("lease.targets", t)?);
     }
     if l.revoked_ms != 0 {
         return Err(invalid(

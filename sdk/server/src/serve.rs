@@ -665,7 +665,12 @@ fn u128_ms(d: Duration) -> u128 {
 /// Let a call in only as a caller its credentials name ([`Callers::identify`]), before its
 /// message is decoded; the caller rides in the request's extensions to the service.
 fn authorize(callers: &Callers, mut req: Request<()>) -> Result<Request<()>, Status> {
-    let caller = identify(callers, &req)?;
+    let caller = identify(callers, &req).inspect_err(|status| {
+        tracing::warn!(
+            reason = status.message(),
+            "refused a call with no valid credential"
+        );
+    })?;
     req.extensions_mut().insert(caller);
     Ok(req)
 }

@@ -124,6 +124,7 @@ impl GateApi {
         if caller.is_admin() {
             return Ok(());
         }
+        tracing::warn!(caller = %caller.name, role = caller.role.as_str(), rpc, "refused: administration needs an admin caller");
         if !self.callers.has_admin() {
             return Err(Status::permission_denied(format!(
                 "{rpc}: administration over gRPC is off on this server; set [auth] \
@@ -153,13 +154,16 @@ impl GateApi {
         }
         let state = journal.state(key).map_err(|e| status::journal(&e))?;
         match state.first() {
-            Some(first) if !caller.proposed(first.by.as_deref()) => {
-                Err(Status::permission_denied(format!(
+            Some(first) if !caller.proposed(first.by.as_deref()) => Err(crate::callers::denied(
+                caller,
+                rpc,
+                key.as_str(),
+                format!(
                     "{rpc}: effect {key} was proposed by another caller; caller {} acts only \
                      on the effects it proposed (an admin caller may act on any)",
                     caller.name
-                )))
-            }
+                ),
+            )),
             _ => Ok(()),
         }
     }
@@ -414,6 +418,7 @@ impl GateService for GateApi {
             let state = journal.state(&key).map_err(|e| status::journal(&e))?;
             // Another caller's effect is answered as no effect: not even its existence shows.
             if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+                tracing::warn!(caller = %caller.name, rpc = "GetEffect", key = %key, "refused: another caller's effect");
                 return Err(not_found(&key));
             }
             Ok(Response::new(pb::GetEffectResponse {
@@ -519,6 +524,7 @@ impl GateService for GateApi {
                 return Err(not_found(&key));
             }
             if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+                tracing::warn!(caller = %caller.name, rpc = "Verify", key = %key, "refused: another caller's effect");
                 return Err(not_found(&key));
             }
             let records = match (r.ask_target, state.first()) {

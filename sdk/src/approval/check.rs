@@ -19,6 +19,8 @@ pub struct Against<'a> {
     pub key: &'a str,
     /// Who proposed the effect ([`crate::core::Proposed::by`]).
     pub proposer: Option<&'a str>,
+    /// The target the effect was proposed for ([`crate::core::Proposed::target`]).
+    pub target: Option<&'a str>,
     /// The payload to be sent.
     pub payload: &'a Value,
     /// The premises the effect was decided on.
@@ -48,6 +50,13 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     let own = grant.verdict(at.payload, at.now_ms);
     if own != LeaseVerdict::Live {
         return own;
+    }
+    if !at.target.is_some_and(|t| grant.covers_target(t)) && !grant.targets.is_empty() {
+        return dead(format!(
+            "lease {id} may be spent on {} only, not on {}",
+            grant.targets.join(", "),
+            at.target.unwrap_or("an effect of no known target")
+        ));
     }
     if let Some(bound) = grant.request().filter(|r| *r != at.key) {
         return dead(format!(

@@ -225,6 +225,7 @@ impl Bound {
                         directory: directory.as_deref(),
                         key: key.as_str(),
                         proposer: first.by.as_deref(),
+                        target: Some(first.target.as_str()),
                         payload: &first.payload,
                         premises: &first.premises,
                         route: routes.last(),

@@ -285,6 +285,7 @@ impl ApprovalActivities {
                     directory: Some(&dir),
                     key: &d.request.request_id,
                     proposer: None,
+                    target: None,
                     payload: &d.request.payload(),
                     premises: &d.premises,
                     route: routes.last(),
