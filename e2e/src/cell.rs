@@ -16,10 +16,10 @@ use serde_json::Value;
 
 /// The principal the Rust worker acts for (`INTERLOCK_PRINCIPAL`).
 pub const RUST_WORKER: &str = "rust-worker";
-/// The gate server's caller the Python worker is, by its token.
-pub const PYTHON_WORKER: &str = "python-worker";
-/// The variable holding the Python worker's token, in the gate server's environment.
-const GATE_TOKEN_VAR: &str = "INTERLOCK_E2E_WORKER_TOKEN";
+/// The subject of the Python worker's signed token.
+const PYTHON_WORKER_SUBJECT: &str = "python-worker";
+/// The gate server's caller the Python worker is, by its signed token (`jwt:` and its subject).
+pub const PYTHON_WORKER: &str = "jwt:python-worker";
 
 use e2e_worker::StepTimings;
 use e2e_worker::timeline::StepTimeline;
@@ -108,6 +108,8 @@ pub struct Env {
     pub work: PathBuf,
     /// The refund step's heartbeat timeout and retry interval, sent with every workflow.
     pub step: StepTimings,
+    /// The identity provider the gate server trusts for the Python worker's token.
+    pub idp: crate::idp::Idp,
 }
 
 impl Env {
@@ -170,16 +172,16 @@ impl Env {
             ),
             ("INTERLOCK_JOURNAL".to_owned(), self.journal_name.clone()),
             ("RUST_LOG".to_owned(), "info".to_owned()),
-            (GATE_TOKEN_VAR.to_owned(), self.gate_token()),
         ]
     }
 
-    /// The Python worker's own token at the gate server: made from the scratch directory's
-    /// name, so each run has its own.
+    /// The Python worker's token at the gate server: signed by the run's identity provider,
+    /// naming the worker and its two targets, live for six hours (a run's cells each start
+    /// their worker with a fresh one). Empty (refused by the server) if it cannot be made.
     fn gate_token(&self) -> String {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(self.work.display().to_string().as_bytes());
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        self.idp
+            .token(PYTHON_WORKER_SUBJECT, &["refunds", "refunds_t2"], 6 * 3_600)
+            .unwrap_or_default()
     }
 
     /// A gate server's configuration listening on `socket`, with targets `refunds` (tier 1) and
@@ -197,11 +199,16 @@ impl Env {
             q(&self.journal_name)?,
             q(&self.journal_schema)?,
         );
-        // The Python worker is a caller of its own, known by its token: what the journal
-        // records as the proposer of its effects, and what the cells' leases name.
+        // The Python worker is a caller of its own, vouched for by the run's identity provider
+        // with a signed token whose claims name it and its targets: what the journal records as
+        // the proposer of its effects, and what the cells' leases name.
+        let public = self.work.join("idp-public.pem");
+        std::fs::write(&public, self.idp.public_pem())?;
         cfg.push_str(&format!(
-            "\n[auth]\n[[auth.callers]]\nname = \"{PYTHON_WORKER}\"\ntoken_env = \"{GATE_TOKEN_VAR}\"\n\
-             targets = [\"refunds\", \"refunds_t2\"]\n"
+            "\n[auth.jwt]\nissuer = {}\naudience = {}\nalgorithm = \"EdDSA\"\npublic_key = {}\n",
+            q(crate::idp::ISSUER)?,
+            q(crate::idp::AUDIENCE)?,
+            q(&public.display().to_string())?,
         ));
         for (name, tier) in [("refunds", 1), ("refunds_t2", 2)] {
             cfg.push_str(&format!(

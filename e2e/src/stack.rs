@@ -182,6 +182,7 @@ pub fn start(o: &Options<'_>) -> anyhow::Result<(Env, Services)> {
         python_worker,
         work: o.work.to_owned(),
         step: e2e_worker::StepTimings::default(),
+        idp: crate::idp::Idp::new()?,
     };
     Ok((
         env,

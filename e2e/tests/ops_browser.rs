@@ -151,6 +151,8 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
         ("STRIPE_API_BASE", api.base_url.clone()),
         ("STRIPE_SECRET_KEY", "sk_test_local".to_owned()),
         ("INTERLOCK_STRIPE_TIER", "3".to_owned()),
+        // The worker's principal, journaled with each effect it proposes.
+        ("INTERLOCK_PRINCIPAL", "refund-worker".to_owned()),
     ];
     let run = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin(name));
@@ -272,6 +274,11 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
         link.click().await.unwrap();
         c.wait().for_element(Locator::Id("history")).await.unwrap();
         assert_eq!(text(&c, "status").await, "IN_FLIGHT");
+        let callers = text(&c, "callers").await;
+        assert!(
+            callers.starts_with("proposed by refund-worker; dispatched by refund-worker"),
+            "{callers}"
+        );
         assert!(c.find(Locator::Id("settle-form")).await.is_err(), "no settling in flight");
         let cookie = c
             .get_named_cookie("interlock_ops_session")
@@ -304,6 +311,9 @@ fn an_operator_settles_a_killed_tier_3_refund_in_the_browser_and_only_when_nothi
             c.wait().for_element(Locator::Id("done")).await.unwrap();
             assert!(text(&c, "done").await.contains("Recovery ran"));
         }
+        // The recovery's claim is journaled as the signed-in operator's.
+        let callers = text(&c, "callers").await;
+        assert!(callers.contains("claimed by olga"), "{callers}");
 
         // The dead worker's send could still land: settling is refused, whatever was found.
         let note = text(&c, "settle-note").await;

@@ -245,6 +245,12 @@ pub const LIMITED_SCOPE: &str =
 pub const SPENDERS_SCOPE: &str =
     "(a lease that names who may spend it: read it with a release that knows spenders) ";
 
+/// How the `scope` column of a lease that names the targets it may be spent on begins (with its
+/// spenders too, if it names any): not [`SPENDERS_SCOPE`], so no reader that knows spenders but
+/// not targets reads it and lets it be spent on any target.
+pub const TARGETS_SCOPE: &str =
+    "(a lease that names where it may be spent: read it with a release that knows targets) ";
+
 /// The cap a signed approval is stored with, on a field no payload has: a reader that does not
 /// know the `approval` column (a worker of the previous release, after the journal's schema was
 /// upgraded under it) sees a lease that allows nothing, never an unlimited one.
@@ -300,10 +306,12 @@ impl StoredGrant {
             if grant.limit().limits() {
                 all["limit"] = limit_json(grant);
             }
-            format!(
-                "{SPENDERS_SCOPE}{}",
-                serde_json::to_string(&all).map_err(invalid)?
-            )
+            let prefix = if grant.targets.is_empty() {
+                SPENDERS_SCOPE
+            } else {
+                TARGETS_SCOPE
+            };
+            format!("{prefix}{}", serde_json::to_string(&all).map_err(invalid)?)
         } else if grant.limit().limits() {
             let both = serde_json::json!({ "scope": grant.scope, "limit": limit_json(grant) });
             format!(
@@ -345,7 +353,11 @@ impl StoredGrant {
         let (scope, (uses, total)): (serde_json::Map<String, Value>, Limit) =
             if self.approval.is_some() {
                 (serde_json::Map::new(), (None, None))
-            } else if let Some(all) = self.scope.strip_prefix(SPENDERS_SCOPE) {
+            } else if let Some(all) = self
+                .scope
+                .strip_prefix(SPENDERS_SCOPE)
+                .or_else(|| self.scope.strip_prefix(TARGETS_SCOPE))
+            {
                 let v: Value =
                     serde_json::from_str(all).map_err(|e| unreadable(format!("scope: {e}")))?;
                 // A part this release does not know could only be under-enforced: unreadable.
@@ -360,15 +372,19 @@ impl StoredGrant {
                     .and_then(Value::as_object)
                     .cloned()
                     .ok_or_else(|| unreadable(format!("scope: {v}")))?;
+                // A part left out names nothing; one that is there must be a list of names.
                 let names = |key: &str| -> Result<Vec<String>, LeaseError> {
-                    v.get(key)
-                        .and_then(Value::as_array)
-                        .and_then(|a| {
-                            a.iter()
-                                .map(|p| p.as_str().map(str::to_owned))
-                                .collect::<Option<Vec<_>>>()
-                        })
-                        .ok_or_else(|| unreadable(format!("{key}: {v}")))
+                    match v.get(key) {
+                        None => Ok(Vec::new()),
+                        Some(list) => list
+                            .as_array()
+                            .and_then(|a| {
+                                a.iter()
+                                    .map(|p| p.as_str().map(str::to_owned))
+                                    .collect::<Option<Vec<_>>>()
+                            })
+                            .ok_or_else(|| unreadable(format!("{key}: {v}"))),
+                    }
                 };
                 spenders = names("spenders")?;
                 targets = names("targets")?;
@@ -756,7 +772,8 @@ mod tests {
         // A lease naming targets alone round-trips the same way, and says where it holds.
         let on = grant().unlimited().on_target("refunds");
         let stored = StoredGrant::of(&on).unwrap();
-        assert!(stored.scope.starts_with(SPENDERS_SCOPE));
+        // Under a prefix of its own: a reader that knows spenders but not targets fails on it.
+        assert!(stored.scope.starts_with(TARGETS_SCOPE));
         assert_eq!(stored.clone().into_grant().unwrap(), on);
         assert!(on.covers_target("refunds") && !on.covers_target("payouts"));
         // A part a later release adds is not ignored here: the lease is unreadable.

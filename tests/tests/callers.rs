@@ -157,7 +157,7 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
         .await,
         "bob verifying alice's effect",
     );
-    denied(
+    absent(
         bob.recover(pb::RecoverRequest {
             target: "refunds".into(),
             key: key(),
@@ -193,6 +193,17 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
         }
     }
     assert_eq!(seen, ["bob-refund"], "bob lists his own effects only");
+    // Nor may he say where a page starts: a token he made himself is refused.
+    let made = bob
+        .list_effects(pb::ListEffectsRequest {
+            page_size: 1,
+            page_token: format!("k1.{}", hex("alice-refund")),
+        })
+        .await;
+    assert!(
+        matches!(&made, Err(s) if s.code() == Code::InvalidArgument),
+        "a page token bob made: {made:?}"
+    );
 
     // Carol's token is valid, for another target only.
     let mut carol = grpc::client(&server.address, Some(CAROL)).await?;
@@ -575,7 +586,7 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
         &interlock::Grant::new("lease-1", "ana@support", 0)
             .scope("payment_intent", "pi_1")
             .unlimited()
-            .spender("refund-bot"),
+            .spender("jwt:refund-bot"),
     )?;
 
     // The identity provider's token for refund-bot, allowed the refunds target.
@@ -591,8 +602,8 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
         "the token's caller spends the lease naming it: {kind:?}"
     );
     let (by, dispatched) = journaled_callers(server.journal.as_ref(), "bot-refund")?;
-    assert_eq!(by.as_deref(), Some("refund-bot"));
-    assert_eq!(dispatched, vec![Some("refund-bot".to_owned())]);
+    assert_eq!(by.as_deref(), Some("jwt:refund-bot"));
+    assert_eq!(dispatched, vec![Some("jwt:refund-bot".to_owned())]);
 
     // Its claims bound it: another target is refused.
     let narrow = token(
@@ -605,9 +616,9 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
         "a token for another target deciding on refunds",
     );
 
-    // Tokens that must not pass: expired, for another audience, by another issuer, signed by
-    // another key, unsigned, signed with the public key as an HMAC secret, naming a caller
-    // this server knows by another credential, claiming a role that is not one.
+    // Tokens that must not pass: expired, living longer than the server allows, for another
+    // audience, by another issuer, signed by another key, unsigned, signed with the public key
+    // as an HMAC secret, claiming a role that is not one.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
@@ -666,14 +677,9 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
             "InvalidAlgorithm",
         ),
         (
-            "for a configured caller",
-            token(&idp, serde_json::json!({"sub": "alice"}))?,
-            "another credential",
-        ),
-        (
-            "for the admin",
-            token(&idp, serde_json::json!({"sub": "admin"}))?,
-            "another credential",
+            "living two days",
+            token(&idp, claims(serde_json::json!({"exp": now + 2 * 86_400})))?,
+            "lives longer",
         ),
         (
             "with no role",
@@ -689,6 +695,33 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
             why,
         );
     }
+    // A token naming a configured caller's name is a caller of its own, `jwt:alice`: alice's
+    // effects are not its.
+    let mut alice = grpc::client(&server.address, Some(ALICE)).await?;
+    interlock::LeaseAdmin::grant_lease(
+        server.journal.as_ref(),
+        &interlock::Grant::new("lease-a", "ana@support", 0)
+            .scope("payment_intent", "pi_1")
+            .unlimited(),
+    )?;
+    let effect = decide(&mut alice, "alice-own", "pi_1", "lease-a").await?;
+    submit(&mut alice, effect.clone()).await?;
+    let posing = token(
+        &idp,
+        serde_json::json!({"sub": "alice", "interlock_targets": "*"}),
+    )?;
+    let mut c = grpc::client(&server.address, Some(&posing)).await?;
+    absent(
+        c.get_effect(pb::GetEffectRequest {
+            key: "alice-own".into(),
+        })
+        .await,
+        "a token whose subject is alice reading alice's effect",
+    );
+    denied(
+        submit(&mut c, effect).await,
+        "a token whose subject is alice submitting alice's effect",
+    );
     // A token with the admin role administers.
     let admin = token(
         &idp,
@@ -699,7 +732,7 @@ async fn a_signed_token_is_the_caller_its_claims_name_and_no_other_token_passes(
         .list_leases(pb::ListLeasesRequest::default())
         .await?
         .into_inner();
-    assert_eq!(leases.leases.len(), 1);
-    assert_eq!(server.sim.refunds("pi_1").len(), 1);
+    assert_eq!(leases.leases.len(), 2);
+    assert_eq!(server.sim.refunds("pi_1").len(), 2);
     server.stop().await
 }

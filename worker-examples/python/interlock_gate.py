@@ -69,6 +69,7 @@ REFUSAL: dict[int, str] = {
     10: "target_conflict",
     11: "lease_spent",
     12: "budget",
+    13: "lease_caller",
 }
 
 # gRPC codes after which a Submit may have reached the server and gone on there.

@@ -74,6 +74,8 @@ impl Recover for ByGate {
         )
         .map_err(|e| e.to_string())?
         .with_attempt(format!("ops-page:{operator}"))
+        // The operator signed in with their own key: the verified caller of this recovery.
+        .with_caller(operator)
         .with_approvers(directory)
         .map_err(|e| e.to_string())?;
         let bound = self.stripe.bind(&gate).map_err(|e| e.to_string())?;

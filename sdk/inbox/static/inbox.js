@@ -12,6 +12,7 @@ const inbox = (() => {
     open.onupgradeneeded = () => open.result.createObjectStore('keys');
     open.onsuccess = () => ok(open.result);
     open.onerror = () => fail(open.error);
+    open.onblocked = () => fail(new Error('the key store is held by another tab of this page: close it and try again'));
   });
   const inStore = async (mode, act) => {
     const d = await db();

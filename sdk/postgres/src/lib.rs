@@ -41,4 +41,4 @@ mod uses;
 
 pub use journal::{PgJournal, PgOptions};
 pub use liveness::SILENT_HOLDER_KEPT;
-pub use named::{Opened, is_server, open_named, shown};
+pub use named::{Opened, PRINCIPAL_VAR, is_server, open_named, shown};

@@ -36,21 +36,32 @@ pub fn is_server(name: &str) -> bool {
     name.starts_with("postgres://") || name.starts_with("postgresql://")
 }
 
+/// The variable naming the principal a process acts for: journaled as the proposer of the
+/// effects its gates propose and the caller of the claims they take, and who the leases that
+/// name their spenders are judged for (a gate server's callers are its own, whatever it says).
+pub const PRINCIPAL_VAR: &str = "INTERLOCK_PRINCIPAL";
+
 /// Open the journal `name` (a path, or a `postgres://` URL with `opts`), creating it if missing.
+/// The gate configuration it comes with acts for [`PRINCIPAL_VAR`]'s principal, when it is set.
 pub fn open_named(
     name: &str,
     clock: Arc<dyn Clock>,
     opts: &PgOptions,
 ) -> Result<Opened, JournalError> {
-    if is_server(name) {
-        Ok(Opened {
-            store: Arc::new(PgJournal::open(name, clock, opts)?),
-            config: GateConfig::shared_builder(),
-        })
+    let (store, config): (Arc<dyn JournalStore>, GateConfigBuilder) = if is_server(name) {
+        (
+            Arc::new(PgJournal::open(name, clock, opts)?),
+            GateConfig::shared_builder(),
+        )
     } else {
-        Ok(Opened {
-            store: Arc::new(SqliteJournal::open(name, clock)?),
-            config: GateConfig::builder(name),
-        })
-    }
+        (
+            Arc::new(SqliteJournal::open(name, clock)?),
+            GateConfig::builder(name),
+        )
+    };
+    let config = match std::env::var(PRINCIPAL_VAR) {
+        Ok(p) if !p.trim().is_empty() => config.principal(p.trim()),
+        _ => config,
+    };
+    Ok(Opened { store, config })
 }

@@ -181,17 +181,6 @@ impl Callers {
         self
     }
 
-    /// The names of the callers known by a static credential, and the server's own.
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = [SHARED_WORKER, ADMIN, UNAUTHENTICATED]
-            .iter()
-            .map(|n| (*n).to_owned())
-            .collect();
-        names.extend(self.tokens.iter().map(|(_, c)| c.name.to_string()));
-        names.extend(self.subjects.iter().map(|(_, c)| c.name.to_string()));
-        names
-    }
-
     /// Add the credentials of `admin`, keeping whether a call with none is let in: the admin
     /// token alone does not close a server that asks workers for nothing.
     pub fn admin_token(mut self, token: impl Into<Arc<str>>) -> Self {

@@ -140,6 +140,10 @@ pub struct JwtConfig {
     /// Seconds of clock difference allowed on `exp` and `nbf` (default 30).
     #[serde(default = "default_leeway")]
     pub leeway_s: u64,
+    /// The longest a token may live, from now to its `exp`, in seconds (default a day): a token
+    /// cannot be revoked before it lapses.
+    #[serde(default = "default_max_lifetime")]
+    pub max_lifetime_s: u64,
     /// The claim naming the role (default `interlock_role`: `worker`, `reader` or `admin`;
     /// absent: `worker`).
     #[serde(default = "default_role_claim")]
@@ -152,6 +156,10 @@ pub struct JwtConfig {
 
 fn default_leeway() -> u64 {
     30
+}
+
+fn default_max_lifetime() -> u64 {
+    crate::jwt::DEFAULT_MAX_LIFETIME_S
 }
 
 fn default_role_claim() -> String {
@@ -368,6 +376,17 @@ impl ServerConfig {
         let mut subjects = std::collections::BTreeSet::new();
         for (i, c) in auth.callers.iter().enumerate() {
             let field = |f: &str| format!("auth.callers[{i}].{f}");
+            if c.name.starts_with(crate::jwt::PREFIX) {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "{} begins with {}, which names the callers signed tokens vouch for: \
+                         name it otherwise",
+                        c.name,
+                        crate::jwt::PREFIX
+                    ),
+                ));
+            }
             if !crate::callers::valid_name(&c.name) {
                 return Err(invalid(
                     field("name"),

@@ -1,10 +1,9 @@
-//! Signed tokens: a caller the team's identity provider vouches for, with what it may do in the
-//! token's claims, so that adding a worker or narrowing its targets needs no change to the gate
+//! Signed tokens: a caller the team's identity provider vouches for (named `jwt:` and its
+//! subject), with what it may do in the token's claims, so that adding a worker or narrowing its targets needs no change to the gate
 //! server's file. The signature, the issuer, the audience and the lifetime are checked by the
 //! `jsonwebtoken` crate against the public key the configuration names; only asymmetric
 //! algorithms are accepted (a shared secret would let whoever can check a token mint one).
 
-use std::collections::BTreeSet;
 use std::str::FromStr;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -32,14 +31,21 @@ impl Default for Claims {
     }
 }
 
+/// What the name of a caller a token vouches for begins with: no other caller's name does, so a
+/// token's subject can never be a caller configured by another credential, an in-process
+/// worker's principal, or one removed from the configuration whose effects are journaled.
+pub const PREFIX: &str = "jwt:";
+
+/// The longest a token may live by default (from now to its `exp`): a token cannot be revoked
+/// before it lapses.
+pub const DEFAULT_MAX_LIFETIME_S: u64 = 86_400;
+
 /// Checks tokens signed by one identity provider's key.
 pub struct JwtVerifier {
     key: DecodingKey,
     validation: Validation,
     claims: Claims,
-    /// Names a token's subject may not take: the callers this server knows by another
-    /// credential, and its own.
-    taken: BTreeSet<String>,
+    max_lifetime_s: u64,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -98,13 +104,13 @@ impl JwtVerifier {
             key,
             validation,
             claims,
-            taken: BTreeSet::new(),
+            max_lifetime_s: DEFAULT_MAX_LIFETIME_S,
         })
     }
 
-    /// The same verifier, refusing subjects named `names`.
-    pub fn taking(mut self, names: impl IntoIterator<Item = String>) -> Self {
-        self.taken.extend(names);
+    /// The same verifier, refusing tokens that live more than `secs` from now to their `exp`.
+    pub fn max_lifetime(mut self, secs: u64) -> Self {
+        self.max_lifetime_s = secs;
         self
     }
 
@@ -133,10 +139,18 @@ impl JwtVerifier {
                     "its subject is not a caller name (1 to 128 letters, digits, - _ . @ :)".into(),
                 )
             })?;
-        if self.taken.contains(sub) {
-            return Err(refused(format!(
-                "its subject {sub} is a caller this server knows by another credential"
-            )));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match claims.get("exp").and_then(Value::as_u64) {
+            Some(exp) if exp.saturating_sub(now) <= self.max_lifetime_s => {}
+            _ => {
+                return Err(refused(format!(
+                    "it lives longer than this server allows ({} s from now to its exp): ask the \
+                     identity provider for a shorter-lived one",
+                    self.max_lifetime_s
+                )));
+            }
         }
         let role = match claims.get(&self.claims.role) {
             None => Role::Worker,
@@ -152,7 +166,7 @@ impl JwtVerifier {
                 }
             },
         };
-        let caller = Caller::new(sub, role);
+        let caller = Caller::new(format!("{PREFIX}{sub}"), role);
         Ok(match claims.get(&self.claims.targets) {
             Some(Value::String(all)) if all == "*" => caller,
             None => caller.only(Vec::<String>::new()),

@@ -13,6 +13,9 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// Names a sealed token's layout.
 const SEALED: &str = "s1.";
 
+/// What a sealed key is padded to: its length's byte, then the longest key there may be.
+const PADDED: usize = 1 + interlock::effect::MAX_KEY_LEN;
+
 /// Seals the keys a worker's page token carries.
 pub(crate) struct Sealer {
     key: LessSafeKey,
@@ -29,11 +32,16 @@ impl Sealer {
         Some(Self { key, rng })
     }
 
-    /// The sealed token that resumes after `key`; `None` if no nonce could be drawn.
+    /// The sealed token that resumes after `key`; `None` if no nonce could be drawn. Every
+    /// sealed token is as long as every other: the key is padded to the longest a key may be.
     pub(crate) fn seal(&self, key: &str) -> Option<String> {
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).ok()?;
-        let mut data = key.as_bytes().to_vec();
+        let len = u8::try_from(key.len()).ok()?;
+        let mut data = Vec::with_capacity(PADDED);
+        data.push(len);
+        data.extend_from_slice(key.as_bytes());
+        data.resize(PADDED, 0);
         self.key
             .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut data)
             .ok()?;
@@ -45,11 +53,11 @@ impl Sealer {
         Some(out)
     }
 
-    /// The key a token resumes after, sealed or plain; `None` when it is neither, made here.
+    /// The key a sealed token resumes after; `None` when it is not one sealed here. A plain
+    /// token is refused: a caller that may not read every key must not choose where a page
+    /// starts, or it could tell, page by page, where other callers' keys lie.
     pub(crate) fn open(&self, token: &str) -> Option<EffectKey> {
-        let Some(hex) = token.strip_prefix(SEALED) else {
-            return decode(token);
-        };
+        let hex = token.strip_prefix(SEALED)?;
         let mut bytes = unhex(hex.as_bytes())?;
         if bytes.len() < NONCE_LEN {
             return None;
@@ -57,7 +65,17 @@ impl Sealer {
         let nonce = Nonce::try_assume_unique_for_key(bytes.get(..NONCE_LEN)?).ok()?;
         let sealed = bytes.get_mut(NONCE_LEN..)?;
         let plain = self.key.open_in_place(nonce, Aad::empty(), sealed).ok()?;
-        EffectKey::fixed(String::from_utf8(plain.to_vec()).ok()?).ok()
+        let (len, rest) = plain.split_first()?;
+        let key = rest.get(..usize::from(*len))?;
+        EffectKey::fixed(String::from_utf8(key.to_vec()).ok()?).ok()
+    }
+
+    /// The key a token resumes after: sealed, or (for a caller that reads every key) plain.
+    pub(crate) fn open_any(&self, token: &str) -> Option<EffectKey> {
+        match token.strip_prefix(SEALED) {
+            Some(_) => self.open(token),
+            None => decode(token),
+        }
     }
 }
 
@@ -142,8 +160,13 @@ mod tests {
         }
         assert!(here.open(&String::from_utf8(flipped).unwrap()).is_none());
         assert!(here.open("s1.").is_none() && here.open("s1.00").is_none());
+        // Every sealed token is as long as every other, whatever its key.
+        assert_eq!(here.seal("a").unwrap().len(), token.len());
+        assert_eq!(here.seal(&"k".repeat(255)).unwrap().len(), token.len());
+        // A plain token is refused where a sealed one is due, and taken where either may be.
+        assert!(here.open(&encode("a")).is_none());
         assert_eq!(
-            here.open(&encode("a")).as_ref().map(EffectKey::as_str),
+            here.open_any(&encode("a")).as_ref().map(EffectKey::as_str),
             Some("a")
         );
     }

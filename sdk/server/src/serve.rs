@@ -310,9 +310,8 @@ impl Server {
     }
 
     /// Require a credential on every gate call, and let a signed token `verifier` accepts in as
-    /// the caller its claims name (its subject may not be a caller known by another credential).
+    /// the caller its claims name (`jwt:` and its subject, a name no other caller has).
     pub fn jwt(mut self, verifier: crate::jwt::JwtVerifier) -> Self {
-        let verifier = verifier.taking(self.callers.names());
         self.callers = self.callers.jwt(verifier);
         self
     }
@@ -441,7 +440,6 @@ impl Server {
                     (None, None) => server,
                 };
             }
-            // Last, so that no token's subject may take a name given above.
             if let Some(j) = &auth.jwt {
                 let pem = std::fs::read(&j.public_key).map_err(|source| ServeError::Tls {
                     path: j.public_key.clone(),
@@ -459,7 +457,8 @@ impl Server {
                     j.leeway_s,
                     claims,
                 )
-                .map_err(ServeError::Jwt)?;
+                .map_err(ServeError::Jwt)?
+                .max_lifetime(j.max_lifetime_s);
                 server = server.jwt(verifier);
             }
         }

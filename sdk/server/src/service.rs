@@ -140,9 +140,11 @@ impl GateApi {
         )))
     }
 
-    /// `PERMISSION_DENIED` unless `caller` may act on effect `key` (submit it again, recover
-    /// it) when it is in the journal: its proposer, or an admin. A reader reads every effect
-    /// but acts only on its own: continuing another's effect would spend its proposer's lease.
+    /// Unless `caller` may act on effect `key` (submit it again, recover it) when it is in the
+    /// journal — its proposer, or an admin — `PERMISSION_DENIED` for a `Submit` (a key that is
+    /// taken must say so, or the caller would take its own effect for lost) and `NOT_FOUND` for
+    /// a `Recover`, as for a read. A reader reads every effect but acts only on its own:
+    /// continuing another's effect would spend its proposer's lease.
     fn check_actor(
         journal: &dyn JournalStore,
         caller: &Caller,
@@ -154,12 +156,16 @@ impl GateApi {
         }
         let state = journal.state(key).map_err(|e| status::journal(&e))?;
         match state.first() {
+            Some(first) if !caller.proposed(first.by.as_deref()) && rpc == "Recover" => {
+                tracing::warn!(caller = %caller.name, rpc, key = %key, "refused: another caller's effect");
+                Err(not_found(key))
+            }
             Some(first) if !caller.proposed(first.by.as_deref()) => Err(crate::callers::denied(
                 caller,
                 rpc,
                 key.as_str(),
                 format!(
-                    "{rpc}: effect {key} was proposed by another caller; caller {} acts only \
+                    "{rpc}: key {key} is taken by another caller's effect; caller {} acts only \
                      on the effects it proposed (an admin caller may act on any)",
                     caller.name
                 ),
@@ -458,9 +464,11 @@ impl GateService for GateApi {
         let after = if r.page_token.is_empty() {
             None
         } else {
-            let opened = match &self.sealer {
-                Some(sealer) => sealer.open(&r.page_token),
-                None => crate::page_token::decode(&r.page_token),
+            let opened = match (&self.sealer, caller.reads_all()) {
+                (Some(sealer), true) => sealer.open_any(&r.page_token),
+                (Some(sealer), false) => sealer.open(&r.page_token),
+                (None, true) => crate::page_token::decode(&r.page_token),
+                (None, false) => None,
             };
             Some(opened.ok_or_else(|| {
                 Status::invalid_argument(

@@ -2,8 +2,9 @@
 //! escalation chain — which group holds a request at each level, and for how long. The gate
 //! checks every signed approval against the directory it was given, at send and at recovery: a
 //! worker started with an approver removed (or their key replaced) sends nothing more under
-//! their approvals. A running worker keeps the directory it started with; to stop an approver's
-//! outstanding approvals everywhere at once, revoke their leases in the journal.
+//! their approvals. A gate given the directory's file reads it again whenever it changes
+//! ([`super::DirectoryFile`]); one given a directory in code keeps it, and revoking the
+//! approver's leases in the journal stops their approvals there at once.
 
 use std::collections::BTreeMap;
 

@@ -35,9 +35,11 @@ struct Stamp {
     ctime_ns: i128,
 }
 
+/// The file's stamp, read through a handle opened now: on a network file system an open
+/// revalidates the file's attributes, where a `stat` by name may be answered from a cache.
 fn stamp(path: &Path) -> std::io::Result<Stamp> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path)?;
+    let m = std::fs::File::open(path)?.metadata()?;
     let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
     Ok(Stamp {
         dev: m.dev(),

@@ -235,7 +235,7 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
 /// Who acted on the effect, as the process that journaled each step verified them: the
 /// proposer, and the caller of every attempt that dispatched or took over its claim. Neither
 /// holds nor fails: the lease's verdict on the proposer is the authority column's.
-fn callers(history: &[Record]) -> Column {
+pub fn callers(history: &[Record]) -> Column {
     let name = |c: Option<&String>| c.map_or("no principal".to_owned(), Clone::clone);
     let mut steps = Vec::new();
     for r in history {

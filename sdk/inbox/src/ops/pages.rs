@@ -293,6 +293,8 @@ struct EffectPage {
     grant: String,
     premises: Vec<(String, String, String, bool)>,
     records: Vec<RecordView>,
+    /// Who proposed it and the caller of each dispatch and takeover, as journaled.
+    callers: String,
     settled_by: Option<String>,
     can_recover: bool,
     recover_note: String,
@@ -461,6 +463,7 @@ async fn effect_page(
             })
             .collect(),
         settled_by: settled_by(&records),
+        callers: interlock::verify::callers(&records).detail,
         can_recover,
         recover_note,
         ambiguous,
