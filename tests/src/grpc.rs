@@ -275,15 +275,7 @@ pub async fn client(address: &str, token: Option<&str>) -> anyhow::Result<Client
 
 /// Connect to `address` over TLS, trusting `ca` (PEM) for the name `localhost`.
 pub async fn tls_client(address: &str, ca: &[u8]) -> anyhow::Result<Client> {
-    let tls = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-        .domain_name("localhost");
-    let channel = tonic::transport::Endpoint::try_from(format!("https://{address}"))?
-        .tls_config(tls)?
-        .connect()
-        .await
-        .map_err(|e| anyhow::anyhow!("TLS connection to {address}: {e:?}"))?;
-    Ok(GateServiceClient::with_interceptor(channel, Bearer(None)))
+    tls_connect(address, ca, None).await
 }
 
 /// Connect to `address` over TLS, trusting `ca` (PEM) for the name `localhost`, presenting the
@@ -294,10 +286,25 @@ pub async fn mtls_client(
     cert: &[u8],
     key: &[u8],
 ) -> anyhow::Result<Client> {
-    let tls = tonic::transport::ClientTlsConfig::new()
+    tls_connect(
+        address,
+        ca,
+        Some(tonic::transport::Identity::from_pem(cert, key)),
+    )
+    .await
+}
+
+async fn tls_connect(
+    address: &str,
+    ca: &[u8],
+    identity: Option<tonic::transport::Identity>,
+) -> anyhow::Result<Client> {
+    let mut tls = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-        .identity(tonic::transport::Identity::from_pem(cert, key))
         .domain_name("localhost");
+    if let Some(id) = identity {
+        tls = tls.identity(id);
+    }
     let channel = tonic::transport::Endpoint::try_from(format!("https://{address}"))?
         .tls_config(tls)?
         .connect()

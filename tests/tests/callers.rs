@@ -92,6 +92,28 @@ fn absent<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str) {
     }
 }
 
+/// A server with [`callers`], payment `pi_1`, and a standing lease `lease-1` on it granted over
+/// gRPC naming `spenders` (none: anyone); the admin's client.
+async fn four_callers(spenders: &[&str]) -> anyhow::Result<(grpc::Running, Client)> {
+    let server = grpc::start(
+        Options {
+            callers: callers(),
+            ..Options::default()
+        },
+        None,
+    )
+    .await?;
+    server.sim.add_payment("pi_1", 10_000);
+    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
+    let mut lease = grpc::lease_for("pi_1");
+    if let Some(l) = lease.lease.as_mut() {
+        l.unlimited = true;
+        l.spenders = spenders.iter().map(|s| (*s).to_owned()).collect();
+    }
+    admin.grant_lease(lease).await?;
+    Ok((server, admin))
+}
+
 /// Who the journal says proposed `key`, and the caller of each of its dispatches.
 fn journaled_callers(
     journal: &dyn Journal,
@@ -113,21 +135,7 @@ fn journaled_callers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_own_effects()
 -> anyhow::Result<()> {
-    let server = grpc::start(
-        Options {
-            callers: callers(),
-            ..Options::default()
-        },
-        None,
-    )
-    .await?;
-    server.sim.add_payment("pi_1", 10_000);
-    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
-    let mut lease = grpc::lease_for("pi_1");
-    if let Some(l) = lease.lease.as_mut() {
-        l.unlimited = true;
-    }
-    admin.grant_lease(lease).await?;
+    let (server, _admin) = four_callers(&[]).await?;
 
     let mut alice = grpc::client(&server.address, Some(ALICE)).await?;
     let effect = decide(&mut alice, "alice-refund", "pi_1", "lease-1").await?;
@@ -252,22 +260,7 @@ async fn a_caller_uses_only_its_targets_and_reads_recovers_and_submits_only_its_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_names_its_spenders_refuses_any_other_caller_with_its_own_code()
 -> anyhow::Result<()> {
-    let server = grpc::start(
-        Options {
-            callers: callers(),
-            ..Options::default()
-        },
-        None,
-    )
-    .await?;
-    server.sim.add_payment("pi_1", 10_000);
-    let mut admin = grpc::client(&server.address, Some(grpc::ADMIN)).await?;
-    let mut lease = grpc::lease_for("pi_1");
-    if let Some(l) = lease.lease.as_mut() {
-        l.unlimited = true;
-        l.spenders = vec!["alice".into()];
-    }
-    admin.grant_lease(lease).await?;
+    let (server, mut admin) = four_callers(&["alice"]).await?;
     let listed = admin
         .list_leases(pb::ListLeasesRequest::default())
         .await?
