@@ -435,3 +435,60 @@ fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next
     assert!(shop_db.pending(0, 10).unwrap().is_empty());
     assert_eq!(credit(&shop).unwrap(), AMOUNT);
 }
+
+/// A gate over the shop `shop` on the journal at `journal_path`, its lease granted now unless
+/// the journal holds it.
+fn gate_on(shop: &std::path::Path, journal_path: &std::path::Path) -> interlock::Bound {
+    use interlock::LeaseStore as _;
+    let journal = Arc::new(SqliteJournal::open(journal_path, Arc::new(SystemClock)).unwrap());
+    if journal.describe(LEASE).unwrap().is_none() {
+        journal
+            .grant_lease(
+                &Grant::new(LEASE, "ops", interlock::Clock::now_ms(&SystemClock)).unlimited(),
+            )
+            .unwrap();
+    }
+    let gate = Gate::new(
+        journal.clone(),
+        journal,
+        Arc::new(SystemClock),
+        GateConfig::beside(journal_path),
+    )
+    .unwrap();
+    let db = SqliteDb::open(shop, Policy::default()).unwrap();
+    gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap()
+}
+
+#[test]
+fn another_plan_under_a_taken_key_is_refused_as_a_conflict_never_answered_committed() {
+    // Two journals on one shop: A commits its plan under the key; B, knowing nothing of it,
+    // submits another plan under the same key. B's plan never ran: its caller must not be told
+    // it committed (found by the lookup of A's marker).
+    let (dir, shop, journal_a, _) = shop_and_journal();
+    let key = EffectKey::derive(&["cancel", "order-1"]);
+    let a = gate_on(&shop, &journal_a);
+    let first = Effect::new(
+        key.clone(),
+        &db_shop::cancel_and_credit(0).unwrap().to_payload(),
+        LEASE,
+    )
+    .unwrap();
+    assert!(matches!(
+        a.submit(&first).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let b = gate_on(&shop, &dir.path().join("journal-b.db"));
+    let other = interlock_db::Plan::new(vec![interlock_db::Statement {
+        name: "credit_customer".into(),
+        sql: "UPDATE customers SET credit = credit + 777 WHERE id = 10".into(),
+        params: Default::default(),
+    }])
+    .unwrap();
+    let second = Effect::new(key, &other.to_payload(), LEASE).unwrap();
+    let out = b.submit(&second).unwrap();
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == interlock::core::RefusalCode::TargetConflict),
+        "another plan under the key: {out:?}"
+    );
+    assert_eq!(credit(&shop).unwrap(), AMOUNT, "only A's plan ran");
+}

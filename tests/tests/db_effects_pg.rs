@@ -145,11 +145,22 @@ fn on_postgres_the_triggers_measure_the_audit_row_the_sql_never_names_and_the_pl
         vec![EffectKey::derive(&["once"]).as_str().to_owned()]
     );
     assert_eq!(
-        db.lookup(&EffectKey::derive(&["once"]), &Value::Null),
+        db.lookup(&EffectKey::derive(&["once"]), &plan.to_payload()),
         LookupAnswer::Found(first)
     );
+    // The key's marker is this plan's: asked for another, the lookup does not find it.
     assert_eq!(
-        db.lookup(&EffectKey::derive(&["never"]), &Value::Null),
+        db.lookup(
+            &EffectKey::derive(&["once"]),
+            &cancel_and_credit().to_payload()
+        ),
+        LookupAnswer::NotFound
+    );
+    assert_eq!(
+        db.lookup(
+            &EffectKey::derive(&["never"]),
+            &cancel_and_credit().to_payload()
+        ),
         LookupAnswer::NotFound
     );
 }
@@ -282,12 +293,15 @@ fn on_postgres_a_lookup_while_a_frozen_stage_holds_the_key_is_unknown_never_abse
         )
         .unwrap();
     assert!(matches!(
-        db.lookup(&key, &Value::Null),
+        db.lookup(&key, &cancel_and_credit().to_payload()),
         LookupAnswer::Unknown(_)
     ));
     drop(frozen); // its session ends, and the lock with it
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::NotFound
+    );
 }
 
 #[test]
@@ -355,19 +369,23 @@ fn on_postgres_a_plan_that_releases_the_keys_lock_still_keeps_every_lookup_of_th
         ),
     ])
     .unwrap();
+    let unlock_payload = unlock.to_payload();
     let staging = {
         let db = db.clone();
         std::thread::spawn(move || send(&db, "unlock", &unlock))
     };
     std::thread::sleep(Duration::from_millis(700));
     assert!(
-        matches!(looker.lookup(&key, &Value::Null), LookupAnswer::Unknown(_)),
+        matches!(
+            looker.lookup(&key, &unlock_payload),
+            LookupAnswer::Unknown(_)
+        ),
         "a lookup while the stage is open must wait, not answer"
     );
     assert!(matches!(staging.join().unwrap(), SendAnswer::Done(_)));
     assert_eq!(credit(&mut client, 10), 2);
     assert!(matches!(
-        looker.lookup(&key, &Value::Null),
+        looker.lookup(&key, &unlock_payload),
         LookupAnswer::Found(_)
     ));
 }
@@ -591,7 +609,10 @@ fn on_postgres_a_lease_that_lapsed_before_the_commit_rolls_the_stage_back() {
         "{answer:?}"
     );
     assert_eq!(credit(&mut client, 10), 0);
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::NotFound
+    );
 }
 
 #[test]
@@ -660,7 +681,10 @@ fn on_postgres_a_worker_killed_mid_stage_leaves_a_transaction_that_holds_the_key
         .unwrap()
         .lookup_wait(Duration::from_millis(300));
     assert!(
-        matches!(looker.lookup(&key, &Value::Null), LookupAnswer::Unknown(_)),
+        matches!(
+            looker.lookup(&key, &cancel_and_credit().to_payload()),
+            LookupAnswer::Unknown(_)
+        ),
         "a lookup while the dead worker's transaction is open must answer unknown"
     );
     assert_eq!(
@@ -698,7 +722,7 @@ fn on_postgres_a_worker_killed_mid_stage_leaves_a_transaction_that_holds_the_key
     );
     assert_eq!(credit(&mut client, 10), 500, "credited once");
     assert!(matches!(
-        looker.lookup(&key, &Value::Null),
+        looker.lookup(&key, &plan.to_payload()),
         LookupAnswer::Found(_)
     ));
 }
@@ -942,4 +966,51 @@ fn on_postgres_a_substrate_installed_before_the_windows_is_named_not_installed()
         }
         other => panic!("an old substrate was taken as installed: {other:?}"),
     }
+}
+
+#[test]
+fn on_postgres_another_plan_under_a_taken_key_is_refused_as_a_conflict_never_answered_committed() {
+    // Two journals on one shop database: A commits its plan under the key; B submits another
+    // plan (credit customer 20) under the same key. B's plan never ran: it must not be told it
+    // committed because the lookup found A's marker.
+    let (url, options, mut client) = shop("pg_two_plans");
+    let dir = tempfile::tempdir().unwrap();
+    let key = EffectKey::derive(&["pg", "taken"]);
+    let gate_on = |journal_name: &str| {
+        let path = dir.path().join(journal_name);
+        let t0 = interlock::Clock::now_ms(&interlock::SystemClock);
+        let journal =
+            Arc::new(SqliteJournal::open(&path, Arc::new(interlock::SystemClock)).unwrap());
+        journal
+            .grant_lease(&Grant::new("shop-ops", "ops", t0).unlimited())
+            .unwrap();
+        let gate = Gate::new(
+            journal.clone(),
+            journal,
+            Arc::new(interlock::SystemClock),
+            GateConfig::beside(&path),
+        )
+        .unwrap();
+        let db = PgDb::open(&url, options.clone(), Policy::default()).unwrap();
+        gate.bind(Arc::new(db), Arc::new(NoPremises)).unwrap()
+    };
+    let first = Effect::new(key.clone(), &cancel_and_credit().to_payload(), "shop-ops").unwrap();
+    assert!(matches!(
+        gate_on("a.db").submit(&first).unwrap(),
+        Outcome::Committed { .. }
+    ));
+    let other = Plan::new(vec![stmt(
+        "credit_customer",
+        "UPDATE customers SET credit = credit + :amount WHERE id = :customer",
+        json!({"amount": 777, "customer": 20}),
+    )])
+    .unwrap();
+    let second = Effect::new(key, &other.to_payload(), "shop-ops").unwrap();
+    let out = gate_on("b.db").submit(&second).unwrap();
+    assert!(
+        matches!(&out, Outcome::Refused(r) if r.code == interlock::core::RefusalCode::TargetConflict),
+        "another plan under the key: {out:?}"
+    );
+    assert_eq!(credit(&mut client, 20), 0, "customer 20 was never credited");
+    assert_eq!(credit(&mut client, 10), 500, "only A's plan ran");
 }

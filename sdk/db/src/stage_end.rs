@@ -280,10 +280,33 @@ pub(crate) fn plan_of(req: &SendRequest<'_>) -> Result<Plan, SendAnswer> {
     })
 }
 
-/// A lookup's answer from a locked read of the marker.
-pub(crate) fn lookup_answer(read: Result<Option<Receipt>, String>) -> LookupAnswer {
+/// The plan hash a lookup for `payload` looks for in the marker: the marker under a key is
+/// this effect's only if it was sealed for this very plan.
+pub(crate) fn looked_for(payload: &Value) -> Result<String, LookupAnswer> {
+    Plan::from_payload(payload)
+        .map(|plan| crate::receipt::plan_hash(&plan))
+        .map_err(|e| LookupAnswer::Unknown(format!("the payload is not a plan: {e}")))
+}
+
+/// A lookup's answer from a locked read of the marker, for the plan whose hash is `plan_hash`.
+/// Another plan's marker under the key is not this effect: this plan never ran (and its stage
+/// will find the key taken), so it is not found — never `Found`, which would tell its caller
+/// that a plan it never saw committed.
+pub(crate) fn lookup_answer(
+    read: Result<Option<Receipt>, String>,
+    plan_hash: &str,
+) -> LookupAnswer {
     match read {
-        Ok(Some(receipt)) => LookupAnswer::Found(receipt.to_value()),
+        Ok(Some(receipt)) if receipt.plan_hash == plan_hash => {
+            LookupAnswer::Found(receipt.to_value())
+        }
+        Ok(Some(receipt)) => {
+            tracing::warn!(
+                key = %receipt.key,
+                "the key's marker was sealed for another plan: this plan is not there"
+            );
+            LookupAnswer::NotFound
+        }
         Ok(None) => LookupAnswer::NotFound,
         Err(e) => LookupAnswer::Unknown(format!("could not read the marker: {e}")),
     }

@@ -293,7 +293,12 @@ impl Target for PgDb {
         }
     }
 
-    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
-        stage_end::lookup_answer(self.receipt(key).map_err(|e| e.to_string()))
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        match stage_end::looked_for(payload) {
+            Ok(plan_hash) => {
+                stage_end::lookup_answer(self.receipt(key).map_err(|e| e.to_string()), &plan_hash)
+            }
+            Err(unknown) => unknown,
+        }
     }
 }

@@ -166,14 +166,18 @@ impl Target for SqliteDb {
         ended.into()
     }
 
-    fn lookup(&self, key: &EffectKey, _payload: &Value) -> LookupAnswer {
+    fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {
+        let plan_hash = match stage_end::looked_for(payload) {
+            Ok(h) => h,
+            Err(unknown) => return unknown,
+        };
         let conn = self.conn();
         let read = conn
             .busy_timeout(self.lookup_wait.min(MAX_WAIT))
             .map_err(|e| e.to_string())
             .and_then(|()| stage::read_marker_locked(&conn, key.as_str()));
         let _ = conn.busy_timeout(BUSY);
-        stage_end::lookup_answer(read)
+        stage_end::lookup_answer(read, &plan_hash)
     }
 }
 

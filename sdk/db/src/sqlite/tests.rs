@@ -137,7 +137,7 @@ fn a_second_stage_under_the_key_finds_the_marker_and_writes_nothing() {
     let db = SqliteDb::open(&path, Policy::default()).unwrap();
     let key = EffectKey::derive(&["once"]);
     assert_eq!(
-        db.lookup(&key, &Value::Null),
+        db.lookup(&key, &cancel_and_credit().to_payload()),
         LookupAnswer::NotFound,
         "nothing before the first stage"
     );
@@ -149,7 +149,10 @@ fn a_second_stage_under_the_key_finds_the_marker_and_writes_nothing() {
     let again = send(&db, "once", &cancel_and_credit());
     assert_eq!(again, SendAnswer::Replayed(first.clone()));
     assert_eq!(credit(&path, 10), 500, "credited once");
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::Found(first));
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::Found(first)
+    );
 
     let other = Plan::new(vec![stmt(
         "credit_customer",
@@ -159,6 +162,13 @@ fn a_second_stage_under_the_key_finds_the_marker_and_writes_nothing() {
     .unwrap();
     assert!(matches!(send(&db, "once", &other), SendAnswer::Conflict(_)));
     assert_eq!(credit(&path, 10), 500);
+    // The key's marker is the first plan's: asked for the other, the lookup does not find it
+    // (it never ran), and a payload that is no plan cannot be looked up at all.
+    assert_eq!(db.lookup(&key, &other.to_payload()), LookupAnswer::NotFound);
+    assert!(matches!(
+        db.lookup(&key, &Value::Null),
+        LookupAnswer::Unknown(_)
+    ));
 }
 
 #[test]
@@ -419,11 +429,14 @@ fn a_lookup_while_a_stage_holds_the_lock_is_unknown_never_absent() {
     frozen.execute_batch("BEGIN IMMEDIATE").unwrap();
     let key = EffectKey::derive(&["frozen"]);
     assert!(matches!(
-        db.lookup(&key, &Value::Null),
+        db.lookup(&key, &cancel_and_credit().to_payload()),
         LookupAnswer::Unknown(_)
     ));
     frozen.execute_batch("ROLLBACK").unwrap();
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::NotFound
+    );
 }
 
 #[test]
@@ -444,7 +457,10 @@ fn a_stage_that_cannot_finish_before_its_deadline_rolls_back() {
         other => panic!("{other:?}"),
     }
     assert_eq!(credit(&path, 10), 0);
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::NotFound
+    );
 }
 
 #[test]
@@ -650,7 +666,10 @@ fn the_gates_last_look_decides_at_the_commit_lapsed_refuses_unreadable_rolls_bac
         "{unreadable:?}"
     );
     assert_eq!(credit(&path, 10), 0, "neither landed");
-    assert_eq!(db.lookup(&key, &Value::Null), LookupAnswer::NotFound);
+    assert_eq!(
+        db.lookup(&key, &cancel_and_credit().to_payload()),
+        LookupAnswer::NotFound
+    );
     assert!(matches!(send_with(Looked::Holds), SendAnswer::Done(_)));
     assert_eq!(credit(&path, 10), 500);
 }
