@@ -112,3 +112,58 @@ where
     );
     Ok(())
 }
+
+/// Commit `committed` asking for one refund through a gate bound to `db`; let `rewrite` change
+/// the waiting outbox row the way a plain connection to the database could (to a refund of
+/// 50,000 to another account); then relay. The rewritten row is not sent, and the relay's report
+/// says why: judged by what the counting target applied.
+pub fn rewritten_round<D>(
+    db: Arc<D>,
+    committed: Plan,
+    rewrite: impl FnOnce(&str),
+) -> anyhow::Result<()>
+where
+    D: Target + Outbox + 'static,
+{
+    let dir = tempfile::tempdir()?;
+    let journal_path = dir.path().join("journal.db");
+    let clock = ManualClock::at(T0);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone()))?);
+    journal.grant_lease(&Grant::new(LEASE, "ops", T0).unlimited())?;
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.settle = Duration::from_millis(0);
+    let gate = Gate::new(journal.clone(), journal.clone(), Arc::new(clock), cfg)?;
+    let staged = gate.bind(db.clone(), Arc::new(NoPremises))?;
+    let plan = committed.then_send(refund("once"))?;
+    let effect = Effect::new(EffectKey::derive(&["rewritten"]), &plan.to_payload(), LEASE)?;
+    let outcome = staged.submit(&effect)?;
+    ensure!(
+        matches!(outcome, Outcome::Committed { .. }),
+        "the plan commits: {outcome:?}"
+    );
+    let pending = db.pending(0, 10)?;
+    ensure!(pending.len() == 1, "one call waits: {pending:?}");
+    interlock_db::as_planned(journal.as_ref(), &pending[0])
+        .map_err(|why| anyhow::anyhow!("the row as staged is the plan's: {why}"))?;
+    rewrite(&json!({"refund": "attacker", "amount": 50_000}).to_string());
+    let rewritten = db.pending(0, 10)?;
+    ensure!(
+        interlock_db::as_planned(journal.as_ref(), &rewritten[0]).is_err(),
+        "the rewritten row passes as the plan's: {rewritten:?}"
+    );
+    let payments = Counting::new(Tier::One, Duration::ZERO);
+    let pay = gate.bind(payments.clone(), Arc::new(NoPremises))?;
+    let targets = BTreeMap::from([("counting".to_owned(), &pay)]);
+    let relayed = relay(&*db, &targets, 10)?;
+    ensure!(
+        relayed.delivered.is_empty(),
+        "a rewritten row was delivered: {relayed:?}"
+    );
+    let (_, why) = relayed.waiting.first().context("the row waits")?;
+    ensure!(why.contains("rewritten"), "the report says why: {why}");
+    ensure!(
+        payments.sends.load(std::sync::atomic::Ordering::SeqCst) == 0,
+        "nothing reached the payments target"
+    );
+    Ok(())
+}

@@ -339,6 +339,25 @@ fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_
 }
 
 #[test]
+fn an_outbox_row_rewritten_after_its_stage_is_not_relayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let db = Arc::new(SqliteDb::open(&shop, interlock_tests::db_outbox::policy()).unwrap());
+    interlock_tests::db_outbox::rewritten_round(
+        db,
+        db_shop::cancel_and_credit(0).unwrap(),
+        |payload| {
+            // A plain connection: no stage, no gate.
+            rusqlite::Connection::open(&shop)
+                .unwrap()
+                .execute("UPDATE interlock_outbox SET payload = ?1", [payload])
+                .unwrap();
+        },
+    )
+    .unwrap();
+}
+
+#[test]
 fn a_relay_killed_while_its_refund_is_in_flight_leaves_one_refund_which_the_next_relay_delivers() {
     const SECRET: &str = "sk_test_relay";
     let (_dir, shop, journal_path, journal) = shop_and_journal();

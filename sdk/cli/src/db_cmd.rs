@@ -315,7 +315,24 @@ pub(crate) fn verify(journal: &dyn Journal, args: &VerifyArgs) -> anyhow::Result
             );
         }
     }
+    // Every call waiting in the outbox must be the one its journaled plan asked for: a row
+    // rewritten after its stage (another payee, amount, target or lease) would be relayed.
+    let mut after = 0;
+    let mut calls = 0;
+    loop {
+        let page = db.outbox().pending(after, 500)?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for r in &page {
+            calls += 1;
+            if let Err(why) = interlock_db::as_planned(journal, r) {
+                held = false;
+                println!("FAIL {}/{}  {why}", r.plan_key, r.id);
+            }
+        }
+    }
     let unmediated = db.unmediated()?;
+    println!("{calls} outbox call(s) waiting checked against their journaled plans");
     println!(
         "{seen} database effect(s) of target `{target}` checked; {} write(s) to observed tables outside any stage",
         unmediated.len()

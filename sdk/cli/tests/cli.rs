@@ -992,6 +992,44 @@ fn db_relay_delivers_a_committed_plans_refund_once_and_then_finds_nothing_waitin
             .output()
             .unwrap()
     };
+    // A plain connection rewrites the waiting call (another payment, a bigger amount): `db
+    // verify` fails naming it, and the relay sends nothing; put back, it is delivered.
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_interlock"))
+            .arg("--journal")
+            .arg(&journal_path)
+            .args(["db", "verify", "--database", shop_arg])
+            .output()
+            .unwrap()
+    };
+    assert_eq!(verify().status.code(), Some(0), "{}", text(&verify()));
+    let plain = rusqlite::Connection::open(&shop).unwrap();
+    let staged: String = plain
+        .query_row("SELECT payload FROM interlock_outbox", [], |r| r.get(0))
+        .unwrap();
+    plain
+        .execute(
+            "UPDATE interlock_outbox SET payload = ?1",
+            [r#"{"payment_intent":"pi_cli","amount":9000,"currency":"usd"}"#],
+        )
+        .unwrap();
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("rewritten"), "{}", text(&out));
+    let out = relay();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("waiting   cancel-9/refund"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        payments.refunds("pi_cli").is_empty(),
+        "the rewritten call was sent"
+    );
+    plain
+        .execute("UPDATE interlock_outbox SET payload = ?1", [&staged])
+        .unwrap();
     let out = relay();
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");

@@ -50,8 +50,8 @@ pub struct Policy {
 /// A limit over a rolling window on what stages changed, as the triggers measured it. With no
 /// `column` it is a rate window: at most `max` rows of `table` changed by the stages committed
 /// in the last `window_ms`, this one included. With one it is a budget: at most `max` added to
-/// `table.column` in that time, each stage's addition summed over its rows as a [`DeltaCap`]
-/// sums it. A stage's use is never below zero: a plan that lowers the column frees no room.
+/// `table.column` in that time, a stage using what it added row by row: a row it lowers frees
+/// no room and offsets no other row's increase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RowWindow {
@@ -93,8 +93,9 @@ impl RowWindow {
                     self.table
                 ))
             }
-            Some(column) => column_delta(diff, &self.table, column)
-                .map(|sum| sum.max(0))
+            // What the stage added, row by row: a decrease elsewhere frees nothing.
+            Some(column) => column_moved(diff, &self.table, column)
+                .map(|m| m.added)
                 .map_err(|v| format!("{}.{column} holds {v}, not an integer", self.table)),
         }
     }
@@ -139,8 +140,9 @@ impl Default for Policy {
     }
 }
 
-/// A cap on how much `column` of `table` may change in one stage: the sum over its changed rows
-/// of after − before (an insert counts its value, a delete minus its value), in absolute value.
+/// A cap on how much `column` of `table` may move in one stage: every changed row's after −
+/// before (an insert counts its value, a delete minus its value) in absolute value, added up, so
+/// rows moving opposite ways do not cancel out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeltaCap {
@@ -408,7 +410,16 @@ fn tenant(plan: &Plan, diff: &Diff, policy: &Policy) -> Finding {
 
 /// The sum over `table`'s changed rows of after − before in `column` (a missing or null value
 /// counts as 0), or the first value that is not an integer.
-fn column_delta(diff: &Diff, table: &str, column: &str) -> Result<i64, Value> {
+/// How `table.column` moved over the diff's rows: the net change, every row's change in absolute
+/// value added up, and the increases alone added up. A limit judged on the net alone is blind
+/// to a plan that adds to one row what it takes from another.
+struct Moved {
+    net: i64,
+    gross: i64,
+    added: i64,
+}
+
+fn column_moved(diff: &Diff, table: &str, column: &str) -> Result<Moved, Value> {
     let read = |image: &Option<serde_json::Map<String, Value>>| match image
         .as_ref()
         .and_then(|i| i.get(column))
@@ -416,12 +427,23 @@ fn column_delta(diff: &Diff, table: &str, column: &str) -> Result<i64, Value> {
         None | Some(Value::Null) => Ok(0),
         Some(v) => v.as_i64().ok_or_else(|| v.clone()),
     };
-    diff.changes
-        .iter()
-        .filter(|c| c.table == table)
-        .try_fold(0_i64, |sum, c| {
-            Ok(sum.saturating_add(read(&c.after)?.saturating_sub(read(&c.before)?)))
-        })
+    diff.changes.iter().filter(|c| c.table == table).try_fold(
+        Moved {
+            net: 0,
+            gross: 0,
+            added: 0,
+        },
+        |m, c| {
+            let d = read(&c.after)?.saturating_sub(read(&c.before)?);
+            Ok(Moved {
+                net: m.net.saturating_add(d),
+                gross: m
+                    .gross
+                    .saturating_add(i64::try_from(d.unsigned_abs()).unwrap_or(i64::MAX)),
+                added: m.added.saturating_add(d.max(0)),
+            })
+        },
+    )
 }
 
 fn delta_caps(diff: &Diff, policy: &Policy) -> Finding {
@@ -429,7 +451,9 @@ fn delta_caps(diff: &Diff, policy: &Policy) -> Finding {
     let mut culprits: Vec<&Change> = Vec::new();
     for cap in &policy.delta_caps {
         let rows = diff.changes.iter().filter(|c| c.table == cap.table);
-        match column_delta(diff, &cap.table, &cap.column) {
+        // Every row's change counts, whichever way: +99,900 to one row and -99,900 from another
+        // moved 199,800, whatever they net to.
+        match column_moved(diff, &cap.table, &cap.column) {
             Err(v) => {
                 problems.push(format!(
                     "{}.{} holds {v}, not an integer: the cap cannot judge it",
@@ -437,10 +461,10 @@ fn delta_caps(diff: &Diff, policy: &Policy) -> Finding {
                 ));
                 culprits.extend(rows);
             }
-            Ok(sum) if sum.unsigned_abs() > cap.max.unsigned_abs() => {
+            Ok(m) if m.gross.unsigned_abs() > cap.max.unsigned_abs() => {
                 problems.push(format!(
-                    "{}.{} changed by {sum}, at most ±{}",
-                    cap.table, cap.column, cap.max
+                    "{}.{} moved by {} over its rows (net {}), at most ±{} in all",
+                    cap.table, cap.column, m.gross, m.net, cap.max
                 ));
                 culprits.extend(rows);
             }
@@ -693,6 +717,49 @@ mod tests {
             refused.for_operator().contains("named twice"),
             "{}",
             refused.for_operator()
+        );
+    }
+
+    /// +`by` to one account and -`by` from another: nets to nothing.
+    fn moved_between_two(by: i64) -> Diff {
+        let mut d = credited(by);
+        d.changes.push(change(
+            "credit",
+            "accounts",
+            json!({"tenant": "t1", "balance": 200_000}),
+            json!({"tenant": "t1", "balance": 200_000 - by}),
+        ));
+        d
+    }
+
+    #[test]
+    fn a_cap_and_a_budget_count_every_rows_movement_not_what_the_rows_net_to() {
+        let capped = Policy {
+            delta_caps: vec![DeltaCap {
+                table: "accounts".into(),
+                column: "balance".into(),
+                max: 500,
+            }],
+            ..Policy::default()
+        };
+        let none = Spent::new();
+        assert!(judge(&plan(), &moved_between_two(200), &capped, &none).passed());
+        let swung = judge(&plan(), &moved_between_two(99_900), &capped, &none);
+        assert!(!swung.passed(), "+99,900 / -99,900 under a ±500 cap");
+        assert!(
+            swung.for_operator().contains("moved by 199800"),
+            "{}",
+            swung.for_operator()
+        );
+        // A full budget refuses a plan that adds 100,000 to one row, whatever it takes from
+        // another, and the stage's use is what it added.
+        let full: Spent = [("credit_hour".to_owned(), 1_000)].into();
+        assert!(!judge(&plan(), &moved_between_two(100_000), &budget(1_000), &full).passed());
+        assert_eq!(
+            budget(0).windows[0]
+                .used(&moved_between_two(100_000))
+                .unwrap(),
+            100_000
         );
     }
 

@@ -31,7 +31,7 @@ mod stage_end;
 pub use checks::{DeltaCap, Policy, RowWindow, Spent, Verdict};
 pub use diff::{Change, Diff, Op};
 pub use error::DbError;
-pub use outbox::{Outbox, Relayed, Request, relay};
+pub use outbox::{Outbox, Relayed, Request, as_planned, relay};
 pub use plan::{Footprint, Outgoing, Plan, PlanError, Premise, Statement};
 pub use postgres::{PgDb, PgDbOptions};
 pub use receipt::Receipt;

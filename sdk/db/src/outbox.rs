@@ -8,10 +8,17 @@
 //! mid-send and runs again submits the same key, and the gate answers from its journal or
 //! recovers, never sending twice what the target's tier can tell apart. A call is marked
 //! delivered only with an outcome that another attempt would not change.
+//!
+//! The outbox's rows live in the team's database, where a plain connection can rewrite them.
+//! So a row is delivered only as the plan asked for it: its target, lease and payload must be
+//! those of the call with its id in the plan the journal holds under the plan's key (the journal
+//! the delivery is journaled in). A row that differs, or that no journaled plan asked for, is
+//! not sent; it waits, named in the relay's report, for a person.
 
 use std::collections::BTreeMap;
 
-use interlock::{Bound, Effect, EffectKey, Outcome};
+use interlock::core::Event;
+use interlock::{Bound, Effect, EffectKey, Journal, Outcome};
 use serde_json::Value;
 
 use crate::error::DbError;
@@ -105,6 +112,10 @@ fn deliver(
         tracing::warn!(key = %request.plan_key, id = %request.id, "{why}");
         return Err(why);
     };
+    if let Err(why) = as_planned(bound.journal().as_ref(), request) {
+        tracing::error!(key = %request.plan_key, id = %request.id, "outbox call not sent: {why}");
+        return Err(why);
+    }
     let effect = Effect::new(request.effect_key(), &request.payload, &request.lease)
         .map_err(|e| format!("not a payload: {e}"))?;
     let outcome = bound.submit(&effect).map_err(|e| e.to_string())?;
@@ -119,4 +130,55 @@ fn deliver(
     })?;
     tracing::info!(key = %request.plan_key, id = %request.id, outcome = %label, "outbox call delivered");
     Ok(label)
+}
+
+/// Whether `request` is the call its plan asked for: the plan `journal` holds under the request's
+/// plan key (its first proposal, the only payload ever sent under the key) has a call with the
+/// request's id, with the same target, lease and payload. Else why not, for a person.
+pub fn as_planned(journal: &dyn Journal, request: &Request) -> Result<(), String> {
+    let key = EffectKey::fixed(request.plan_key.clone())
+        .map_err(|e| format!("the row names no plan key: {e}"))?;
+    let history = journal
+        .history(&key)
+        .map_err(|e| format!("the journal could not be read: {e}"))?;
+    let payload = history
+        .iter()
+        .find_map(|r| match &r.event {
+            Event::Proposed(p) => Some(&p.payload),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            format!(
+                "no plan under key {key} is in this journal: a row no journaled plan asked for \
+                 (written outside a stage, or another journal's)"
+            )
+        })?;
+    let plan = crate::Plan::from_payload(payload)
+        .map_err(|e| format!("the journaled payload under {key} is not a plan: {e}"))?;
+    let Some(call) = plan.outbox.iter().find(|c| c.id == request.id) else {
+        return Err(format!(
+            "the plan under {key} asked for no call `{}`: the row was written outside its stage",
+            request.id
+        ));
+    };
+    let mut differs = Vec::new();
+    if call.target != request.target {
+        differs.push("target");
+    }
+    if call.lease != request.lease {
+        differs.push("lease");
+    }
+    if call.payload != request.payload {
+        differs.push("payload");
+    }
+    if differs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the row's {} differ from the call `{}` the plan under {key} asked for: the row was \
+             rewritten after its stage; not sent",
+            differs.join(", "),
+            request.id
+        ))
+    }
 }

@@ -666,6 +666,11 @@ impl Bound {
         self
     }
 
+    /// The journal this binding writes.
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        self.gate.journal()
+    }
+
     /// The target this gate sends to.
     pub fn target(&self) -> &Arc<dyn Target> {
         &self.target
