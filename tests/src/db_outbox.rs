@@ -120,6 +120,7 @@ where
 pub fn rewritten_round<D>(
     db: Arc<D>,
     committed: Plan,
+    committed_again: impl Fn() -> Plan,
     rewrite: impl FnOnce(&str),
 ) -> anyhow::Result<()>
 where
@@ -151,6 +152,36 @@ where
         interlock_db::as_planned(journal.as_ref(), &rewritten[0]).is_err(),
         "the rewritten row passes as the plan's: {rewritten:?}"
     );
+    // A plan the substrate refused (it asks for a call its policy forbids) committed nothing:
+    // a row copying its call, inserted by hand, is no call of a committed plan.
+    let stray = Outgoing {
+        target: "elsewhere".into(),
+        ..refund("stray")
+    };
+    let refused_key = EffectKey::derive(&["refused-with-call"]);
+    let refused = Effect::new(
+        refused_key.clone(),
+        &committed_again().then_send(stray.clone())?.to_payload(),
+        LEASE,
+    )?;
+    let out = staged.submit(&refused)?;
+    ensure!(
+        !matches!(out, Outcome::Committed { .. }),
+        "the plan asking for a forbidden call commits: {out:?}"
+    );
+    let copied = interlock_db::Request {
+        source: rewritten[0].source.clone(),
+        seq: 99,
+        plan_key: refused_key.as_str().to_owned(),
+        id: stray.id.clone(),
+        target: stray.target.clone(),
+        lease: stray.lease.clone(),
+        payload: stray.payload.clone(),
+    };
+    let why = interlock_db::as_planned(journal.as_ref(), &copied)
+        .err()
+        .context("a refused plan's call passes as planned")?;
+    ensure!(why.contains("committed nothing"), "{why}");
     let payments = Counting::new(Tier::One, Duration::ZERO);
     let pay = gate.bind(payments.clone(), Arc::new(NoPremises))?;
     let targets = BTreeMap::from([("counting".to_owned(), &pay)]);

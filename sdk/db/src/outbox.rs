@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use interlock::core::Event;
+use interlock::core::{EffectState, Resolution};
 use interlock::{Bound, Effect, EffectKey, Journal, Outcome};
 use serde_json::Value;
 
@@ -138,23 +138,45 @@ fn deliver(
 pub fn as_planned(journal: &dyn Journal, request: &Request) -> Result<(), String> {
     let key = EffectKey::fixed(request.plan_key.clone())
         .map_err(|e| format!("the row names no plan key: {e}"))?;
-    let history = journal
-        .history(&key)
+    let state = journal
+        .state(&key)
         .map_err(|e| format!("the journal could not be read: {e}"))?;
-    let payload = history
-        .iter()
-        .find_map(|r| match &r.event {
-            Event::Proposed(p) => Some(&p.payload),
-            _ => None,
-        })
-        .ok_or_else(|| {
-            format!(
+    // Only a plan the journal holds as committed asked for anything: a refused plan's calls, or
+    // a plan still in flight here (its call waits for its recovery), are not sent.
+    let (first, committed) = match &state {
+        EffectState::Resolved {
+            first,
+            resolution: Resolution::Committed(c),
+        } => (first, c),
+        EffectState::Absent => {
+            return Err(format!(
                 "no plan under key {key} is in this journal: a row no journaled plan asked for \
                  (written outside a stage, or another journal's)"
-            )
-        })?;
-    let plan = crate::Plan::from_payload(payload)
+            ));
+        }
+        EffectState::Resolved { resolution, .. } => {
+            return Err(format!(
+                "the plan under {key} ended {}: it committed nothing, and its calls are not sent \
+                 (the row was written outside its stage)",
+                resolution.kind()
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "the plan under {key} is not committed in this journal yet: the call waits for \
+                 the plan's recovery"
+            ));
+        }
+    };
+    let plan = crate::Plan::from_payload(&first.payload)
         .map_err(|e| format!("the journaled payload under {key} is not a plan: {e}"))?;
+    // The commit's receipt names the plan its marker was sealed for: this one.
+    let sealed = committed.result.get("plan_hash").and_then(Value::as_str);
+    if sealed != Some(crate::receipt::plan_hash(&plan).as_str()) {
+        return Err(format!(
+            "the commit journaled under {key} is not its plan's: not sent"
+        ));
+    }
     let Some(call) = plan.outbox.iter().find(|c| c.id == request.id) else {
         return Err(format!(
             "the plan under {key} asked for no call `{}`: the row was written outside its stage",
