@@ -132,9 +132,10 @@ fn deliver(
     Ok(label)
 }
 
-/// Whether `request` is the call its plan asked for: the plan `journal` holds under the request's
-/// plan key (its first proposal, the only payload ever sent under the key) has a call with the
-/// request's id, with the same target, lease and payload. Else why not, for a person.
+/// Whether `request` is the call its plan asked for: `journal` holds the effect under the
+/// request's plan key as committed, with the commit's receipt naming that very plan, and the
+/// plan has a call with the request's id and the same target, lease and payload. Else why not,
+/// for a person.
 pub fn as_planned(journal: &dyn Journal, request: &Request) -> Result<(), String> {
     let key = EffectKey::fixed(request.plan_key.clone())
         .map_err(|e| format!("the row names no plan key: {e}"))?;
