@@ -37,6 +37,20 @@ pub fn policy() -> Policy {
     }
 }
 
+/// A gate on a new SQLite journal (in the directory returned with it), its settle margin 0, the
+/// shop's lease granted.
+fn gate_on_a_journal() -> anyhow::Result<(tempfile::TempDir, Arc<SqliteJournal>, Gate)> {
+    let dir = tempfile::tempdir()?;
+    let journal_path = dir.path().join("journal.db");
+    let clock = ManualClock::at(T0);
+    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone()))?);
+    journal.grant_lease(&Grant::new(LEASE, "ops", T0).unlimited())?;
+    let mut cfg = GateConfig::beside(&journal_path);
+    cfg.settle = Duration::from_millis(0);
+    let gate = Gate::new(journal.clone(), journal.clone(), Arc::new(clock), cfg)?;
+    Ok((dir, journal, gate))
+}
+
 /// Submit `refused` (a plan the substrate must refuse) and `committed` (one it must commit),
 /// each asking for a refund, through a gate bound to `db` (judged by [`policy`]); then the
 /// committed plan asking for a call the policy does not allow; then relay the outbox to a
@@ -45,14 +59,7 @@ pub fn outbox_round<D>(db: Arc<D>, refused: Plan, committed: Plan) -> anyhow::Re
 where
     D: Target + Outbox + 'static,
 {
-    let dir = tempfile::tempdir()?;
-    let journal_path = dir.path().join("journal.db");
-    let clock = ManualClock::at(T0);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone()))?);
-    journal.grant_lease(&Grant::new(LEASE, "ops", T0).unlimited())?;
-    let mut cfg = GateConfig::beside(&journal_path);
-    cfg.settle = Duration::from_millis(0);
-    let gate = Gate::new(journal.clone(), journal, Arc::new(clock), cfg)?;
+    let (_dir, _journal, gate) = gate_on_a_journal()?;
     let staged = gate.bind(db.clone(), Arc::new(NoPremises))?;
     let submit = |key: &str, plan: &Plan| -> anyhow::Result<Outcome> {
         let effect = Effect::new(EffectKey::derive(&[key]), &plan.to_payload(), LEASE)?;
@@ -120,22 +127,14 @@ where
 pub fn rewritten_round<D>(
     db: Arc<D>,
     committed: Plan,
-    committed_again: impl Fn() -> Plan,
     rewrite: impl FnOnce(&str),
 ) -> anyhow::Result<()>
 where
     D: Target + Outbox + 'static,
 {
-    let dir = tempfile::tempdir()?;
-    let journal_path = dir.path().join("journal.db");
-    let clock = ManualClock::at(T0);
-    let journal = Arc::new(SqliteJournal::open(&journal_path, Arc::new(clock.clone()))?);
-    journal.grant_lease(&Grant::new(LEASE, "ops", T0).unlimited())?;
-    let mut cfg = GateConfig::beside(&journal_path);
-    cfg.settle = Duration::from_millis(0);
-    let gate = Gate::new(journal.clone(), journal.clone(), Arc::new(clock), cfg)?;
+    let (_dir, journal, gate) = gate_on_a_journal()?;
     let staged = gate.bind(db.clone(), Arc::new(NoPremises))?;
-    let plan = committed.then_send(refund("once"))?;
+    let plan = committed.clone().then_send(refund("once"))?;
     let effect = Effect::new(EffectKey::derive(&["rewritten"]), &plan.to_payload(), LEASE)?;
     let outcome = staged.submit(&effect)?;
     ensure!(
@@ -161,7 +160,7 @@ where
     let refused_key = EffectKey::derive(&["refused-with-call"]);
     let refused = Effect::new(
         refused_key.clone(),
-        &committed_again().then_send(stray.clone())?.to_payload(),
+        &committed.then_send(stray.clone())?.to_payload(),
         LEASE,
     )?;
     let out = staged.submit(&refused)?;

@@ -346,7 +346,6 @@ fn an_outbox_row_rewritten_after_its_stage_is_not_relayed() {
     interlock_tests::db_outbox::rewritten_round(
         db,
         db_shop::cancel_and_credit(0).unwrap(),
-        || db_shop::cancel_and_credit(0).unwrap(),
         |payload| {
             // A plain connection: no stage, no gate.
             rusqlite::Connection::open(&shop)

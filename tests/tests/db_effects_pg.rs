@@ -592,20 +592,15 @@ fn on_postgres_an_outbox_row_rewritten_after_its_stage_is_not_relayed() {
     let (url, options, mut client) = shop("pg_rewritten");
     let schema = options.schema.clone();
     let db = Arc::new(PgDb::open(&url, options, interlock_tests::db_outbox::policy()).unwrap());
-    interlock_tests::db_outbox::rewritten_round(
-        db,
-        cancel_and_credit(),
-        cancel_and_credit,
-        |payload| {
-            // The installer's connection: no stage, no gate.
-            client
-                .execute(
-                    &format!("UPDATE {schema}.outbox SET payload = $1"),
-                    &[&payload],
-                )
-                .unwrap();
-        },
-    )
+    interlock_tests::db_outbox::rewritten_round(db, cancel_and_credit(), |payload| {
+        // The installer's connection: no stage, no gate.
+        client
+            .execute(
+                &format!("UPDATE {schema}.outbox SET payload = $1"),
+                &[&payload],
+            )
+            .unwrap();
+    })
     .unwrap();
 }
 

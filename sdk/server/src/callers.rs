@@ -205,20 +205,9 @@ impl Callers {
         self.open.is_none()
     }
 
-    /// Whether any caller is known by a client certificate.
-    pub fn by_certificate(&self) -> bool {
-        !self.subjects.is_empty()
-    }
-
     /// Whether any caller is known by a token, so a client may connect without a certificate.
     pub fn by_token(&self) -> bool {
         !self.tokens.is_empty() || self.jwt.is_some()
-    }
-
-    fn knows(&self, token: &str) -> bool {
-        self.tokens
-            .iter()
-            .any(|(t, _)| crate::serve::same(token.as_bytes(), t.as_bytes()))
     }
 
     /// The caller a call is, from its bearer token and the subject of the client certificate it
@@ -227,26 +216,28 @@ impl Callers {
     pub fn identify(&self, bearer: Option<&str>, subject: Option<&str>) -> Result<Caller, Status> {
         let by_token = match bearer {
             None => None,
-            // A server that asks for nothing lets a token it does not know in as nobody's.
-            Some(given) if self.open.is_some() && !self.knows(given) => None,
-            Some(given) => Some(
-                match self
+            Some(given) => {
+                let known = self
                     .tokens
                     .iter()
                     .find(|(t, _)| crate::serve::same(given.as_bytes(), t.as_bytes()))
-                {
-                    Some((_, c)) => c.clone(),
-                    None => match &self.jwt {
-                        Some(v) if crate::jwt::JwtVerifier::looks_like(given) => v.caller(given)?,
-                        _ => {
-                            return Err(Status::unauthenticated(
-                                "the bearer token is wrong: use a token the server was \
-                                 configured with",
-                            ));
-                        }
-                    },
-                },
-            ),
+                    .map(|(_, c)| c.clone());
+                match (known, &self.jwt) {
+                    (Some(c), _) => Some(c),
+                    (None, Some(v)) if crate::jwt::JwtVerifier::looks_like(given) => {
+                        Some(v.caller(given)?)
+                    }
+                    // A server that asks for nothing lets a token it does not know in as
+                    // nobody's.
+                    (None, _) if self.open.is_some() => None,
+                    (None, _) => {
+                        return Err(Status::unauthenticated(
+                            "the bearer token is wrong: use a token the server was configured \
+                             with",
+                        ));
+                    }
+                }
+            }
         };
         let by_subject = match subject {
             None => None,

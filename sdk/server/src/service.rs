@@ -157,8 +157,7 @@ impl GateApi {
         let state = journal.state(key).map_err(|e| status::journal(&e))?;
         match state.first() {
             Some(first) if !caller.proposed(first.by.as_deref()) && rpc == "Recover" => {
-                tracing::warn!(caller = %caller.name, rpc, key = %key, "refused: another caller's effect");
-                Err(not_found(key))
+                Err(hidden(caller, rpc, key))
             }
             Some(first) if !caller.proposed(first.by.as_deref()) => Err(crate::callers::denied(
                 caller,
@@ -294,6 +293,26 @@ fn not_found(key: &interlock::EffectKey) -> Status {
     ))
 }
 
+/// Another caller's effect, answered as no effect (not even its existence shows), and logged.
+fn hidden(caller: &Caller, rpc: &str, key: &interlock::EffectKey) -> Status {
+    tracing::warn!(caller = %caller.name, rpc, key = %key, "refused: another caller's effect");
+    not_found(key)
+}
+
+/// `NOT_FOUND` unless `caller` may read the effect whose state is `state` ([`hidden`]).
+fn check_reader(
+    caller: &Caller,
+    rpc: &str,
+    key: &interlock::EffectKey,
+    state: &EffectState,
+) -> Result<(), Status> {
+    if caller.owns(state.first().and_then(|f| f.by.as_deref())) {
+        Ok(())
+    } else {
+        Err(hidden(caller, rpc, key))
+    }
+}
+
 /// Who a budget change is journaled as made by: the verified caller, with the name the request
 /// gave beside it when that is another.
 fn verified_by(caller: &Caller, stated: &str) -> String {
@@ -422,11 +441,7 @@ impl GateService for GateApi {
                 return Err(not_found(&key));
             }
             let state = journal.state(&key).map_err(|e| status::journal(&e))?;
-            // Another caller's effect is answered as no effect: not even its existence shows.
-            if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
-                tracing::warn!(caller = %caller.name, rpc = "GetEffect", key = %key, "refused: another caller's effect");
-                return Err(not_found(&key));
-            }
+            check_reader(&caller, "GetEffect", &key, &state)?;
             Ok(Response::new(pb::GetEffectResponse {
                 key: key.to_string(),
                 status: convert::status(state.status()).into(),
@@ -531,10 +546,7 @@ impl GateService for GateApi {
             if matches!(state, EffectState::Absent) {
                 return Err(not_found(&key));
             }
-            if !caller.owns(state.first().and_then(|f| f.by.as_deref())) {
-                tracing::warn!(caller = %caller.name, rpc = "Verify", key = %key, "refused: another caller's effect");
-                return Err(not_found(&key));
-            }
+            check_reader(&caller, "Verify", &key, &state)?;
             let records = match (r.ask_target, state.first()) {
                 (true, Some(first)) => Some(
                     targets

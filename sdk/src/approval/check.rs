@@ -51,7 +51,7 @@ pub fn verdict(id: &str, grant: Option<&Grant>, at: &Against<'_>) -> LeaseVerdic
     if own != LeaseVerdict::Live {
         return own;
     }
-    if !at.target.is_some_and(|t| grant.covers_target(t)) && !grant.targets.is_empty() {
+    if !grant.targets.is_empty() && !at.target.is_some_and(|t| grant.covers_target(t)) {
         return dead(format!(
             "lease {id} may be spent on {} only, not on {}",
             grant.targets.join(", "),
