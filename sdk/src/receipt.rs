@@ -85,6 +85,10 @@ pub struct Receipt {
     pub premises_decided: Premises,
     /// Premises as last re-checked before a send (none if nothing was dispatched).
     pub premises_rechecked: Option<Premises>,
+    /// The rules over the premises it was proposed under, judged at every send
+    /// ([`crate::core::rules`]); an effect one forbade ends `premise_rule` (in `how`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
     /// Where it stands: how it ended, or `IN_FLIGHT` / `PROPOSED` if unresolved.
     pub outcome: Status,
     /// How: the commit's via, the refusal code, the target's error code (see [`Receipt::via`]
@@ -187,6 +191,7 @@ pub fn build(records: &[Record]) -> Option<Receipt> {
         grant,
         premises_decided: first.premises.clone(),
         premises_rechecked,
+        rules: first.rules.clone(),
         outcome,
         how,
         target_ref,

@@ -28,6 +28,7 @@ fn ambiguous_journal(clock: &ManualClock) -> SqliteJournal {
     let j = SqliteJournal::in_memory(Arc::new(clock.clone())).unwrap();
     let key = EffectKey::fixed(KEY).unwrap();
     let live = Recheck {
+        broken: Vec::new(),
         lease: LeaseVerdict::Live,
         premises_now: Premises::new(),
         changes: vec![],
@@ -40,6 +41,7 @@ fn ambiguous_journal(clock: &ManualClock) -> SqliteJournal {
     };
     put(vec![
         Event::Proposed(Proposed {
+            rules: Vec::new(),
             by: None,
             payload: json!({"amount": 500}),
             payload_hash: "p".into(),

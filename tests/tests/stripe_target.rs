@@ -275,7 +275,7 @@ fn a_refund_in_another_currency_than_the_payment_is_refused_at_decision() {
 }
 
 #[test]
-fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_gate() {
+fn a_refund_named_by_its_charge_is_sent_looked_up_and_checked_on_its_payment_through_the_gate() {
     use interlock::{Clock, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock};
     use interlock_stripe::refund::RefundPayload;
 
@@ -299,14 +299,21 @@ fn a_refund_by_charge_is_sent_looked_up_and_checked_on_the_charge_through_the_ga
     let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
     journal
         .grant_lease(
+            // Scopes name the payment as the journal does: by its intent, however a refund
+            // names it.
             &Grant::new("l", "ana@support", clock.now_ms())
-                .scope("charge", charge.as_str())
+                .scope("payment_intent", "pi_1")
                 .cap("amount", 2000),
         )
         .unwrap();
     let gate = Gate::new(journal.clone(), journal, clock, GateConfig::beside(&path)).unwrap();
     let bound = gate.bind(Arc::new(t.clone()), Arc::new(premises)).unwrap();
     let effect = bound.decide(key.clone(), &payload, "l").unwrap();
+    assert_eq!(
+        effect.payload,
+        json!({"payment_intent": "pi_1", "amount": 2000, "currency": "usd"}),
+        "decided in canonical form"
+    );
     let out = bound.submit(&effect).unwrap();
     assert!(
         matches!(&out, Outcome::Committed { replayed: false, result, .. } if result["charge"] == json!(charge)),

@@ -70,6 +70,8 @@ REFUSAL: dict[int, str] = {
     11: "lease_spent",
     12: "budget",
     13: "lease_caller",
+    14: "invalid_payload",
+    15: "premise_rule",
 }
 
 # gRPC codes after which a Submit may have reached the server and gone on there.

@@ -138,6 +138,18 @@ fn refusal_for(recheck: &Recheck, at_recovery: bool) -> Option<RefusalDraft> {
                 describe(&recheck.changes)
             ),
         ),
+        (LeaseVerdict::Live, None) if !recheck.broken.is_empty() => (
+            RefusalCode::PremiseRule,
+            format!(
+                "the facts {} do not allow it: {}",
+                if at_recovery {
+                    "read at recovery"
+                } else {
+                    "as read now"
+                },
+                crate::rules::describe(&recheck.broken)
+            ),
+        ),
         (LeaseVerdict::Live, None) => return None,
     };
     Some(RefusalDraft {

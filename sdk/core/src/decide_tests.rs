@@ -7,6 +7,7 @@ use crate::state::Claim;
 /// A re-check on which everything still holds.
 pub(crate) fn live() -> Recheck {
     Recheck {
+        broken: Vec::new(),
         lease: LeaseVerdict::Live,
         premises_now: Premises::new(),
         changes: vec![],
@@ -38,6 +39,7 @@ fn revoked() -> Recheck {
 
 fn proposed(hash: &str) -> Proposed {
     Proposed {
+        rules: Vec::new(),
         by: None,
         payload: json!({}),
         payload_hash: hash.into(),

@@ -10,6 +10,7 @@ pub mod decide;
 pub mod limits;
 pub mod mutants;
 pub mod record;
+pub mod rules;
 pub mod settle;
 pub mod state;
 pub mod status;

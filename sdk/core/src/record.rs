@@ -138,6 +138,12 @@ pub enum RefusalCode {
     LeaseSpent,
     /// The effect would take a budget past its limit.
     Budget,
+    /// The target has no canonical form for the payload (a field it does not take, an amount
+    /// that is not an integer, two names for two things): nothing was journaled.
+    InvalidPayload,
+    /// A rule over the premises (`amount_paid - refunded_by_others >= payload.amount`) does not
+    /// hold on the facts as read: the reason names the rule and the values.
+    PremiseRule,
 }
 
 impl RefusalCode {
@@ -157,6 +163,8 @@ impl RefusalCode {
             Self::TargetConflict => "target_conflict",
             Self::LeaseSpent => "lease_spent",
             Self::Budget => "budget",
+            Self::InvalidPayload => "invalid_payload",
+            Self::PremiseRule => "premise_rule",
         }
     }
 }
@@ -225,12 +233,18 @@ pub struct Recheck {
     /// none matched, and in records written before the checks were recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<crate::budget::BudgetCheck>,
+    /// The rules over the premises ([`crate::rules`]) that did not hold on `premises_now`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broken: Vec<crate::rules::Broken>,
 }
 
 impl Recheck {
     /// True when nothing stands in the way of a send.
     pub fn holds(&self) -> bool {
-        self.lease == LeaseVerdict::Live && self.changes.is_empty() && self.premise_error.is_none()
+        self.lease == LeaseVerdict::Live
+            && self.changes.is_empty()
+            && self.premise_error.is_none()
+            && self.broken.is_empty()
     }
 }
 
@@ -261,6 +275,11 @@ pub struct Proposed {
     /// who a lease that names its spenders is judged for. Absent where none was known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// The rules over the premises the binding that proposed it states ([`crate::rules`]):
+    /// judged at every dispatch and at recovery beside the recovering binding's own, so a
+    /// recoverer that states none still judges them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }
 
 /// `AUTHORIZED`: the lease was live and covered the payload at submit.

@@ -462,6 +462,7 @@ mod tests {
 
     fn proposed() -> Event {
         Event::Proposed(Proposed {
+            rules: Vec::new(),
             by: None,
             payload: json!({}),
             payload_hash: "p".into(),
@@ -481,6 +482,7 @@ mod tests {
             deadline_ms,
             payload_hash: "p".into(),
             recheck: Recheck {
+                broken: Vec::new(),
                 lease: LeaseVerdict::Live,
                 premises_now: Premises::new(),
                 changes: vec![],

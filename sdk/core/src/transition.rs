@@ -112,6 +112,7 @@ pub fn authorize(
         | LeaseVerdict::NotSpender { .. }
         | LeaseVerdict::OverBudget { .. } => {
             let recheck = Recheck {
+                broken: Vec::new(),
                 lease: lease.clone(),
                 premises_now: Default::default(),
                 changes: Vec::new(),

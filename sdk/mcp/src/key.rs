@@ -121,6 +121,7 @@ mod tests {
 
     fn proposed(hash: &str, premises: &Premises) -> Proposed {
         Proposed {
+            rules: Vec::new(),
             by: None,
             payload: json!({}),
             payload_hash: hash.into(),

@@ -236,6 +236,11 @@ pub enum TargetConfig {
         secret_key_env: String,
         /// The shop's order service, if any (`GET {shop_url}/shop/orders/{id}`).
         shop_url: Option<String>,
+        /// Rules over the premises, judged at decide, at every dispatch and at recovery
+        /// (`"amount_paid - refunded_by_others >= payload.amount"`): an effect whose facts do
+        /// not satisfy one is refused `premise_rule`.
+        #[serde(default)]
+        rules: Vec<String>,
     },
 }
 
@@ -318,7 +323,17 @@ impl ServerConfig {
         for (name, t) in &self.targets {
             crate::targets::check_name(name).map_err(|m| invalid("targets", m))?;
             match t {
-                TargetConfig::StripeRefunds { tier, api_base, .. } => {
+                TargetConfig::StripeRefunds {
+                    tier,
+                    api_base,
+                    rules,
+                    ..
+                } => {
+                    for rule in rules {
+                        rule.parse::<interlock::core::rules::Rule>().map_err(|e| {
+                            invalid(&format!("targets.{name}.rules"), e.to_string())
+                        })?;
+                    }
                     if !(1..=3).contains(tier) {
                         return Err(invalid(
                             &format!("targets.{name}.tier"),
@@ -614,6 +629,7 @@ mod tests {
                 api_base: "https://api.stripe.com".into(),
                 secret_key_env: "STRIPE_SECRET_KEY".into(),
                 shop_url: None,
+                rules: Vec::new(),
             })
         );
         Ok(())
@@ -631,6 +647,10 @@ mod tests {
                 "targets.r.tier",
             ),
             ("[targets.r]\nkind = \"paypal\"", "unknown variant"),
+            (
+                "[targets.r]\nkind = \"stripe_refunds\"\nrules = [\"amount_paid >> 1\"]",
+                "targets.r.rules",
+            ),
             (
                 "[targets.r]\nkind = \"stripe_refunds\"\nsecret_key = \"sk_live\"",
                 "unknown field",

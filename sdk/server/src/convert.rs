@@ -182,6 +182,8 @@ pub fn refusal(c: RefusalCode) -> pb::RefusalCode {
         RefusalCode::LeaseSpent => pb::RefusalCode::LeaseSpent,
         RefusalCode::Budget => pb::RefusalCode::Budget,
         RefusalCode::LeaseCaller => pb::RefusalCode::LeaseCaller,
+        RefusalCode::InvalidPayload => pb::RefusalCode::InvalidPayload,
+        RefusalCode::PremiseRule => pb::RefusalCode::PremiseRule,
         _ => pb::RefusalCode::Unspecified,
     }
 }

@@ -8,6 +8,7 @@ use interlock::gate::DecideError;
 use interlock::journal::JournalError;
 use interlock::lease::LeaseError;
 use interlock::premise::PremiseError;
+use interlock::target::CanonicalError;
 use tonic::{Code, Status};
 
 use crate::convert::Invalid;
@@ -65,6 +66,10 @@ pub fn decide(e: &DecideError) -> Status {
         DecideError::Effect(_) => Status::invalid_argument(e.to_string()),
         DecideError::Premises(PremiseError::Unavailable(_)) => Status::unavailable(e.to_string()),
         DecideError::Premises(_) => Status::failed_precondition(e.to_string()),
+        DecideError::Canonical(CanonicalError::Unavailable(_)) => {
+            Status::unavailable(e.to_string())
+        }
+        DecideError::Canonical(_) => Status::invalid_argument(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }

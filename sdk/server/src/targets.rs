@@ -140,6 +140,7 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
             api_base,
             secret_key_env,
             shop_url,
+            rules,
         } => {
             let secret = std::env::var(secret_key_env).map_err(|_| {
                 format!("{secret_key_env} is not set: export the Stripe secret key the server should use")
@@ -152,7 +153,11 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
                 .map_err(|e| e.to_string())?;
             setup.tier = tier;
             setup.name = name.to_owned();
-            let bound = setup.bind(gate).map_err(|e| e.to_string())?;
+            let bound = setup
+                .bind(gate)
+                .map_err(|e| e.to_string())?
+                .with_rules(rules)
+                .map_err(|e| e.to_string())?;
             tracing::info!(name, api_base = %api_base, tier = ?tier, "stripe refunds target");
             let target = setup.target();
             let required_premises = setup.required_premises();

@@ -284,10 +284,13 @@ impl Bound {
                 false,
             ),
         };
-        let changes = if error.is_none() {
-            diff(&first.premises, &premises_now)
+        let (changes, broken) = if error.is_none() {
+            (
+                diff(&first.premises, &premises_now),
+                self.broken_rules(first, &premises_now),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         span.record("moved", changes.len());
         if let Some(e) = &error {
@@ -296,6 +299,7 @@ impl Bound {
         PremiseCheck {
             premises_now,
             changes,
+            broken,
             error,
             unavailable,
             read_at_ms,
@@ -354,7 +358,29 @@ impl Bound {
                 why: format!("premises moved since the dispatch: {}", moved.join(", ")),
             };
         }
+        if !check.broken.is_empty() {
+            return Looked::Lapsed {
+                code: "premise_rule",
+                why: crate::core::rules::describe(&check.broken),
+            };
+        }
         Looked::Holds
+    }
+
+    /// The rules `first` was proposed under and this binding's own, each judged once, that do
+    /// not hold on `premises`. A journaled rule this build cannot read does not hold.
+    fn broken_rules(
+        &self,
+        first: &Proposed,
+        premises: &Premises,
+    ) -> Vec<crate::core::rules::Broken> {
+        let own = self.rules.iter().map(crate::core::rules::Rule::text);
+        let journaled = first
+            .rules
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !self.rules.iter().any(|r| r.text() == *t));
+        crate::core::rules::judge_all(own.chain(journaled), premises, &first.payload)
     }
 
     /// Repairs the premise reader suggests for moved premises; the core keeps them only on a
@@ -466,6 +492,8 @@ fn fenced(check: impl FnOnce() -> Result<LeaseVerdict, LeaseError>) -> LeaseVerd
 pub(super) struct PremiseCheck {
     premises_now: Premises,
     changes: Vec<crate::core::Change>,
+    /// The rules that do not hold on `premises_now`.
+    broken: Vec<crate::core::rules::Broken>,
     error: Option<String>,
     unavailable: bool,
     /// When the read began, by the gate's clock.
@@ -488,6 +516,7 @@ impl PremiseCheck {
             budgets: lease.budgets,
             premises_now: self.premises_now.clone(),
             changes: self.changes.clone(),
+            broken: self.broken.clone(),
             premise_error: self.error.clone(),
             read_at_ms: Some(self.read_at_ms.min(now_ms.saturating_sub(since))),
         }

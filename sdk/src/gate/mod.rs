@@ -174,6 +174,19 @@ pub enum DecideError {
     /// The premises could not be read.
     #[error(transparent)]
     Premises(#[from] PremiseError),
+    /// The target has no canonical form for the payload, or could not resolve its names.
+    #[error(transparent)]
+    Canonical(#[from] crate::target::CanonicalError),
+    /// The facts read do not satisfy the binding's rules ([`Bound::with_rules`]): the effect
+    /// must not be decided on them.
+    #[error(
+        "the facts do not allow this effect: {}",
+        crate::core::rules::describe(broken)
+    )]
+    Rules {
+        /// Each rule that does not hold, with the values it was judged on.
+        broken: Vec<crate::core::rules::Broken>,
+    },
 }
 
 /// The gate, shared by every effect a worker runs.
@@ -395,6 +408,7 @@ impl Gate {
             gate: self.clone(),
             target,
             premises,
+            rules: Arc::new([]),
             stop: None,
             fence: None,
         })
@@ -444,6 +458,8 @@ pub struct Bound {
     gate: Gate,
     target: Arc<dyn Target>,
     premises: Arc<dyn PremiseReader>,
+    /// The rules over the premises this binding states ([`Bound::with_rules`]).
+    rules: Arc<[crate::core::rules::Rule]>,
     stop: Option<StopCheck>,
     fence: Option<StopCheck>,
 }
@@ -459,12 +475,53 @@ enum Step {
 
 impl Bound {
     /// Run one attempt of `effect`: replay, recover, or check and send.
+    ///
+    /// A payload the journal does not hold as it is given is put in the target's canonical form
+    /// ([`Target::canonical`]) before it is hashed, journaled, scoped or counted: one that has
+    /// none is refused `invalid_payload` with nothing journaled, and one whose names cannot be
+    /// resolved just now is answered `RETRY`. Another spelling of the payload the key holds is
+    /// that payload, not a conflict.
     pub fn submit(&self, effect: &Effect) -> Result<Outcome, GateError> {
         let span = self.attempt_span("submit", &effect.key);
         let _in = span.enter();
         let out = self.submit_rounds(effect);
         self.finish(&span, &out);
         out
+    }
+
+    /// `effect`'s payload in the target's canonical form, or the answer when it has none. A
+    /// target that panics has none: nothing is journaled on doubt.
+    fn canonical(&self, effect: &Effect) -> Result<Value, Outcome> {
+        use crate::target::CanonicalError;
+        let target = &self.target;
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            target.canonical(&effect.payload)
+        }))
+        .unwrap_or_else(|_| {
+            Err(CanonicalError::Invalid(format!(
+                "target {} panicked putting the payload in canonical form",
+                target.name()
+            )))
+        });
+        match read {
+            Ok(payload) => Ok(payload),
+            Err(CanonicalError::Unavailable(why)) => Err(Outcome::Retry {
+                retry_after: self.gate.cfg.retry_after,
+                reason: format!(
+                    "target {} could not resolve the payload's names ({why}); nothing was \
+                     journaled",
+                    target.name()
+                ),
+            }),
+            Err(e) => Err(Outcome::Refused(Refused {
+                code: crate::core::RefusalCode::InvalidPayload,
+                reason: format!("target {}: {e}", target.name()),
+                changes: Vec::new(),
+                repairs: Vec::new(),
+                is_final: false,
+                payload_hash: effect.payload_hash(),
+            })),
+        }
     }
 
     fn submit_rounds(&self, effect: &Effect) -> Result<Outcome, GateError> {
@@ -546,13 +603,44 @@ impl Bound {
     }
 
     /// One attempt's step: what the key's state says to do with this submission.
-    fn submit_once(&self, effect: &Effect) -> Result<Step, GateError> {
-        let key = &effect.key;
-        let hash = effect.payload_hash();
+    fn submit_once(&self, given: &Effect) -> Result<Step, GateError> {
+        let key = &given.key;
         // The attempt's one full read: later reads verify only what was appended since.
         let seen = self.gate.journal.read(key)?;
         let state = seen.state();
-        Ok(match plan_submit(state, &hash) {
+        let mut hash = given.payload_hash();
+        let mut plan = plan_submit(state, &hash);
+        // The journal holds only canonical payloads (or ones it held before canonical forms):
+        // a payload it holds as given needs no other form, and one it does not is put in
+        // canonical form before anything is decided on it.
+        let mut effect = std::borrow::Cow::Borrowed(given);
+        if matches!(plan, SubmitPlan::Fresh | SubmitPlan::Conflict { .. }) {
+            match self.canonical(given) {
+                Ok(c) if c == given.payload => {}
+                Ok(c) => {
+                    let c = Effect {
+                        payload: c,
+                        ..given.clone()
+                    };
+                    let c_hash = c.payload_hash();
+                    // Another spelling of the payload the key holds is that payload; another
+                    // payload stays a conflict, noted under the hash it was given with.
+                    if matches!(&plan, SubmitPlan::Fresh)
+                        || matches!(&plan, SubmitPlan::Conflict { recorded } if *recorded == c_hash)
+                    {
+                        plan = plan_submit(state, &c_hash);
+                        hash = c_hash;
+                        effect = std::borrow::Cow::Owned(c);
+                    }
+                }
+                Err(answer) if matches!(plan, SubmitPlan::Fresh) => {
+                    return Ok(Step::Done(answer));
+                }
+                Err(_) => {}
+            }
+        }
+        let effect = effect.as_ref();
+        Ok(match plan {
             // Refused either way; the journal keeps one note per distinct refused payload, a
             // bounded number per key, so a caller looping conflicts grows nothing.
             SubmitPlan::Conflict { recorded } => {
@@ -585,6 +673,7 @@ impl Bound {
                         .flatten(),
                     labels: effect.labels.clone(),
                     by: self.gate.cfg.holder.caller.clone(),
+                    rules: self.rules.iter().map(|r| r.text().to_owned()).collect(),
                 };
                 self.propose(key, &proposal, &seen)?
             }
@@ -618,6 +707,31 @@ impl Bound {
                 bound: self.target.name().to_owned(),
             })
         }
+    }
+
+    /// The same binding, judging `rules` over the premises ([`crate::core::rules`]) at decide,
+    /// at every dispatch and at recovery: an effect whose facts do not satisfy one is refused
+    /// `premise_rule` (at decide, [`DecideError::Rules`]), naming the rule and the values. The
+    /// rules are journaled with each effect this binding proposes, and judged again by any
+    /// binding that dispatches or recovers it, beside its own.
+    pub fn with_rules<S: AsRef<str>>(
+        mut self,
+        rules: impl IntoIterator<Item = S>,
+    ) -> Result<Self, crate::core::rules::RuleError> {
+        let mut parsed: Vec<crate::core::rules::Rule> = self.rules.to_vec();
+        for text in rules {
+            let rule: crate::core::rules::Rule = text.as_ref().parse()?;
+            if !parsed.iter().any(|r| r.text() == rule.text()) {
+                parsed.push(rule);
+            }
+        }
+        self.rules = parsed.into();
+        Ok(self)
+    }
+
+    /// The rules this binding states.
+    pub fn rules(&self) -> &[crate::core::rules::Rule] {
+        &self.rules
     }
 
     /// The same binding, asking `stop` before every step that could lead to a send.
@@ -711,15 +825,26 @@ impl Bound {
         outcome_of(res, replayed)
     }
 
-    /// Make a decision: the effect with its premises read now by this gate's premise reader.
+    /// Make a decision: the effect with its payload in the target's canonical form
+    /// ([`Target::canonical`]) and its premises read now, on that form, by this gate's premise
+    /// reader, which must satisfy the binding's rules ([`Bound::with_rules`]).
     pub fn decide(
         &self,
         key: EffectKey,
         payload: &impl serde::Serialize,
         lease: impl Into<String>,
     ) -> Result<Effect, DecideError> {
-        let effect = Effect::new(key, payload, lease)?;
+        let mut effect = Effect::new(key, payload, lease)?;
+        effect.payload = self.target.canonical(&effect.payload)?;
         let premises = self.premises.read(&effect.key, &effect.payload)?;
+        let broken: Vec<_> = self
+            .rules
+            .iter()
+            .filter_map(|r| r.judge(&premises, &effect.payload).err())
+            .collect();
+        if !broken.is_empty() {
+            return Err(DecideError::Rules { broken });
+        }
         Ok(effect.premises(premises))
     }
 

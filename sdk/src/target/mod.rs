@@ -37,10 +37,11 @@ pub struct SendRequest<'a> {
 pub enum Looked {
     /// The lease is live and no premise moved: go on.
     Holds,
-    /// The effect must not land: its lease died (`lease_dead`) or a premise moved
-    /// (`premise_moved`) since the gate's checks.
+    /// The effect must not land: its lease died (`lease_dead`), a premise moved
+    /// (`premise_moved`) or a rule over the premises stopped holding (`premise_rule`) since the
+    /// gate's checks.
     Lapsed {
-        /// `lease_dead` or `premise_moved`.
+        /// `lease_dead`, `premise_moved` or `premise_rule`.
         code: &'static str,
         /// Why, naming the lease or the premises.
         why: String,
@@ -123,6 +124,36 @@ pub trait Target: Send + Sync {
     fn lookup(&self, _key: &EffectKey, _payload: &Value) -> LookupAnswer {
         LookupAnswer::Unknown(format!("target {} offers no lookup", self.name()))
     }
+
+    /// The payload in the one form every limit reads: each thing it acts on named by the same
+    /// identity however the caller spelled it (a charge by its payment intent), each value in
+    /// one spelling (a currency in lower case, an amount as an integer), fields the target does
+    /// not take refused. The gate calls it before the payload is hashed, journaled, scoped,
+    /// counted or sent, so a lease's scope, a budget's counter and `verify` all see one payment
+    /// as one, whatever name it came under. It may read the target (to resolve a name); it must
+    /// give the same answer for a payload already in canonical form without reading anything,
+    /// since every retry of a decided effect passes through it again.
+    ///
+    /// The default takes the payload as it is: right for a target whose payload names each
+    /// thing one way only.
+    fn canonical(&self, payload: &Value) -> Result<Value, CanonicalError> {
+        Ok(payload.clone())
+    }
+}
+
+/// Why a payload has no canonical form ([`Target::canonical`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CanonicalError {
+    /// The payload is not one the target takes (a field it does not know, an amount that is not
+    /// an integer, a name that resolves to something else): refused before it is journaled,
+    /// and sending it again cannot help.
+    #[error("the payload is refused before anything is journaled: {0}")]
+    Invalid(String),
+    /// A name could not be resolved just now (the target did not answer): nothing was
+    /// journaled; try again later.
+    #[error("the payload's names could not be resolved just now: {0}")]
+    Unavailable(String),
 }
 
 /// A target's own records, for `verify`: every effect that could be this one (e.g. all refunds on

@@ -219,6 +219,7 @@ mod tests {
     /// A key's history: proposed, then dispatched at `at_ms` with `budgets` recorded.
     fn history(at_ms: i64, budgets: Vec<BudgetCheck>) -> Vec<Record> {
         let proposed = crate::core::Proposed {
+            rules: Vec::new(),
             by: None,
             payload: json!({"amount": 500}),
             payload_hash: "h".into(),
@@ -240,6 +241,7 @@ mod tests {
             deadline_ms: at_ms + 1_000,
             payload_hash: "h".into(),
             recheck: crate::core::Recheck {
+                broken: Vec::new(),
                 lease: crate::core::LeaseVerdict::Live,
                 premises_now: Default::default(),
                 changes: Vec::new(),

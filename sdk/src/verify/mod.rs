@@ -184,17 +184,41 @@ pub fn verify(journal: &dyn Journal, key: &EffectKey, src: &Sources<'_>) -> Veri
     columns.push(if dispatches.is_empty() {
         col("premises held", None, "nothing was sent")
     } else {
+        // The rules it was proposed under, judged again on what each send stood on: a record
+        // that says they held is not taken on its word.
+        let rules: &[String] = history
+            .iter()
+            .find_map(|r| match &r.event {
+                Event::Proposed(p) => Some(p.rules.as_slice()),
+                _ => None,
+            })
+            .unwrap_or_default();
         let moved: Vec<_> = dispatches
             .iter()
-            .filter(|(_, d)| !d.recheck.holds())
+            .filter(|(_, d)| {
+                !d.recheck.holds()
+                    || !crate::core::rules::judge_all(
+                        rules.iter().map(String::as_str),
+                        &d.recheck.premises_now,
+                        &derived.payload,
+                    )
+                    .is_empty()
+            })
             .collect();
+        let judged = match rules.len() {
+            0 => String::new(),
+            n => format!(", and its {n} rule(s) held at every send"),
+        };
         col(
             "premises held",
             Some(moved.is_empty()),
             if moved.is_empty() {
-                "re-read before every send; none had moved".to_owned()
+                format!("re-read before every send; none had moved{judged}")
             } else {
-                format!("{} send(s) on moved premises", moved.len())
+                format!(
+                    "{} send(s) on moved premises or on facts its rules forbid",
+                    moved.len()
+                )
             },
         )
     });

@@ -196,6 +196,104 @@ impl RefundPayload {
     }
 }
 
+/// The fields a refund payload may hold.
+const FIELDS: [&str; 6] = [
+    "payment_intent",
+    "charge",
+    "amount",
+    "currency",
+    "reason",
+    "metadata",
+];
+
+/// A refund payload in the one form every limit reads, once the charge it names (if any) is
+/// resolved by `intent_of` to the payment intent it paid (`None`: a charge made without one):
+///
+/// * the payment is named by its payment intent, whether the caller named the intent, its
+///   charge, or both (then they must agree); a charge without a payment intent stays a charge;
+/// * the currency in lower case, as Stripe writes it;
+/// * the amount an integer in the currency's minor unit (`500`, never `"500"` or `500.0`);
+/// * optional fields given as `null` left out, and any field a refund does not take refused
+///   (Stripe's API refuses unknown parameters, and a limit scoped on one would read a name the
+///   refund never carries).
+///
+/// `intent_of` is asked only when a charge is named, so a payload already in canonical form is
+/// checked without reading anything.
+pub fn canonical<E>(
+    payload: &Value,
+    intent_of: impl FnOnce(&str) -> Result<Option<String>, E>,
+) -> Result<Result<Value, String>, E> {
+    let Some(given) = payload.as_object() else {
+        return Ok(Err(
+            "not a refund payload: it must be a JSON object naming a payment_intent or a \
+             charge, an amount and a currency"
+                .into(),
+        ));
+    };
+    let mut fields = serde_json::Map::new();
+    for (name, value) in given {
+        if !FIELDS.contains(&name.as_str()) {
+            return Ok(Err(format!(
+                "not a refund payload: it has a field {name:?} a refund does not take (it takes {})",
+                FIELDS.join(", ")
+            )));
+        }
+        if !value.is_null() {
+            fields.insert(name.clone(), value.clone());
+        }
+    }
+    match fields.get("currency").and_then(Value::as_str) {
+        Some(c) if c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()) => {
+            let lower = c.to_ascii_lowercase();
+            fields.insert("currency".into(), Value::String(lower));
+        }
+        Some(c) => {
+            return Ok(Err(format!(
+                "not a refund payload: the currency {c:?} is not a three-letter ISO code"
+            )));
+        }
+        None => {}
+    }
+    let named_intent = fields
+        .get("payment_intent")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(charge) = fields
+        .get("charge")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
+        if charge.is_empty() {
+            return Ok(Err("not a refund payload: the charge is empty".into()));
+        }
+        match (intent_of(&charge)?, named_intent) {
+            (Some(paid), None) => {
+                fields.remove("charge");
+                fields.insert("payment_intent".into(), Value::String(paid));
+            }
+            (Some(paid), Some(named)) if paid == named => {
+                fields.remove("charge");
+            }
+            (Some(paid), Some(named)) => {
+                return Ok(Err(format!(
+                    "not a refund payload: charge {charge} paid payment intent {paid}, not \
+                     {named}; name one payment"
+                )));
+            }
+            (None, Some(named)) => {
+                return Ok(Err(format!(
+                    "not a refund payload: charge {charge} was made without a payment intent, \
+                     so it did not pay {named}; name one payment"
+                )));
+            }
+            (None, None) => {}
+        }
+    }
+    let value = Value::Object(fields);
+    Ok(RefundPayload::from_value(&value)
+        .and_then(|p| serde_json::to_value(p).map_err(|e| format!("not a refund payload: {e}"))))
+}
+
 /// The effect key a refund record carries in its metadata, if any.
 pub fn key_of(refund: &Value) -> Option<&str> {
     refund
@@ -250,6 +348,42 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_canonical_payload_is_its_own_form_and_asks_nothing() {
+        let canonical = json!({"payment_intent": "pi_1", "amount": 500, "currency": "usd"});
+        let again = super::canonical(&canonical, |_| -> Result<Option<String>, ()> {
+            panic!("a payload naming its intent asks nothing")
+        });
+        assert_eq!(again, Ok(Ok(canonical)));
+    }
+
+    #[test]
+    fn a_charge_is_named_by_the_intent_it_paid_and_a_mismatch_is_refused() {
+        let by_charge = json!({"charge": "ch_1", "amount": 500, "currency": "EUR", "reason": null});
+        let named = super::canonical(&by_charge, |c| {
+            assert_eq!(c, "ch_1");
+            Ok::<_, ()>(Some("pi_1".to_owned()))
+        });
+        assert_eq!(
+            named,
+            Ok(Ok(
+                json!({"payment_intent": "pi_1", "amount": 500, "currency": "eur"})
+            ))
+        );
+        let both =
+            json!({"charge": "ch_1", "payment_intent": "pi_2", "amount": 5, "currency": "usd"});
+        let refused = super::canonical(&both, |_| Ok::<_, ()>(Some("pi_1".to_owned())));
+        assert!(
+            matches!(&refused, Ok(Err(why)) if why.contains("paid payment intent pi_1, not pi_2")),
+            "{refused:?}"
+        );
+        let legacy = json!({"charge": "ch_9", "amount": 5, "currency": "usd"});
+        assert_eq!(
+            super::canonical(&legacy, |_| Ok::<_, ()>(None)),
+            Ok(Ok(legacy.clone()))
+        );
+    }
 
     #[test]
     fn still_fits_only_when_what_is_left_covers_the_amount() {

@@ -18,7 +18,7 @@ use crate::refund::{RefundPayload, Refunded, key_of, refund_repairs};
 use interlock::core::{LookupAnswer, Premises, Repair, SendAnswer, Tier};
 use interlock::effect::EffectKey;
 use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::{SendRequest, Target, TargetRecords};
+use interlock::target::{CanonicalError, SendRequest, Target, TargetRecords};
 
 /// The API version every request names (`Stripe-Version`), so a refund's behaviour follows this
 /// crate rather than whatever default the account was last upgraded to.
@@ -266,6 +266,34 @@ impl StripeRefunds {
         ))
     }
 
+    /// The payment intent a charge paid, as Stripe records it on the charge (`None` for a
+    /// charge made without one). A 4xx (no such charge, no access) is a definite answer;
+    /// anything else may pass.
+    pub fn intent_of(&self, charge: &str) -> Result<Option<String>, CanonicalError> {
+        match self.get(&format!("/v1/charges/{}", path_segment(charge)), &[]) {
+            Http::Answer {
+                status: 200, body, ..
+            } => match body.get("payment_intent") {
+                Some(Value::String(pi)) if !pi.is_empty() => Ok(Some(pi.clone())),
+                None | Some(Value::Null) => Ok(None),
+                Some(other) => Err(CanonicalError::Invalid(format!(
+                    "charge {charge} answered a payment_intent that is not an id: {other}"
+                ))),
+            },
+            Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
+                Err(CanonicalError::Invalid(format!(
+                    "charge {charge}: {status} {}",
+                    error_message(&body)
+                )))
+            }
+            Http::Answer { status, body, .. } => Err(CanonicalError::Unavailable(format!(
+                "charge {charge}: {status} {}",
+                error_message(&body)
+            ))),
+            Http::Lost(why) => Err(CanonicalError::Unavailable(why)),
+        }
+    }
+
     /// The amount paid on a payment intent (received) or a charge (captured), and its currency
     /// (lower case, as Stripe writes it). A 4xx (no such payment, no access) is a definite answer;
     /// anything else may pass.
@@ -402,6 +430,11 @@ impl Target for StripeRefunds {
             .timeout_global(Some(req.timeout))
             .build();
         classify(read(request.send_form(form)))
+    }
+
+    fn canonical(&self, payload: &Value) -> Result<Value, CanonicalError> {
+        crate::refund::canonical(payload, |charge| self.intent_of(charge))?
+            .map_err(CanonicalError::Invalid)
     }
 
     fn lookup(&self, key: &EffectKey, payload: &Value) -> LookupAnswer {

@@ -358,6 +358,7 @@ const PAYLOAD_HASH: &str = "p0";
 
 fn proposal() -> Proposed {
     Proposed {
+        rules: Vec::new(),
         by: None,
         payload: json!({ "plan": "cancel o1, credit c1" }),
         payload_hash: PAYLOAD_HASH.into(),
@@ -396,6 +397,7 @@ fn holding(worker: u8, attempt: u8, now: i64) -> Holding {
 fn recheck(s: &DbState) -> Recheck {
     let now = premises(!s.premise_moved);
     Recheck {
+        broken: Vec::new(),
         lease: if s.revoked {
             LeaseVerdict::Dead {
                 reason: "revoked".into(),

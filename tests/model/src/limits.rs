@@ -155,6 +155,7 @@ fn key_name(k: u8) -> String {
 
 fn proposal(cfg: &LimitsConfig, k: u8) -> Proposed {
     Proposed {
+        rules: Vec::new(),
         by: None,
         payload: json!({ "amount": cfg.amounts[usize::from(k)] }),
         // The same for every key: keys live in journals of their own, and a key's world that
@@ -185,6 +186,7 @@ fn holding(attempt: u8, now: i64) -> Holding {
 
 fn recheck(lease: LeaseVerdict, now: i64) -> Recheck {
     Recheck {
+        broken: Vec::new(),
         lease,
         premises_now: Premises::new(),
         changes: Vec::new(),

@@ -525,6 +525,7 @@ const KEY_PAYLOAD_HASH: &str = "p0";
 
 fn proposal(cfg: &Config) -> Proposed {
     Proposed {
+        rules: Vec::new(),
         by: None,
         payload: json!({ "amount": 2000 }),
         payload_hash: KEY_PAYLOAD_HASH.into(),
@@ -577,6 +578,7 @@ fn lease_verdict(live: bool) -> LeaseVerdict {
 fn recheck(premise_ok: bool, lease: LeaseVerdict, read_at: i64) -> Recheck {
     let now = premises(premise_ok);
     Recheck {
+        broken: Vec::new(),
         lease,
         changes: interlock_core::decide::diff(&premises(true), &now),
         premises_now: now,

@@ -6,9 +6,11 @@
 
 use std::sync::Arc;
 
-use interlock::premise::PremiseReader;
+use interlock::gate::DecideError;
+use interlock::premise::PremiseError;
+use interlock::target::CanonicalError;
 use interlock::{Bound, EffectKey};
-use interlock_stripe::{RefundPayload, RefundPremises};
+use interlock_stripe::RefundPayload;
 use interlock_temporal::{GatedEffect, gated};
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
@@ -16,12 +18,33 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
 use crate::{Decision, RefundRequest, Refunded};
 
+/// The rule every refund's facts must satisfy, at decide and again before every send: what is
+/// left to refund covers the amount. A fact that stayed put can still forbid the refund; the
+/// gate judges it instead of only noticing that it moved.
+pub const RULES: [&str; 1] = ["amount_paid - refunded_by_others >= payload.amount"];
+
 /// The refund activities, built once per worker.
 pub struct RefundActivities {
-    /// Stripe refunds bound to the gate (target, premises, journal).
+    /// Stripe refunds bound to the gate (target, premises, journal) with [`RULES`].
     pub refunds: Bound,
-    /// The same premise reader the gate re-reads with before every send.
-    pub premises: RefundPremises,
+}
+
+/// A decision that cannot be made: one that no retry can change (a payload with no canonical
+/// form, facts the rules forbid, a payment that does not exist) is refused for good, the rest
+/// (a service that did not answer) are tried again.
+fn undecided(e: &DecideError) -> ActivityError {
+    let for_good = matches!(
+        e,
+        DecideError::Effect(_)
+            | DecideError::Rules { .. }
+            | DecideError::Canonical(CanonicalError::Invalid(_))
+            | DecideError::Premises(PremiseError::Invalid(_))
+    );
+    ApplicationFailure::builder(e.to_string())
+        .type_name(interlock_temporal::REFUSED.to_owned())
+        .non_retryable(for_good)
+        .build()
+        .into()
 }
 
 fn payload(r: &RefundRequest) -> serde_json::Value {
@@ -34,7 +57,8 @@ fn payload(r: &RefundRequest) -> serde_json::Value {
 
 #[activities]
 impl RefundActivities {
-    /// Read the premises: amount paid, currency, refunds by others.
+    /// Read the premises (amount paid, currency, refunds by others) and judge the rules on
+    /// them.
     #[activity(name = "decide")]
     pub async fn decide(
         self: Arc<Self>,
@@ -44,15 +68,13 @@ impl RefundActivities {
         let this = self.clone();
         let r = request.clone();
         // The readers block (HTTP): off the async runtime.
-        let read = tokio::task::spawn_blocking(move || {
-            let key = EffectKey::fixed(r.request_id.clone()).map_err(|e| e.to_string())?;
-            this.premises
-                .read(&key, &payload(&r))
-                .map_err(|e| e.to_string())
+        let decided = tokio::task::spawn_blocking(move || {
+            let key = EffectKey::fixed(r.request_id.clone()).map_err(DecideError::from)?;
+            this.refunds.decide(key, &payload(&r), r.lease.clone())
         })
         .await
         .map_err(|e| ApplicationFailure::new(e.to_string()))?;
-        let premises = read.map_err(ApplicationFailure::new)?;
+        let premises = decided.map_err(|e| undecided(&e))?.decided;
         Ok(Decision { request, premises })
     }
 

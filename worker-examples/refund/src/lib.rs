@@ -15,7 +15,7 @@ pub mod workflow;
 use interlock::core::{Premises, Via};
 use serde::{Deserialize, Serialize};
 
-pub use activities::RefundActivities;
+pub use activities::{RULES, RefundActivities};
 pub use workflow::RefundWorkflow;
 
 /// An approved refund request: what the workflow is started with.

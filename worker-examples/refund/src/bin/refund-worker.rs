@@ -18,7 +18,7 @@ use interlock::metrics::Endpoint;
 use interlock::{Clock, Gate, SystemClock};
 use interlock_postgres::PgOptions;
 use interlock_stripe::StripeRefundsSetup;
-use refund_template::{RefundActivities, RefundWorkflow, task_queue};
+use refund_template::{RULES, RefundActivities, RefundWorkflow, task_queue};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 
 fn activities() -> anyhow::Result<(RefundActivities, Option<Endpoint>)> {
@@ -41,8 +41,7 @@ fn activities() -> anyhow::Result<(RefundActivities, Option<Endpoint>)> {
     )?;
     let stripe = StripeRefundsSetup::from_env()?;
     let activities = RefundActivities {
-        refunds: stripe.bind(&gate)?,
-        premises: stripe.premises(),
+        refunds: stripe.bind(&gate)?.with_rules(RULES)?,
     };
     Ok((activities, metrics))
 }
