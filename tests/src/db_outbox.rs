@@ -197,3 +197,71 @@ where
     );
     Ok(())
 }
+
+/// Commit `committed` asking for one e-mail through a gate on one journal, then submit the same
+/// plan under the same key through a gate on another journal over the same database (`db` and
+/// `db_again`, two handles on it): the second journal holds it committed too, found by the
+/// marker. Then relay from both journals to a tier-3 target that takes whatever it is sent. The
+/// database gives the call to the first relay that claims it; the other leaves it, saying whose
+/// it is: judged by what the target applied.
+pub fn two_journals_round<D>(db: Arc<D>, db_again: Arc<D>, committed: Plan) -> anyhow::Result<()>
+where
+    D: Target + Outbox + 'static,
+{
+    let (_dir_a, _journal_a, gate_a) = gate_on_a_journal()?;
+    let (_dir_b, journal_b, gate_b) = gate_on_a_journal()?;
+    let plan = committed.then_send(refund("mail"))?;
+    let effect = Effect::new(EffectKey::derive(&["twice"]), &plan.to_payload(), LEASE)?;
+    let in_a = gate_a
+        .bind(db.clone(), Arc::new(NoPremises))?
+        .submit(&effect)?;
+    ensure!(
+        matches!(in_a, Outcome::Committed { .. }),
+        "journal A: {in_a:?}"
+    );
+    let in_b = gate_b
+        .bind(db_again.clone(), Arc::new(NoPremises))?
+        .submit(&effect)?;
+    ensure!(
+        matches!(in_b, Outcome::Committed { .. }),
+        "journal B holds it committed too: {in_b:?}"
+    );
+    let mail = Counting::new(Tier::Three, Duration::ZERO);
+    let pay_a = gate_a.bind(mail.clone(), Arc::new(NoPremises))?;
+    let pay_b = gate_b.bind(mail.clone(), Arc::new(NoPremises))?;
+    // Journal B's relay claims the call and sends it, and dies before marking it delivered.
+    let pending = db_again.pending(0, 10)?;
+    ensure!(pending.len() == 1, "one call waits: {pending:?}");
+    let call = &pending[0];
+    ensure!(
+        db_again
+            .claim(call, interlock::Journal::store_id(journal_b.as_ref()))?
+            .is_none(),
+        "the first claim is B's"
+    );
+    pay_b.submit(&Effect::new(call.effect_key(), &call.payload, &call.lease)?)?;
+    // Journal A's relay finds it pending, its plan committed in A: the claim stops it.
+    let from_a = relay(&*db, &BTreeMap::from([("counting".to_owned(), &pay_a)]), 10)?;
+    ensure!(
+        from_a.delivered.is_empty(),
+        "journal A's relay delivered it again: {from_a:?}"
+    );
+    let (_, why) = from_a.waiting.first().context("the call waits for A")?;
+    ensure!(
+        why.contains("claimed by the relay of journal"),
+        "the report says whose it is: {why}"
+    );
+    // B's next pass answers it from B's journal and marks it.
+    let from_b = relay(
+        &*db_again,
+        &BTreeMap::from([("counting".to_owned(), &pay_b)]),
+        10,
+    )?;
+    ensure!(
+        from_b.delivered.len() == 1 && from_b.delivered[0].1.contains("replayed"),
+        "journal B's relay marks it from its journal: {from_b:?}"
+    );
+    let sent = mail.sends.load(std::sync::atomic::Ordering::SeqCst);
+    ensure!(sent == 1, "the e-mail went out {sent} times");
+    Ok(())
+}

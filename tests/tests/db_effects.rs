@@ -339,6 +339,20 @@ fn an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_delivers_it_
 }
 
 #[test]
+fn relays_on_two_journals_over_one_database_send_an_outbox_call_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let shop = db_shop::create(dir.path()).unwrap();
+    let open = || Arc::new(SqliteDb::open(&shop, interlock_tests::db_outbox::policy()).unwrap());
+    interlock_tests::db_outbox::two_journals_round(
+        open(),
+        open(),
+        db_shop::cancel_and_credit(0).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(credit(&shop).unwrap(), AMOUNT, "credited once");
+}
+
+#[test]
 fn an_outbox_row_rewritten_after_its_stage_is_not_relayed() {
     let dir = tempfile::tempdir().unwrap();
     let shop = db_shop::create(dir.path()).unwrap();

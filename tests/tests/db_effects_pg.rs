@@ -588,6 +588,16 @@ fn on_postgres_an_outbox_call_exists_only_once_its_plan_committed_and_the_relay_
 }
 
 #[test]
+fn on_postgres_relays_on_two_journals_over_one_database_send_an_outbox_call_once() {
+    let (url, options, mut client) = shop("pg_two_relays");
+    let policy = interlock_tests::db_outbox::policy();
+    let db = Arc::new(PgDb::open(&url, options.clone(), policy.clone()).unwrap());
+    let db_again = Arc::new(PgDb::open(&url, options, policy).unwrap());
+    interlock_tests::db_outbox::two_journals_round(db, db_again, cancel_and_credit()).unwrap();
+    assert_eq!(credit(&mut client, 10), 500, "credited once");
+}
+
+#[test]
 fn on_postgres_an_outbox_row_rewritten_after_its_stage_is_not_relayed() {
     let (url, options, mut client) = shop("pg_rewritten");
     let schema = options.schema.clone();

@@ -14,6 +14,9 @@
 //! those of the call with its id in the plan the journal holds under the plan's key (the journal
 //! the delivery is journaled in). A row that differs, or that no journaled plan asked for, is
 //! not sent; it waits, named in the relay's report, for a person.
+//!
+//! A call belongs to the journal whose relay first claims it, in the database: a relay on
+//! another journal never delivers it, so two journals over one database send it once.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +61,11 @@ pub trait Outbox {
     fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError>;
     /// Record that `request` was delivered with a final `outcome` (the gate's label).
     fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError>;
+    /// Claim `request` for the relay whose journal is `relay` (its store id), in the database:
+    /// the first claim stands for good, since the call's delivery is journaled (and recovered)
+    /// in that journal alone. `None`: the call is this relay's; `Some(other)`: another
+    /// journal's relay holds it.
+    fn claim(&self, request: &Request, relay: &str) -> Result<Option<String>, DbError>;
 }
 
 /// What one pass of the relay did.
@@ -115,6 +123,22 @@ fn deliver(
     if let Err(why) = as_planned(bound.journal().as_ref(), request) {
         tracing::error!(key = %request.plan_key, id = %request.id, "outbox call not sent: {why}");
         return Err(why);
+    }
+    // Two journals can each hold the plan as committed (one by its own stage, the other by a
+    // lookup of the marker), and each would deliver the call under the same key, which a target
+    // without dedupe takes twice: the database gives the call to one journal's relays only.
+    let journal = bound.journal().store_id().to_owned();
+    match outbox.claim(request, &journal) {
+        Ok(None) => {}
+        Ok(Some(other)) => {
+            let why = format!(
+                "claimed by the relay of journal {other}: only that journal's relays deliver \
+                 and recover it"
+            );
+            tracing::warn!(key = %request.plan_key, id = %request.id, "{why}");
+            return Err(why);
+        }
+        Err(e) => return Err(format!("could not be claimed: {e}")),
     }
     let effect = Effect::new(request.effect_key(), &request.payload, &request.lease)
         .map_err(|e| format!("not a payload: {e}"))?;

@@ -28,7 +28,7 @@ const NOT_COUNTING: &str = "IL003";
 pub(crate) const KEY_ELSEWHERE: &str = "IL004";
 
 /// The functions a target's role is granted, with their argument types.
-pub(crate) const ENTRY_POINTS: [&str; 8] = [
+pub(crate) const ENTRY_POINTS: [&str; 9] = [
     "open(text, text[])",
     "measured(uuid)",
     "spent(uuid, text, bigint)",
@@ -36,6 +36,7 @@ pub(crate) const ENTRY_POINTS: [&str; 8] = [
     "unmediated(uuid)",
     "pending(uuid, bigint, integer)",
     "delivered(uuid, text, text, text)",
+    "claim(uuid, text, text, text)",
     "marked(uuid)",
 ];
 
@@ -80,6 +81,12 @@ CREATE TABLE IF NOT EXISTS {s}.outbox (
     UNIQUE (key, id)
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (seq) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS {s}.outbox_relays (
+    key   TEXT NOT NULL,
+    id    TEXT NOT NULL,
+    relay TEXT NOT NULL,
+    PRIMARY KEY (key, id)
+);
 CREATE TABLE IF NOT EXISTS {s}.spent (
     window_id TEXT NOT NULL,
     key       TEXT NOT NULL,
@@ -284,6 +291,24 @@ BEGIN
     UPDATE {s}.outbox SET outcome = p_outcome
      WHERE key = p_key AND id = p_id AND outcome IS NULL;
     DELETE FROM {s}.stages WHERE xid = x;
+END
+$fn$;
+
+-- Claim an outbox call for the relay of journal `p_relay`: the first claim stands for good.
+-- Returns the journal that holds it. The stage is then closed, so the transaction may commit.
+CREATE OR REPLACE FUNCTION {s}.claim(p_token uuid, p_key text, p_id text, p_relay text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE {definer} AS $fn$
+DECLARE
+    x xid8 := pg_current_xact_id();
+    holder text;
+BEGIN
+    PERFORM {s}.opened(p_token);
+    INSERT INTO {s}.outbox_relays (key, id, relay) VALUES (p_key, p_id, p_relay)
+        ON CONFLICT (key, id) DO NOTHING;
+    SELECT r.relay INTO holder FROM {s}.outbox_relays r WHERE r.key = p_key AND r.id = p_id;
+    DELETE FROM {s}.stages WHERE xid = x;
+    RETURN holder;
 END
 $fn$;
 

@@ -26,4 +26,14 @@ impl Outbox for PgDb {
                 what,
             })
     }
+
+    fn claim(&self, request: &Request, relay: &str) -> Result<Option<String>, DbError> {
+        let holder = self
+            .closing_on_error(|c, s| stage::claim(c, s, request, relay))?
+            .map_err(|what| DbError::Database {
+                doing: "claim an outbox call",
+                what,
+            })?;
+        Ok((holder != relay).then_some(holder))
+    }
 }

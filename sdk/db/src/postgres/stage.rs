@@ -461,6 +461,26 @@ pub(crate) fn delivered(
     done
 }
 
+/// Claim an outbox call for the relay of journal `relay`, in a transaction of its own: the
+/// journal that holds it.
+pub(crate) fn claim(
+    client: &mut Client,
+    s: &str,
+    request: &Request,
+    relay: &str,
+) -> Result<String, String> {
+    let done = read_in_stage(client, s, "", |client, opened| {
+        let row = client.query_one(
+            &format!("SELECT {s}.claim($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
+            &[&opened.token, &request.plan_key, &request.id, &relay],
+        )?;
+        client.batch_execute("COMMIT")?;
+        Ok(row.get::<_, String>(0))
+    });
+    unlock_key(client).map_err(|e| format!("could not end the claim: {e}"))?;
+    done
+}
+
 /// The key of every marker.
 pub(crate) fn marker_keys(client: &mut Client, s: &str) -> Result<Vec<String>, String> {
     let found = read_in_stage(client, s, "", |client, opened| {

@@ -38,6 +38,12 @@ CREATE TABLE IF NOT EXISTS interlock_outbox (
     UNIQUE (key, id)
 );
 CREATE INDEX IF NOT EXISTS interlock_outbox_pending ON interlock_outbox (seq) WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS interlock_outbox_relays (
+    key       TEXT NOT NULL,
+    id        TEXT NOT NULL,
+    relay     TEXT NOT NULL,
+    PRIMARY KEY (key, id)
+);
 CREATE TABLE IF NOT EXISTS interlock_spent (
     window_id TEXT NOT NULL,
     key       TEXT NOT NULL,

@@ -63,4 +63,22 @@ impl Outbox for SqliteDb {
             .map(drop)
             .map_err(|e| DbError::sqlite("mark an outbox call delivered", e))
     }
+
+    fn claim(&self, request: &Request, relay: &str) -> Result<Option<String>, DbError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO interlock_outbox_relays (key, id, relay) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key, id) DO NOTHING",
+            rusqlite::params![request.plan_key, request.id, relay],
+        )
+        .map_err(|e| DbError::sqlite("claim an outbox call", e))?;
+        let holder: String = conn
+            .query_row(
+                "SELECT relay FROM interlock_outbox_relays WHERE key = ?1 AND id = ?2",
+                rusqlite::params![request.plan_key, request.id],
+                |r| r.get(0),
+            )
+            .map_err(|e| DbError::sqlite("claim an outbox call", e))?;
+        Ok((holder != relay).then_some(holder))
+    }
 }
