@@ -358,6 +358,7 @@ const PAYLOAD_HASH: &str = "p0";
 
 fn proposal() -> Proposed {
     Proposed {
+        given_hash: None,
         rules: Vec::new(),
         by: None,
         payload: json!({ "plan": "cancel o1, credit c1" }),

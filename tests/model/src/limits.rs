@@ -55,6 +55,12 @@ pub struct LimitsConfig {
     pub use_written_apart: bool,
     /// Shell mutant: a resend leaves the budget's place where the first dispatch put it.
     pub place_not_stretched: bool,
+    /// How each key's refund names its payment (`pi_X` or its charge `ch_X`); empty: no payment
+    /// is named. The gate journals the refund target's canonical form.
+    pub names: Vec<&'static str>,
+    /// Shell mutant: the payload is journaled (and so scoped and counted) as the caller spelled
+    /// it, not in its canonical form.
+    pub raw_payloads: bool,
 }
 
 /// The properties, in report order.
@@ -153,14 +159,54 @@ fn key_name(k: u8) -> String {
     format!("k{k}")
 }
 
+/// The payment a refund's name stands for, as the service records it: charge `ch_X` paid
+/// payment intent `pi_X`.
+fn payment_of(name: &str) -> String {
+    match name.strip_prefix("ch_") {
+        Some(x) => format!("pi_{x}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Key `k`'s payload as the gate journals it: the refund target's canonical form of the
+/// caller's spelling (the charge resolved to the payment intent it paid), or the spelling
+/// itself under the mutant.
+fn payload(cfg: &LimitsConfig, k: u8) -> serde_json::Value {
+    let amount = cfg.amounts[usize::from(k)];
+    let Some(name) = cfg.names.get(usize::from(k)) else {
+        return json!({ "amount": amount });
+    };
+    let field = if name.starts_with("ch_") {
+        "charge"
+    } else {
+        "payment_intent"
+    };
+    let spelled = json!({ field: name, "amount": amount, "currency": "USD" });
+    if cfg.raw_payloads {
+        return spelled;
+    }
+    let canonical = interlock_stripe::refund::canonical(&spelled, |charge| {
+        Ok::<_, std::convert::Infallible>(Some(payment_of(charge)))
+    });
+    match canonical {
+        Ok(Ok(v)) => v,
+        // The model's spellings all have a canonical form; one that did not would be refused
+        // before it was journaled, and is no effect at all.
+        Ok(Err(_)) | Err(_) => spelled,
+    }
+}
+
 fn proposal(cfg: &LimitsConfig, k: u8) -> Proposed {
+    let payload = payload(cfg, k);
     Proposed {
+        given_hash: None,
         rules: Vec::new(),
         by: None,
-        payload: json!({ "amount": cfg.amounts[usize::from(k)] }),
-        // The same for every key: keys live in journals of their own, and a key's world that
-        // does not name its index lets keys that differ only by index fold into one state.
-        payload_hash: format!("p{}", cfg.amounts[usize::from(k)]),
+        // The same for every key with the same payload: keys live in journals of their own, and
+        // a key's world that does not name its index lets keys that differ only by index fold
+        // into one state.
+        payload_hash: format!("p{payload}"),
+        payload,
         premises: Premises::new(),
         lease: LEASE.into(),
         target: "svc".into(),
@@ -288,9 +334,24 @@ impl LimitsState {
         let Some(b) = &cfg.budget else {
             return LeaseVerdict::Live;
         };
+        // As the stores count: only the places of effects that match the budget and fall in
+        // this effect's counter (its `per` values), read from the journaled payloads.
+        let labels = std::collections::BTreeMap::new();
+        let counter_of = |payload: &serde_json::Value| -> Option<String> {
+            let s = budget::Subject {
+                payload,
+                target: "svc",
+                labels: &labels,
+            };
+            b.matches(&s).then(|| b.bucket(&s))
+        };
+        let Some(counter) = counter_of(&first.payload) else {
+            return LeaseVerdict::Live;
+        };
         let holds: Vec<Hold> = self
             .holds
             .iter()
+            .filter(|(key, ..)| counter_of(&proposal(cfg, *key).payload).as_ref() == Some(&counter))
             .map(|(key, amount, at, until)| Hold {
                 key: key_name(*key),
                 amount: *amount,
@@ -632,17 +693,20 @@ fn broken(cfg: &LimitsConfig, s: &LimitsState) -> Vec<&'static str> {
     if !within(&applied) {
         out.push(LIMIT_PROPERTIES[0]);
     }
-    // The effects the service applied in the window that ends now.
+    // The effects the service applied in the window that ends now, for each payment the
+    // service knows them by (one, where no payment is named): a budget counted per payment
+    // must hold for each, however the callers named it.
     if let Some(b) = &cfg.budget {
         let since = b.window.since(s.now);
-        let landed: i64 = s
-            .keys
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| w.applied.is_some_and(|at| at >= since))
-            .map(|(i, _)| b.amount(&json!({ "amount": cfg.amounts[i] })).unwrap_or(0))
-            .sum();
-        if landed > b.max() {
+        let mut landed: std::collections::BTreeMap<String, i64> = Default::default();
+        for (i, w) in s.keys.iter().enumerate() {
+            if w.applied.is_some_and(|at| at >= since) {
+                let payment = cfg.names.get(i).map(|n| payment_of(n)).unwrap_or_default();
+                *landed.entry(payment).or_default() +=
+                    b.amount(&json!({ "amount": cfg.amounts[i] })).unwrap_or(0);
+            }
+        }
+        if landed.values().any(|sum| *sum > b.max()) {
             out.push(LIMIT_PROPERTIES[1]);
         }
     }
@@ -767,7 +831,12 @@ fn describe_limits(cfg: &LimitsConfig) -> String {
             budget::Window::Rolling { ms } => format!("in any {ms} ticks"),
             budget::Window::Calendar { .. } => b.window.describe(),
         };
-        format!("budget: at most {} effect(s) {window}", b.max())
+        let per = if b.per.is_empty() {
+            String::new()
+        } else {
+            format!(" for each {}", b.per.join(", "))
+        };
+        format!("budget: at most {} effect(s) {window}{per}", b.max())
     });
     [Some(lease).filter(|l| !l.is_empty()), budget]
         .into_iter()
@@ -828,6 +897,14 @@ fn summary(s: &LimitsState) -> String {
     format!("{}; uses held by [{}]", keys.join(", "), uses.join(", "))
 }
 
+/// One refund per payment in any 3 ticks, counted per `payment_intent`.
+fn one_per_payment_per_3_ticks() -> Budget {
+    Budget {
+        per: vec!["payment_intent".into()],
+        ..one_per_3_ticks()
+    }
+}
+
 /// A budget every key matches: one effect in any 3 ticks.
 fn one_per_3_ticks() -> Budget {
     Budget {
@@ -862,6 +939,8 @@ pub fn limits_models(quick: bool) -> Vec<LimitsConfig> {
         horizon: if quick { 5 } else { 6 },
         use_written_apart: false,
         place_not_stretched: false,
+        names: Vec::new(),
+        raw_payloads: false,
     };
     let three_keys = |name: &str, tier: Tier, amounts: Vec<i64>, limit: UseLimit| LimitsConfig {
         attempts: 1,
@@ -886,6 +965,18 @@ pub fn limits_models(quick: bool) -> Vec<LimitsConfig> {
             horizon: 6,
             ..two_keys(
                 "budget_one_per_3_ticks_t2",
+                Tier::Two,
+                vec![5, 5],
+                UseLimit::default(),
+            )
+        },
+        // Two refunds of one payment, one named by its payment intent and one by its charge.
+        LimitsConfig {
+            budget: Some(one_per_payment_per_3_ticks()),
+            names: vec!["pi_a", "ch_a"],
+            horizon: 6,
+            ..two_keys(
+                "budget_one_per_payment_by_charge_or_intent_t2",
                 Tier::Two,
                 vec![5, 5],
                 UseLimit::default(),

@@ -525,6 +525,7 @@ const KEY_PAYLOAD_HASH: &str = "p0";
 
 fn proposal(cfg: &Config) -> Proposed {
     Proposed {
+        given_hash: None,
         rules: Vec::new(),
         by: None,
         payload: json!({ "amount": 2000 }),

@@ -46,6 +46,7 @@ enum Bug {
     LeaseReadBeforePremises,
     UseWrittenApart,
     PlaceNotStretched,
+    RawPayloads,
 }
 
 impl Bug {
@@ -55,6 +56,7 @@ impl Bug {
             Bug::LeaseReadBeforePremises => "lease_read_outside_the_dispatch_transaction",
             Bug::UseWrittenApart => "lease_use_taken_outside_the_dispatch_transaction",
             Bug::PlaceNotStretched => "budget_place_not_moved_by_a_resend",
+            Bug::RawPayloads => "budget_matches_raw_payloads",
         }
     }
 
@@ -82,6 +84,7 @@ impl Bug {
             Bug::Core(Mutant::SettleWhileSendMayLand) => "tier 3, 2 workers, a person settles",
             Bug::UseWrittenApart => "one_use_two_keys_t2",
             Bug::PlaceNotStretched => "budget_one_per_3_ticks_t2",
+            Bug::RawPayloads => "budget_one_per_payment_by_charge_or_intent_t2",
             // A bug added since: hunted by size, as in the full run.
             Bug::Core(_) => "",
         }
@@ -93,6 +96,7 @@ impl Bug {
             self,
             Bug::UseWrittenApart
                 | Bug::PlaceNotStretched
+                | Bug::RawPayloads
                 | Bug::Core(Mutant::AmbiguousGivesUseBack)
         )
     }
@@ -169,6 +173,7 @@ fn main() -> anyhow::Result<()> {
             Bug::LeaseReadBeforePremises,
             Bug::UseWrittenApart,
             Bug::PlaceNotStretched,
+            Bug::RawPayloads,
         ])
         .filter(|_| gate_models)
         .collect();
@@ -385,6 +390,10 @@ fn hunt_limits(bug: Bug, configs: &[LimitsConfig]) -> Option<MutantReport> {
                 mutants::activate(None);
                 cfg.place_not_stretched = true;
             }
+            Bug::RawPayloads => {
+                mutants::activate(None);
+                cfg.raw_payloads = true;
+            }
             Bug::LeaseReadBeforePremises => return None,
         }
         let r = explore_limits(&cfg, true);
@@ -428,7 +437,7 @@ fn hunt_single(bug: Bug, configs: &[Config]) -> Option<MutantReport> {
                 mutants::activate(None);
                 cfg.stale_lease_read = true;
             }
-            Bug::UseWrittenApart | Bug::PlaceNotStretched => return None,
+            Bug::UseWrittenApart | Bug::PlaceNotStretched | Bug::RawPayloads => return None,
         }
         let r = explore(&cfg, true, &mut |_, _| {});
         if let Some(p) = r.first_broken() {
