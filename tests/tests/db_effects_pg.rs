@@ -25,10 +25,11 @@ use serde_json::{Value, json};
 fn shop(label: &str) -> (String, PgDbOptions, Client) {
     let cluster = Cluster::shared().unwrap();
     let tables = cluster.fresh_schema(label);
-    let options = PgDbOptions {
+    let mut options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema(label)),
         search_path: Some(tables.clone()),
         plans_are_trusted: false,
+        stage_key: None,
     };
     let stager = format!("{tables}_stager");
     let mut client = Client::connect(cluster.url(), NoTls).unwrap();
@@ -50,12 +51,14 @@ fn shop(label: &str) -> (String, PgDbOptions, Client) {
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tables} TO {stager};"
         ))
         .unwrap();
-    install(
-        &mut client,
-        &options.schema,
-        &["orders", "customers", "audit"],
-    )
-    .unwrap();
+    options.stage_key = Some(
+        install(
+            &mut client,
+            &options.schema,
+            &["orders", "customers", "audit"],
+        )
+        .unwrap(),
+    );
     allow(&mut client, &options.schema, &stager).unwrap();
     (cluster.url_as(&stager, "stager"), options, client)
 }
@@ -509,7 +512,7 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
         (
             "reopen",
             format!(
-                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND (SELECT o_token FROM open(:k)) IS NOT NULL"
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND (SELECT o_token FROM open(:k, '{{}}', :k)) IS NOT NULL"
             ),
             json!({"k": "other", "customer": 10}),
         ),
@@ -671,6 +674,10 @@ fn on_postgres_a_worker_killed_mid_stage_leaves_a_transaction_that_holds_the_key
         .args(["--key", "pg-killed", "--lease", "shop-ops"])
         .args(["--plan", &plan.to_payload().to_string()])
         .args(["--send-timeout-ms", &send_timeout.as_millis().to_string()])
+        .env(
+            interlock_db::postgres::STAGE_KEY_ENV,
+            options.stage_key.as_deref().unwrap(),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -772,11 +779,15 @@ fn on_postgres_a_stage_opened_without_its_sessions_hold_on_the_key_refuses_rathe
     other
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = '5s'")
         .unwrap();
+    let proof = stage_proof(&options, &mut other, key);
     let started = std::time::Instant::now();
     let err = other
         .query_one(
-            &format!("SELECT o_token FROM {}.open($1)", options.schema),
-            &[&key],
+            &format!(
+                "SELECT o_token FROM {}.open($1, '{{}}', $2)",
+                options.schema
+            ),
+            &[&key, &proof],
         )
         .unwrap_err();
     assert_eq!(
@@ -787,6 +798,128 @@ fn on_postgres_a_stage_opened_without_its_sessions_hold_on_the_key_refuses_rathe
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "refused at once"
+    );
+}
+
+/// The proof `open` asks of a stage under `key` in the transaction `client` is in, made with
+/// the stage key as the gate makes it.
+fn stage_proof(options: &PgDbOptions, client: &mut Client, key: &str) -> String {
+    use hmac::Mac;
+    let xid: String = client
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .unwrap()
+        .get(0);
+    let secret = hex::decode(options.stage_key.as_deref().unwrap()).unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&secret).unwrap();
+    mac.update(format!("interlock-stage-v2:{xid}:{key}").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+fn sqlstate(e: &postgres::Error) -> Option<&str> {
+    e.code().map(postgres::error::SqlState::code)
+}
+
+#[test]
+fn on_postgres_the_stagers_credentials_alone_open_no_stage_and_seal_no_negative_use() {
+    let (url, options, mut installer) = shop("pg_forge");
+    let s = options.schema.clone();
+    let mut stager = Client::connect(&url, NoTls).unwrap();
+    // Open a stage under `key` in a new transaction, with the proof `proof` makes in it.
+    let open = |c: &mut Client, key: &str, proof: &dyn Fn(&mut Client) -> String| {
+        c.batch_execute("BEGIN").unwrap();
+        let proof = proof(c);
+        c.query_one(
+            &format!("SELECT o_token::text FROM {s}.open($1, '{{}}', $2)"),
+            &[&key, &proof],
+        )
+        .map(|row| row.get::<_, String>(0))
+    };
+    // Outside any plan, with the stager's credentials and no stage key: no stage opens, so no
+    // marker, outbox call or window use can be sealed.
+    let wrong_key = "f".repeat(64);
+    for proof in ["", "00", wrong_key.as_str()] {
+        let err = open(&mut stager, "forged-key", &|_| proof.to_owned()).unwrap_err();
+        assert_eq!(sqlstate(&err), Some("IL005"), "{err}");
+        stager.batch_execute("ROLLBACK").unwrap();
+    }
+    // A proof made for one key opens no other, and one made in one transaction opens nothing
+    // in the next (a proof seen in a log is spent).
+    let err = open(&mut stager, "forged-key", &|c| {
+        stage_proof(&options, c, "key-a")
+    })
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), Some("IL005"), "{err}");
+    stager.batch_execute("ROLLBACK").unwrap();
+    stager.batch_execute("BEGIN").unwrap();
+    let seen = stage_proof(&options, &mut stager, "forged-key");
+    stager.batch_execute("ROLLBACK").unwrap();
+    let err = open(&mut stager, "forged-key", &|_| seen.clone()).unwrap_err();
+    assert_eq!(sqlstate(&err), Some("IL005"), "{err}");
+    stager.batch_execute("ROLLBACK").unwrap();
+    // The entry point without a proof is gone, and the key and the function that checks
+    // proofs are the owner's alone.
+    for sql in [
+        format!("SELECT {s}.open('forged-key')"),
+        format!("SELECT {s}.open('forged-key', '{{}}')"),
+    ] {
+        let err = stager.query_one(&sql, &[]).unwrap_err();
+        assert_eq!(sqlstate(&err), Some("42883"), "{sql}: {err}");
+    }
+    for sql in [
+        format!("SELECT secret FROM {s}.stage_key"),
+        format!("SELECT {s}.hmac('\\x00'::bytea, '\\x00'::bytea)"),
+    ] {
+        let err = stager.query_one(&sql, &[]).unwrap_err();
+        assert_eq!(sqlstate(&err), Some("42501"), "{sql}: {err}");
+    }
+    // With the gate's stage key, a seal handing a window a negative use is refused, so no use
+    // can make room in a budget; and a keyless stage (the relay's) seals nothing.
+    let seal = |c: &mut Client, token: &str, spent: &str| {
+        c.execute(
+            &format!("SELECT {s}.seal($1::text::uuid, 'h', 'h', '{{}}', '[]', $2::text::jsonb)"),
+            &[&token, &spent],
+        )
+    };
+    let token = open(&mut stager, "forged-key", &|c| {
+        stage_proof(&options, c, "forged-key")
+    })
+    .unwrap();
+    let err = seal(
+        &mut stager,
+        &token,
+        r#"[{"window": "credit_hour", "at_ms": 1, "amount": -100000}]"#,
+    )
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), Some("IL006"), "{err}");
+    stager.batch_execute("ROLLBACK").unwrap();
+    let token = open(&mut stager, "", &|c| stage_proof(&options, c, "")).unwrap();
+    let err = seal(&mut stager, &token, "[]").unwrap_err();
+    assert_eq!(sqlstate(&err), Some("IL002"), "{err}");
+    stager.batch_execute("ROLLBACK").unwrap();
+    let written: i64 = installer
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {s}.markers) + (SELECT count(*) FROM {s}.outbox)                  + (SELECT count(*) FROM {s}.spent)"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(written, 0, "nothing was forged");
+    // And the gate, with the key, stages as before.
+    let db = PgDb::open(&url, options.clone(), Policy::default()).unwrap();
+    let answer = credit_at(&db, "with-the-key", 5, &ManualClock::at(0));
+    assert!(matches!(answer, SendAnswer::Done(_)), "{answer:?}");
+    // Without it, the target does not open, and says where the key is.
+    let keyless = PgDbOptions {
+        stage_key: Some("00".repeat(32)),
+        ..options
+    };
+    let db = PgDb::open(&url, keyless, Policy::default()).unwrap();
+    let answer = credit_at(&db, "without-the-key", 5, &ManualClock::at(0));
+    assert!(
+        !matches!(answer, SendAnswer::Done(_)),
+        "a wrong key staged: {answer:?}"
     );
 }
 

@@ -156,6 +156,7 @@ impl Stage {
             ("SHOP_DATABASE", shop.url.clone()),
             ("SHOP_SUBSTRATE_SCHEMA", shop.substrate.clone()),
             ("SHOP_TABLES_SCHEMA", shop.tables.clone()),
+            ("INTERLOCK_DB_STAGE_KEY", shop.stage_key.clone()),
             ("INTERLOCK_SETTLE_MS", "500".to_owned()),
             ("INTERLOCK_SEND_TIMEOUT_MS", "5000".to_owned()),
             ("RUST_LOG", "info".to_owned()),

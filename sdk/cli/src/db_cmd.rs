@@ -28,6 +28,10 @@ pub(crate) enum DbCmd {
     /// Deliver the outbox's calls to the Stripe refunds target (STRIPE_API_BASE,
     /// STRIPE_SECRET_KEY) through the gate; exit 4 while any call waits.
     Relay(RelayArgs),
+    /// PostgreSQL: print the substrate's stage key, as the role that installed it. Every
+    /// process that stages or relays needs it (INTERLOCK_DB_STAGE_KEY); no role that stages may
+    /// read it.
+    StageKey(Database),
 }
 
 #[derive(Args)]
@@ -113,6 +117,14 @@ pub(crate) fn install(args: &InstallArgs) -> anyhow::Result<()> {
                 format!("; {} may stage", args.allow.join(", "))
             }
         );
+        println!(
+            "every process that stages or relays needs the substrate's stage key in {}: print it \
+             with `interlock db stage-key --database {} --schema {}` as this role (no role that \
+             stages can read it)",
+            interlock_db::postgres::STAGE_KEY_ENV,
+            shown(&db.database),
+            db.schema
+        );
     } else {
         if !args.allow.is_empty() {
             bail!("--allow is for PostgreSQL: an SQLite file has no roles");
@@ -135,6 +147,23 @@ pub(crate) fn install(args: &InstallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Print the PostgreSQL substrate's stage key.
+pub(crate) fn stage_key(db: &Database) -> anyhow::Result<()> {
+    if !db.is_server() {
+        bail!("an SQLite substrate has no stage key: its file's permissions guard it");
+    }
+    let mut client = postgres::Client::connect(&db.database, postgres::NoTls)
+        .with_context(|| format!("connecting to {}", shown(&db.database)))?;
+    let key = interlock_db::postgres::stage_key(&mut client, &db.schema).with_context(|| {
+        format!(
+            "reading the stage key of schema {}: connect as the role that installed it",
+            db.schema
+        )
+    })?;
+    println!("{key}");
+    Ok(())
+}
+
 /// The substrate, opened to read markers (it stages nothing).
 enum Opened {
     Sqlite(Box<SqliteDb>),
@@ -150,6 +179,8 @@ impl Opened {
                 // This handle stages nothing: it only reads markers, so the role it connects as
                 // (often the installer's) need not be confined.
                 plans_are_trusted: true,
+                // From INTERLOCK_DB_STAGE_KEY.
+                stage_key: None,
             };
             Self::Pg(Box::new(PgDb::open(
                 &db.database,

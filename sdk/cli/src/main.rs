@@ -324,6 +324,9 @@ fn main() -> ExitCode {
                 what: db_cmd::DbCmd::Relay(args),
             } => db_cmd::relay(named.open(true)?, &args)
                 .map(|done| if done { Exit::Holds } else { Exit::Unsettled }),
+            Command::Db {
+                what: db_cmd::DbCmd::StageKey(db),
+            } => db_cmd::stage_key(&db).map(|()| Exit::Holds),
             Command::Scoreboard { prefix, json } => {
                 journal_cmd::scoreboard(&*read()?, &prefix, json).map(|()| Exit::Holds)
             }

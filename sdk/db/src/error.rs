@@ -31,6 +31,19 @@ pub enum DbError {
         /// Where it was looked for (a PostgreSQL schema), or empty.
         where_: String,
     },
+    /// A PostgreSQL target was opened without the substrate's stage key.
+    #[error(
+        "the PostgreSQL target has no usable stage key for the substrate in schema {schema} ({why}): \
+         give it the key interlock_db::postgres::install returned (or read it again, as the role that \
+         installed the substrate, with interlock_db::postgres::stage_key or `interlock db stage-key`) \
+         in PgDbOptions::stage_key or INTERLOCK_DB_STAGE_KEY"
+    )]
+    NoStageKey {
+        /// The substrate's schema.
+        schema: String,
+        /// What is missing or wrong.
+        why: String,
+    },
     /// A PostgreSQL target's role could reach the substrate other than through its functions.
     #[error(
         "the role this PostgreSQL target connects as is not confined, so a plan's statements could reach the markers: {}. Connect as a role that holds only the rights its plans need on your tables plus what interlock_db::postgres::allow grants, or set PgDbOptions::plans_are_trusted if your own code writes every plan (docs/db-effects.md, \"Roles and grants\")",

@@ -195,10 +195,11 @@ fn db_full_sync(path: &Path) -> anyhow::Result<()> {
 fn postgres_rounds(rounds: usize, per_round: usize) -> anyhow::Result<Value> {
     let cluster = Cluster::shared().context("a PostgreSQL server for the benchmark")?;
     let tables = cluster.fresh_schema("db_bench");
-    let options = PgDbOptions {
+    let mut options = PgDbOptions {
         schema: format!("interlock_{}", cluster.fresh_schema("db_bench")),
         search_path: Some(tables.clone()),
         plans_are_trusted: false,
+        stage_key: None,
     };
     // Staged as users are told to: by a confined role, checked as the target opens.
     let stager = format!("{tables}_stager");
@@ -211,7 +212,7 @@ fn postgres_rounds(rounds: usize, per_round: usize) -> anyhow::Result<Value> {
          GRANT USAGE ON SCHEMA {tables} TO {stager};
          GRANT SELECT, UPDATE ON customers TO {stager};"
     ))?;
-    pg_install(&mut client, &options.schema, &["customers"])?;
+    options.stage_key = Some(pg_install(&mut client, &options.schema, &["customers"])?);
     pg_allow(&mut client, &options.schema, &stager)?;
     let db = PgDb::open(
         &cluster.url_as(&stager, "stager"),

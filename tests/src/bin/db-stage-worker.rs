@@ -58,6 +58,8 @@ fn main() -> anyhow::Result<()> {
             schema: args.pg_schema,
             search_path: args.pg_search_path,
             plans_are_trusted: false,
+            // From INTERLOCK_DB_STAGE_KEY, as the test that starts it sets.
+            stage_key: None,
         };
         Arc::new(PgDb::open(&args.shop, options, Policy::default())?)
     } else {

@@ -42,6 +42,14 @@ struct Args {
     /// On PostgreSQL: the schema of the shop's tables.
     #[arg(long, env = "SHOP_TABLES_SCHEMA", default_value = "public")]
     shop_tables: String,
+    /// On PostgreSQL: the substrate's stage key (hex).
+    #[arg(
+        long,
+        env = "INTERLOCK_DB_STAGE_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
+    shop_stage_key: String,
     /// The gate's settle margin, ms.
     #[arg(long, env = "INTERLOCK_SETTLE_MS", default_value_t = 500)]
     settle_ms: u64,
@@ -63,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
             url: args.shop,
             substrate: args.shop_substrate,
             tables: args.shop_tables,
+            stage_key: args.shop_stage_key,
         },
         settle: Duration::from_millis(args.settle_ms),
         send_timeout: Duration::from_millis(args.send_timeout_ms),

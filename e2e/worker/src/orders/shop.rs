@@ -48,6 +48,8 @@ pub struct ShopAt {
     pub substrate: String,
     /// On PostgreSQL: the schema of the shop's tables.
     pub tables: String,
+    /// On PostgreSQL: the substrate's stage key (hex), which every stager and relay needs.
+    pub stage_key: String,
 }
 
 impl ShopAt {
@@ -62,6 +64,7 @@ impl ShopAt {
             url: path.display().to_string(),
             substrate: String::new(),
             tables: String::new(),
+            stage_key: String::new(),
         })
     }
 
@@ -84,12 +87,13 @@ impl ShopAt {
              GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {tables} TO {role};
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA {tables} TO {role};"
         ))?;
-        interlock_db::postgres::install(&mut client, substrate, &OBSERVED)?;
+        let stage_key = interlock_db::postgres::install(&mut client, substrate, &OBSERVED)?;
         interlock_db::postgres::allow(&mut client, substrate, role)?;
         Ok(Self {
             url: role_url.to_owned(),
             substrate: substrate.to_owned(),
             tables: tables.to_owned(),
+            stage_key,
         })
     }
 
@@ -105,6 +109,7 @@ impl ShopAt {
                 schema: self.substrate.clone(),
                 search_path: Some(self.tables.clone()),
                 plans_are_trusted: false,
+                stage_key: Some(self.stage_key.clone()),
             };
             Arc::new(PgDb::open(&self.url, options, Policy::default())?)
         } else {

@@ -26,10 +26,14 @@ const NOT_COUNTING: &str = "IL003";
 /// SQLSTATE of `open` finding the key held by another server session though the calling
 /// session took it.
 pub(crate) const KEY_ELSEWHERE: &str = "IL004";
+/// SQLSTATE of `open` called without the proof the stage key makes.
+pub(crate) const NO_PROOF: &str = "IL005";
+/// SQLSTATE of `seal` handed a window use below zero.
+pub(crate) const NEGATIVE_USE: &str = "IL006";
 
 /// The functions a target's role is granted, with their argument types.
 pub(crate) const ENTRY_POINTS: [&str; 9] = [
-    "open(text, text[])",
+    "open(text, text[], text)",
     "measured(uuid)",
     "spent(uuid, text, bigint)",
     "seal(uuid, text, text, text, jsonb, jsonb)",
@@ -97,6 +101,18 @@ CREATE TABLE IF NOT EXISTS {s}.spent (
 CREATE INDEX IF NOT EXISTS spent_at ON {s}.spent (window_id, at_ms);
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text);
 DROP FUNCTION IF EXISTS {s}.open(text);
+DROP FUNCTION IF EXISTS {s}.open(text, text[]);
+-- The stage key: a secret the installer hands the gate, which no role that stages can read. A
+-- stage opens only with a proof made with it, so the stager's credentials alone cannot open
+-- one (and then seal a marker, outbox calls or window uses no plan of the gate's asked for).
+CREATE TABLE IF NOT EXISTS {s}.stage_key (
+    one    INT PRIMARY KEY CHECK (one = 1),
+    secret BYTEA NOT NULL CHECK (pg_catalog.length(secret) = 32)
+);
+INSERT INTO {s}.stage_key (one, secret)
+SELECT 1, pg_catalog.decode(pg_catalog.replace(
+           pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, '-', ''), 'hex')
+ON CONFLICT (one) DO NOTHING;
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text, jsonb);
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC;
@@ -142,6 +158,22 @@ BEGIN
 END
 $fn$;
 
+-- HMAC-SHA-256 of `m` under the 32-byte key `k` (RFC 2104), from the server's own sha256.
+CREATE OR REPLACE FUNCTION {s}.hmac(k bytea, m bytea) RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE {definer} AS $fn$
+DECLARE
+    inner_pad bytea := pg_catalog.decode(pg_catalog.repeat('36', 64), 'hex');
+    outer_pad bytea := pg_catalog.decode(pg_catalog.repeat('5c', 64), 'hex');
+    i int;
+BEGIN
+    FOR i IN 0 .. pg_catalog.length(k) - 1 LOOP
+        inner_pad := pg_catalog.set_byte(inner_pad, i, pg_catalog.get_byte(k, i) # 54);
+        outer_pad := pg_catalog.set_byte(outer_pad, i, pg_catalog.get_byte(k, i) # 92);
+    END LOOP;
+    RETURN pg_catalog.sha256(outer_pad || pg_catalog.sha256(inner_pad || m));
+END
+$fn$;
+
 -- The transaction's id is read into a variable before any lookup by it: the function is
 -- volatile, and a condition on it could not use the index.
 
@@ -170,11 +202,20 @@ $fn$;
 -- wait and read a stale marker. The locks of the windows `p_windows` the stage will read are
 -- taken again for the transaction the same way: a plan that releases the session's locks
 -- cannot let another stage read and use a window while this one has not committed its use.
-CREATE OR REPLACE FUNCTION {s}.open(p_key text, p_windows text[] DEFAULT '{{}}', OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
+-- `p_proof` is the hex HMAC-SHA-256 of `interlock-stage-v2:`, this transaction's id, `:` and the
+-- key, under the stage key: without it no stage opens, and a proof is good for one transaction.
+CREATE OR REPLACE FUNCTION {s}.open(p_key text, p_windows text[], p_proof text, OUT o_token uuid, OUT o_receipt text, OUT o_counted bigint)
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 DECLARE
     x xid8 := pg_current_xact_id();
+    wanted text;
 BEGIN
+    SELECT pg_catalog.encode({s}.hmac(k.secret, pg_catalog.convert_to('interlock-stage-v2:' || x::text || ':' || p_key, 'UTF8')), 'hex')
+      INTO wanted FROM {s}.stage_key k;
+    IF wanted IS NULL OR p_proof IS DISTINCT FROM wanted THEN
+        RAISE EXCEPTION 'interlock: a stage opens only with a proof made with the substrate''s stage key, which this call does not carry'
+            USING ERRCODE = '{NO_PROOF}';
+    END IF;
     IF EXISTS (SELECT 1 FROM {s}.stages st WHERE st.xid = x) THEN
         RAISE EXCEPTION 'interlock: this transaction has already opened a stage'
             USING ERRCODE = '{NOT_THE_OPENER}';
@@ -244,6 +285,17 @@ DECLARE
     x xid8 := pg_current_xact_id();
     k text := {s}.opened(p_token);
 BEGIN
+    -- Only a plan's stage seals, and a plan has a key; the keyless stages read and relay.
+    IF k = '' THEN
+        RAISE EXCEPTION 'interlock: a stage opened without a key seals nothing'
+            USING ERRCODE = '{NOT_THE_OPENER}';
+    END IF;
+    -- A use is what a stage's rows moved, gross: never below nothing, so no use can make room.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_spent) AS u
+                WHERE (u->>'amount')::bigint IS NULL OR (u->>'amount')::bigint < 0) THEN
+        RAISE EXCEPTION 'interlock: a window''s use is never negative'
+            USING ERRCODE = '{NEGATIVE_USE}';
+    END IF;
     DELETE FROM {s}.changes WHERE xid = x;
     DELETE FROM {s}.stages WHERE xid = x;
     INSERT INTO {s}.spent (window_id, key, at_ms, amount)
@@ -333,12 +385,14 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM PUBLIC;
 
 /// Install (or re-install) the substrate in schema `schema` and observe `tables` (found by the
 /// connection's `search_path`), in one transaction. The connecting role owns what is installed;
-/// grant a target's role its way in with [`allow`].
+/// grant a target's role its way in with [`allow`]. Returns the substrate's stage key (hex),
+/// made at the first install and kept by every later one: give it to the gate
+/// ([`super::PgDbOptions::stage_key`], or `INTERLOCK_DB_STAGE_KEY`), and to no role that stages.
 pub fn install(
     client: &mut Client,
     schema: &str,
     tables_to_observe: &[&str],
-) -> Result<(), DbError> {
+) -> Result<String, DbError> {
     super::check_schema(schema)?;
     let mut tx = client
         .transaction()
@@ -369,7 +423,27 @@ pub fn install(
         ))
         .map_err(|e| DbError::postgres("install", e))?;
     }
-    tx.commit().map_err(|e| DbError::postgres("install", e))
+    let key = read_stage_key(&mut tx, schema)?;
+    tx.commit().map_err(|e| DbError::postgres("install", e))?;
+    Ok(key)
+}
+
+/// The substrate's stage key (hex), read by the role that installed it.
+pub fn stage_key(client: &mut Client, schema: &str) -> Result<String, DbError> {
+    super::check_schema(schema)?;
+    let mut tx = client
+        .transaction()
+        .map_err(|e| DbError::postgres("read the stage key", e))?;
+    read_stage_key(&mut tx, schema)
+}
+
+fn read_stage_key(tx: &mut postgres::Transaction<'_>, schema: &str) -> Result<String, DbError> {
+    tx.query_one(
+        &format!("SELECT pg_catalog.encode(secret, 'hex') FROM {schema}.stage_key"),
+        &[],
+    )
+    .map(|row| row.get(0))
+    .map_err(|e| DbError::postgres("read the stage key", e))
 }
 
 /// Let `role` stage plans through the substrate in `schema`: the use of the schema and of the

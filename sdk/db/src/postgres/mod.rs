@@ -20,7 +20,7 @@ use interlock::target::{LookupAnswer, SendAnswer, SendRequest, Target, Tier};
 use postgres::NoTls;
 use serde_json::Value;
 
-pub use install::{allow, install};
+pub use install::{allow, install, stage_key};
 
 use crate::checks::Policy;
 use crate::diff::Change;
@@ -45,7 +45,14 @@ pub struct PgDbOptions {
     /// substrate's tables but its functions — and each session checks that it is, refusing to
     /// stage otherwise; set, any role that may use the substrate is accepted, a superuser too.
     pub plans_are_trusted: bool,
+    /// The substrate's stage key (hex), as [`install`] returned it (default: the environment
+    /// variable `INTERLOCK_DB_STAGE_KEY`). No stage opens without it, so a role's credentials
+    /// alone cannot write a marker, an outbox call or a window's use.
+    pub stage_key: Option<String>,
 }
+
+/// The environment variable a target's stage key is read from when its options give none.
+pub const STAGE_KEY_ENV: &str = "INTERLOCK_DB_STAGE_KEY";
 
 impl Default for PgDbOptions {
     fn default() -> Self {
@@ -53,7 +60,26 @@ impl Default for PgDbOptions {
             schema: "interlock_db".into(),
             search_path: None,
             plans_are_trusted: false,
+            stage_key: None,
         }
+    }
+}
+
+/// The stage key `given`, else the one in [`STAGE_KEY_ENV`], as bytes.
+fn stage_key_of(given: Option<&str>, schema: &str) -> Result<std::sync::Arc<[u8]>, DbError> {
+    let text = match given {
+        Some(k) => k.to_owned(),
+        None => std::env::var(STAGE_KEY_ENV).map_err(|_| DbError::NoStageKey {
+            schema: schema.to_owned(),
+            why: format!("PgDbOptions::stage_key is not set and neither is {STAGE_KEY_ENV}"),
+        })?,
+    };
+    match hex::decode(text.trim()) {
+        Ok(bytes) if bytes.len() == 32 => Ok(bytes.into()),
+        _ => Err(DbError::NoStageKey {
+            schema: schema.to_owned(),
+            why: "the stage key given is not 64 hex digits".into(),
+        }),
     }
 }
 
@@ -78,6 +104,7 @@ pub struct PgDb {
     name: String,
     config: postgres::Config,
     options: PgDbOptions,
+    stage_key: std::sync::Arc<[u8]>,
     session: Mutex<Option<Session>>,
     policy: Policy,
     lookup_wait: Duration,
@@ -115,9 +142,11 @@ impl PgDb {
                 "not a PostgreSQL connection string ({e}): use postgres://user@host:port/database"
             ),
         })?;
+        let stage_key = stage_key_of(options.stage_key.as_deref(), &options.schema)?;
         let db = Self {
             name: "postgres-db".into(),
             config,
+            stage_key,
             options,
             session: Mutex::new(None),
             policy,
@@ -163,8 +192,12 @@ impl PgDb {
                 .config
                 .connect(NoTls)
                 .map_err(|e| DbError::postgres("connect", e))?;
-            let mut opened = Session::new(client, self.options.search_path.clone())
-                .map_err(|e| DbError::postgres("connect", e))?;
+            let mut opened = Session::new(
+                client,
+                self.options.search_path.clone(),
+                self.stage_key.clone(),
+            )
+            .map_err(|e| DbError::postgres("connect", e))?;
             self.check(&mut opened)?;
             *session = Some(opened);
         }

@@ -15,6 +15,8 @@ pub(crate) struct Session {
     client: Client,
     prepared: HashMap<String, Statement>,
     search_path: Option<String>,
+    /// The substrate's stage key: every stage opens with a proof made with it.
+    stage_key: std::sync::Arc<[u8]>,
 }
 
 impl Session {
@@ -22,6 +24,7 @@ impl Session {
     pub(crate) fn new(
         mut client: Client,
         search_path: Option<String>,
+        stage_key: std::sync::Arc<[u8]>,
     ) -> Result<Self, postgres::Error> {
         if let Some(path) = &search_path {
             client.query_one(
@@ -33,7 +36,24 @@ impl Session {
             client,
             prepared: HashMap::new(),
             search_path,
+            stage_key,
         })
+    }
+
+    /// The proof `open` asks for a stage under `key` in transaction `xid`: the hex
+    /// HMAC-SHA-256 of `interlock-stage-v2:`, the transaction's id, `:` and the key, under the
+    /// stage key.
+    pub(crate) fn proof(&self, xid: &str, key: &str) -> String {
+        use hmac::Mac;
+        // HMAC takes a key of any length: this cannot fail.
+        let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.stage_key) else {
+            return String::new();
+        };
+        mac.update(b"interlock-stage-v2:");
+        mac.update(xid.as_bytes());
+        mac.update(b":");
+        mac.update(key.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// End whatever a stage left: its transaction, every setting a plan's statement may have

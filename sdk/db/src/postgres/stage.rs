@@ -292,10 +292,17 @@ struct Opened {
 
 /// Open the transaction's stage under `key`.
 fn open(client: &mut Client, s: &str, key: &str, windows: &[&str]) -> Result<Opened, Stop> {
+    // The proof is good for this transaction only: one seen in a log opens nothing later.
+    let xid: String = client
+        .query_one("SELECT pg_catalog.pg_current_xact_id()::text", &[])?
+        .get(0);
+    let proof = client.proof(&xid, key);
     let row = client
         .query_one(
-            &format!("SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1, $2)"),
-            &[&key, &windows],
+            &format!(
+                "SELECT o_token::pg_catalog.text, o_receipt, o_counted FROM {s}.open($1, $2, $3)"
+            ),
+            &[&key, &windows, &proof],
         )
         .map_err(|e| {
             if e.code().map(SqlState::code) == Some(KEY_ELSEWHERE) {
