@@ -62,6 +62,9 @@ pub enum Setup {
     /// A budget on the payment has room left for one $20 refund, and a workflow for another
     /// request asks for $20 at the same moment: the two race for the last room.
     BudgetLastRoom,
+    /// A budget allows one refund per payment intent an hour; after the first closes, a workflow
+    /// for another request asks for $20 of the same payment named by its charge.
+    SecondRequestByCharge,
 }
 
 /// One row.
@@ -125,7 +128,7 @@ const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E
 }
 
 /// Every row.
-pub const ALL: [E2eCase; 23] = [
+pub const ALL: [E2eCase; 24] = [
     case("happy_path", Kill::None, Outage::None, Setup::Plain),
     case(
         "crash_before_journal",
@@ -180,6 +183,12 @@ pub const ALL: [E2eCase; 23] = [
         Kill::None,
         Outage::None,
         Setup::SecondRequestSameLease,
+    ),
+    case(
+        "same_payment_by_charge_killed_mid_send",
+        Kill::At("after_dispatch"),
+        Outage::None,
+        Setup::SecondRequestByCharge,
     ),
     case(
         "budget_last_room_killed_mid_send",
@@ -252,7 +261,7 @@ pub const ALL: [E2eCase; 23] = [
 ];
 
 /// The CI subset.
-pub const QUICK: [&str; 11] = [
+pub const QUICK: [&str; 12] = [
     "crash_before_send",
     "crash_in_flight",
     "hand_refund_during_outage",
@@ -264,4 +273,5 @@ pub const QUICK: [&str; 11] = [
     "server_killed_in_flight",
     "second_request_same_approval",
     "budget_last_room_killed_mid_send",
+    "same_payment_by_charge_killed_mid_send",
 ];

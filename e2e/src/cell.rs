@@ -556,6 +556,26 @@ pub fn run_cell(
             )
             .context("setting the cell's budget")?;
     }
+    if case.setup == Setup::SecondRequestByCharge {
+        // One refund per payment an hour from the cell's task queue, counted per payment intent:
+        // the second request names the payment by its charge.
+        env.journal
+            .set_budget(
+                &interlock::budget::Budget {
+                    id: format!("once-{id}"),
+                    scope: [(
+                        "label.task_queue".to_owned(),
+                        Value::from(format!("q-{id}")),
+                    )]
+                    .into(),
+                    per: vec!["payment_intent".to_owned()],
+                    window: interlock::budget::Window::Rolling { ms: 3_600_000 },
+                    limit: interlock::budget::Limit::Count { max: 1 },
+                },
+                "ops@support",
+            )
+            .context("setting the cell's budget")?;
+    }
     match case.setup {
         Setup::ServerErrorAfterApply => env.sim.error_after_apply(1),
         Setup::Disputed => env.sim.set_disputed(&pi, true),
@@ -702,6 +722,15 @@ pub fn run_cell(
     if case.setup == Setup::SecondRequestSameLease {
         let other = format!("{request}-2");
         let s = cell.starter(&format!("{wf}-2"), &pi, 2000, &lease, &other, system)?;
+        answers.push((s.wait(CLOSE_WAIT)?, ANOTHER_REQUEST));
+    }
+    if case.setup == Setup::SecondRequestByCharge {
+        let charge = env
+            .sim
+            .charge_of(&pi)
+            .context("the payment's charge, to name it by")?;
+        let other = format!("{request}-2");
+        let s = cell.starter(&format!("{wf}-2"), &charge, 2000, &lease, &other, system)?;
         answers.push((s.wait(CLOSE_WAIT)?, ANOTHER_REQUEST));
     }
     held_response.release();
