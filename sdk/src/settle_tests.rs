@@ -41,6 +41,7 @@ fn ambiguous_journal(clock: &ManualClock) -> SqliteJournal {
     };
     put(vec![
         Event::Proposed(Proposed {
+            given_hash: None,
             rules: Vec::new(),
             by: None,
             payload: json!({"amount": 500}),

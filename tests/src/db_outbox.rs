@@ -235,7 +235,7 @@ where
     let call = &pending[0];
     ensure!(
         db_again
-            .claim(call, interlock::Journal::store_id(journal_b.as_ref()))?
+            .claim(call, &interlock::Journal::instance(journal_b.as_ref())?)?
             .is_none(),
         "the first claim is B's"
     );

@@ -332,6 +332,31 @@ fn a_charge_that_cannot_be_resolved_now_is_answered_retry_and_nothing_is_journal
     assert!(matches!(state, EffectState::Absent), "{state:?}");
 }
 
+#[test]
+fn a_retry_spelt_as_proposed_reads_nothing_and_an_outage_is_retry_never_a_conflict() {
+    let w = world(Kind::Sqlite, "alias", ops(), &[]);
+    let by_charge = json!({"charge": "ch_a", "amount": 100, "currency": "usd"});
+    let first = w.gate.submit(&refund("k", by_charge.clone())).unwrap();
+    assert!(committed(&first), "{first:?}");
+    // The payments API is unreachable now, to the same target by name.
+    let down = StripeRefunds::new(StripeConfig::new("http://127.0.0.1:9", SECRET).unwrap());
+    let gate = w
+        .store
+        .bound(Arc::new(w.clock.clone()), Arc::new(down), "w2")
+        .unwrap();
+    // Spelt as proposed: the journal knows the spelling, so nothing is read to answer it.
+    let again = gate.submit(&refund("k", by_charge)).unwrap();
+    assert!(
+        matches!(again, Outcome::Committed { replayed: true, .. }),
+        "{again:?}"
+    );
+    // Spelt another way, with the charge unreadable: RETRY, never a conflict on doubt.
+    let other_spelling = json!({"charge": "ch_a", "amount": 100, "currency": "USD"});
+    let doubt = gate.submit(&refund("k", other_spelling)).unwrap();
+    assert!(matches!(doubt, Outcome::Retry { .. }), "{doubt:?}");
+    assert_eq!(w.sim.refunds("pi_a").len(), 1);
+}
+
 /// One spelling of a refund of `amount` from payment `p` (`a` or `b`): by the intent, the
 /// charge or both, the currency in any case, the fields in any order, with or without fields
 /// that say nothing (`reason: null`, `metadata: null`).

@@ -528,7 +528,36 @@ fn paging_after_the_last_key_lists_every_key_once_even_as_keys_are_added(kind: K
     }
 }
 
+fn a_journal_keeps_one_name_of_its_own_wherever_it_is_reached_from(kind: Kind) {
+    let s = setup(kind, "instance");
+    let name = s.store.journal().instance().unwrap();
+    assert!(name.starts_with("journal:") && name.len() > 20, "{name}");
+    // Another handle (a process opening it again) reads the same name; another journal has
+    // another.
+    assert_eq!(s.store.reopen().unwrap().instance().unwrap(), name);
+    let other = setup(kind, "instance-other");
+    assert_ne!(other.store.journal().instance().unwrap(), name);
+    if kind == Kind::Sqlite {
+        // Moved to another path, the journal names its store otherwise but is the same journal.
+        let root = tempfile::tempdir().unwrap();
+        let (before, after) = (root.path().join("before"), root.path().join("after"));
+        std::fs::create_dir(&before).unwrap();
+        let clock = Arc::new(s.clock.clone());
+        let journal = interlock::SqliteJournal::open(before.join("j.db"), clock.clone()).unwrap();
+        let (name, store) = (
+            interlock::Journal::instance(&journal).unwrap(),
+            interlock::Journal::store_id(&journal).to_owned(),
+        );
+        drop(journal);
+        std::fs::rename(&before, &after).unwrap();
+        let moved = interlock::SqliteJournal::open(after.join("j.db"), clock).unwrap();
+        assert_ne!(interlock::Journal::store_id(&moved), store);
+        assert_eq!(interlock::Journal::instance(&moved).unwrap(), name);
+    }
+}
+
 interlock_tests::every_store!(
+    a_journal_keeps_one_name_of_its_own_wherever_it_is_reached_from,
     a_committed_effect_has_one_verified_chain_that_every_handle_reads_alike,
     concurrent_submitters_through_separate_handles_make_one_send,
     a_revoked_lease_stops_the_send_and_every_grant_is_listed,

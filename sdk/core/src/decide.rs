@@ -26,9 +26,13 @@ pub enum SubmitPlan {
     Recover(Claim),
 }
 
-/// Decide what a submission of `payload_hash` does.
+/// Decide what a submission of `payload_hash` does: the payload the key holds, in canonical
+/// form or as its proposer spelt it, is that effect; any other is a conflict.
 pub fn plan_submit(state: &EffectState, payload_hash: &str) -> SubmitPlan {
-    if let Some(first) = state.first().filter(|f| f.payload_hash != payload_hash) {
+    if let Some(first) = state
+        .first()
+        .filter(|f| f.payload_hash != payload_hash && f.given_hash.as_deref() != Some(payload_hash))
+    {
         return SubmitPlan::Conflict {
             recorded: first.payload_hash.clone(),
         };

@@ -39,6 +39,7 @@ fn revoked() -> Recheck {
 
 fn proposed(hash: &str) -> Proposed {
     Proposed {
+        given_hash: None,
         rules: Vec::new(),
         by: None,
         payload: json!({}),

@@ -280,6 +280,11 @@ pub struct Proposed {
     /// recoverer that states none still judges them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<String>,
+    /// The hash of the payload as its proposer spelt it, where that was not the target's
+    /// canonical form (`payload`): a resubmission spelt the same way is this effect, known
+    /// without putting it in canonical form again (which may read the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given_hash: Option<String>,
 }
 
 /// `AUTHORIZED`: the lease was live and covered the payload at submit.

@@ -22,6 +22,7 @@ fn ambiguous(prior_until: i64) -> Vec<(i64, Event)> {
         (
             0,
             Event::Proposed(Proposed {
+                given_hash: None,
                 rules: Vec::new(),
                 by: None,
                 payload: json!({"amount": 1}),

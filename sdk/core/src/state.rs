@@ -462,6 +462,7 @@ mod tests {
 
     fn proposed() -> Event {
         Event::Proposed(Proposed {
+            given_hash: None,
             rules: Vec::new(),
             by: None,
             payload: json!({}),

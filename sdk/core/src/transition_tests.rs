@@ -34,6 +34,7 @@ fn holding(a: &str, deadline_ms: i64) -> Holding {
 
 fn proposal(tier: u8) -> Proposed {
     Proposed {
+        given_hash: None,
         rules: Vec::new(),
         by: None,
         payload: json!({"amount": 1}),

@@ -61,7 +61,8 @@ pub trait Outbox {
     fn pending(&self, after: i64, limit: usize) -> Result<Vec<Request>, DbError>;
     /// Record that `request` was delivered with a final `outcome` (the gate's label).
     fn mark_delivered(&self, request: &Request, outcome: &str) -> Result<(), DbError>;
-    /// Claim `request` for the relay whose journal is `relay` (its store id), in the database:
+    /// Claim `request` for the relay whose journal is `relay` ([`Journal::instance`]), in the
+    /// database:
     /// the first claim stands for good, since the call's delivery is journaled (and recovered)
     /// in that journal alone. `None`: the call is this relay's; `Some(other)`: another
     /// journal's relay holds it.
@@ -127,7 +128,10 @@ fn deliver(
     // Two journals can each hold the plan as committed (one by its own stage, the other by a
     // lookup of the marker), and each would deliver the call under the same key, which a target
     // without dedupe takes twice: the database gives the call to one journal's relays only.
-    let journal = bound.journal().store_id().to_owned();
+    let journal = bound
+        .journal()
+        .instance()
+        .map_err(|e| format!("the journal's name could not be read: {e}"))?;
     match outbox.claim(request, &journal) {
         Ok(None) => {}
         Ok(Some(other)) => {

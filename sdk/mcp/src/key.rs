@@ -121,6 +121,7 @@ mod tests {
 
     fn proposed(hash: &str, premises: &Premises) -> Proposed {
         Proposed {
+            given_hash: None,
             rules: Vec::new(),
             by: None,
             payload: json!({}),

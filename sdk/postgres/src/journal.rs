@@ -68,6 +68,8 @@ pub struct PgJournal {
     schema: String,
     clock: Arc<dyn Clock>,
     liveness: Arc<PgLiveness>,
+    /// Its name of its own ([`Journal::instance`]), once read.
+    instance: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for PgJournal {
@@ -138,6 +140,7 @@ impl PgJournal {
             schema: opts.schema.clone(),
             clock,
             liveness,
+            instance: std::sync::OnceLock::new(),
         })
     }
 
@@ -495,6 +498,32 @@ impl Journal for PgJournal {
 
     fn store_id(&self) -> &str {
         &self.store
+    }
+
+    fn instance(&self) -> Result<String, JournalError> {
+        if let Some(name) = self.instance.get() {
+            return Ok(name.clone());
+        }
+        let s = &self.schema;
+        let row = self
+            .conn()?
+            .run(|c| {
+                c.execute(
+                    &format!(
+                        "INSERT INTO {s}.meta (name, value) \
+                         VALUES ('instance', pg_catalog.gen_random_uuid()::text) \
+                         ON CONFLICT (name) DO NOTHING"
+                    ),
+                    &[],
+                )?;
+                c.query_one(
+                    &format!("SELECT value FROM {s}.meta WHERE name = 'instance'"),
+                    &[],
+                )
+            })
+            .map_err(|e| self.err(&e))?;
+        let name = format!("journal:{}", row.get::<_, String>(0));
+        Ok(self.instance.get_or_init(|| name).clone())
     }
 
     fn liveness(&self) -> Option<Arc<dyn Liveness>> {

@@ -70,6 +70,8 @@ pub fn decide(e: &DecideError) -> Status {
             Status::unavailable(e.to_string())
         }
         DecideError::Canonical(_) => Status::invalid_argument(e.to_string()),
+        // The facts forbid the effect: no retry of the same decision can help.
+        DecideError::Rules { .. } => Status::failed_precondition(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }

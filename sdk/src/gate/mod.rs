@@ -608,12 +608,14 @@ impl Bound {
         // The attempt's one full read: later reads verify only what was appended since.
         let seen = self.gate.journal.read(key)?;
         let state = seen.state();
-        let mut hash = given.payload_hash();
+        let given_hash = given.payload_hash();
+        let mut hash = given_hash.clone();
         let mut plan = plan_submit(state, &hash);
-        // The journal holds only canonical payloads (or ones it held before canonical forms):
-        // a payload it holds as given needs no other form, and one it does not is put in
+        // The journal holds canonical payloads, with the spelling each was proposed in: a
+        // payload it holds either way needs no other form, and one it does not is put in
         // canonical form before anything is decided on it.
         let mut effect = std::borrow::Cow::Borrowed(given);
+        let mut respelt = false;
         if matches!(plan, SubmitPlan::Fresh | SubmitPlan::Conflict { .. }) {
             match self.canonical(given) {
                 Ok(c) if c == given.payload => {}
@@ -631,9 +633,17 @@ impl Bound {
                         plan = plan_submit(state, &c_hash);
                         hash = c_hash;
                         effect = std::borrow::Cow::Owned(c);
+                        respelt = true;
                     }
                 }
-                Err(answer) if matches!(plan, SubmitPlan::Fresh) => {
+                // No canonical form: nothing is journaled for a new key. For a key that holds
+                // a payload, one whose names cannot be resolved just now may be another
+                // spelling of it: answered RETRY, never a conflict on doubt; one the target
+                // refuses outright is a conflict as any other payload.
+                Err(answer)
+                    if matches!(plan, SubmitPlan::Fresh)
+                        || matches!(answer, Outcome::Retry { .. }) =>
+                {
                     return Ok(Step::Done(answer));
                 }
                 Err(_) => {}
@@ -674,6 +684,7 @@ impl Bound {
                     labels: effect.labels.clone(),
                     by: self.gate.cfg.holder.caller.clone(),
                     rules: self.rules.iter().map(|r| r.text().to_owned()).collect(),
+                    given_hash: respelt.then_some(given_hash),
                 };
                 self.propose(key, &proposal, &seen)?
             }

@@ -137,6 +137,7 @@ mod tests {
     #[test]
     fn a_stored_body_with_any_float_reads_back_to_the_hash_it_was_written_with() {
         let event = Event::Proposed(crate::core::Proposed {
+            given_hash: None,
             rules: Vec::new(),
             by: None,
             payload: json!({ "amounts": finite_floats(5000), "amount": 0.1 + 0.2 }),

@@ -261,6 +261,15 @@ pub trait Journal: Send + Sync {
     /// [`LeaseStore::kept_in`]: crate::lease::LeaseStore::kept_in
     fn store_id(&self) -> &str;
 
+    /// A name no other journal takes, kept in the journal itself: the same from wherever the
+    /// journal is reached (another path, host alias or role), unlike [`Journal::store_id`].
+    /// What a journal claims outside itself (an outbox call in a team's database) it claims by
+    /// this. A copy of the journal's file or schema is the same journal. The default is the
+    /// store id, for journals that keep no name of their own.
+    fn instance(&self) -> Result<String, JournalError> {
+        Ok(self.store_id().to_owned())
+    }
+
     /// Liveness locks every worker of this journal can see, when the journal brings its own
     /// (a database shared by several hosts). `None`: the gate uses a lock file on this host.
     fn liveness(&self) -> Option<std::sync::Arc<dyn crate::liveness::Liveness>> {

@@ -34,6 +34,8 @@ pub struct SqliteJournal {
     path: String,
     store: String,
     clock: Arc<dyn Clock>,
+    /// Its name of its own ([`Journal::instance`]), once read.
+    instance: std::sync::OnceLock<String>,
     /// The budgets in force as last read, with the position of the latest change they reflect.
     pub(super) budgets_read: std::sync::Mutex<
         Option<(
@@ -86,6 +88,7 @@ impl SqliteJournal {
             path: shown,
             clock,
             budgets_read: std::sync::Mutex::new(None),
+            instance: std::sync::OnceLock::new(),
         };
         journal.check_schema_read_only()?;
         Ok(journal)
@@ -186,6 +189,7 @@ impl SqliteJournal {
             store,
             clock,
             budgets_read: std::sync::Mutex::new(None),
+            instance: std::sync::OnceLock::new(),
         };
         journal.ensure_schema()?;
         Ok(journal)
@@ -378,6 +382,30 @@ impl Journal for SqliteJournal {
 
     fn store_id(&self) -> &str {
         &self.store
+    }
+
+    fn instance(&self) -> Result<String, JournalError> {
+        if let Some(name) = self.instance.get() {
+            return Ok(name.clone());
+        }
+        let name = self.write(|conn| {
+            let made = conn
+                .execute(
+                    "INSERT OR IGNORE INTO interlock_meta (name, value) \
+                     VALUES ('instance', lower(hex(randomblob(16))))",
+                    [],
+                )
+                .map_err(|e| self.err(e))?;
+            let name: String = conn
+                .query_row(
+                    "SELECT value FROM interlock_meta WHERE name = 'instance'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            Ok((format!("journal:{name}"), made > 0))
+        })?;
+        Ok(self.instance.get_or_init(|| name).clone())
     }
 
     fn history(&self, key: &EffectKey) -> Result<Vec<Record>, JournalError> {

@@ -219,6 +219,7 @@ mod tests {
     /// A key's history: proposed, then dispatched at `at_ms` with `budgets` recorded.
     fn history(at_ms: i64, budgets: Vec<BudgetCheck>) -> Vec<Record> {
         let proposed = crate::core::Proposed {
+            given_hash: None,
             rules: Vec::new(),
             by: None,
             payload: json!({"amount": 500}),

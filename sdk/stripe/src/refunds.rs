@@ -267,27 +267,53 @@ impl StripeRefunds {
     }
 
     /// The payment intent a charge paid, as Stripe records it on the charge (`None` for a
-    /// charge made without one). A 4xx (no such charge, no access) is a definite answer;
-    /// anything else may pass.
+    /// charge made without one), when the charge is the intent's latest (the one a refund of
+    /// the intent takes); a charge that is not is refused. A 4xx that says the charge or intent
+    /// is not there is a definite answer; an authentication or permission failure and anything
+    /// else may pass.
     pub fn intent_of(&self, charge: &str) -> Result<Option<String>, CanonicalError> {
-        match self.get(&format!("/v1/charges/{}", path_segment(charge)), &[]) {
+        let body = self.read_object(&format!("/v1/charges/{}", path_segment(charge)), charge)?;
+        let pi = match body.get("payment_intent") {
+            Some(Value::String(pi)) if !pi.is_empty() => pi.clone(),
+            None | Some(Value::Null) => return Ok(None),
+            Some(other) => {
+                return Err(CanonicalError::Invalid(format!(
+                    "charge {charge} answered a payment_intent that is not an id: {other}"
+                )));
+            }
+        };
+        // A refund by payment intent takes its latest charge: only that charge may be named by
+        // the intent, or the refund would come from another charge than the one asked for.
+        let intent =
+            self.read_object(&format!("/v1/payment_intents/{}", path_segment(&pi)), &pi)?;
+        match intent.get("latest_charge").and_then(Value::as_str) {
+            Some(latest) if latest == charge => Ok(Some(pi)),
+            latest => Err(CanonicalError::Invalid(format!(
+                "charge {charge} is not the latest charge of payment intent {pi} ({}): a refund \
+                 of the intent would come from another charge; refund that charge by hand",
+                latest.unwrap_or("none")
+            ))),
+        }
+    }
+
+    /// An object read by `path`, for a canonical form. A 4xx that says the object is not there
+    /// or not valid is definite; an authentication or permission failure (a rotated key, a
+    /// restricted key) and anything else may pass, and is unavailable.
+    fn read_object(&self, path: &str, what: &str) -> Result<Value, CanonicalError> {
+        match self.get(path, &[]) {
             Http::Answer {
                 status: 200, body, ..
-            } => match body.get("payment_intent") {
-                Some(Value::String(pi)) if !pi.is_empty() => Ok(Some(pi.clone())),
-                None | Some(Value::Null) => Ok(None),
-                Some(other) => Err(CanonicalError::Invalid(format!(
-                    "charge {charge} answered a payment_intent that is not an id: {other}"
-                ))),
-            },
-            Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
+            } => Ok(body),
+            Http::Answer { status, body, .. }
+                if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
+            {
                 Err(CanonicalError::Invalid(format!(
-                    "charge {charge}: {status} {}",
+                    "{what}: {status} {}",
                     error_message(&body)
                 )))
             }
             Http::Answer { status, body, .. } => Err(CanonicalError::Unavailable(format!(
-                "charge {charge}: {status} {}",
+                "{what}: {status} {}",
                 error_message(&body)
             ))),
             Http::Lost(why) => Err(CanonicalError::Unavailable(why)),
