@@ -14,7 +14,7 @@ use interlock::effect::{canonical_json, sha256_hex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::diff::{Change, Diff};
+use crate::diff::{Change, Diff, Op};
 use crate::plan::Plan;
 
 /// The operator's rules for every plan a substrate stages.
@@ -27,6 +27,12 @@ pub struct Policy {
     /// At most this many rows changed per table; tables not named are not capped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_rows: BTreeMap<String, u64>,
+    /// Tables no stage may delete a row from (a ledger, an audit trail, the orders of record):
+    /// a plan whose statements, or the triggers they fire, delete one is refused, and so is one
+    /// that empties such a table (`DELETE` without `WHERE`; PostgreSQL's `TRUNCATE` fires no row
+    /// trigger, and a role that may truncate an observed table cannot stage at all).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub no_delete: BTreeSet<String>,
     /// Every changed row that has this column holds the plan's own tenant ([`Plan::tenant`]),
     /// before and after; a plan that states none is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,6 +137,7 @@ impl Default for Policy {
         Self {
             tables: None,
             max_rows: BTreeMap::new(),
+            no_delete: BTreeSet::new(),
             tenant_column: None,
             delta_caps: Vec::new(),
             footprint_must_match: true,
@@ -210,6 +217,7 @@ pub fn judge(plan: &Plan, diff: &Diff, policy: &Policy, spent: &Spent) -> Verdic
     let mut findings = vec![
         tables(diff, policy),
         max_rows(diff, policy),
+        no_delete(diff, policy),
         tenant(plan, diff, policy),
         delta_caps(diff, policy),
     ];
@@ -378,6 +386,27 @@ fn max_rows(diff: &Diff, policy: &Policy) -> Finding {
     finding("max_rows", &policy.max_rows, refusal)
 }
 
+fn no_delete(diff: &Diff, policy: &Policy) -> Finding {
+    let deleted: Vec<&Change> = diff
+        .changes
+        .iter()
+        .filter(|c| c.op == Op::Delete && policy.no_delete.contains(&c.table))
+        .collect();
+    let refusal = (!deleted.is_empty()).then(|| {
+        let tables: BTreeSet<&str> = deleted.iter().map(|c| c.table.as_str()).collect();
+        let tables: Vec<&str> = tables.into_iter().collect();
+        (
+            format!(
+                "{} row(s) deleted from {}, where no row may be deleted",
+                deleted.len(),
+                tables.join(", ")
+            ),
+            statements(deleted.iter().copied()),
+        )
+    });
+    finding("no_delete", &policy.no_delete, refusal)
+}
+
 fn tenant(plan: &Plan, diff: &Diff, policy: &Policy) -> Finding {
     let refusal = policy.tenant_column.as_ref().and_then(|column| {
         let Some(own) = &plan.tenant else {
@@ -495,7 +524,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::diff::Op;
     use crate::plan::Statement;
 
     fn change(statement: &str, table: &str, before: Value, after: Value) -> Change {
@@ -532,6 +560,7 @@ mod tests {
         let policy = Policy {
             tables: Some(["accounts".to_owned()].into()),
             max_rows: [("accounts".to_owned(), 1)].into(),
+            no_delete: ["accounts".to_owned()].into(),
             tenant_column: Some("tenant".into()),
             delta_caps: vec![DeltaCap {
                 table: "accounts".into(),
@@ -549,7 +578,57 @@ mod tests {
             &Spent::new(),
         );
         assert!(v.passed(), "{}", v.for_operator());
-        assert_eq!(v.findings.len(), 5);
+        assert_eq!(v.findings.len(), 6);
+    }
+
+    #[test]
+    fn a_row_deleted_from_a_table_of_record_is_refused_naming_its_statement() {
+        let deleted = Change {
+            statement: Some("purge".into()),
+            table: "ledger".into(),
+            op: Op::Delete,
+            before: json!({"id": 7, "amount": 500}).as_object().cloned(),
+            after: None,
+        };
+        let updated = change(
+            "credit",
+            "accounts",
+            json!({"tenant": "t1", "balance": 10}),
+            json!({"tenant": "t1", "balance": 15}),
+        );
+        let policy = Policy {
+            no_delete: ["ledger".to_owned()].into(),
+            ..Policy::default()
+        };
+        let v = judge(
+            &plan(),
+            &Diff {
+                changes: vec![updated.clone(), deleted],
+            },
+            &policy,
+            &Spent::new(),
+        );
+        assert!(!v.passed());
+        assert!(
+            v.for_operator()
+                .contains("no_delete: 1 row(s) deleted from ledger"),
+            "{}",
+            v.for_operator()
+        );
+        assert_eq!(
+            v.for_agent(),
+            "no_delete: refused; statement `purge`",
+            "the agent hears its own statement only"
+        );
+        let only_updates = judge(
+            &plan(),
+            &Diff {
+                changes: vec![updated],
+            },
+            &policy,
+            &Spent::new(),
+        );
+        assert!(only_updates.passed(), "{}", only_updates.for_operator());
     }
 
     #[test]
