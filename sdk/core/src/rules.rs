@@ -354,28 +354,21 @@ fn tokens(text: &str) -> Result<Vec<Token>, String> {
     while i < b.len() {
         let c = b[i];
         let after_operand = matches!(out.last(), Some(Token::Term(_) | Token::Close));
+        let single = match c {
+            b'[' => Some(Token::Open),
+            b']' => Some(Token::Close),
+            b',' => Some(Token::Comma),
+            b'+' => Some(Token::Plus),
+            b'-' if after_operand => Some(Token::Minus),
+            _ => None,
+        };
+        if let Some(token) = single {
+            out.push(token);
+            i += 1;
+            continue;
+        }
         match c {
             b' ' | b'\t' | b'\n' | b'\r' => i += 1,
-            b'[' => {
-                out.push(Token::Open);
-                i += 1;
-            }
-            b']' => {
-                out.push(Token::Close);
-                i += 1;
-            }
-            b',' => {
-                out.push(Token::Comma);
-                i += 1;
-            }
-            b'+' => {
-                out.push(Token::Plus);
-                i += 1;
-            }
-            b'-' if after_operand => {
-                out.push(Token::Minus);
-                i += 1;
-            }
             b'=' | b'!' | b'<' | b'>' => {
                 let two = b.get(i + 1) == Some(&b'=');
                 let op = match (c, two) {

@@ -300,23 +300,39 @@ impl StripeRefunds {
     /// or not valid is definite; an authentication or permission failure (a rotated key, a
     /// restricted key) and anything else may pass, and is unavailable.
     fn read_object(&self, path: &str, what: &str) -> Result<Value, CanonicalError> {
+        self.read_as(
+            path,
+            what,
+            |status| ![401, 403, 429].contains(&status),
+            CanonicalError::Invalid,
+            CanonicalError::Unavailable,
+        )
+    }
+
+    /// The object at `path`, or the error its answer is: `definite` says which 4xx statuses
+    /// say the object is not there or not valid (made by `invalid`); any other answer, or none,
+    /// may pass (made by `unavailable`).
+    fn read_as<E>(
+        &self,
+        path: &str,
+        what: &str,
+        definite: impl Fn(u16) -> bool,
+        invalid: impl Fn(String) -> E,
+        unavailable: impl Fn(String) -> E,
+    ) -> Result<Value, E> {
         match self.get(path, &[]) {
             Http::Answer {
                 status: 200, body, ..
             } => Ok(body),
-            Http::Answer { status, body, .. }
-                if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
-            {
-                Err(CanonicalError::Invalid(format!(
-                    "{what}: {status} {}",
-                    error_message(&body)
-                )))
+            Http::Answer { status, body, .. } => {
+                let why = format!("{what}: {status} {}", error_message(&body));
+                if (400..500).contains(&status) && definite(status) {
+                    Err(invalid(why))
+                } else {
+                    Err(unavailable(why))
+                }
             }
-            Http::Answer { status, body, .. } => Err(CanonicalError::Unavailable(format!(
-                "{what}: {status} {}",
-                error_message(&body)
-            ))),
-            Http::Lost(why) => Err(CanonicalError::Unavailable(why)),
+            Http::Lost(why) => Err(unavailable(why)),
         }
     }
 
@@ -334,37 +350,23 @@ impl StripeRefunds {
                 "amount_captured",
             ),
         };
-        match self.get(&path, &[]) {
-            Http::Answer {
-                status: 200, body, ..
-            } => {
-                let amount = body
-                    .get(paid)
-                    .or_else(|| body.get("amount"))
-                    .and_then(Value::as_i64)
-                    .ok_or_else(|| {
-                        PremiseError::Invalid(format!("{of} answered without an amount"))
-                    })?;
-                let currency = body
-                    .get("currency")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        PremiseError::Invalid(format!("{of} answered without a currency"))
-                    })?;
-                Ok((amount, currency.to_ascii_lowercase()))
-            }
-            Http::Answer { status, body, .. } if (400..500).contains(&status) && status != 429 => {
-                Err(PremiseError::Invalid(format!(
-                    "{of}: {status} {}",
-                    error_message(&body)
-                )))
-            }
-            Http::Answer { status, body, .. } => Err(PremiseError::Unavailable(format!(
-                "{of}: {status} {}",
-                error_message(&body)
-            ))),
-            Http::Lost(why) => Err(PremiseError::Unavailable(why)),
-        }
+        let body = self.read_as(
+            &path,
+            &of.to_string(),
+            |status| status != 429,
+            PremiseError::Invalid,
+            PremiseError::Unavailable,
+        )?;
+        let amount = body
+            .get(paid)
+            .or_else(|| body.get("amount"))
+            .and_then(Value::as_i64)
+            .ok_or_else(|| PremiseError::Invalid(format!("{of} answered without an amount")))?;
+        let currency = body
+            .get("currency")
+            .and_then(Value::as_str)
+            .ok_or_else(|| PremiseError::Invalid(format!("{of} answered without a currency")))?;
+        Ok((amount, currency.to_ascii_lowercase()))
     }
 }
 
