@@ -531,7 +531,7 @@ fn on_postgres_a_plan_that_reaches_the_substrate_by_any_path_is_stopped_by_the_s
         (
             "peek",
             format!(
-                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND spent(gen_random_uuid(), :k, 0) IS NULL"
+                "UPDATE {shop}.customers SET credit = 0 WHERE id = :customer AND spent(gen_random_uuid(), :k, :k, 0) IS NULL"
             ),
             json!({"k": "x", "customer": 10}),
         ),
@@ -930,6 +930,7 @@ fn credit_budget(max: i64) -> Policy {
             id: "credit_hour".into(),
             table: "customers".into(),
             column: Some("credit".into()),
+            per: None,
             window_ms: 3_600_000,
             max,
         }],
@@ -1011,6 +1012,53 @@ fn on_postgres_a_budget_over_measured_credit_refuses_the_stage_that_would_overru
         SendAnswer::Done(_)
     ));
     assert_eq!(credit(&mut client, 10), 1_400);
+}
+
+#[test]
+fn on_postgres_a_budget_per_customer_bounds_each_customers_credit_whatever_anothers_is() {
+    let (url, options, mut client) = shop("pg_budget_per");
+    let schema = options.schema.clone();
+    let mut policy = credit_budget(1_000);
+    policy.windows[0].per = Some("id".into());
+    let db = PgDb::open(&url, options, policy).unwrap();
+    let clock = ManualClock::at(1_700_000_000_000);
+    let done = |a: SendAnswer| matches!(a, SendAnswer::Done(_));
+    assert!(done(credit_slowly(&db, "a", 10, 900, 0.0, &clock)));
+    // One count for the table would refuse this; customer 20 has a budget of its own.
+    assert!(done(credit_slowly(&db, "b", 20, 900, 0.0, &clock)));
+    match credit_slowly(&db, "c", 10, 200, 0.0, &clock) {
+        SendAnswer::Definite { message, .. } => assert!(message.contains("windows"), "{message}"),
+        other => panic!("customer 10's full budget let a stage in: {other:?}"),
+    }
+    assert!(done(credit_slowly(&db, "d", 20, 100, 0.0, &clock)));
+    let credits: Vec<(i64, i64)> = client
+        .query(
+            "SELECT id::bigint, credit::bigint FROM customers WHERE id IN (10, 20) ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(credits, vec![(10, 900), (20, 1_000)]);
+    // Each use is recorded under the window and the customer.
+    let uses: Vec<(String, i64)> = client
+        .query(
+            &format!("SELECT window_id, amount FROM {schema}.spent ORDER BY window_id, amount"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        uses,
+        vec![
+            ("credit_hour@10".to_owned(), 900),
+            ("credit_hour@20".to_owned(), 100),
+            ("credit_hour@20".to_owned(), 900),
+        ]
+    );
 }
 
 #[test]
@@ -1116,7 +1164,7 @@ fn on_postgres_a_substrate_installed_before_the_windows_is_named_not_installed()
     let (url, options, mut client) = shop("pg_old_substrate");
     client
         .batch_execute(&format!(
-            "DROP FUNCTION {}.spent(uuid, text, bigint)",
+            "DROP FUNCTION {}.spent(uuid, text, text, bigint)",
             options.schema
         ))
         .unwrap();

@@ -57,7 +57,8 @@ pub struct Policy {
 /// `column` it is a rate window: at most `max` rows of `table` changed by the stages committed
 /// in the last `window_ms`, this one included. With one it is a budget: at most `max` added to
 /// `table.column` in that time, a stage using what it added row by row: a row it lowers frees
-/// no room and offsets no other row's increase.
+/// no room and offsets no other row's increase. With `per` the window holds `max` for each value
+/// of that column on its own: a customer's credits are bounded whatever another's are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RowWindow {
@@ -68,6 +69,11 @@ pub struct RowWindow {
     /// The integer column a budget sums; none for a rate window (rows changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub column: Option<String>,
+    /// A column of `table` naming whom a row's change is for (a customer, a tenant): the window
+    /// then counts each value's rows apart. A row whose value the stage changed counts for both
+    /// values; none: one count for the whole table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per: Option<String>,
     /// The window's length, ms (more than 0).
     pub window_ms: u64,
     /// The most the window may hold.
@@ -75,22 +81,52 @@ pub struct RowWindow {
 }
 
 impl RowWindow {
-    /// What `diff` uses of this window, or why it cannot be judged.
-    pub fn used(&self, diff: &Diff) -> Result<i64, String> {
+    /// What `diff` uses of this window, by the name each use is recorded under (its id; with
+    /// `per`, `<id>@<value>` for each value the stage's rows name, the value as canonical JSON),
+    /// or why it cannot be judged.
+    pub fn uses(&self, diff: &Diff) -> Result<BTreeMap<String, i64>, String> {
+        let rows = diff.changes.iter().filter(|c| c.table == self.table);
+        let Some(per) = &self.per else {
+            return Ok([(self.id.clone(), self.used_by(rows)?)].into());
+        };
+        let mut by_value: BTreeMap<String, Vec<&Change>> = BTreeMap::new();
+        for c in rows {
+            let mut names = BTreeSet::new();
+            for image in [&c.before, &c.after].into_iter().flatten() {
+                // A row without the column would be nobody's, and never fill a window.
+                let value = image
+                    .get(per)
+                    .ok_or_else(|| format!("{}.{per} is not a column of its rows", self.table))?;
+                names.insert(self.use_name(value));
+            }
+            for name in names {
+                by_value.entry(name).or_default().push(c);
+            }
+        }
+        by_value
+            .into_iter()
+            .map(|(name, rows)| Ok((name, self.used_by(rows.into_iter())?)))
+            .collect()
+    }
+
+    /// The name a use for `value` of the `per` column is recorded under.
+    fn use_name(&self, value: &Value) -> String {
+        format!(
+            "{}@{}",
+            self.id,
+            String::from_utf8_lossy(&canonical_json(value))
+        )
+    }
+
+    /// What `rows` use of the window: rows changed, or what they added to the column.
+    fn used_by<'a>(&self, rows: impl Iterator<Item = &'a Change> + Clone) -> Result<i64, String> {
         match &self.column {
-            None => Ok(i64::try_from(
-                diff.changes
-                    .iter()
-                    .filter(|c| c.table == self.table)
-                    .count(),
-            )
-            .unwrap_or(i64::MAX)),
+            None => Ok(i64::try_from(rows.count()).unwrap_or(i64::MAX)),
             Some(column)
-                if diff.changes.iter().any(|c| {
-                    c.table == self.table
-                        && ![&c.before, &c.after]
-                            .iter()
-                            .any(|i| i.as_ref().is_some_and(|i| i.contains_key(column)))
+                if rows.clone().any(|c| {
+                    ![&c.before, &c.after]
+                        .iter()
+                        .any(|i| i.as_ref().is_some_and(|i| i.contains_key(column)))
                 }) =>
             {
                 // A misspelt column would count as 0 and the budget would never fill.
@@ -100,7 +136,7 @@ impl RowWindow {
                 ))
             }
             // What the stage added, row by row: a decrease elsewhere frees nothing.
-            Some(column) => column_moved(diff, &self.table, column)
+            Some(column) => moved(rows, column)
                 .map(|m| m.added)
                 .map_err(|v| format!("{}.{column} holds {v}, not an integer", self.table)),
         }
@@ -122,8 +158,9 @@ impl RowWindow {
     }
 }
 
-/// What the stages committed within each window used of it, by window id: read by the
-/// substrate with the windows locked, before the checks judge the stage.
+/// What the stages committed within each window used of it, by the name each use is recorded
+/// under ([`RowWindow::uses`]): read by the substrate with the windows locked, before the checks
+/// judge the stage.
 pub type Spent = BTreeMap<String, i64>;
 
 fn yes() -> bool {
@@ -253,7 +290,7 @@ fn windows(diff: &Diff, policy: &Policy, spent: &Spent) -> Finding {
             culprits.extend(rows);
             continue;
         }
-        let used = match w.used(diff) {
+        let uses = match w.uses(diff) {
             Ok(u) => u,
             Err(why) => {
                 problems.push(format!("{}: {why}, so the window cannot judge it", w.id));
@@ -261,20 +298,29 @@ fn windows(diff: &Diff, policy: &Policy, spent: &Spent) -> Finding {
                 continue;
             }
         };
-        let Some(before) = spent.get(&w.id) else {
-            problems.push(format!(
-                "{}: what earlier stages used of it was not read",
-                w.id
-            ));
-            culprits.extend(rows);
-            continue;
-        };
-        if used > 0 && before.saturating_add(used) > w.max {
-            problems.push(format!(
-                "{}: {before} used in the last {} ms and this plan adds {used}, at most {}",
-                w.id, w.window_ms, w.max
-            ));
-            culprits.extend(rows);
+        for (name, used) in uses {
+            let Some(before) = spent.get(&name) else {
+                problems.push(format!(
+                    "{name}: what earlier stages used of it was not read"
+                ));
+                culprits.extend(rows.clone());
+                continue;
+            };
+            if used > 0 && before.saturating_add(used) > w.max {
+                problems.push(format!(
+                    "{name}: {before} used in the last {} ms and this plan adds {used}, at most {}",
+                    w.window_ms, w.max
+                ));
+                // With `per`, the statements that moved this value's rows only.
+                culprits.extend(rows.clone().filter(|c| {
+                    w.per.as_ref().is_none_or(|per| {
+                        [&c.before, &c.after]
+                            .into_iter()
+                            .flatten()
+                            .any(|i| i.get(per).is_some_and(|v| w.use_name(v) == name))
+                    })
+                }));
+            }
         }
     }
     let refusal = (!problems.is_empty()).then(|| (problems.join(", "), statements(culprits)));
@@ -449,6 +495,10 @@ struct Moved {
 }
 
 fn column_moved(diff: &Diff, table: &str, column: &str) -> Result<Moved, Value> {
+    moved(diff.changes.iter().filter(|c| c.table == table), column)
+}
+
+fn moved<'a>(mut rows: impl Iterator<Item = &'a Change>, column: &str) -> Result<Moved, Value> {
     let read = |image: &Option<serde_json::Map<String, Value>>| match image
         .as_ref()
         .and_then(|i| i.get(column))
@@ -456,7 +506,7 @@ fn column_moved(diff: &Diff, table: &str, column: &str) -> Result<Moved, Value> 
         None | Some(Value::Null) => Ok(0),
         Some(v) => v.as_i64().ok_or_else(|| v.clone()),
     };
-    diff.changes.iter().filter(|c| c.table == table).try_fold(
+    rows.try_fold(
         Moved {
             net: 0,
             gross: 0,
@@ -722,6 +772,7 @@ mod tests {
                 id: "credit_hour".into(),
                 table: "accounts".into(),
                 column: Some("balance".into()),
+                per: None,
                 window_ms: 3_600_000,
                 max,
             }],
@@ -836,16 +887,16 @@ mod tests {
         assert!(!judge(&plan(), &moved_between_two(100_000), &budget(1_000), &full).passed());
         assert_eq!(
             budget(0).windows[0]
-                .used(&moved_between_two(100_000))
+                .uses(&moved_between_two(100_000))
                 .unwrap(),
-            100_000
+            [("credit_hour".to_owned(), 100_000)].into()
         );
     }
 
     #[test]
     fn a_plan_that_lowers_the_column_uses_nothing_and_a_rate_window_counts_rows() {
         let w = &budget(0).windows[0];
-        assert_eq!(w.used(&credited(-50)).unwrap(), 0);
+        assert_eq!(w.uses(&credited(-50)).unwrap()["credit_hour"], 0);
         let full: Spent = [("credit_hour".to_owned(), 0)].into();
         assert!(judge(&plan(), &credited(-50), &budget(0), &full).passed());
         let rate = RowWindow {
@@ -854,6 +905,91 @@ mod tests {
         };
         let mut two = credited(1);
         two.changes.push(two.changes[0].clone());
-        assert_eq!(rate.used(&two).unwrap(), 2);
+        assert_eq!(rate.uses(&two).unwrap()["credit_hour"], 2);
+    }
+
+    fn credit(customer: i64, from: i64, by: i64) -> Change {
+        change(
+            "credit",
+            "accounts",
+            json!({"customer": customer, "balance": from}),
+            json!({"customer": customer, "balance": from + by}),
+        )
+    }
+
+    #[test]
+    fn a_window_per_customer_bounds_each_customers_credits_whatever_anothers_are() {
+        let mut per_customer = budget(1_000);
+        per_customer.windows[0].per = Some("customer".into());
+        let w = &per_customer.windows[0];
+        let two = Diff {
+            changes: vec![credit(10, 0, 600), credit(20, 0, 300), credit(10, 600, 100)],
+        };
+        assert_eq!(
+            w.uses(&two).unwrap(),
+            [
+                ("credit_hour@10".to_owned(), 700),
+                ("credit_hour@20".to_owned(), 300)
+            ]
+            .into(),
+            "each customer's use under a name of its own"
+        );
+        // Customer 10 has 400 left and asks 700: refused; customer 20 alone fits.
+        let spent: Spent = [
+            ("credit_hour@10".to_owned(), 600),
+            ("credit_hour@20".to_owned(), 0),
+        ]
+        .into();
+        let v = judge(&plan(), &two, &per_customer, &spent);
+        assert!(!v.passed());
+        assert!(
+            v.for_operator()
+                .contains("credit_hour@10: 600 used in the last 3600000 ms and this plan adds 700"),
+            "{}",
+            v.for_operator()
+        );
+        let alone = Diff {
+            changes: vec![credit(20, 0, 300)],
+        };
+        assert!(judge(&plan(), &alone, &per_customer, &spent).passed());
+        // A use nobody read, or a row that names no customer, is refused.
+        let unread: Spent = [("credit_hour@10".to_owned(), 0)].into();
+        let v = judge(&plan(), &two, &per_customer, &unread);
+        assert!(
+            v.for_operator()
+                .contains("credit_hour@20: what earlier stages used of it was not read")
+        );
+        let nobody = Diff {
+            changes: vec![change(
+                "credit",
+                "accounts",
+                json!({"balance": 0}),
+                json!({"balance": 5}),
+            )],
+        };
+        assert!(w.uses(&nobody).is_err());
+        assert!(!judge(&plan(), &nobody, &per_customer, &spent).passed());
+    }
+
+    #[test]
+    fn a_row_moved_to_another_customer_counts_for_both() {
+        let mut per_customer = budget(1_000);
+        per_customer.windows[0].per = Some("customer".into());
+        let moved = Diff {
+            changes: vec![change(
+                "credit",
+                "accounts",
+                json!({"customer": 10, "balance": 0}),
+                json!({"customer": 20, "balance": 50}),
+            )],
+        };
+        assert_eq!(
+            per_customer.windows[0].uses(&moved).unwrap(),
+            [
+                ("credit_hour@10".to_owned(), 50),
+                ("credit_hour@20".to_owned(), 50)
+            ]
+            .into()
+        );
     }
 }

@@ -130,7 +130,7 @@ pub(crate) fn reachable(
                   AND coalesce(pg_catalog.bool_and(pg_catalog.has_schema_privilege(p.pronamespace, 'USAGE')), false)
            FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname = $1
-            AND p.proname || '/' || p.pronargs IN ('open/3', 'measured/1', 'spent/3', 'seal/6',
+            AND p.proname || '/' || p.pronargs IN ('open/3', 'measured/1', 'spent/4', 'seal/6',
                                                    'unmediated/1', 'pending/3', 'delivered/4',
                                                    'claim/4', 'marked/1')",
         &[&schema],

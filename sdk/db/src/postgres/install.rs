@@ -35,7 +35,7 @@ pub(crate) const NEGATIVE_USE: &str = "IL006";
 pub(crate) const ENTRY_POINTS: [&str; 9] = [
     "open(text, text[], text)",
     "measured(uuid)",
-    "spent(uuid, text, bigint)",
+    "spent(uuid, text, text, bigint)",
     "seal(uuid, text, text, text, jsonb, jsonb)",
     "unmediated(uuid)",
     "pending(uuid, bigint, integer)",
@@ -100,6 +100,7 @@ CREATE TABLE IF NOT EXISTS {s}.spent (
 );
 CREATE INDEX IF NOT EXISTS spent_at ON {s}.spent (window_id, at_ms);
 DROP FUNCTION IF EXISTS {s}.seal(uuid, text, text, text);
+DROP FUNCTION IF EXISTS {s}.spent(uuid, text, bigint);
 DROP FUNCTION IF EXISTS {s}.open(text);
 DROP FUNCTION IF EXISTS {s}.open(text, text[]);
 -- The stage key: a secret the installer hands the gate, which no role that stages can read. A
@@ -258,19 +259,24 @@ END
 $fn$;
 
 -- What the stages committed since `p_since` (ms since the Unix epoch) used of window
--- `p_window`. The caller holds the window's session lock, taken before its transaction began,
--- so every stage that used the window before this one is in its snapshot.
-CREATE OR REPLACE FUNCTION {s}.spent(p_token uuid, p_window text, p_since bigint)
+-- `p_window`, under `p_use`: the window's name, or `<window>@<value>` for one value of a window
+-- counted per value. The caller holds the window's session lock, taken before its transaction
+-- began, so every stage that used the window, for any value, before this one is in its snapshot.
+CREATE OR REPLACE FUNCTION {s}.spent(p_token uuid, p_window text, p_use text, p_since bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 BEGIN
     PERFORM {s}.opened(p_token);
+    IF p_use IS DISTINCT FROM p_window AND left(p_use, length(p_window) + 1) IS DISTINCT FROM p_window || '@' THEN
+        RAISE EXCEPTION 'interlock: % is not a use of window %', p_use, p_window
+            USING ERRCODE = '{KEY_ELSEWHERE}';
+    END IF;
     IF NOT pg_try_advisory_xact_lock(hashtextextended(p_window, 7264)) THEN
         RAISE EXCEPTION 'interlock: window % was not locked when the stage opened', p_window
             USING ERRCODE = '{KEY_ELSEWHERE}';
     END IF;
     RETURN (SELECT coalesce(sum(u.amount), 0)::bigint FROM {s}.spent u
-             WHERE u.window_id = p_window AND u.at_ms > p_since);
+             WHERE u.window_id = p_use AND u.at_ms > p_since);
 END
 $fn$;
 

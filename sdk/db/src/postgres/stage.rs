@@ -230,22 +230,26 @@ fn inside(client: &mut Client, s: &str, asked: Asked<'_>) -> Result<Inside, Stop
     let mut spent = Spent::new();
     for w in &policy.windows {
         let since = now_ms.saturating_sub(i64::try_from(w.window_ms).unwrap_or(i64::MAX));
-        let used: i64 = client
-            .query_one(
-                &format!("SELECT {s}.spent($1::pg_catalog.text::pg_catalog.uuid, $2, $3)"),
-                &[&opened.token, &w.id, &since],
-            )
-            .map_err(stage_lost)?
-            .get(0);
-        spent.insert(w.id.clone(), used);
+        // A window the diff cannot be judged by is left for the checks to refuse.
+        for name in w.uses(&diff).unwrap_or_default().into_keys() {
+            let used: i64 = client
+                .query_one(
+                    &format!("SELECT {s}.spent($1::pg_catalog.text::pg_catalog.uuid, $2, $3, $4)"),
+                    &[&opened.token, &w.id, &name, &since],
+                )
+                .map_err(stage_lost)?
+                .get(0);
+            spent.insert(name, used);
+        }
     }
     let verdict = stage_end::judged(key, plan, &diff, policy, &spent)?;
     stage_end::last_look(look)?;
     let mut uses = Vec::new();
     for w in &policy.windows {
-        let used = w.used(&diff).map_err(Stop::Db)?;
-        if used > 0 {
-            uses.push(serde_json::json!({ "window": w.id, "at_ms": now_ms, "amount": used }));
+        for (name, used) in w.uses(&diff).map_err(Stop::Db)? {
+            if used > 0 {
+                uses.push(serde_json::json!({ "window": name, "at_ms": now_ms, "amount": used }));
+            }
         }
     }
     let uses = Value::Array(uses).to_string();

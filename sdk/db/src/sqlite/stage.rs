@@ -79,7 +79,7 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
     // The write lock this transaction holds is the windows' lock: no other stage commits a use
     // of them between this read and this stage's own commit.
     let now_ms = until.now_ms();
-    let spent = spent(conn, policy, now_ms)?;
+    let spent = spent(conn, policy, &diff, now_ms)?;
     let verdict = stage_end::judged(key, plan, &diff, policy, &spent)?;
     stage_end::last_look(look)?;
     conn.execute("DELETE FROM interlock_changes WHERE stage = ?1", [key])?;
@@ -91,12 +91,13 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
         )?;
     }
     for w in &policy.windows {
-        let used = w.used(&diff).map_err(Stop::Db)?;
-        if used > 0 {
-            conn.execute(
-                "INSERT INTO interlock_spent (window_id, key, at_ms, amount) VALUES (?1, ?2, ?3, ?4)",
-                rusqlite::params![w.id, key, now_ms, used],
-            )?;
+        for (name, used) in w.uses(&diff).map_err(Stop::Db)? {
+            if used > 0 {
+                conn.execute(
+                    "INSERT INTO interlock_spent (window_id, key, at_ms, amount) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![name, key, now_ms, used],
+                )?;
+            }
         }
     }
     let receipt = Receipt::new(key, plan_hash, diff, verdict, policy);
@@ -108,17 +109,21 @@ fn inside(conn: &Connection, asked: Asked<'_>) -> Result<Inside, Stop> {
     Ok(Inside::Passed(receipt))
 }
 
-/// What the stages committed in each of the policy's windows used of it, as of `now_ms`.
-fn spent(conn: &Connection, policy: &Policy, now_ms: i64) -> Result<Spent, Stop> {
+/// What the stages committed in each of the policy's windows used of it, as of `now_ms`, under
+/// each name `diff` would use it by (a window `diff` cannot be judged by is left for the checks
+/// to refuse).
+fn spent(conn: &Connection, policy: &Policy, diff: &Diff, now_ms: i64) -> Result<Spent, Stop> {
     let mut spent = Spent::new();
     for w in &policy.windows {
         let since = now_ms.saturating_sub(i64::try_from(w.window_ms).unwrap_or(i64::MAX));
-        let used: i64 = conn.query_row(
-            "SELECT coalesce(sum(amount), 0) FROM interlock_spent WHERE window_id = ?1 AND at_ms > ?2",
-            rusqlite::params![w.id, since],
-            |r| r.get(0),
-        )?;
-        spent.insert(w.id.clone(), used);
+        for name in w.uses(diff).unwrap_or_default().into_keys() {
+            let used: i64 = conn.query_row(
+                "SELECT coalesce(sum(amount), 0) FROM interlock_spent WHERE window_id = ?1 AND at_ms > ?2",
+                rusqlite::params![name, since],
+                |r| r.get(0),
+            )?;
+            spent.insert(name, used);
+        }
     }
     Ok(spent)
 }

@@ -676,10 +676,21 @@ fn the_gates_last_look_decides_at_the_commit_lapsed_refuses_unreadable_rolls_bac
 
 /// Credit customer 10 with `amount`, under a deadline on `clock` that never passes.
 fn credit_at(db: &SqliteDb, key: &str, amount: i64, clock: &interlock::ManualClock) -> SendAnswer {
+    credit_customer_at(db, key, 10, amount, clock)
+}
+
+/// Credit `customer` with `amount`, under a deadline on `clock` that never passes.
+fn credit_customer_at(
+    db: &SqliteDb,
+    key: &str,
+    customer: i64,
+    amount: i64,
+    clock: &interlock::ManualClock,
+) -> SendAnswer {
     let plan = Plan::new(vec![stmt(
         "credit_customer",
-        "UPDATE customers SET credit = credit + :amount WHERE id = 10",
-        json!({ "amount": amount }),
+        "UPDATE customers SET credit = credit + :amount WHERE id = :customer",
+        json!({ "amount": amount, "customer": customer }),
     )])
     .unwrap();
     let key = EffectKey::derive(&[key]);
@@ -705,6 +716,7 @@ fn a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_i
             id: "credit_hour".into(),
             table: "customers".into(),
             column: Some("credit".into()),
+            per: None,
             window_ms: 3_600_000,
             max: 1_000,
         }],
@@ -743,4 +755,59 @@ fn a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_i
         SendAnswer::Done(_)
     ));
     assert_eq!(credit(&path, 10), 1_400);
+}
+
+#[test]
+fn a_budget_per_customer_bounds_each_customers_credit_whatever_anothers_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shop(dir.path());
+    let policy = Policy {
+        windows: vec![crate::checks::RowWindow {
+            id: "credit_hour".into(),
+            table: "customers".into(),
+            column: Some("credit".into()),
+            per: Some("id".into()),
+            window_ms: 3_600_000,
+            max: 1_000,
+        }],
+        ..Policy::default()
+    };
+    let db = SqliteDb::open(&path, policy).unwrap();
+    let clock = interlock::ManualClock::at(1_700_000_000_000);
+    let done = |a: SendAnswer| matches!(a, SendAnswer::Done(_));
+    assert!(done(credit_customer_at(&db, "a", 10, 900, &clock)));
+    // One count for the table would refuse this; customer 20 has a budget of its own.
+    assert!(done(credit_customer_at(&db, "b", 20, 900, &clock)));
+    match credit_customer_at(&db, "c", 10, 200, &clock) {
+        SendAnswer::Definite { message, .. } => {
+            assert!(message.contains("windows"), "{message}");
+        }
+        other => panic!("customer 10's full budget let a stage in: {other:?}"),
+    }
+    assert!(done(credit_customer_at(&db, "d", 20, 100, &clock)));
+    assert_eq!((credit(&path, 10), credit(&path, 20)), (900, 1_000));
+    // Both customers in one plan: 50 fits customer 10's budget, not customer 20's, so nothing
+    // lands for either.
+    let plan = Plan::new(vec![stmt(
+        "credit_both",
+        "UPDATE customers SET credit = credit + 50 WHERE id IN (10, 20)",
+        json!({}),
+    )])
+    .unwrap();
+    let answer = db.send(&SendRequest {
+        key: &EffectKey::derive(&["e"]),
+        payload: &plan.to_payload(),
+        timeout: Duration::from_secs(5),
+        deadline: Some(interlock::target::Deadline {
+            at_ms: i64::MAX,
+            clock: &clock,
+        }),
+        last_look: None,
+    });
+    assert!(matches!(answer, SendAnswer::Definite { .. }), "{answer:?}");
+    assert_eq!(
+        (credit(&path, 10), credit(&path, 20)),
+        (900, 1_000),
+        "the refused stage wrote nothing"
+    );
 }
