@@ -892,6 +892,31 @@ fn on_postgres_the_stagers_credentials_alone_open_no_stage_and_seal_no_negative_
     .unwrap_err();
     assert_eq!(sqlstate(&err), Some("IL006"), "{err}");
     stager.batch_execute("ROLLBACK").unwrap();
+    // Nor is a use, or a read, of a window the stage did not lock when it opened.
+    for spent in [
+        r#"[{"window": "credit_hour", "at_ms": 1, "amount": 5}]"#,
+        r#"[{"window": "credit_hour@10", "at_ms": 1, "amount": 5}]"#,
+    ] {
+        let token = open(&mut stager, "forged-key", &|c| {
+            stage_proof(&options, c, "forged-key")
+        })
+        .unwrap();
+        let err = seal(&mut stager, &token, spent).unwrap_err();
+        assert_eq!(sqlstate(&err), Some("IL002"), "{spent}: {err}");
+        stager.batch_execute("ROLLBACK").unwrap();
+    }
+    let token = open(&mut stager, "forged-key", &|c| {
+        stage_proof(&options, c, "forged-key")
+    })
+    .unwrap();
+    let err = stager
+        .query_one(
+            &format!("SELECT {s}.spent($1::text::uuid, 'credit_hour', 'credit_hour', 0)"),
+            &[&token],
+        )
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), Some("IL004"), "{err}");
+    stager.batch_execute("ROLLBACK").unwrap();
     let token = open(&mut stager, "", &|c| stage_proof(&options, c, "")).unwrap();
     let err = seal(&mut stager, &token, "[]").unwrap_err();
     assert_eq!(sqlstate(&err), Some("IL002"), "{err}");
@@ -1041,6 +1066,33 @@ fn on_postgres_a_budget_per_customer_bounds_each_customers_credit_whatever_anoth
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(credits, vec![(10, 900), (20, 1_000)]);
+    // Both customers in one plan: 50 fits customer 10's budget, not customer 20's, so nothing
+    // lands for either.
+    let both = Plan::new(vec![stmt(
+        "credit_both",
+        "UPDATE customers SET credit = credit + 50 WHERE id IN (10, 20)",
+        json!({}),
+    )])
+    .unwrap();
+    let answer = db.send(&SendRequest {
+        key: &EffectKey::derive(&["e"]),
+        payload: &both.to_payload(),
+        timeout: Duration::from_secs(10),
+        deadline: Some(Deadline {
+            at_ms: i64::MAX,
+            clock: &clock,
+        }),
+        last_look: None,
+    });
+    assert!(matches!(answer, SendAnswer::Definite { .. }), "{answer:?}");
+    let after: i64 = client
+        .query_one(
+            "SELECT sum(credit)::bigint FROM customers WHERE id IN (10, 20)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(after, 1_900, "the refused stage wrote nothing");
     // Each use is recorded under the window and the customer.
     let uses: Vec<(String, i64)> = client
         .query(

@@ -70,8 +70,8 @@ pub struct RowWindow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub column: Option<String>,
     /// A column of `table` naming whom a row's change is for (a customer, a tenant): the window
-    /// then counts each value's rows apart. A row whose value the stage changed counts for both
-    /// values; none: one count for the whole table.
+    /// then counts each value's rows apart ([`RowWindow::uses`]); none: one count for the
+    /// whole table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per: Option<String>,
     /// The window's length, ms (more than 0).
@@ -82,40 +82,77 @@ pub struct RowWindow {
 
 impl RowWindow {
     /// What `diff` uses of this window, by the name each use is recorded under (its id; with
-    /// `per`, `<id>@<value>` for each value the stage's rows name, the value as canonical JSON),
-    /// or why it cannot be judged.
+    /// `per`, `<id>@<value>` for each value the stage's rows name: a whole number, or text as
+    /// JSON), or why it cannot be judged.
+    ///
+    /// A row whose `per` value the stage changed left its old value and arrived at the new one
+    /// whole: the new value uses all it holds, as for an inserted row. Otherwise moving a row to
+    /// a fresh value, crediting it there and moving it back would credit anyone for nothing.
     pub fn uses(&self, diff: &Diff) -> Result<BTreeMap<String, i64>, String> {
         let rows = diff.changes.iter().filter(|c| c.table == self.table);
         let Some(per) = &self.per else {
             return Ok([(self.id.clone(), self.used_by(rows)?)].into());
         };
-        let mut by_value: BTreeMap<String, Vec<&Change>> = BTreeMap::new();
+        let name = |image: &Option<serde_json::Map<String, Value>>| {
+            image.as_ref().map(|i| self.use_name(per, i)).transpose()
+        };
+        let mut by_value: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         for c in rows {
-            let mut names = BTreeSet::new();
-            for image in [&c.before, &c.after].into_iter().flatten() {
-                // A row without the column would be nobody's, and never fill a window.
-                let value = image
-                    .get(per)
-                    .ok_or_else(|| format!("{}.{per} is not a column of its rows", self.table))?;
-                names.insert(self.use_name(value));
-            }
-            for name in names {
-                by_value.entry(name).or_default().push(c);
+            match (name(&c.before)?, name(&c.after)?) {
+                (Some(from), Some(to)) if from != to => {
+                    let left = Change {
+                        after: None,
+                        ..c.clone()
+                    };
+                    let arrived = Change {
+                        before: None,
+                        ..c.clone()
+                    };
+                    by_value.entry(from).or_default().push(left);
+                    by_value.entry(to).or_default().push(arrived);
+                }
+                (Some(n), _) | (None, Some(n)) => by_value.entry(n).or_default().push(c.clone()),
+                (None, None) => {}
             }
         }
         by_value
             .into_iter()
-            .map(|(name, rows)| Ok((name, self.used_by(rows.into_iter())?)))
+            .map(|(name, rows)| Ok((name, self.used_by(rows.iter())?)))
             .collect()
     }
 
-    /// The name a use for `value` of the `per` column is recorded under.
-    fn use_name(&self, value: &Value) -> String {
-        format!(
+    /// The name a use for the row `image`'s value of the `per` column is recorded under: only a
+    /// whole number (`10.0` is `10`) or text, so one value has one name. A row without the
+    /// column, or with no value in it, would be nobody's and never fill a window.
+    fn use_name(
+        &self,
+        per: &str,
+        image: &serde_json::Map<String, Value>,
+    ) -> Result<String, String> {
+        let value = match image.get(per) {
+            None => return Err(format!("{}.{per} is not a column of its rows", self.table)),
+            Some(Value::String(text)) => Value::String(text.clone()),
+            Some(Value::Number(n)) => match n.as_i64().or_else(|| whole(n.as_f64())) {
+                Some(i) => Value::from(i),
+                None => {
+                    return Err(format!(
+                        "{}.{per} holds {n}, not a whole number",
+                        self.table
+                    ));
+                }
+            },
+            Some(other) => {
+                return Err(format!(
+                    "{}.{per} holds {other}: a window counts per whole number or text only",
+                    self.table
+                ));
+            }
+        };
+        Ok(format!(
             "{}@{}",
             self.id,
-            String::from_utf8_lossy(&canonical_json(value))
-        )
+            String::from_utf8_lossy(&canonical_json(&value))
+        ))
     }
 
     /// What `rows` use of the window: rows changed, or what they added to the column.
@@ -156,6 +193,13 @@ impl RowWindow {
             None
         }
     }
+}
+
+/// A float that is a whole number within `i64`, as that number.
+fn whole(f: Option<f64>) -> Option<i64> {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    f.filter(|f| f.fract() == 0.0 && f.abs() < i64::MAX as f64)
+        .map(|f| f as i64)
 }
 
 /// What the stages committed within each window used of it, by the name each use is recorded
@@ -317,7 +361,7 @@ fn windows(diff: &Diff, policy: &Policy, spent: &Spent) -> Finding {
                         [&c.before, &c.after]
                             .into_iter()
                             .flatten()
-                            .any(|i| i.get(per).is_some_and(|v| w.use_name(v) == name))
+                            .any(|i| w.use_name(per, i).is_ok_and(|n| n == name))
                     })
                 }));
             }
@@ -972,7 +1016,7 @@ mod tests {
     }
 
     #[test]
-    fn a_row_moved_to_another_customer_counts_for_both() {
+    fn a_row_moved_to_another_customer_arrives_whole_so_a_round_trip_is_charged() {
         let mut per_customer = budget(1_000);
         per_customer.windows[0].per = Some("customer".into());
         let moved = Diff {
@@ -986,10 +1030,77 @@ mod tests {
         assert_eq!(
             per_customer.windows[0].uses(&moved).unwrap(),
             [
-                ("credit_hour@10".to_owned(), 50),
+                ("credit_hour@10".to_owned(), 0),
                 ("credit_hour@20".to_owned(), 50)
             ]
             .into()
         );
+        // Moved to a fresh customer, credited there, moved back: the customer it came back to
+        // uses all it arrived with.
+        let round_trip = Diff {
+            changes: vec![
+                change(
+                    "hide",
+                    "accounts",
+                    json!({"customer": 10, "balance": 0}),
+                    json!({"customer": 999, "balance": 0}),
+                ),
+                change(
+                    "credit",
+                    "accounts",
+                    json!({"customer": 999, "balance": 0}),
+                    json!({"customer": 999, "balance": 1_000}),
+                ),
+                change(
+                    "unhide",
+                    "accounts",
+                    json!({"customer": 999, "balance": 1_000}),
+                    json!({"customer": 10, "balance": 1_000}),
+                ),
+            ],
+        };
+        let uses = per_customer.windows[0].uses(&round_trip).unwrap();
+        assert_eq!(uses["credit_hour@10"], 1_000, "{uses:?}");
+        let spent: Spent = [
+            ("credit_hour@10".to_owned(), 500),
+            ("credit_hour@999".to_owned(), 0),
+        ]
+        .into();
+        assert!(!judge(&plan(), &round_trip, &per_customer, &spent).passed());
+    }
+
+    #[test]
+    fn one_customer_has_one_name_and_a_value_that_is_no_name_refuses() {
+        let mut per_customer = budget(1_000);
+        per_customer.windows[0].per = Some("customer".into());
+        let w = &per_customer.windows[0];
+        let credited_as = |customer: Value| Diff {
+            changes: vec![change(
+                "credit",
+                "accounts",
+                json!({"customer": customer.clone(), "balance": 0}),
+                json!({"customer": customer, "balance": 5}),
+            )],
+        };
+        for same in [json!(10), json!(10.0)] {
+            let uses = w.uses(&credited_as(same)).unwrap();
+            assert_eq!(uses.keys().collect::<Vec<_>>(), ["credit_hour@10"]);
+        }
+        assert_eq!(
+            w.uses(&credited_as(json!("c_10")))
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["credit_hour@\"c_10\""]
+        );
+        for nobody in [json!(null), json!(10.5), json!(true), json!({"id": 10})] {
+            let refused = judge(
+                &plan(),
+                &credited_as(nobody.clone()),
+                &per_customer,
+                &Spent::new(),
+            );
+            assert!(!refused.passed(), "{nobody}");
+        }
     }
 }

@@ -74,6 +74,8 @@ CREATE TABLE IF NOT EXISTS {s}.stages (
     key   TEXT NOT NULL,
     token UUID NOT NULL
 );
+-- The windows a stage locked when it opened: the only ones it may read or record a use of.
+ALTER TABLE {s}.stages ADD COLUMN IF NOT EXISTS windows TEXT[] NOT NULL DEFAULT '{{}}';
 CREATE TABLE IF NOT EXISTS {s}.outbox (
     seq     BIGSERIAL PRIMARY KEY,
     key     TEXT NOT NULL,
@@ -233,7 +235,7 @@ BEGIN
             USING ERRCODE = '{KEY_ELSEWHERE}';
     END IF;
     o_token := gen_random_uuid();
-    INSERT INTO {s}.stages (xid, key, token) VALUES (x, p_key, o_token);
+    INSERT INTO {s}.stages (xid, key, token, windows) VALUES (x, p_key, o_token, p_windows);
     SELECT m.receipt INTO o_receipt FROM {s}.markers m WHERE m.key = p_key;
     o_counted := {s}.counted();
 END
@@ -267,6 +269,11 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE {definer} AS $fn$
 BEGIN
     PERFORM {s}.opened(p_token);
+    IF NOT EXISTS (SELECT 1 FROM {s}.stages st
+                    WHERE st.xid = pg_current_xact_id() AND p_window = ANY (st.windows)) THEN
+        RAISE EXCEPTION 'interlock: window % was not opened with the stage', p_window
+            USING ERRCODE = '{KEY_ELSEWHERE}';
+    END IF;
     IF p_use IS DISTINCT FROM p_window AND left(p_use, length(p_window) + 1) IS DISTINCT FROM p_window || '@' THEN
         RAISE EXCEPTION 'interlock: % is not a use of window %', p_use, p_window
             USING ERRCODE = '{KEY_ELSEWHERE}';
@@ -301,6 +308,14 @@ BEGIN
                 WHERE (u->>'amount')::bigint IS NULL OR (u->>'amount')::bigint < 0) THEN
         RAISE EXCEPTION 'interlock: a window''s use is never negative'
             USING ERRCODE = '{NEGATIVE_USE}';
+    END IF;
+    -- A use only of a window the stage locked when it opened, under its name or `<window>@…`.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_spent) AS u
+                WHERE NOT EXISTS (SELECT 1 FROM {s}.stages st
+                                   WHERE st.xid = x
+                                     AND pg_catalog.split_part(u->>'window', '@', 1) = ANY (st.windows))) THEN
+        RAISE EXCEPTION 'interlock: a use of a window the stage did not open'
+            USING ERRCODE = '{NOT_THE_OPENER}';
     END IF;
     DELETE FROM {s}.changes WHERE xid = x;
     DELETE FROM {s}.stages WHERE xid = x;
