@@ -13,7 +13,7 @@ use clap::{Parser, ValueEnum};
 use e2e_worker::orders::OrderSystem;
 use e2e_worker::orders::shop::ShopAt;
 use interlock::{Clock, SystemClock};
-use interlock_e2e::orders::{CASES, CommitHold, OrderCell, QUICK, Stage, check, render};
+use interlock_e2e::orders::{CASES, CommitHold, OrderCell, Payments, QUICK, Stage, check, render};
 use interlock_e2e::procs::DevServer;
 use interlock_e2e::stack::sibling;
 use interlock_postgres::PgOptions;
@@ -162,6 +162,7 @@ fn main() -> anyhow::Result<()> {
         &format!("http://{}", server.address),
         "order-kill-matrix".into(),
     ))?;
+    let payments = Payments::start(&journal, &journal_path)?;
     let mut stage = Stage {
         server,
         conn: shop.connect()?,
@@ -169,6 +170,8 @@ fn main() -> anyhow::Result<()> {
             .as_ref()
             .map(|c| CommitHold::connect(c.url()))
             .transpose()?,
+        admin: cluster.as_ref().map(|c| c.url().to_owned()),
+        payments,
         shop,
         journal,
         journal_path,

@@ -15,6 +15,7 @@ use interlock::{Grant, JournalStore};
 use serde::{Deserialize, Serialize};
 use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
 
+use super::relay::{Payments, Refunds};
 use super::{Interrupt, OrderCase, World};
 use crate::procs::{DevServer, WorkerProc, now_ms};
 
@@ -44,6 +45,9 @@ pub struct OrderCell {
     /// as it should be; the answer agrees (and, for the gate, a refusal names the case's
     /// cause).
     pub held: bool,
+    /// Where the case asks for a refund: what the payments API shows once it was relayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refunds: Option<Refunds>,
     /// Attempts of the last activity started (Temporal's count).
     pub attempts: Option<u32>,
     /// The cell's wall time.
@@ -60,6 +64,10 @@ pub struct Stage {
     pub conn: Conn,
     /// On PostgreSQL: the server's commits, held for the mid-`COMMIT` case.
     pub commits: Option<CommitHold>,
+    /// On PostgreSQL: the server's owner, who alone may write the substrate's outbox.
+    pub admin: Option<String>,
+    /// The payments API the refunds go to, and the gate's relay.
+    pub payments: Payments,
     /// The journal (leases are granted and revoked here).
     pub journal: Arc<dyn JournalStore>,
     /// Its file.
@@ -212,7 +220,7 @@ impl Stage {
             .grant_lease(&Grant::new(&lease, "ops@shop", now_ms()).unlimited())
             .context("granting the cell's approval")?;
         let pause = match case.interrupt {
-            Interrupt::None | Interrupt::MidCommit => None,
+            Interrupt::None | Interrupt::MidCommit | Interrupt::RewriteOutbox => None,
             Interrupt::At(p) | Interrupt::Pause(p, _) => Some(p),
             Interrupt::DuringRecovery => Some("after_response"),
         };
@@ -223,8 +231,18 @@ impl Stage {
                 .hold()?;
         }
         let mut workers = vec![self.worker(&dir, &queue, pause, 0)?];
+        // The order's payment, refunded once the cancellation commits, and another payment the
+        // rewrite redirects the refund to.
+        let refund = (case.interrupt == Interrupt::RewriteOutbox).then(|| {
+            (
+                self.payments.payment(AMOUNT),
+                self.payments.payment(10 * super::relay::REWRITTEN_AMOUNT),
+            )
+        });
+        let request_id = format!("req-{id}");
         let request = CancelOrder {
-            request_id: format!("req-{id}"),
+            request_id: request_id.clone(),
+            refund: refund.as_ref().map(|(intent, _)| intent.clone()),
             order,
             customer,
             amount: AMOUNT,
@@ -252,7 +270,7 @@ impl Stage {
         // case says (before the rows were committed, or after).
         let mut at_interrupt = None;
         match case.interrupt {
-            Interrupt::None => {}
+            Interrupt::None | Interrupt::RewriteOutbox => {}
             Interrupt::At(p) => {
                 workers[0].wait_paused(p, PAUSE_WAIT)?;
                 at_interrupt = Some(self.conn.observe(order, customer)?.credit);
@@ -315,8 +333,35 @@ impl Stage {
         }
         let report: RefundReport = self.rt.block_on(result)??;
         drop(workers);
+        let refunds = match &refund {
+            None => None,
+            Some((intent, attacker)) => {
+                self.payments.rewrite(
+                    system,
+                    &self.shop,
+                    &mut self.conn,
+                    self.admin.as_deref(),
+                    &request_id,
+                    attacker,
+                )?;
+                Some(self.payments.relay(
+                    system,
+                    &self.shop,
+                    &mut self.conn,
+                    &request_id,
+                    (intent, attacker),
+                )?)
+            }
+        };
         let observed = self.conn.observe(order, customer)?;
-        let judged = judge(case, system, &report, &observed, at_interrupt);
+        let judged = judge(
+            case,
+            system,
+            &report,
+            &observed,
+            at_interrupt,
+            refunds.as_ref(),
+        );
         Ok(OrderCell {
             case: case.name.into(),
             system: system.name().into(),
@@ -328,6 +373,7 @@ impl Stage {
             interrupted_as_claimed: judged.interrupted_as_claimed,
             answer_agrees: judged.answer_agrees,
             held: judged.held,
+            refunds,
             attempts: self.server.refund_attempts(&wf),
             wall_s: t0.elapsed().as_secs_f64(),
         })
@@ -351,12 +397,15 @@ pub(crate) struct Judged {
 /// ended in an error it could not classify agrees with nothing, and a gated refusal must name
 /// the case's own cause (`premise_moved` where the order shipped, `lease_dead` where the approval
 /// was revoked), so a stage that failed for another reason does not pass for the gate's check.
+/// Where the case rewrote a refund, nothing may reach the payment it was rewritten to, nor
+/// more than the refund asked for the order's own; the gate's relay must say why it held it.
 pub(crate) fn judge(
     case: &OrderCase,
     system: OrderSystem,
     report: &RefundReport,
     observed: &Observed,
     at_interrupt: Option<i64>,
+    refunds: Option<&Refunds>,
 ) -> Judged {
     let applied = observed.credit / AMOUNT;
     let wanted = case.wanted();
@@ -374,7 +423,17 @@ pub(crate) fn judge(
         (OrderSystem::Gated, Some(code)) => report.label().ends_with(&format!(":{code}")),
         _ => true,
     };
-    let held = interrupted_as_claimed
+    let refunds_held = match (case.interrupt, refunds) {
+        (Interrupt::RewriteOutbox, None) => false,
+        (_, None) => true,
+        (_, Some(r)) => {
+            r.to_attacker == 0
+                && r.to_order <= AMOUNT
+                && (system != OrderSystem::Gated || r.held_as_rewritten())
+        }
+    };
+    let held = refunds_held
+        && interrupted_as_claimed
         && applied == wanted
         && observed.credit == applied * AMOUNT
         && observed.audited == applied
@@ -401,6 +460,16 @@ mod tests {
             .unwrap_or(CASES[0])
     }
 
+    fn judged(
+        case: &OrderCase,
+        system: OrderSystem,
+        report: &RefundReport,
+        observed: &Observed,
+        at_interrupt: Option<i64>,
+    ) -> Judged {
+        judge(case, system, report, observed, at_interrupt, None)
+    }
+
     fn rows(credit: i64, status: &str) -> Observed {
         Observed {
             status: status.into(),
@@ -421,7 +490,7 @@ mod tests {
     fn a_gated_failure_for_another_cause_than_the_cases_does_not_hold() {
         let ships = case("order_ships_before_stage");
         let shipped = rows(0, "shipped");
-        let right = judge(
+        let right = judged(
             &ships,
             OrderSystem::Gated,
             &answer(Reported::Failed, Some("premise_moved")),
@@ -429,7 +498,7 @@ mod tests {
             Some(0),
         );
         assert!(right.held, "{right:?}");
-        let other = judge(
+        let other = judged(
             &ships,
             OrderSystem::Gated,
             &answer(Reported::Failed, Some("database_error")),
@@ -437,7 +506,7 @@ mod tests {
             Some(0),
         );
         assert!(!other.held, "{other:?}");
-        let error = judge(
+        let error = judged(
             &ships,
             OrderSystem::Guarded,
             &answer(Reported::Error, None),
@@ -455,11 +524,11 @@ mod tests {
         let after = case("kill_after_commit");
         let once = rows(AMOUNT, "cancelled");
         let committed = answer(Reported::Committed, None);
-        assert!(judge(&after, OrderSystem::Gated, &committed, &once, Some(AMOUNT)).held);
-        let early = judge(&after, OrderSystem::Gated, &committed, &once, Some(0));
+        assert!(judged(&after, OrderSystem::Gated, &committed, &once, Some(AMOUNT)).held);
+        let early = judged(&after, OrderSystem::Gated, &committed, &once, Some(0));
         assert!(!early.interrupted_as_claimed && !early.held, "{early:?}");
         let mid = case("kill_mid_stage");
-        assert!(!judge(&mid, OrderSystem::Gated, &committed, &once, Some(AMOUNT)).held);
+        assert!(!judged(&mid, OrderSystem::Gated, &committed, &once, Some(AMOUNT)).held);
     }
 
     #[test]
@@ -467,7 +536,7 @@ mod tests {
         let clean = case("clean");
         let ok = answer(Reported::Applied, None);
         assert!(
-            judge(
+            judged(
                 &clean,
                 OrderSystem::Plain,
                 &ok,
@@ -476,7 +545,7 @@ mod tests {
             )
             .held
         );
-        let twice = judge(
+        let twice = judged(
             &clean,
             OrderSystem::Plain,
             &ok,
@@ -486,7 +555,43 @@ mod tests {
         assert_eq!((twice.applied, twice.held), (2, false));
         let mut unaudited = rows(AMOUNT, "cancelled");
         unaudited.audited = 0;
-        assert!(!judge(&clean, OrderSystem::Plain, &ok, &unaudited, None).held);
-        assert!(!judge(&clean, OrderSystem::Plain, &ok, &rows(AMOUNT, "paid"), None).held);
+        assert!(!judged(&clean, OrderSystem::Plain, &ok, &unaudited, None).held);
+        assert!(!judged(&clean, OrderSystem::Plain, &ok, &rows(AMOUNT, "paid"), None).held);
+    }
+
+    #[test]
+    fn a_rewritten_refund_that_reached_another_payment_or_went_unexplained_does_not_hold() {
+        let rewritten = case("outbox_row_rewritten_before_relay");
+        let once = rows(AMOUNT, "cancelled");
+        let committed = answer(Reported::Committed, None);
+        let refunds = |to_order, to_attacker, said: &str| Refunds {
+            to_order,
+            to_attacker,
+            relay_said: said.into(),
+        };
+        let held = refunds(0, 0, "held: the row was rewritten after its stage");
+        let gated = |r: Option<&Refunds>| {
+            judge(&rewritten, OrderSystem::Gated, &committed, &once, None, r).held
+        };
+        assert!(gated(Some(&held)));
+        assert!(!gated(None), "a rewrite case with no relay judged");
+        assert!(!gated(Some(&refunds(
+            0,
+            50_000,
+            "sent: COMMITTED/first_send"
+        ))));
+        assert!(
+            !gated(Some(&refunds(0, 0, "held: the journal could not be read"))),
+            "held for another reason"
+        );
+        let plain = judge(
+            &rewritten,
+            OrderSystem::Plain,
+            &answer(Reported::Applied, None),
+            &once,
+            None,
+            Some(&refunds(0, 50_000, "sent: re_1")),
+        );
+        assert!(!plain.held, "{plain:?}");
     }
 }

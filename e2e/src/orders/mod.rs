@@ -1,13 +1,17 @@
 //! The kill matrix's database-effect workflow: cancel an order and credit its customer in the
 //! shop's own database, with the worker killed at every point of the write — before the stage,
 //! mid-stage, after the verdict, mid-`COMMIT` (PostgreSQL), after `COMMIT` before the journal's
-//! record, during recovery — or the world moving while it is paused. Judged by the shop's own
-//! rows: the customer's credit, the order's status, and the audit rows a trigger wrote.
+//! record, during recovery — or the world moving while it is paused; and a refund the committed
+//! cancellation asked for, rewritten where it waits before it is relayed. Judged by the shop's
+//! own rows (the customer's credit, the order's status, the audit rows a trigger wrote) and the
+//! payments API's own records.
 
 mod cell;
+mod relay;
 mod report;
 
 pub use cell::{CommitHold, OrderCell, Stage};
+pub use relay::{Payments, Refunds};
 pub use report::{check, render};
 
 use e2e_worker::orders::OrderSystem;
@@ -33,6 +37,9 @@ pub enum Interrupt {
     MidCommit,
     /// Pause at a point, let the world change, then let the attempt go on.
     Pause(&'static str, World),
+    /// No kill: the cancellation also asks for a refund, which is rewritten where it waits
+    /// (another payment, a hundred times the amount) after the workflow closed, then relayed.
+    RewriteOutbox,
 }
 
 /// One row of the matrix.
@@ -59,7 +66,7 @@ impl OrderCase {
     /// interruption to check).
     pub fn committed_at_interrupt(&self) -> Option<bool> {
         match self.interrupt {
-            Interrupt::None => None,
+            Interrupt::None | Interrupt::RewriteOutbox => None,
             Interrupt::At(p) => Some(p == "after_response"),
             Interrupt::DuringRecovery | Interrupt::MidCommit => Some(true),
             Interrupt::Pause(_, _) => Some(false),
@@ -96,7 +103,7 @@ impl OrderCase {
 }
 
 /// Every row, in table order.
-pub const CASES: [OrderCase; 9] = [
+pub const CASES: [OrderCase; 10] = [
     OrderCase {
         name: "clean",
         interrupt: Interrupt::None,
@@ -142,13 +149,20 @@ pub const CASES: [OrderCase; 9] = [
         interrupt: Interrupt::Pause("mid_stage", World::Revoke),
         what: "the approval is revoked with the rows written, before COMMIT",
     },
+    OrderCase {
+        name: "outbox_row_rewritten_before_relay",
+        interrupt: Interrupt::RewriteOutbox,
+        what: "the refund the cancellation asked for is rewritten where it waits (another \
+               payment, 100× the amount), then relayed",
+    },
 ];
 
 /// The CI subset: one kill inside the transaction, one inside `COMMIT` (PostgreSQL), one after
-/// it, and the late revocation.
-pub const QUICK: [&str; 4] = [
+/// it, the late revocation and the rewritten refund.
+pub const QUICK: [&str; 5] = [
     "kill_after_verdict",
     "kill_mid_commit",
     "kill_after_commit",
     "approval_revoked_mid_stage",
+    "outbox_row_rewritten_before_relay",
 ];

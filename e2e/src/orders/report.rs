@@ -24,13 +24,38 @@ fn entry(found: &[&OrderCell]) -> String {
     let held = found.iter().filter(|c| c.held).count();
     let applied: BTreeSet<String> = found.iter().map(|c| format!("{}×", c.applied)).collect();
     let answers: BTreeSet<&str> = found.iter().map(|c| c.outcome.as_str()).collect();
-    format!(
+    // Where a refund was rewritten: what reached the order's payment and the rewritten one.
+    let refunds: BTreeSet<String> = found
+        .iter()
+        .filter_map(|c| c.refunds.as_ref())
+        .map(|r| {
+            format!(
+                "refunded ${} to the order, ${} to the rewritten payment{}",
+                cents(r.to_order),
+                cents(r.to_attacker),
+                if r.held_as_rewritten() {
+                    ", the call held as rewritten"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    let mut entry = format!(
         "{} {held}/{}: applied {} ({})",
         if held == found.len() { "✓" } else { "✗" },
         found.len(),
         applied.into_iter().collect::<Vec<_>>().join(", "),
         answers.into_iter().collect::<Vec<_>>().join(", ")
-    )
+    );
+    for r in refunds {
+        entry.push_str(&format!("; {r}"));
+    }
+    entry
+}
+
+fn cents(c: i64) -> String {
+    format!("{}.{:02}", c / 100, c % 100)
 }
 
 /// The report: one row per case, one column per system.
@@ -52,7 +77,14 @@ pub fn render(cells: &[OrderCell], substrate: &str, command: &str) -> String {
          approval was revoked), with its audit row and the order's status as it should be, the kill \
          came where the row says (the shop's credit read at the interruption: nothing committed \
          before `COMMIT`, the credit there after it), and the workflow's answer agrees (an \
-         unclassified error agrees with nothing; a gated refusal must name the row's cause). An entry \
+         unclassified error agrees with nothing; a gated refusal must name the row's cause). Where \
+         the cancellation also asks for a refund of the order's payment and the waiting call is \
+         rewritten to another payment before a relay sends it, the run holds only when nothing \
+         reached the other payment (the gate's relay must also say it held the call as \
+         rewritten, and then sends nothing of it: the order's own refund waits for an \
+         operator); the payments API's own records are shown. A relay that rebuilt each refund \
+         from the order rather than from its row would not be fooled; the baselines' trust \
+         their row, as an outbox's relay usually does. An entry \
          reads: runs held of runs, how many times the credit landed, and the workflow's \
          answers.\n\n\
          * `plain`: one transaction with both writes, in an activity Temporal retries.\n\
@@ -61,6 +93,9 @@ pub fn render(cells: &[OrderCell], substrate: &str, command: &str) -> String {
          there.\n\
          * `guarded`: the same transaction guarded by hand: it cancels only an order still paid \
          and credits only if it cancelled one, else answers refused.\n\
+         * The baselines' refund waits in the shop's own outbox table, written in the same \
+         transaction, and a plain relay sends each unsent row as `POST /v1/refunds` keyed by \
+         its id.\n\
          * `gated`: a plan staged through the gate: measured by the substrate's triggers, \
          judged, looked at once more (approval and premise) and committed with its marker.\n\n"
     );
@@ -136,6 +171,7 @@ mod tests {
             interrupted_as_claimed: true,
             answer_agrees: true,
             held,
+            refunds: None,
             attempts: None,
             wall_s: 1.0,
         }

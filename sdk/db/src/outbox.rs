@@ -226,9 +226,14 @@ pub fn as_planned(journal: &dyn Journal, request: &Request) -> Result<(), String
         Ok(())
     } else {
         Err(format!(
-            "the row's {} differ from the call `{}` the plan under {key} asked for: the row was \
+            "the row's {} {} from the call `{}` the plan under {key} asked for: the row was \
              rewritten after its stage; not sent",
             differs.join(", "),
+            if differs.len() == 1 {
+                "differs"
+            } else {
+                "differ"
+            },
             request.id
         ))
     }

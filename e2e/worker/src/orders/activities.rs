@@ -117,9 +117,10 @@ impl OrderActivities {
                 (None, true) => Baseline::Guarded,
                 (None, false) => Baseline::Plain,
             };
+            let refund = d.refund.as_deref().map(|pi| (d.request_id.as_str(), pi));
             deps.shop
                 .connect()?
-                .cancel_and_credit(d.order, d.customer, d.amount, how, &at)
+                .cancel_and_credit(d.order, d.customer, d.amount, refund, how, &at)
         })
         .await
         .map_err(failed)?

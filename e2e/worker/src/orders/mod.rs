@@ -57,6 +57,10 @@ pub struct CancelOrder {
     pub amount: i64,
     /// The lease (approval) it runs under.
     pub lease: String,
+    /// A payment intent to refund `amount` of once the cancellation commits, asked for in the
+    /// same transaction (the gate's outbox, or the baselines' own); none: no refund.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund: Option<String>,
     /// How the writes are made.
     pub system: OrderSystem,
     /// The write step's heartbeat timeout and retry interval, when not the defaults.

@@ -1,14 +1,19 @@
 //! The shop's database as the workers and the harness reach it: a SQLite file, or a PostgreSQL
 //! schema beside the substrate's. Its tables are the orders and the customers' credit; a trigger
 //! audits every change of an order's status (the row the workflow never writes itself, which the
-//! substrate still measures), and `processed` is the keyed baseline's idempotency table.
+//! substrate still measures), `processed` is the keyed baseline's idempotency table, and
+//! `shop_outbox` the baselines' own outbox: the refunds their transactions ask for, which a plain
+//! relay sends. The gated plan asks for its refund in the substrate's outbox instead.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use interlock::target::Target;
-use interlock_db::{Footprint, PgDb, PgDbOptions, Plan, Policy, Premise, SqliteDb, Statement};
+use interlock_db::{
+    Footprint, Outbox, Outgoing, PgDb, PgDbOptions, Plan, Policy, Premise, SqliteDb, Statement,
+};
+use interlock_stripe::RefundPayload;
 use serde_json::{Value, json};
 
 use super::OrderDecision;
@@ -21,6 +26,7 @@ const SQLITE_TABLES: &str = "
     CREATE TABLE customers (id INTEGER PRIMARY KEY, credit INTEGER NOT NULL);
     CREATE TABLE audit (id INTEGER PRIMARY KEY, what TEXT NOT NULL);
     CREATE TABLE processed (key TEXT PRIMARY KEY);
+    CREATE TABLE shop_outbox (id TEXT PRIMARY KEY, payment_intent TEXT NOT NULL, amount INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0);
     CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders BEGIN
         INSERT INTO audit (what) VALUES ('order ' || NEW.id || ' ' || NEW.status);
     END;";
@@ -32,11 +38,27 @@ fn pg_tables(schema: &str) -> String {
          CREATE TABLE customers (id BIGINT PRIMARY KEY, credit BIGINT NOT NULL);
          CREATE TABLE audit (id BIGSERIAL PRIMARY KEY, what TEXT NOT NULL);
          CREATE TABLE processed (key TEXT PRIMARY KEY);
+         CREATE TABLE shop_outbox (id TEXT PRIMARY KEY, payment_intent TEXT NOT NULL, amount BIGINT NOT NULL, sent BOOLEAN NOT NULL DEFAULT false);
          CREATE FUNCTION audit_order() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN INSERT INTO audit (what) VALUES ('order ' || NEW.id || ' ' || NEW.status); RETURN NULL; END $$;
          CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders
              FOR EACH ROW EXECUTE FUNCTION audit_order();"
     )
+}
+
+/// The gate target the gated plan's refund goes to, and the lease it runs under: the only call
+/// the shop's policy lets a plan ask for.
+pub const REFUND_TARGET: &str = "payments";
+/// See [`REFUND_TARGET`].
+pub const REFUND_LEASE: &str = "shop-refunds";
+
+/// The shop's policy: no rule on the rows (the matrix is about kills, not limits); a plan may
+/// ask for a refund at the payments target under the shop's refund lease, and nothing else.
+pub fn policy() -> Policy {
+    Policy {
+        outbox: [(REFUND_TARGET.to_owned(), [REFUND_LEASE.to_owned()].into())].into(),
+        ..Policy::default()
+    }
 }
 
 /// Where the shop is.
@@ -105,16 +127,29 @@ impl ShopAt {
     /// The gate's target that stages plans in this shop.
     pub fn target(&self) -> anyhow::Result<Arc<dyn Target>> {
         Ok(if self.is_pg() {
-            let options = PgDbOptions {
-                schema: self.substrate.clone(),
-                search_path: Some(self.tables.clone()),
-                plans_are_trusted: false,
-                stage_key: Some(self.stage_key.clone()),
-            };
-            Arc::new(PgDb::open(&self.url, options, Policy::default())?)
+            Arc::new(self.pg()?)
         } else {
-            Arc::new(SqliteDb::open(&self.url, Policy::default())?)
+            Arc::new(SqliteDb::open(&self.url, policy())?)
         })
+    }
+
+    /// The substrate's outbox, for a relay.
+    pub fn outbox(&self) -> anyhow::Result<Box<dyn Outbox>> {
+        Ok(if self.is_pg() {
+            Box::new(self.pg()?)
+        } else {
+            Box::new(SqliteDb::open(&self.url, policy())?)
+        })
+    }
+
+    fn pg(&self) -> anyhow::Result<PgDb> {
+        let options = PgDbOptions {
+            schema: self.substrate.clone(),
+            search_path: Some(self.tables.clone()),
+            plans_are_trusted: false,
+            stage_key: Some(self.stage_key.clone()),
+        };
+        Ok(PgDb::open(&self.url, options, policy())?)
     }
 
     /// A connection of the shop's own, for the baselines and the harness.
@@ -209,13 +244,15 @@ impl Conn {
         })
     }
 
-    /// Cancel `order` and credit `customer`, in one transaction, as `how` says. `at` is called
-    /// at the kill matrix's points.
+    /// Cancel `order` and credit `customer`, in one transaction, as `how` says; with `refund`
+    /// (an id and a payment intent), the transaction also asks for a refund of `amount` there in
+    /// the shop's own outbox. `at` is called at the kill matrix's points.
     pub fn cancel_and_credit(
         &mut self,
         order: i64,
         customer: i64,
         amount: i64,
+        refund: Option<(&str, &str)>,
         how: Baseline<'_>,
         at: &dyn Fn(&str),
     ) -> anyhow::Result<Wrote> {
@@ -241,6 +278,13 @@ impl Conn {
                 let wrote = judge(how, order, cancelled)?;
                 if wrote == Wrote::Rows {
                     tx.execute(&CREDIT.replace('$', "?"), [amount, customer])?;
+                    if let Some((id, intent)) = refund {
+                        tx.execute(
+                            "INSERT INTO shop_outbox (id, payment_intent, amount) VALUES (?1, ?2, ?3) \
+                             ON CONFLICT DO NOTHING",
+                            rusqlite::params![id, intent, amount],
+                        )?;
+                    }
                     at("mid_stage");
                     at("after_verdict");
                     tx.commit()?;
@@ -264,6 +308,13 @@ impl Conn {
                 let wrote = judge(how, order, cancelled)?;
                 if wrote == Wrote::Rows {
                     tx.execute(CREDIT, &[&amount, &customer])?;
+                    if let Some((id, intent)) = refund {
+                        tx.execute(
+                            "INSERT INTO shop_outbox (id, payment_intent, amount) VALUES ($1, $2, $3) \
+                             ON CONFLICT DO NOTHING",
+                            &[&id, &intent, &amount],
+                        )?;
+                    }
                     at("mid_stage");
                     at("after_verdict");
                     tx.commit()?;
@@ -313,6 +364,50 @@ impl Conn {
         };
         if n != 1 {
             bail!("order {order} is not in the shop");
+        }
+        Ok(())
+    }
+
+    /// Rewrite the baselines' waiting refund `id` to `amount` on `intent`, as anyone with a
+    /// plain connection could: how many rows changed.
+    pub fn rewrite_refund(&mut self, id: &str, intent: &str, amount: i64) -> anyhow::Result<u64> {
+        Ok(match self {
+            Conn::Lite(c) => u64::try_from(c.execute(
+                "UPDATE shop_outbox SET payment_intent = ?1, amount = ?2 WHERE id = ?3 AND sent = 0",
+                rusqlite::params![intent, amount, id],
+            )?)?,
+            Conn::Pg(c) => c.execute(
+                "UPDATE shop_outbox SET payment_intent = $1, amount = $2 WHERE id = $3 AND NOT sent",
+                &[&intent, &amount, &id],
+            )?,
+        })
+    }
+
+    /// The baselines' refunds not yet sent: id, payment intent, amount.
+    pub fn unsent_refunds(&mut self) -> anyhow::Result<Vec<(String, String, i64)>> {
+        let sql = "SELECT id, payment_intent, amount FROM shop_outbox WHERE sent = $1 ORDER BY id";
+        Ok(match self {
+            Conn::Lite(c) => c
+                .prepare(&sql.replace('$', "?"))?
+                .query_map([0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<_, _>>()?,
+            Conn::Pg(c) => c
+                .query(sql, &[&false])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect(),
+        })
+    }
+
+    /// Mark the baselines' refund `id` sent.
+    pub fn mark_refund_sent(&mut self, id: &str) -> anyhow::Result<()> {
+        match self {
+            Conn::Lite(c) => {
+                c.execute("UPDATE shop_outbox SET sent = 1 WHERE id = ?1", [id])?;
+            }
+            Conn::Pg(c) => {
+                c.execute("UPDATE shop_outbox SET sent = true WHERE id = $1", &[&id])?;
+            }
         }
         Ok(())
     }
@@ -376,7 +471,7 @@ pub fn plan(d: &OrderDecision) -> anyhow::Result<Plan> {
         .into_iter()
         .map(|(t, n)| (t.to_owned(), n))
         .collect();
-    Ok(Plan::new(vec![
+    let plan = Plan::new(vec![
         statement(
             "cancel_order",
             "UPDATE orders SET status = 'cancelled' WHERE id = :order",
@@ -389,5 +484,19 @@ pub fn plan(d: &OrderDecision) -> anyhow::Result<Plan> {
         )?,
     ])?
     .premise(premise)?
-    .footprint(footprint))
+    .footprint(footprint);
+    Ok(match &r.refund {
+        None => plan,
+        Some(intent) => plan.then_send(refund_call(intent, r.amount)?)?,
+    })
+}
+
+/// The call the gated plan asks for: refund `amount` cents of payment intent `intent`.
+pub fn refund_call(intent: &str, amount: i64) -> anyhow::Result<Outgoing> {
+    Ok(Outgoing {
+        id: "refund".into(),
+        target: REFUND_TARGET.into(),
+        lease: REFUND_LEASE.into(),
+        payload: serde_json::to_value(RefundPayload::of_payment_intent(intent, amount, "usd"))?,
+    })
 }
