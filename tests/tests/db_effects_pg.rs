@@ -985,6 +985,11 @@ fn credit_slowly(
         json!({ "amount": amount, "customer": customer, "sleep": sleep_s }),
     )])
     .unwrap();
+    send_at(db, key, &plan, clock)
+}
+
+/// Stage `plan` under `key`, under a deadline on `clock` that never passes.
+fn send_at(db: &PgDb, key: &str, plan: &Plan, clock: &ManualClock) -> SendAnswer {
     db.send(&SendRequest {
         key: &EffectKey::derive(&[key]),
         payload: &plan.to_payload(),
@@ -1074,16 +1079,7 @@ fn on_postgres_a_budget_per_customer_bounds_each_customers_credit_whatever_anoth
         json!({}),
     )])
     .unwrap();
-    let answer = db.send(&SendRequest {
-        key: &EffectKey::derive(&["e"]),
-        payload: &both.to_payload(),
-        timeout: Duration::from_secs(10),
-        deadline: Some(Deadline {
-            at_ms: i64::MAX,
-            clock: &clock,
-        }),
-        last_look: None,
-    });
+    let answer = send_at(&db, "e", &both, &clock);
     assert!(matches!(answer, SendAnswer::Definite { .. }), "{answer:?}");
     let after: i64 = client
         .query_one(
@@ -1176,18 +1172,7 @@ fn on_postgres_a_plan_that_releases_its_sessions_locks_still_holds_its_windows_u
             let db = PgDb::open(&url, options.clone(), credit_budget(400)).unwrap();
             let clock = clock.clone();
             let release = release.clone();
-            scope.spawn(move || {
-                db.send(&SendRequest {
-                    key: &EffectKey::derive(&["releaser"]),
-                    payload: &release.to_payload(),
-                    timeout: Duration::from_secs(10),
-                    deadline: Some(Deadline {
-                        at_ms: i64::MAX,
-                        clock: &clock,
-                    }),
-                    last_look: None,
-                })
-            })
+            scope.spawn(move || send_at(&db, "releaser", &release, &clock))
         };
         let second = {
             let db = PgDb::open(&url, options.clone(), credit_budget(400)).unwrap();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use e2e_worker::baselines::{Posted, post_refund_form};
 use e2e_worker::orders::OrderSystem;
 use e2e_worker::orders::shop::{Conn, REFUND_LEASE, REFUND_TARGET, ShopAt};
 use interlock::premise::NoPremises;
@@ -17,7 +18,6 @@ use interlock_stripe::{RefundPayload, StripeConfig, StripeRefunds};
 use interlock_testkit::payments_api::{PaymentsApi, Routes};
 use interlock_testkit::sim::SimPayments;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// What the rewrite turns a waiting refund into: this much, to the attacker's own payment.
 pub(crate) const REWRITTEN_AMOUNT: i64 = 50_000;
@@ -79,7 +79,7 @@ impl Payments {
     }
 
     /// Rewrite the cell's waiting refund (asked for under `request_id`) to
-    /// [`REWRITTEN_AMOUNT`] on `attacker`, as anyone with a plain connection to where it waits
+    /// `REWRITTEN_AMOUNT` on `attacker`, as anyone with a plain connection to where it waits
     /// could: the substrate's outbox for the gate (on PostgreSQL, as its owner `admin`, since no
     /// service role may write it), the shop's own table for the baselines.
     pub fn rewrite(
@@ -182,8 +182,8 @@ impl Payments {
     }
 }
 
-/// The plain relay's request: `POST /v1/refunds`, keyed by the outbox row's id, as Stripe
-/// documents it; the refund's id, or why not.
+/// The plain relay's request: `POST /v1/refunds`, keyed by the outbox row's id; the refund's
+/// id, or why not.
 fn post_refund(
     base: &str,
     secret: &str,
@@ -191,27 +191,10 @@ fn post_refund(
     intent: &str,
     amount: i64,
 ) -> Result<String, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .into();
     let amount = amount.to_string();
-    let resp = agent
-        .post(format!("{base}/v1/refunds"))
-        .header("Authorization", format!("Bearer {secret}"))
-        .header("Idempotency-Key", id)
-        .send_form([("payment_intent", intent), ("amount", amount.as_str())])
-        .map_err(|e| format!("no answer: {e}"))?;
-    let status = resp.status().as_u16();
-    let body: Value = resp
-        .into_body()
-        .read_to_string()
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    match body.get("id").and_then(Value::as_str) {
-        Some(refund) if (200..300).contains(&status) => Ok(refund.to_owned()),
-        _ => Err(format!("HTTP {status}: {body}")),
+    let form = vec![("payment_intent", intent), ("amount", amount.as_str())];
+    match post_refund_form(base, secret, Some(id), form) {
+        Posted::Refunded(refund) => Ok(refund),
+        Posted::Rejected(why) | Posted::Retry(why) => Err(why),
     }
 }

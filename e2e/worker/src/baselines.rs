@@ -35,6 +35,25 @@ pub fn post_refund(
     idempotency_key: Option<&str>,
     tag: Option<&str>,
 ) -> Posted {
+    let amount = d.request.amount.to_string();
+    let refunded = d.request.refunded();
+    let mut form = vec![
+        (refunded.field(), refunded.id()),
+        ("amount", amount.as_str()),
+    ];
+    if let Some(t) = tag {
+        form.push(("metadata[interlock_key]", t));
+    }
+    post_refund_form(base, secret, idempotency_key, form)
+}
+
+/// `POST /v1/refunds` with `form`, optionally keyed, as Stripe documents it.
+pub fn post_refund_form(
+    base: &str,
+    secret: &str,
+    idempotency_key: Option<&str>,
+    form: Vec<(&str, &str)>,
+) -> Posted {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
@@ -45,15 +64,6 @@ pub fn post_refund(
         .header("Authorization", format!("Bearer {secret}"));
     if let Some(k) = idempotency_key {
         req = req.header("Idempotency-Key", k);
-    }
-    let amount = d.request.amount.to_string();
-    let refunded = d.request.refunded();
-    let mut form = vec![
-        (refunded.field(), refunded.id()),
-        ("amount", amount.as_str()),
-    ];
-    if let Some(t) = tag {
-        form.push(("metadata[interlock_key]", t));
     }
     match req.send_form(form) {
         Ok(resp) => {

@@ -693,9 +693,13 @@ fn credit_customer_at(
         json!({ "amount": amount, "customer": customer }),
     )])
     .unwrap();
-    let key = EffectKey::derive(&[key]);
+    send_at(db, key, &plan, clock)
+}
+
+/// Stage `plan` under `key`, under a deadline on `clock` that never passes.
+fn send_at(db: &SqliteDb, key: &str, plan: &Plan, clock: &interlock::ManualClock) -> SendAnswer {
     db.send(&SendRequest {
-        key: &key,
+        key: &EffectKey::derive(&[key]),
         payload: &plan.to_payload(),
         timeout: Duration::from_secs(5),
         deadline: Some(interlock::target::Deadline {
@@ -706,23 +710,27 @@ fn credit_customer_at(
     })
 }
 
+/// A budget of 1,000 over the credit customers are given within an hour, counted per `per`.
+fn credit_budget(per: Option<&str>) -> Policy {
+    Policy {
+        windows: vec![crate::checks::RowWindow {
+            id: "credit_hour".into(),
+            table: "customers".into(),
+            column: Some("credit".into()),
+            per: per.map(str::to_owned),
+            window_ms: 3_600_000,
+            max: 1_000,
+        }],
+        ..Policy::default()
+    }
+}
+
 #[test]
 fn a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_its_window_has_passed()
  {
     let dir = tempfile::tempdir().unwrap();
     let path = shop(dir.path());
-    let policy = Policy {
-        windows: vec![crate::checks::RowWindow {
-            id: "credit_hour".into(),
-            table: "customers".into(),
-            column: Some("credit".into()),
-            per: None,
-            window_ms: 3_600_000,
-            max: 1_000,
-        }],
-        ..Policy::default()
-    };
-    let db = SqliteDb::open(&path, policy).unwrap();
+    let db = SqliteDb::open(&path, credit_budget(None)).unwrap();
     let clock = interlock::ManualClock::at(1_700_000_000_000);
     assert!(matches!(
         credit_at(&db, "a", 400, &clock),
@@ -761,18 +769,7 @@ fn a_budget_over_measured_credit_refuses_the_stage_that_would_overrun_it_until_i
 fn a_budget_per_customer_bounds_each_customers_credit_whatever_anothers_is() {
     let dir = tempfile::tempdir().unwrap();
     let path = shop(dir.path());
-    let policy = Policy {
-        windows: vec![crate::checks::RowWindow {
-            id: "credit_hour".into(),
-            table: "customers".into(),
-            column: Some("credit".into()),
-            per: Some("id".into()),
-            window_ms: 3_600_000,
-            max: 1_000,
-        }],
-        ..Policy::default()
-    };
-    let db = SqliteDb::open(&path, policy).unwrap();
+    let db = SqliteDb::open(&path, credit_budget(Some("id"))).unwrap();
     let clock = interlock::ManualClock::at(1_700_000_000_000);
     let done = |a: SendAnswer| matches!(a, SendAnswer::Done(_));
     assert!(done(credit_customer_at(&db, "a", 10, 900, &clock)));
@@ -794,16 +791,7 @@ fn a_budget_per_customer_bounds_each_customers_credit_whatever_anothers_is() {
         json!({}),
     )])
     .unwrap();
-    let answer = db.send(&SendRequest {
-        key: &EffectKey::derive(&["e"]),
-        payload: &plan.to_payload(),
-        timeout: Duration::from_secs(5),
-        deadline: Some(interlock::target::Deadline {
-            at_ms: i64::MAX,
-            clock: &clock,
-        }),
-        last_look: None,
-    });
+    let answer = send_at(&db, "e", &plan, &clock);
     assert!(matches!(answer, SendAnswer::Definite { .. }), "{answer:?}");
     assert_eq!(
         (credit(&path, 10), credit(&path, 20)),
