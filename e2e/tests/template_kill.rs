@@ -177,3 +177,94 @@ fn a_namespace_the_server_does_not_have_is_named_with_the_fix() {
     assert!(err.contains("no namespace \"nowhere\""), "{err}");
     assert!(err.contains("TEMPORAL_NAMESPACE"), "{err}");
 }
+
+#[test]
+fn the_starter_prints_the_gates_refusal_and_a_request_no_retry_can_change_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = DevServer::start(dir.path(), PORT + 20).unwrap();
+    let sim = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(24 * 3600),
+        Arc::new(SystemClock),
+    );
+    sim.add_payment("pi_881", 10_000);
+    let api = PaymentsApi::start(sim.clone(), "sk_test_local").unwrap();
+    let journal = dir.path().join("refunds.db");
+    let env: Vec<(&str, String)> = vec![
+        ("TEMPORAL_ADDRESS", server.address.clone()),
+        (
+            "TEMPORAL_CONFIG_FILE",
+            dir.path().join("none.toml").display().to_string(),
+        ),
+        ("TASK_QUEUE", "refunds".to_owned()),
+        ("INTERLOCK_JOURNAL", journal.display().to_string()),
+        ("STRIPE_API_BASE", api.base_url.clone()),
+        ("STRIPE_SECRET_KEY", "sk_test_local".to_owned()),
+        ("INTERLOCK_STRIPE_TIER", "1".to_owned()),
+    ];
+    let run = |name: &str, args: &[&str]| {
+        let out = Command::new(bin(name))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    for lease in ["case-1", "case-2"] {
+        let (ok, out) = run(
+            "interlock",
+            &[
+                "lease",
+                "grant",
+                lease,
+                "--approver",
+                "ana@support",
+                "--scope",
+                "payment_intent=pi_881",
+            ],
+        );
+        assert!(ok, "{out}");
+    }
+    let (ok, out) = run("interlock", &["lease", "revoke", "case-1"]);
+    assert!(ok, "{out}");
+    let _worker = Killed(
+        Command::new(bin("refund-worker"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The approval was revoked: the person who started the refund reads the gate's answer.
+    let (ok, line) = run("refund-start", &["case-1", "pi_881", "2000", "case-1"]);
+    assert!(!ok, "{line}");
+    let answer: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(answer["failed"]["type"], "InterlockRefused", "{answer}");
+    assert_eq!(answer["failed"]["outcome"], "REFUSED", "{answer}");
+    assert_eq!(answer["failed"]["refusal"], "lease", "{answer}");
+    // A refund in a currency the payment was not made in: no retry can change that, so the
+    // decision fails once, typed, and nothing is sent.
+    let (ok, line) = run(
+        "refund-start",
+        &["case-2", "pi_881", "2000", "case-2", "eur"],
+    );
+    assert!(!ok, "{line}");
+    let answer: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(answer["failed"]["type"], "InterlockRefused", "{answer}");
+    assert_eq!(answer["failed"]["refusal"], "invalid_payload", "{answer}");
+    assert!(
+        answer["failed"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("eur"),
+        "{answer}"
+    );
+    assert_eq!(
+        server.refund_attempts("case-2"),
+        Some(1),
+        "decided once, not retried"
+    );
+    assert!(sim.refunds("pi_881").is_empty(), "nothing was refunded");
+}

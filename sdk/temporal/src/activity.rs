@@ -47,6 +47,34 @@ pub struct GatedEffect {
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
+impl GatedEffect {
+    /// The effect `payload` under the caller-fixed `key` (an approved request id) and `lease`,
+    /// with no premises decided yet and no labels.
+    pub fn new(key: impl Into<String>, payload: Value, lease: impl Into<String>) -> Self {
+        Self {
+            key: Some(key.into()),
+            payload,
+            decided: Premises::default(),
+            lease: lease.into(),
+            labels: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// The same effect, decided on `premises`.
+    #[must_use]
+    pub fn with_decided(mut self, premises: Premises) -> Self {
+        self.decided = premises;
+        self
+    }
+
+    /// The same effect, labelled `name = value` for budgets that count by label.
+    #[must_use]
+    pub fn with_label(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(name.into(), value.into());
+        self
+    }
+}
+
 /// What a committed effect returns to the workflow.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct GatedReceipt {

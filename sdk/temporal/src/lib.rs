@@ -15,6 +15,14 @@ pub mod connect;
 
 #[cfg(feature = "activity")]
 mod activity;
+#[cfg(feature = "activity")]
+mod answer;
+#[cfg(feature = "activity")]
+mod decide;
 
 #[cfg(feature = "activity")]
 pub use activity::*;
+#[cfg(feature = "activity")]
+pub use answer::{FAILURE_TYPES, GateAnswer, activity_answer, gate_answer};
+#[cfg(feature = "activity")]
+pub use decide::{Decided, decide, undecided};

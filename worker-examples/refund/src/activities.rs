@@ -6,17 +6,13 @@
 
 use std::sync::Arc;
 
-use interlock::gate::DecideError;
-use interlock::premise::PremiseError;
-use interlock::target::CanonicalError;
-use interlock::{Bound, EffectKey};
+use interlock::Bound;
 use interlock_stripe::RefundPayload;
-use interlock_temporal::{GatedEffect, gated};
-use temporalio_common::error::ApplicationFailure;
+use interlock_temporal::{Decided, gated};
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
-use crate::{Decision, RefundRequest, Refunded};
+use crate::{RefundRequest, Refunded};
 
 /// The rule every refund's facts must satisfy, at decide and again before every send: what is
 /// left to refund covers the amount. A fact that stayed put can still forbid the refund; the
@@ -27,24 +23,6 @@ pub const RULES: [&str; 1] = ["amount_paid - refunded_by_others >= payload.amoun
 pub struct RefundActivities {
     /// Stripe refunds bound to the gate (target, premises, journal) with [`RULES`].
     pub refunds: Bound,
-}
-
-/// A decision that cannot be made: one that no retry can change (a payload with no canonical
-/// form, facts the rules forbid, a payment that does not exist) is refused for good, the rest
-/// (a service that did not answer) are tried again.
-fn undecided(e: &DecideError) -> ActivityError {
-    let for_good = matches!(
-        e,
-        DecideError::Effect(_)
-            | DecideError::Rules { .. }
-            | DecideError::Canonical(CanonicalError::Invalid(_))
-            | DecideError::Premises(PremiseError::Invalid(_))
-    );
-    ApplicationFailure::builder(e.to_string())
-        .type_name(interlock_temporal::REFUSED.to_owned())
-        .non_retryable(for_good)
-        .build()
-        .into()
 }
 
 fn payload(r: &RefundRequest) -> serde_json::Value {
@@ -58,24 +36,21 @@ fn payload(r: &RefundRequest) -> serde_json::Value {
 #[activities]
 impl RefundActivities {
     /// Read the premises (amount paid, currency, refunds by others) and judge the rules on
-    /// them.
+    /// them. A request no retry can change (a payment that does not exist, facts the rules
+    /// forbid) fails at once as `InterlockRefused`; a service that did not answer is retried.
     #[activity(name = "decide")]
     pub async fn decide(
         self: Arc<Self>,
         _ctx: ActivityContext,
         request: RefundRequest,
-    ) -> Result<Decision, ActivityError> {
-        let this = self.clone();
-        let r = request.clone();
-        // The readers block (HTTP): off the async runtime.
-        let decided = tokio::task::spawn_blocking(move || {
-            let key = EffectKey::fixed(r.request_id.clone()).map_err(DecideError::from)?;
-            this.refunds.decide(key, &payload(&r), r.lease.clone())
-        })
+    ) -> Result<Decided, ActivityError> {
+        interlock_temporal::decide(
+            &self.refunds,
+            &request.request_id,
+            payload(&request),
+            &request.lease,
+        )
         .await
-        .map_err(|e| ApplicationFailure::new(e.to_string()))?;
-        let premises = decided.map_err(|e| undecided(&e))?.decided;
-        Ok(Decision { request, premises })
     }
 
     /// The refund, through the gate.
@@ -83,18 +58,11 @@ impl RefundActivities {
     pub async fn refund(
         self: Arc<Self>,
         ctx: ActivityContext,
-        d: Decision,
+        decided: Decided,
     ) -> Result<Refunded, ActivityError> {
-        let effect = GatedEffect {
-            key: Some(d.request.request_id.clone()),
-            payload: payload(&d.request),
-            decided: d.premises,
-            lease: d.request.lease,
-            // For budgets that count by label; gated() adds workflow_type, activity_type and
-            // task_queue itself.
-            labels: Default::default(),
-        };
-        let receipt = gated(&ctx, &self.refunds, effect).await?;
+        // For budgets that count by label, add them here (`.with_label(name, value)`); gated()
+        // adds workflow_type, activity_type and task_queue itself.
+        let receipt = gated(&ctx, &self.refunds, decided.effect()).await?;
         Ok(Refunded {
             refund_id: receipt.result["id"].as_str().map(str::to_owned),
             via: receipt.via,

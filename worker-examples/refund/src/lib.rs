@@ -1,18 +1,21 @@
 //! A refund workflow whose refund cannot happen twice, without approval, or on facts that no
 //! longer hold. Copy this crate and change what is yours (the request, the target, the tiers):
 //!
-//! 1. `decide` reads the premises — what the refund is decided on — in an activity of its own,
-//!    so they are recorded in the workflow's history and passed through it;
+//! 1. `decide` reads the premises — what the refund is decided on — in an activity of its own
+//!    (`interlock_temporal::decide`), so they are recorded in the workflow's history and passed
+//!    through it;
 //! 2. `refund` hands the decision to `interlock_temporal::gated`, which is the whole activity:
 //!    every attempt (the first, a retry after the worker died, a duplicate) passes through the
 //!    journal, the lease check and a fresh read of the same premises;
 //! 3. the workflow ends with the refund's receipt, or fails with the gate's typed failure
-//!    (`InterlockRefused`, `InterlockAmbiguous`, …) for whoever started it to act on.
+//!    (`InterlockRefused`, `InterlockAmbiguous`, …) for whoever started it to act on:
+//!    `interlock_temporal::gate_answer` reads it back (code, changes, repairs), as `refund-start`
+//!    prints it, and `interlock_temporal::activity_answer` reads it inside a workflow.
 
 pub mod activities;
 pub mod workflow;
 
-use interlock::core::{Premises, Via};
+use interlock::core::Via;
 use serde::{Deserialize, Serialize};
 
 pub use activities::{RULES, RefundActivities};
@@ -31,15 +34,6 @@ pub struct RefundRequest {
     pub currency: String,
     /// The lease (approval) it runs under, checked live before every send.
     pub lease: String,
-}
-
-/// What `decide` hands to `refund`: the request and the facts it was decided on.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Decision {
-    /// The request.
-    pub request: RefundRequest,
-    /// The premises as read at decision time.
-    pub premises: Premises,
 }
 
 /// How the workflow ends when the refund happened.

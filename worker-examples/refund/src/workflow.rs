@@ -36,7 +36,7 @@ impl RefundWorkflow {
         let decide = ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
             .retry_policy(retry_every_second(5))
             .build();
-        let decision = ctx
+        let decided = ctx
             .execute_activity(RefundActivities::decide, request, decide)
             .await?;
         // Longer than the gate's send timeout plus its settle margin; heartbeats every 0.5 s.
@@ -44,8 +44,11 @@ impl RefundWorkflow {
             .heartbeat_timeout(Duration::from_secs(2))
             .retry_policy(retry_every_second(30))
             .build();
+        // A failure here is the gate's answer: `interlock_temporal::activity_answer(&err)` reads
+        // its type and details (a refusal's code, what moved, what could be decided instead)
+        // where a workflow wants to act on it, e.g. ask for a new approval on `lease`.
         Ok(ctx
-            .execute_activity(RefundActivities::refund, decision, refund)
+            .execute_activity(RefundActivities::refund, decided, refund)
             .await?)
     }
 }

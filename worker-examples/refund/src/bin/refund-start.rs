@@ -1,12 +1,15 @@
 //! Start a refund and wait for it: `refund-start REQUEST_ID PAYMENT_INTENT AMOUNT LEASE
 //! [CURRENCY]`. Prints the workflow's result as one JSON line and exits 0 when the refund
-//! happened, 1 when the gate refused it or could not tell. The workflow id is the request id,
+//! happened, 1 when the gate refused it or could not tell: then the line is the gate's answer,
+//! `{"failed": {"type": "InterlockRefused", "refusal": "lease", "reason": …, "changes": […],
+//! "repairs": […], …}}`. The workflow id is the request id,
 //! so starting the same request twice is refused by Temporal while the first runs.
 
 #![allow(clippy::print_stdout)] // its one JSON line is its answer
 
 use anyhow::Context;
 use refund_template::{RefundRequest, RefundWorkflow, task_queue};
+use temporalio_client::errors::WorkflowGetResultError;
 use temporalio_client::{WorkflowGetResultOptions, WorkflowStartOptions};
 
 #[tokio::main]
@@ -38,8 +41,21 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             println!("{}", serde_json::json!({ "refunded": refunded }));
             Ok(std::process::ExitCode::SUCCESS)
         }
+        Err(WorkflowGetResultError::Failed(failure)) => {
+            // The gate's answer (its type, code, what moved and what could be decided instead)
+            // where the workflow failed with one; the failure's message otherwise.
+            let answer = match interlock_temporal::gate_answer(&failure) {
+                Some(answer) => serde_json::json!(answer),
+                None => serde_json::json!({ "message": failure.failure().message }),
+            };
+            println!("{}", serde_json::json!({ "failed": answer }));
+            Ok(std::process::ExitCode::FAILURE)
+        }
         Err(e) => {
-            println!("{}", serde_json::json!({ "failed": e.to_string() }));
+            println!(
+                "{}",
+                serde_json::json!({ "failed": { "message": e.to_string() } })
+            );
             Ok(std::process::ExitCode::FAILURE)
         }
     }
