@@ -253,7 +253,7 @@ fn the_starter_prints_the_gates_refusal_and_a_request_no_retry_can_change_is_ref
     assert!(!ok, "{line}");
     let answer: Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(answer["failed"]["type"], "InterlockRefused", "{answer}");
-    assert_eq!(answer["failed"]["refusal"], "invalid_payload", "{answer}");
+    assert_eq!(answer["failed"]["refusal"], "premise_error", "{answer}");
     assert!(
         answer["failed"]["reason"]
             .as_str()

@@ -361,3 +361,64 @@ fn a_refund_named_by_its_charge_is_sent_looked_up_and_checked_on_its_payment_thr
     );
     assert_eq!(sim.requests(), requests + 1);
 }
+
+/// A server answering every request with `status` and `body`, for `n` requests: its address.
+fn answering(status: &'static str, body: &'static str, n: usize) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for _ in 0..n {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn a_refused_key_or_an_error_page_is_a_source_that_did_not_answer_never_a_definite_no() {
+    let payload = json!({"payment_intent": "pi_1", "amount": 100, "currency": "usd"});
+    let key = EffectKey::derive(&["k"]);
+    // A rotated or revoked key reads as an outage: a refund is not refused for good by it.
+    for status in ["401 Unauthorized", "403 Forbidden"] {
+        let base = answering(status, r#"{"error":{"message":"Invalid API Key"}}"#, 1);
+        let t = StripeRefunds::new(StripeConfig::new(base, SECRET).expect("config"));
+        let err = StripeRefundPremises(t).read(&key, &payload).unwrap_err();
+        assert!(
+            matches!(err, PremiseError::Unavailable(_)),
+            "{status}: {err}"
+        );
+    }
+    // No such payment is an answer.
+    let base = answering(
+        "404 Not Found",
+        r#"{"error":{"message":"No such payment_intent"}}"#,
+        1,
+    );
+    let t = StripeRefunds::new(StripeConfig::new(base, SECRET).expect("config"));
+    let err = StripeRefundPremises(t).read(&key, &payload).unwrap_err();
+    assert!(matches!(err, PremiseError::Invalid(_)), "{err}");
+    // The shop's order service behind a proxy that answers an HTML error page.
+    let (_sim, _api, t) = setup(Tier::One);
+    let shop = answering(
+        "502 Bad Gateway",
+        "<html><body>Bad Gateway</body></html>",
+        1,
+    );
+    let premises = interlock_stripe::RefundPremises {
+        stripe: StripeRefundPremises(t),
+        shop: Some(shop),
+    };
+    let err = premises.read(&key, &payload).unwrap_err();
+    assert!(matches!(err, PremiseError::Unavailable(_)), "{err}");
+}

@@ -40,6 +40,10 @@ impl RefundPremises {
             .into_body()
             .read_to_string()
             .map_err(|e| PremiseError::Unavailable(format!("{url}: {e}")))?;
+        // A server error's body is often a proxy's HTML page: an outage, never an answer.
+        if status >= 500 {
+            return Err(PremiseError::Unavailable(format!("{url}: HTTP {status}")));
+        }
         let body: Value = serde_json::from_str(&text)
             .map_err(|e| PremiseError::Invalid(format!("{url}: {e}")))?;
         let flagged = body.get("customer_flagged").and_then(Value::as_bool);
@@ -48,7 +52,6 @@ impl RefundPremises {
             (404, _) => Err(PremiseError::Invalid(format!(
                 "the shop has no order for {order}"
             ))),
-            (s, _) if s >= 500 => Err(PremiseError::Unavailable(format!("{url}: HTTP {s}"))),
             (s, _) => Err(PremiseError::Invalid(format!(
                 "{url}: HTTP {s} without an eligibility flag"
             ))),

@@ -337,8 +337,9 @@ impl StripeRefunds {
     }
 
     /// The amount paid on a payment intent (received) or a charge (captured), and its currency
-    /// (lower case, as Stripe writes it). A 4xx (no such payment, no access) is a definite answer;
-    /// anything else may pass.
+    /// (lower case, as Stripe writes it). A 4xx (no such payment) is a definite answer; a key
+    /// refused (401, 403) or rate-limited (429), and anything else, may pass: a rotated key
+    /// must not refuse a refund for good.
     pub fn payment_amount(&self, of: &Refunded) -> Result<(i64, String), PremiseError> {
         let (path, paid) = match of {
             Refunded::PaymentIntent(id) => (
@@ -353,7 +354,7 @@ impl StripeRefunds {
         let body = self.read_as(
             &path,
             &of.to_string(),
-            |status| status != 429,
+            |status| !matches!(status, 401 | 403 | 429),
             PremiseError::Invalid,
             PremiseError::Unavailable,
         )?;

@@ -35,10 +35,17 @@ pub struct GateAnswer {
 }
 
 /// The first Interlock failure among `err` and its causes: what a client reads from
-/// `WorkflowGetResultError::Failed`, or a workflow from an activity's failure's cause.
+/// `WorkflowGetResultError::Failed`, or a workflow from an activity's failure's cause. `None`
+/// where none is, or where a timeout or a cancellation came first (the answer below one is an
+/// earlier attempt's, not how the effect ended). The type name is the test: an activity of your
+/// own that fails with one of [`FAILURE_TYPES`] reads as the gate's answer.
 pub fn gate_answer(err: &IncomingError) -> Option<GateAnswer> {
     let mut next = Some(err);
     while let Some(e) = next {
+        // A timeout or a cancellation ended it; an answer below it is an earlier attempt's.
+        if matches!(e, IncomingError::Timeout(_) | IncomingError::Cancelled(_)) {
+            return None;
+        }
         if let IncomingError::Application(app) = e
             && let Some(type_name) = app.type_name().filter(|t| FAILURE_TYPES.contains(t))
         {

@@ -60,21 +60,37 @@ pub async fn decide(
             lease: effect.lease,
         })
     })
-    .await
-    .map_err(|e| ActivityError::from(temporalio_common::error::ApplicationFailure::new(e)))?;
-    decided.map_err(|e| undecided(&shown_key, &e).into())
+    .await;
+    match decided {
+        Ok(decided) => decided.map_err(|e| undecided(&shown_key, &e).into()),
+        // A panic in a target's or a reader's code recurs on every retry: refused for good, as
+        // the gate refuses a payload its target panics on.
+        Err(e) => Err(Failure {
+            type_name: REFUSED,
+            message: format!(
+                "deciding {shown_key} failed inside the target's or reader's code: {e}"
+            ),
+            retryable: false,
+            next_retry_delay: None,
+            details: None,
+        }
+        .into()),
+    }
 }
 
 /// How a decision that could not be made reaches the workflow. Pure, so the mapping is tested
 /// without a Temporal server.
 pub fn undecided(key: &str, e: &DecideError) -> Failure {
     let refusal = match e {
-        DecideError::Effect(_)
-        | DecideError::Canonical(CanonicalError::Invalid(_))
-        | DecideError::Premises(PremiseError::Invalid(_)) => Some(RefusalCode::InvalidPayload),
+        DecideError::Effect(_) | DecideError::Canonical(CanonicalError::Invalid(_)) => {
+            Some(RefusalCode::InvalidPayload)
+        }
+        // The source answered that the request cannot be (no such payment, another currency).
+        DecideError::Premises(PremiseError::Invalid(_)) => Some(RefusalCode::PremiseError),
         DecideError::Rules { .. } => Some(RefusalCode::PremiseRule),
         // A source that did not answer, or a cause this crate does not know yet: deciding again
-        // sends nothing, so it is tried again.
+        // sends nothing, so it is tried again (as often as the activity's retry policy allows:
+        // give the decision activity a maximum of attempts).
         _ => None,
     };
     match refusal {
@@ -114,6 +130,15 @@ mod tests {
         let details = broken.details.expect("typed details");
         assert_eq!(details.refusal, Some(RefusalCode::PremiseRule));
         assert_eq!(details.key, "req-1");
+        let no_such = undecided(
+            "req-1",
+            &DecideError::Premises(PremiseError::Invalid("no such payment".into())),
+        );
+        assert_eq!((no_such.type_name, no_such.retryable), (REFUSED, false));
+        assert_eq!(
+            no_such.details.and_then(|d| d.refusal),
+            Some(RefusalCode::PremiseError)
+        );
         let invalid = undecided(
             "req-1",
             &DecideError::Canonical(CanonicalError::Invalid("amount is not an integer".into())),
