@@ -38,10 +38,13 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn the_template_worker_refunds_once_through_a_sigkill_in_its_own_namespace() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = DevServer::start_with(dir.path(), PORT, &[NAMESPACE]).unwrap();
+/// The payments API with one payment of $100 (`pi_881`), and the template's environment: the
+/// dev server at `address` (in `namespace`, where not `default`), a journal in `dir`, the API.
+fn payments_and_env(
+    dir: &std::path::Path,
+    address: &str,
+    namespace: Option<&str>,
+) -> (Arc<SimPayments>, PaymentsApi, Vec<(&'static str, String)>) {
     let sim = SimPayments::new(
         Tier::One,
         Duration::from_secs(24 * 3600),
@@ -49,20 +52,32 @@ fn the_template_worker_refunds_once_through_a_sigkill_in_its_own_namespace() {
     );
     sim.add_payment("pi_881", 10_000);
     let api = PaymentsApi::start(sim.clone(), "sk_test_local").unwrap();
-    let journal = dir.path().join("refunds.db");
-    let env: Vec<(&str, String)> = vec![
-        ("TEMPORAL_ADDRESS", server.address.clone()),
-        ("TEMPORAL_NAMESPACE", NAMESPACE.to_owned()),
+    let mut env: Vec<(&'static str, String)> = vec![
+        ("TEMPORAL_ADDRESS", address.to_owned()),
         (
             "TEMPORAL_CONFIG_FILE",
-            dir.path().join("none.toml").display().to_string(),
+            dir.join("none.toml").display().to_string(),
         ),
         ("TASK_QUEUE", "refunds".to_owned()),
-        ("INTERLOCK_JOURNAL", journal.display().to_string()),
+        (
+            "INTERLOCK_JOURNAL",
+            dir.join("refunds.db").display().to_string(),
+        ),
         ("STRIPE_API_BASE", api.base_url.clone()),
         ("STRIPE_SECRET_KEY", "sk_test_local".to_owned()),
         ("INTERLOCK_STRIPE_TIER", "1".to_owned()),
     ];
+    if let Some(ns) = namespace {
+        env.push(("TEMPORAL_NAMESPACE", ns.to_owned()));
+    }
+    (sim, api, env)
+}
+
+#[test]
+fn the_template_worker_refunds_once_through_a_sigkill_in_its_own_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = DevServer::start_with(dir.path(), PORT, &[NAMESPACE]).unwrap();
+    let (sim, _api, env) = payments_and_env(dir.path(), &server.address, Some(NAMESPACE));
     let run = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin(name));
         c.args(args).envs(env.iter().map(|(k, v)| (*k, v.as_str())));
@@ -182,26 +197,7 @@ fn a_namespace_the_server_does_not_have_is_named_with_the_fix() {
 fn the_starter_prints_the_gates_refusal_and_a_request_no_retry_can_change_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let server = DevServer::start(dir.path(), PORT + 20).unwrap();
-    let sim = SimPayments::new(
-        Tier::One,
-        Duration::from_secs(24 * 3600),
-        Arc::new(SystemClock),
-    );
-    sim.add_payment("pi_881", 10_000);
-    let api = PaymentsApi::start(sim.clone(), "sk_test_local").unwrap();
-    let journal = dir.path().join("refunds.db");
-    let env: Vec<(&str, String)> = vec![
-        ("TEMPORAL_ADDRESS", server.address.clone()),
-        (
-            "TEMPORAL_CONFIG_FILE",
-            dir.path().join("none.toml").display().to_string(),
-        ),
-        ("TASK_QUEUE", "refunds".to_owned()),
-        ("INTERLOCK_JOURNAL", journal.display().to_string()),
-        ("STRIPE_API_BASE", api.base_url.clone()),
-        ("STRIPE_SECRET_KEY", "sk_test_local".to_owned()),
-        ("INTERLOCK_STRIPE_TIER", "1".to_owned()),
-    ];
+    let (sim, _api, env) = payments_and_env(dir.path(), &server.address, None);
     let run = |name: &str, args: &[&str]| {
         let out = Command::new(bin(name))
             .args(args)
