@@ -1,4 +1,4 @@
-"""Generate the Python gRPC stubs of the gate's service from ``sdk/server/proto/interlock/v1/gate.proto``.
+"""Generate the Python gRPC stubs of the gate's service from ``proto/interlock/v1/gate.proto``.
 
 The stubs are generated, not committed, so they can never drift from the proto: this script (run
 by hand, by ``refund_worker.py`` and by the tests when ``gen/`` is missing or older than the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GEN = HERE / "gen"
-PROTO_ROOT = HERE.parent.parent / "sdk" / "server" / "proto"
+PROTO_ROOT = HERE.parent.parent / "proto"
 PROTO = Path("interlock") / "v1" / "gate.proto"
 OUTPUTS = ("gate_pb2.py", "gate_pb2.pyi", "gate_pb2_grpc.py")
 

@@ -24,7 +24,7 @@ carried out, so a new decision for it (other arguments, or facts seen again) bec
 effect, ``KEY.2``, ``KEY.3``, … — never while an earlier one is in flight or landed.
 
 Only the standard library, ``grpcio`` and ``protobuf`` are needed; the gRPC stubs are generated
-from ``sdk/server/proto`` by ``gen_stubs.py`` beside this file.
+from ``proto/`` by ``gen_stubs.py`` beside this file.
 """
 
 from __future__ import annotations

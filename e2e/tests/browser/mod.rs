@@ -57,7 +57,7 @@ pub(crate) fn chromedriver() -> (Kill, u16) {
     };
     assert!(
         which("chromium") && which("chromedriver"),
-        "chromium and chromedriver are missing: run scripts/setup (Debian packages chromium, chromium-driver)"
+        "chromium and chromedriver are missing: run scripts/setup-tests (Debian packages chromium, chromium-driver)"
     );
     let port = free_port();
     let driver = Kill::spawn(
@@ -84,7 +84,9 @@ pub(crate) async fn browser(driver: u16) -> Client {
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{driver}"))
         .await
-        .expect("chromedriver session (run scripts/setup: Debian's chromium and chromium-driver)")
+        .expect(
+            "chromedriver session (run scripts/setup-tests: Debian's chromium and chromium-driver)",
+        )
 }
 
 /// Type `id` on `base`'s sign-in page.

@@ -58,8 +58,13 @@ pub(crate) struct RecoverArgs {
     /// The shop's order service, if the effect's premises include order eligibility.
     #[arg(long, env = "INTERLOCK_SHOP_URL")]
     shop: Option<String>,
-    /// The target's name as the journal records it: `stripe-refunds` for the Rust worker, the
-    /// configured name (e.g. `refunds`) for effects submitted through `interlock serve`.
+    /// The gate server's file (`interlock serve --config`): an effect is recovered through the
+    /// target of its file that has the name the effect was journaled under (HTTP or Stripe).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// The name under which the Stripe target from the environment (`STRIPE_SECRET_KEY`,
+    /// `STRIPE_API_BASE`) recovers, when no --config covers the effect's target:
+    /// `stripe-refunds` for the Rust worker.
     #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
     target_name: String,
     /// The approver directory (JSON), for effects that run under a person's signed approval:
@@ -210,17 +215,31 @@ pub(crate) fn run(j: &dyn JournalStore, cmd: JournalCmd) -> anyhow::Result<()> {
 pub(crate) fn recover(opened: Opened, args: RecoverArgs) -> anyhow::Result<bool> {
     let clock = Arc::new(SystemClock);
     let journal = opened.store;
-    let cfg = StripeConfig::from_env().context("recover sends through the Stripe target")?;
-    let mut stripe = StripeRefundsSetup::new(cfg).shop(args.shop)?;
-    stripe.tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
-    stripe.name = args.target_name;
+    let tier = Tier::try_from(args.tier).map_err(anyhow::Error::msg)?;
+    let shop = args.shop;
+    let stripe = (|| -> anyhow::Result<StripeRefundsSetup> {
+        let cfg = StripeConfig::from_env().context("the Stripe target")?;
+        let mut stripe = StripeRefundsSetup::new(cfg).shop(shop)?;
+        stripe.tier = tier;
+        Ok(stripe)
+    })()
+    .map_err(|e| format!("{e:#}"));
+    let targets =
+        crate::recovery::Recoverers::new(args.config.as_deref(), stripe, &args.target_name)?;
+    let key = key(&args.key)?;
+    let target = crate::recovery::journaled_target(journal.as_ref(), &key)?;
+    targets
+        .covers(&target)
+        .map_err(|why| anyhow::anyhow!("cannot recover {key}: {why}"))?;
     let mut gate = Gate::new(journal.clone(), journal, clock, opened.config.build()?)?
         .with_attempt("cli-recover");
     if let Some(path) = &args.approvers {
         gate = gate.with_approvers(Arc::new(crate::read_approvers(path)?))?;
     }
-    let bound = stripe.bind(&gate)?;
-    let outcome = bound.recover(&key(&args.key)?)?;
+    let bound = targets
+        .bind(&gate, &target)
+        .map_err(|why| anyhow::anyhow!("cannot recover {key}: {why}"))?;
+    let outcome = bound.recover(&key)?;
     println!("{}", outcome.label());
     if let interlock::Outcome::InFlight {
         retry_after,

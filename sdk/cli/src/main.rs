@@ -14,6 +14,7 @@ mod mcp_cmd;
 mod metrics_cmd;
 mod ops_cmd;
 mod receipt_cmd;
+mod recovery;
 mod serve_cmd;
 mod settle_cmd;
 mod transfer;

@@ -1,6 +1,7 @@
 //! `interlock ops serve`: the operators' page over the workers' journal. It writes to the journal
 //! (recovery and settlements), so it opens it for writing, unlike the inbox; recovery goes through
-//! the gate bound to the Stripe target configured as the workers configure it.
+//! the gate bound to each effect's own target, found by the name it was journaled under in the
+//! gate server's file (`--config`), or the Stripe target configured as the workers configure it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,8 @@ use interlock_inbox::ops::{Directory, Ops, Recover};
 use interlock_stripe::StripeRefundsSetup;
 
 use interlock_postgres::Opened;
+
+use crate::recovery::{Recoverers, journaled_target};
 
 /// The operators' page's commands.
 #[derive(clap::Subcommand)]
@@ -40,23 +43,28 @@ pub(crate) struct ServeArgs {
     /// The directory group whose members may use the page and settle.
     #[arg(long, default_value = interlock::settle::DEFAULT_GROUP)]
     group: String,
-    /// The target's name as the journal records it (recovery binds it under this name).
+    /// The gate server's file (`interlock serve --config`): each effect is recovered through
+    /// the target of the file that has the name it was journaled under (HTTP or Stripe).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The name under which the Stripe target from the environment recovers, when no --config
+    /// covers an effect's target.
     #[arg(long, default_value = interlock_stripe::refunds::DEFAULT_NAME)]
     target_name: String,
 }
 
-/// Recovery through the gate bound to the Stripe target, bound afresh for each effect: what the
-/// journal says of the target since the page started (a demotion after it applied an effect
-/// twice) and the directory as it is now are what recovery acts on, as `interlock recover`.
+/// Recovery through the gate bound to the effect's own target, bound afresh for each effect:
+/// what the journal says of the target since the page started (a demotion after it applied an
+/// effect twice) and the directory as it is now are what recovery acts on, as `interlock recover`.
 struct ByGate {
     store: Arc<dyn JournalStore>,
     config: GateConfigBuilder,
-    stripe: StripeRefundsSetup,
+    targets: Recoverers,
 }
 
 impl Recover for ByGate {
-    fn target(&self) -> &str {
-        &self.stripe.name
+    fn covers(&self, target: &str) -> Result<(), String> {
+        self.targets.covers(target)
     }
 
     fn recover(
@@ -65,6 +73,7 @@ impl Recover for ByGate {
         operator: &str,
         directory: Arc<Approvers>,
     ) -> Result<Outcome, String> {
+        let target = journaled_target(self.store.as_ref(), key).map_err(|e| format!("{e:#}"))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let gate = Gate::new(
             self.store.clone(),
@@ -78,22 +87,32 @@ impl Recover for ByGate {
         .with_caller(operator)
         .with_approvers(directory)
         .map_err(|e| e.to_string())?;
-        let bound = self.stripe.bind(&gate).map_err(|e| e.to_string())?;
+        let bound = self.targets.bind(&gate, &target)?;
         bound.recover(key).map_err(|e| e.to_string())
     }
 }
 
-/// Recovery with the Stripe target as the workers configure it (`STRIPE_API_BASE`,
-/// `STRIPE_SECRET_KEY`, `INTERLOCK_STRIPE_TIER`, `INTERLOCK_SHOP_URL`), or why there is none.
-fn recoverer(opened: &Opened, target_name: &str) -> Result<Arc<dyn Recover>, String> {
-    let mut stripe = StripeRefundsSetup::from_env().map_err(|e| e.to_string())?;
-    stripe.name = target_name.to_owned();
+/// Recovery with the targets of the gate server's file and the Stripe target as the workers
+/// configure it (`STRIPE_API_BASE`, `STRIPE_SECRET_KEY`, `INTERLOCK_STRIPE_TIER`,
+/// `INTERLOCK_SHOP_URL`), or why there is none.
+fn recoverer(
+    opened: &Opened,
+    config: Option<&std::path::Path>,
+    target_name: &str,
+) -> Result<Arc<dyn Recover>, String> {
+    let stripe = StripeRefundsSetup::from_env().map_err(|e| e.to_string());
+    if config.is_none()
+        && let Err(why) = &stripe
+    {
+        return Err(why.clone());
+    }
+    let targets = Recoverers::new(config, stripe, target_name).map_err(|e| format!("{e:#}"))?;
     // Checked once here, so that a configuration that cannot build says so at start-up.
     opened.config.clone().build().map_err(|e| e.to_string())?;
     Ok(Arc::new(ByGate {
         store: opened.store.clone(),
         config: opened.config.clone(),
-        stripe,
+        targets,
     }))
 }
 
@@ -128,7 +147,10 @@ pub(crate) fn run(opened: Opened, cmd: OpsCmd) -> anyhow::Result<()> {
             args.group
         );
     }
-    let recover = recoverer(&opened, &args.target_name);
+    let recover = recoverer(&opened, args.config.as_deref(), &args.target_name);
+    if let (Some(path), Err(why)) = (&args.config, &recover) {
+        anyhow::bail!("{}: {why}", path.display());
+    }
     if let Err(why) = &recover {
         eprintln!("warning: the page cannot run recovery (it lists and settles): {why}");
     }

@@ -242,6 +242,10 @@ pub enum TargetConfig {
         #[serde(default)]
         rules: Vec<String>,
     },
+    /// A service of the team's own over HTTP, described field by field (`docs/targets.md`): the
+    /// request, how it dedupes, how to look a key up, its premises and how its answers map. Its
+    /// tier follows from what is configured.
+    Http(Box<interlock_http::HttpTargetConfig>),
 }
 
 /// A configuration that cannot be used.
@@ -346,6 +350,10 @@ impl ServerConfig {
                             format!("{api_base:?} must start with http:// or https://"),
                         ));
                     }
+                }
+                TargetConfig::Http(http) => {
+                    http.check()
+                        .map_err(|m| invalid(&format!("targets.{name}.{}", m.field), m.message))?;
                 }
             }
         }
@@ -647,6 +655,18 @@ mod tests {
                 "targets.r.tier",
             ),
             ("[targets.r]\nkind = \"paypal\"", "unknown variant"),
+            (
+                "[targets.r]\nkind = \"http\"\n[targets.r.send]\nurl = \"http://{host}/x\"",
+                "targets.r.send.url",
+            ),
+            (
+                "[targets.r]\nkind = \"http\"\nretries = 3\n[targets.r.send]\nurl = \"http://x/\"",
+                "unknown field",
+            ),
+            (
+                "[targets.r]\nkind = \"http\"\nrules = [\"a >> 1\"]\n[targets.r.send]\nurl = \"http://x/\"",
+                "targets.r.rules",
+            ),
             (
                 "[targets.r]\nkind = \"stripe_refunds\"\nrules = [\"amount_paid >> 1\"]",
                 "targets.r.rules",

@@ -1,4 +1,4 @@
-//! The gate as a gRPC service (`interlock.v1.GateService`, `sdk/server/proto/interlock/v1/gate.proto`), so
+//! The gate as a gRPC service (`interlock.v1.GateService`, `proto/interlock/v1/gate.proto`), so
 //! that a Temporal worker written in Python, TypeScript, Go or Java gets the same gate, journal and
 //! receipts as a Rust one without reimplementing the protocol. The server owns the journal, the
 //! leases and the liveness locks; a worker's activity body is one `Submit` call.

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use interlock::target::TargetRecords;
+use interlock::target::{Target, TargetRecords};
 use interlock::{Bound, Gate, Tier};
+use interlock_http::HttpTarget;
 use interlock_stripe::{RefundPayload, StripeConfig, StripeRefundsSetup};
 use serde_json::Value;
 
@@ -166,6 +167,19 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
                 records: Some(Arc::new(target)),
                 check_payload: Some(|p| RefundPayload::from_value(p).map(drop)),
                 required_premises,
+            })
+        }
+        TargetConfig::Http(http) => {
+            let target = HttpTarget::from_config(name, http).map_err(|e| e.to_string())?;
+            let bound = target.bind(gate, &http.rules).map_err(|e| e.to_string())?;
+            tracing::info!(name, tier = ?target.tier(), "http target");
+            Ok(TargetEntry {
+                bound,
+                records: None,
+                // The target's canonical form refuses a payload of another shape
+                // (`REFUSED:invalid_payload`) before anything is journaled.
+                check_payload: None,
+                required_premises: target.premise_names(),
             })
         }
     }

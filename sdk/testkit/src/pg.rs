@@ -83,7 +83,7 @@ impl Cluster {
         unprivileged(&mut initdb, as_root);
         let out = initdb.output().map_err(|e| {
             other(format!(
-                "cannot run {}: {e}; install PostgreSQL (scripts/setup)",
+                "cannot run {}: {e}; install PostgreSQL (scripts/setup --with-postgres)",
                 bin.join("initdb").display()
             ))
         })?;
@@ -272,7 +272,7 @@ fn bin_dir() -> io::Result<PathBuf> {
         .find(|d| d.join("initdb").exists() && d.join("postgres").exists());
     on_path.ok_or_else(|| {
         other(format!(
-            "no PostgreSQL server programs (initdb, postgres) found: run scripts/setup, or set \
+            "no PostgreSQL server programs (initdb, postgres) found: run scripts/setup --with-postgres, or set \
              {DATABASE_URL_VAR} to an existing server"
         ))
     })

@@ -26,8 +26,9 @@ use crate::auth::Auth;
 /// does: afresh for each effect, so that what the journal says of the target since (a demotion
 /// after it applied an effect twice) and the directory as it is now are what recovery acts on.
 pub trait Recover: Send + Sync {
-    /// The name of the target recovery is bound to; effects of other targets are not offered.
-    fn target(&self) -> &str;
+    /// Whether an effect journaled under `target` can be recovered here; if not, what to do
+    /// (the page shows it instead of the button).
+    fn covers(&self, target: &str) -> Result<(), String>;
     /// Recover `key` on `operator`'s request, checking signed approvals against `directory`.
     fn recover(
         &self,

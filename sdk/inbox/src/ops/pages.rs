@@ -382,14 +382,11 @@ async fn effect_page(
     let (can_recover, recover_note) = match (&ops.recover, r.outcome) {
         (_, s) if !matches!(s, Status::InFlight | Status::Proposed) => (false, String::new()),
         (Err(why), _) => (false, format!("Recovery cannot run from this page: {why}")),
-        (Ok(rec), _) if rec.target() != r.target => (
+        (Ok(rec), _) if rec.covers(&r.target).is_err() => (
             false,
             format!(
-                "Recovery from this page is bound to target {}, and this effect's is {}: run \
-                 `interlock recover` with --target-name {}",
-                rec.target(),
-                r.target,
-                r.target
+                "Recovery cannot run from this page for this effect: {}",
+                rec.covers(&r.target).err().unwrap_or_default()
             ),
         ),
         (Ok(_), Status::Proposed) => (
