@@ -6,7 +6,9 @@
 //! exactly one refund.
 //!
 //! Needs the binaries built (`cargo build -p interlock-cli -p refund-template`, which
-//! `scripts/test` runs first) and the `temporal` CLI (`scripts/setup`).
+//! `scripts/test` runs first) and the `temporal` CLI (`scripts/setup`). With
+//! `INTERLOCK_TEMPLATE_BIN` naming a directory, the template's binaries are taken from there: CI
+//! runs it on the template copied out of the repository and built on its own.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
@@ -25,8 +27,18 @@ use serde_json::Value;
 const NAMESPACE: &str = "payments-team";
 const PORT: u16 = 7444;
 
+/// A binary of the workspace's, or, for the template's own (`refund-worker`, `refund-start`), the
+/// directory `INTERLOCK_TEMPLATE_BIN` names: the template built as a copy outside the repository
+/// (`scripts/template-copy`).
 fn bin(name: &str) -> PathBuf {
-    interlock_e2e::stack::sibling(name).unwrap()
+    match std::env::var_os("INTERLOCK_TEMPLATE_BIN") {
+        Some(dir) if name.starts_with("refund-") => {
+            let path = PathBuf::from(dir).join(name);
+            assert!(path.exists(), "{} is missing", path.display());
+            path
+        }
+        _ => interlock_e2e::stack::sibling(name).unwrap(),
+    }
 }
 
 struct Killed(Child);

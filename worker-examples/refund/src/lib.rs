@@ -13,6 +13,7 @@
 //!    prints it, and `interlock_temporal::activity_answer` reads it inside a workflow.
 
 pub mod activities;
+pub mod journal;
 pub mod workflow;
 
 use interlock::core::Via;

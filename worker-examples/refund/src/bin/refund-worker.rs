@@ -6,32 +6,26 @@
 //!   `STRIPE_API_BASE` (default Stripe's), and for any other service that speaks its API
 //!   `INTERLOCK_STRIPE_TIER` (what it promises: 1, 2 or 3).
 //! * The journal: `INTERLOCK_JOURNAL`, a file shared by the workers of this host (default
-//!   `interlock-journal.db`) or a `postgres://` URL shared by workers on every host. The leases
-//!   (`interlock lease grant`) must be granted in the same journal.
+//!   `interlock-journal.db`) or, built with `--features postgres`, a `postgres://` URL shared by
+//!   workers on every host. The leases (`interlock lease grant`) must be granted in the same
+//!   journal. `INTERLOCK_PRINCIPAL`: who the worker acts for.
 //! * `INTERLOCK_SHOP_URL`: the shop's order service, if eligibility is the shop's to say.
 //! * `INTERLOCK_METRICS_LISTEN` (`host:port`): serve Prometheus metrics at `/metrics` there.
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use interlock::metrics::Endpoint;
 use interlock::{Clock, Gate, SystemClock};
-use interlock_postgres::PgOptions;
 use interlock_stripe::StripeRefundsSetup;
-use refund_template::{RULES, RefundActivities, RefundWorkflow, task_queue};
+use refund_template::{RULES, RefundActivities, RefundWorkflow, journal, task_queue};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 
 fn activities() -> anyhow::Result<(RefundActivities, Option<Endpoint>)> {
-    let journal =
-        std::env::var("INTERLOCK_JOURNAL").unwrap_or_else(|_| "interlock-journal.db".into());
+    let name =
+        std::env::var(journal::JOURNAL_VAR).unwrap_or_else(|_| journal::DEFAULT_JOURNAL.to_owned());
+    let principal = std::env::var(journal::PRINCIPAL_VAR).ok();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let opened = interlock_postgres::open_named(&journal, clock.clone(), &PgOptions::default())
-        .with_context(|| {
-            format!(
-                "opening the journal {} (INTERLOCK_JOURNAL)",
-                interlock_postgres::shown(&journal)
-            )
-        })?;
+    let opened = journal::open(&name, principal.as_deref(), clock.clone())?;
     let metrics = Endpoint::from_env(opened.store.clone())?;
     let gate = Gate::new(
         opened.store.clone(),
