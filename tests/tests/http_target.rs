@@ -163,29 +163,43 @@ fn a_credit_whose_answer_is_lost_is_found_by_the_lookup_and_not_sent_again() {
 }
 
 #[test]
-fn a_lookup_that_cannot_see_keys_leaves_the_credit_unknown_instead_of_sending_it_again() {
+fn a_lookup_whose_filter_the_service_ignores_leaves_the_credit_unknown_instead_of_resending() {
     let w = world(
         |_| {
             let mut cfg = table(&target_table("credits", true));
             if let Some(l) = cfg.lookup.as_mut() {
-                l.key = "/metadata/key".into(); // where the ledger keeps nothing
+                // A misspelt filter: the ledger ignores it and lists every credit.
+                l.url = "${LEDGER_URL}/credits?requestkey={key}".into();
             }
             cfg
         },
         10_000,
     );
+    assert!(matches!(
+        submit(&w, "req-other", &credit(500)),
+        Outcome::Committed { .. }
+    ));
     w.ledger.hold_next_answer(Duration::from_secs(3));
     let key = EffectKey::fixed("req-blind").unwrap();
     let _ = submit(&w, "req-blind", &credit(1_000));
+    let asked = w
+        .target
+        .lookup(&key, &json!({"account": "acct_1", "amount": 1_000}));
+    match &asked {
+        interlock::core::LookupAnswer::Unknown(why) => {
+            assert!(why.contains("does not filter"), "{why}");
+        }
+        other => panic!("a list of other keys proves nothing: {other:?}"),
+    }
     std::thread::sleep(Duration::from_millis(1_500));
     for _ in 0..3 {
         let out = w.bound.recover(&key).unwrap();
         assert!(
             !matches!(out, Outcome::Committed { .. } | Outcome::Failed(_)),
-            "a lookup that cannot see keys must not settle: {out:?}"
+            "a lookup that cannot tell must not settle: {out:?}"
         );
     }
-    assert_eq!(w.ledger.credits().len(), 1, "never sent again");
+    assert_eq!(w.ledger.credits().len(), 2, "req-blind never sent again");
 }
 
 #[test]
@@ -218,10 +232,6 @@ fn a_broken_rule_and_a_payload_of_another_shape_send_nothing_and_journal_nothing
         ),
         ("req-float", json!({"account": "acct_1", "amount": 10.5})),
         ("req-text", json!({"account": "acct_1", "amount": "10"})),
-        (
-            "req-own-key",
-            json!({"account": "acct_1", "amount": 10, "request_key": "x"}),
-        ),
     ] {
         let decided = w
             .bound
@@ -230,6 +240,29 @@ fn a_broken_rule_and_a_payload_of_another_shape_send_nothing_and_journal_nothing
     }
     assert!(w.journal.keys().unwrap().is_empty());
     assert!(w.ledger.credits().is_empty());
+}
+
+#[test]
+fn a_payload_cannot_carry_the_field_the_target_fills_with_the_key() {
+    // Undeclared fields: any object goes, but never the key's own field, which would let a
+    // caller plant another effect's key where the lookup looks.
+    let w = world(
+        |_| {
+            let mut cfg = table(&target_table("credits", true));
+            cfg.payload.clear();
+            cfg
+        },
+        10_000,
+    );
+    let planted = json!({"account": "acct_1", "amount": 10, "request_key": "req-1"});
+    let why = format!(
+        "{:?}",
+        w.bound
+            .decide(EffectKey::fixed("req-2").unwrap(), &planted, "ticket-1")
+            .err()
+    );
+    assert!(why.contains("request_key"), "{why}");
+    assert!(w.journal.keys().unwrap().is_empty());
 }
 
 #[test]
@@ -373,4 +406,37 @@ fn the_payments_api_configured_as_an_http_target_dedupes_at_tier_1() {
     );
     let read = interlock::premise::PremiseReader::read(&target.premises(), &key, &payload).unwrap();
     assert_eq!(read.get("amount_paid"), Some(&json!(10_000)));
+
+    // Through the gate: decided, sent once, and a repeat answered from the journal.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let clock = Arc::new(SystemClock);
+    let journal = Arc::new(SqliteJournal::open(&path, clock.clone()).unwrap());
+    journal
+        .grant_lease(&Grant::new("case-1", "ana@support", 0).scope("payment_intent", "pi_1"))
+        .unwrap();
+    let config = GateConfig::builder(&path).build().unwrap();
+    let gate = Gate::new(journal.clone(), journal, clock, config).unwrap();
+    let bound = target.bind(&gate, &cfg.rules).unwrap();
+    let refund = json!({"payment_intent": "pi_1", "amount": 3_000, "currency": "usd"});
+    let effect = bound
+        .decide(EffectKey::fixed("refund-2").unwrap(), &refund, "case-1")
+        .unwrap();
+    let first = bound.submit(&effect).unwrap();
+    assert!(
+        matches!(
+            first,
+            Outcome::Committed {
+                via: Via::FirstSend,
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    let again = bound.submit(&effect).unwrap();
+    assert!(
+        matches!(again, Outcome::Committed { replayed: true, .. }),
+        "{again:?}"
+    );
+    assert_eq!(sim.refunded("pi_1"), 5_000);
 }

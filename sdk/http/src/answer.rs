@@ -1,7 +1,9 @@
 //! What an answer means, as a pure table: a status and a body in, the gate's [`SendAnswer`] out.
 //! The defaults are the conventions most services keep (2xx done, 4xx not done, 5xx and lost
-//! connections unknown), with 409 and 429 unknown because a service that dedupes answers them
-//! while the first request under a key may still be running. A configured rule comes first.
+//! connections unknown), except the 4xx a resend can meet after a first send that landed (the
+//! credentials or route changed, the request was cut short, the first request under the key is
+//! still running): those are unknown, since a failure is never looked up again. A configured
+//! rule comes first, and may not call an uncertain answer a failure or a success.
 
 use interlock::target::SendAnswer;
 use serde_json::Value;
@@ -57,13 +59,50 @@ fn rule_matches(rule: &AnswerRule, reply: &Reply) -> bool {
         }
 }
 
+/// 4xx statuses that say nothing certain about a resend: the credentials or the route changed
+/// since the first send (401, 403, 404, 405, 407, 421), the request was cut short (408, 431) or
+/// the first request under the key may still run (409, 425, 429). A resend answered so may
+/// follow a first send that landed, so it is unknown, never a failure.
+pub(crate) const UNCERTAIN_4XX: [u16; 10] = [401, 403, 404, 405, 407, 408, 409, 421, 425, 429];
+
 fn default_outcome(reply: &Reply) -> AnswerOutcome {
     match reply.status {
         200..=299 if reply.replayed => AnswerOutcome::Replayed,
         200..=299 => AnswerOutcome::Done,
-        409 | 429 => AnswerOutcome::Unknown,
+        s if UNCERTAIN_4XX.contains(&s) || s == 431 => AnswerOutcome::Unknown,
         400..=499 => AnswerOutcome::Failed,
         _ => AnswerOutcome::Unknown,
+    }
+}
+
+/// Whether `outcome` may be configured for answers `status` matches: a failure or a conflict
+/// only for a 4xx that is certain (or a 2xx whose body says so), "done" only for a 2xx,
+/// "replayed" for a 2xx or a 4xx. Anything may be unknown.
+pub(crate) fn allowed(status: StatusMatch, outcome: AnswerOutcome) -> Result<(), String> {
+    let certain_4xx = |n: u16| (400..500).contains(&n) && !UNCERTAIN_4XX.contains(&n) && n != 431;
+    let ok = match (outcome, status) {
+        (AnswerOutcome::Unknown, _) => true,
+        (AnswerOutcome::Done, StatusMatch::Class(c)) => c == 2,
+        (AnswerOutcome::Done, StatusMatch::Exact(n)) => (200..300).contains(&n),
+        (AnswerOutcome::Replayed, StatusMatch::Class(c)) => c == 2,
+        (AnswerOutcome::Replayed, StatusMatch::Exact(n)) => {
+            (200..300).contains(&n) || (400..500).contains(&n)
+        }
+        (AnswerOutcome::Failed, StatusMatch::Class(c)) => c == 2,
+        (AnswerOutcome::Failed, StatusMatch::Exact(n)) => (200..300).contains(&n) || certain_4xx(n),
+        (AnswerOutcome::Conflict, StatusMatch::Class(_)) => false,
+        (AnswerOutcome::Conflict, StatusMatch::Exact(n)) => certain_4xx(n) || n == 409,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(
+            "this outcome cannot be configured for this status: a failure or a conflict only for \
+             one certain 4xx status (not 401, 403, 404, 405, 407, 408, 421, 425, 429 or 431, \
+             which may follow a send that landed) or a 2xx with a body field; done for a 2xx; \
+             replayed for a 2xx or one 4xx status"
+                .to_owned(),
+        )
     }
 }
 
@@ -141,7 +180,7 @@ mod tests {
         assert_eq!(done, SendAnswer::Done(json!({"id": "c1"})));
         let empty = classify(Ok(reply(204, Value::Null)), &[], &none());
         assert_eq!(empty, SendAnswer::Done(json!({"http_status": 204})));
-        for s in [409, 429, 500, 502, 503, 301] {
+        for s in [401, 403, 404, 408, 409, 429, 431, 500, 502, 503, 301] {
             assert!(
                 matches!(
                     classify(Ok(reply(s, Value::Null)), &[], &none()),
@@ -150,7 +189,7 @@ mod tests {
                 "{s} must be unknown"
             );
         }
-        for s in [400, 401, 403, 404, 422] {
+        for s in [400, 402, 410, 422] {
             assert!(
                 matches!(
                     classify(Ok(reply(s, Value::Null)), &[], &none()),
@@ -178,6 +217,28 @@ mod tests {
             classify(Ok(r), &[], &none()),
             SendAnswer::SavedError(_)
         ));
+    }
+
+    #[test]
+    fn a_rule_cannot_call_an_uncertain_answer_a_failure_or_a_success() {
+        let bad = |status: &str, outcome| {
+            StatusMatch::parse(status).is_ok_and(|m| allowed(m, outcome).is_err())
+        };
+        assert!(bad("5xx", AnswerOutcome::Failed));
+        assert!(bad("503", AnswerOutcome::Failed));
+        assert!(bad("401", AnswerOutcome::Failed));
+        assert!(bad("429", AnswerOutcome::Conflict));
+        assert!(bad("4xx", AnswerOutcome::Failed));
+        assert!(bad("409", AnswerOutcome::Done));
+        assert!(bad("3xx", AnswerOutcome::Replayed));
+        let good = |status: &str, outcome| {
+            StatusMatch::parse(status).is_ok_and(|m| allowed(m, outcome).is_ok())
+        };
+        assert!(good("422", AnswerOutcome::Failed));
+        assert!(good("2xx", AnswerOutcome::Failed));
+        assert!(good("409", AnswerOutcome::Replayed));
+        assert!(good("400", AnswerOutcome::Conflict));
+        assert!(good("5xx", AnswerOutcome::Unknown));
     }
 
     #[test]

@@ -214,8 +214,9 @@ pub struct PremiseConfig {
 }
 
 /// A send's answer mapped to an outcome: the first rule whose status (and body field) matches
-/// decides; answers no rule matches take the defaults (2xx done, 409 and 429 unknown, other 4xx
-/// failed, 5xx unknown).
+/// decides; answers no rule matches take the defaults (2xx done, 5xx and the 4xx that may follow
+/// a send that landed unknown, other 4xx failed). A rule may not call an uncertain answer a
+/// failure or a success (`docs/targets.md`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerRule {
@@ -318,9 +319,48 @@ impl HttpTargetConfig {
                 ));
             }
         }
+        if let Some(l) = &self.lookup {
+            let filtered = Template::parse(&l.url).is_ok_and(|t| t.has_key());
+            if !filtered && l.has_more.is_none() {
+                return Err(mistake(
+                    "lookup.has_more",
+                    "a lookup URL without {key} lists more than one effect: name where the \
+                     answer says the list goes on, or filter by {key}",
+                ));
+            }
+            let in_url = Template::parse(&self.send.url).is_ok_and(|t| t.has_key());
+            match (&self.send.key_field, self.send.body) {
+                (None, _) if !in_url => {
+                    return Err(mistake(
+                        "send.key_field",
+                        "a lookup finds an effect by its key, so the send must carry it: name \
+                         the body field that does (or put {key} in send.url)",
+                    ));
+                }
+                (Some(k), body) if body != BodyKind::None => {
+                    let at = key_pointer(k, body);
+                    if l.key != at {
+                        return Err(mistake(
+                            "lookup.key",
+                            format!(
+                                "the send puts the key at {at:?} (send.key_field = {k:?}), so a \
+                                 record keeps it there: set lookup.key = {at:?}"
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
         for (name, p) in &self.premises {
             urls.push((format!("premises.{name}.url"), &p.url));
             pointer(&format!("premises.{name}.pointer"), &p.pointer)?;
+            if p.pointer.is_empty() {
+                return Err(mistake(
+                    format!("premises.{name}.pointer"),
+                    "name the value in the answer (\"/balance\"), not the whole answer",
+                ));
+            }
         }
         for (field, source) in &urls {
             let t = Template::parse(source).map_err(|m| mistake(field, m))?;
@@ -345,12 +385,40 @@ impl HttpTargetConfig {
             if !is_token(name) {
                 return Err(mistake("headers", format!("{name:?} is not a header name")));
             }
+            let reserved = [
+                "content-type",
+                "content-length",
+                "host",
+                "transfer-encoding",
+            ];
+            let idempotency = self
+                .idempotency
+                .as_ref()
+                .map(|i| i.header.to_ascii_lowercase());
+            let lower = name.to_ascii_lowercase();
+            if reserved.contains(&lower.as_str()) || idempotency.as_deref() == Some(lower.as_str())
+            {
+                return Err(mistake(
+                    format!("headers.{name}"),
+                    "the target sets this header itself",
+                ));
+            }
         }
         if let Some(i) = &self.idempotency {
             if !is_token(&i.header) {
                 return Err(mistake(
                     "idempotency.header",
                     format!("{:?} is not a header name", i.header),
+                ));
+            }
+            if i.window_hours > MAX_WINDOW_HOURS {
+                return Err(mistake(
+                    "idempotency.window_hours",
+                    format!(
+                        "{} hours is more than a year ({MAX_WINDOW_HOURS}): state how long the \
+                         service really remembers a key",
+                        i.window_hours
+                    ),
                 ));
             }
             if i.window_hours == 0 {
@@ -379,8 +447,10 @@ impl HttpTargetConfig {
                 .map_err(|e| mistake("rules", e.to_string()))?;
         }
         for (i, a) in self.answers.iter().enumerate() {
-            crate::answer::StatusMatch::parse(&a.status)
+            let status = crate::answer::StatusMatch::parse(&a.status)
                 .map_err(|m| mistake(format!("answers[{i}].status"), m))?;
+            crate::answer::allowed(status, a.outcome)
+                .map_err(|m| mistake(format!("answers[{i}].outcome"), m))?;
             if let Some(p) = &a.pointer {
                 pointer(&format!("answers[{i}].pointer"), p)?;
             } else if a.equals.is_some() {
@@ -409,6 +479,23 @@ impl HttpTargetConfig {
     }
 }
 
+/// The longest dedupe window a table may state: a year.
+pub(crate) const MAX_WINDOW_HOURS: u64 = 24 * 366;
+
+/// Where a record keeps the key the send put in body field `field`, as a JSON pointer: the field
+/// itself for a JSON body, and a form's `a[b]` as `/a/b`.
+fn key_pointer(field: &str, body: BodyKind) -> String {
+    let escape = |s: &str| s.replace('~', "~0").replace('/', "~1");
+    match body {
+        BodyKind::Form => field
+            .split(['[', ']'])
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("/{}", escape(s)))
+            .collect(),
+        _ => format!("/{}", escape(field)),
+    }
+}
+
 fn is_token(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -426,7 +513,7 @@ mod tests {
         Ok(cfg)
     }
 
-    const LEDGER: &str = "[send]\nurl = \"${LEDGER}/credits\"\n";
+    const LEDGER: &str = "[send]\nurl = \"${LEDGER}/credits\"\nkey_field = \"k\"\n";
 
     #[test]
     fn the_tier_follows_from_what_is_configured() -> Result<(), String> {
@@ -443,6 +530,35 @@ mod tests {
     #[test]
     fn every_mistake_names_its_field() {
         for (text, field) in [
+            (
+                "[send]\nurl = \"http://x/\"\n[lookup]\nurl = \"http://x/?k={key}\"\nkey = \"/k\"\n",
+                "send.key_field",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\nkey_field = \"k\"\n[lookup]\nurl = \"http://x/\"\nkey = \"/k\"\n",
+                "lookup.has_more",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\nbody = \"form\"\nkey_field = \"metadata[k]\"\n\
+                 [lookup]\nurl = \"http://x/?k={key}\"\nkey = \"/k\"\n",
+                "set lookup.key = \"/metadata/k\"",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[headers]\ncontent-type = \"text/plain\"\n",
+                "headers.content-type",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[idempotency]\nheader = \"K\"\nwindow_hours = 100000\n",
+                "more than a year",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[[answers]]\nstatus = \"5xx\"\noutcome = \"failed\"\n",
+                "answers[0].outcome",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[premises.p]\nurl = \"http://x/\"\npointer = \"\"\n",
+                "premises.p.pointer",
+            ),
             (
                 "[send]\nurl = \"http://x/\"\nretries = 3\n",
                 "unknown field",

@@ -8,8 +8,8 @@
 //! answers from one table ([`HttpTargetConfig`]) and keeps every rule a target must keep:
 //!
 //! * the tier follows from what is configured, never from a claim;
-//! * only a definite answer is a failure: a lost connection, a 5xx, a 409 or a 429 is unknown and
-//!   settled by the tier;
+//! * only a definite answer is a failure: a lost connection, a 5xx and a 4xx that may follow a
+//!   send that landed (401, 403, 404, 408, 409, 429, …) are unknown and settled by the tier;
 //! * a lookup that cannot be sure (a record without a key, a list with more pages, an unexpected
 //!   status) answers unknown, never "not found";
 //! * the payload's fields are checked and put in one form before anything is journaled, and a

@@ -18,7 +18,7 @@ use crate::answer::{Reply, classify};
 use crate::config::{
     AnswerRule, BodyKind, ErrorFields, FieldKind, FieldType, HttpTargetConfig, LookupConfig, Method,
 };
-use crate::template::{Resolved, Template, scalar};
+use crate::template::{Resolved, Template, scalar, url_scalar};
 
 /// Why a configuration does not make a target.
 #[derive(Debug, thiserror::Error)]
@@ -387,7 +387,7 @@ impl Target for HttpTarget {
         };
         let out = Value::Object(out);
         for f in &self.inner.url_fields {
-            scalar(&out, f).map_err(CanonicalError::Invalid)?;
+            url_scalar(&out, f).map_err(CanonicalError::Invalid)?;
         }
         if self.inner.body == BodyKind::Form {
             for f in out.as_object().into_iter().flat_map(Map::keys) {
@@ -399,9 +399,12 @@ impl Target for HttpTarget {
     }
 
     fn send(&self, req: &SendRequest<'_>) -> SendAnswer {
-        let refused = |why: String| SendAnswer::Definite {
-            code: "invalid_payload".into(),
-            message: format!("not sent: {why}"),
+        // Said of this attempt only: an earlier send under the key may have landed, so the
+        // effect stays unknown (settled by the tier) rather than failed.
+        let refused = |why: String| {
+            SendAnswer::Unknown(format!(
+                "not sent: {why} (the configuration changed since the effect was decided?)"
+            ))
         };
         let url = match self.inner.send_url.fill(req.key.as_str(), req.payload) {
             Ok(u) => u,
@@ -418,7 +421,19 @@ impl Target for HttpTarget {
             .map(|h| (h, req.key.as_str()))
             .into_iter()
             .collect();
-        let reply = self.request(self.inner.method.as_str(), &url, body, &extra, req.timeout);
+        // A process frozen after the gate's checks must not send after a recoverer was allowed
+        // to act: no send begins past the deadline, and none outlives it.
+        let mut timeout = req.timeout;
+        if let Some(deadline) = &req.deadline {
+            let left = deadline.at_ms.saturating_sub(deadline.clock.now_ms());
+            if left <= 0 {
+                return SendAnswer::Unknown(
+                    "not sent: the send's deadline passed before it began".into(),
+                );
+            }
+            timeout = timeout.min(Duration::from_millis(u64::try_from(left).unwrap_or(0)));
+        }
+        let reply = self.request(self.inner.method.as_str(), &url, body, &extra, timeout);
         classify(reply, &self.inner.answers, &self.inner.errors)
     }
 
@@ -427,14 +442,14 @@ impl Target for HttpTarget {
             return LookupAnswer::Unknown(format!("target {} offers no lookup", self.inner.name));
         };
         match self.get(url, key, payload) {
-            Ok(reply) => found(&reply, cfg, key.as_str()),
+            Ok(reply) => found(&reply, cfg, key.as_str(), url.has_key()),
             Err(why) => LookupAnswer::Unknown(why),
         }
     }
 }
 
-/// What a lookup's answer says of `key`.
-fn found(reply: &Reply, cfg: &LookupConfig, key: &str) -> LookupAnswer {
+/// What a lookup's answer says of `key` (`filtered`: the lookup asked for that key alone).
+fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> LookupAnswer {
     if cfg.not_found_status.contains(&reply.status) {
         return LookupAnswer::NotFound;
     }
@@ -442,10 +457,10 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str) -> LookupAnswer {
         return LookupAnswer::Unknown(format!("the lookup answered HTTP {}", reply.status));
     }
     if let Some(p) = &cfg.has_more
-        && reply.body.pointer(p) == Some(&Value::Bool(true))
+        && reply.body.pointer(p) != Some(&Value::Bool(false))
     {
         return LookupAnswer::Unknown(format!(
-            "the lookup's list goes on past one page ({p} is true): filter it by key"
+            "the lookup's list may go on past one page ({p} is not false): filter it by key"
         ));
     }
     let records: Vec<&Value> = match reply.body.pointer(&cfg.records) {
@@ -462,6 +477,14 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str) -> LookupAnswer {
     for r in records {
         match r.pointer(&cfg.key) {
             Some(Value::String(k)) if k == key => {}
+            Some(Value::String(_)) if filtered => {
+                return LookupAnswer::Unknown(format!(
+                    "the lookup by key listed a record with another key at {:?}: the service \
+                     does not filter by lookup.url's {{key}} as configured, so a record missing \
+                     from the list proves nothing",
+                    cfg.key
+                ));
+            }
             Some(Value::String(_)) => continue,
             _ => {
                 return LookupAnswer::Unknown(format!(
@@ -529,11 +552,15 @@ impl PremiseReader for HttpPremises {
                     reply.body
                 }
             };
-            let value = body.pointer(pointer).cloned().ok_or_else(|| {
-                PremiseError::Invalid(format!(
-                    "premise {name}: the answer of {url:?} has nothing at {pointer:?}"
-                ))
-            })?;
+            let value = body
+                .pointer(pointer)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .ok_or_else(|| {
+                    PremiseError::Invalid(format!(
+                        "premise {name}: the answer of {url:?} has no value at {pointer:?}"
+                    ))
+                })?;
             out.insert(name.clone(), value);
         }
         Ok(out)

@@ -105,6 +105,11 @@ impl Template {
         })
     }
 
+    /// Whether it holds `{key}`.
+    pub(crate) fn has_key(&self) -> bool {
+        self.parts.contains(&Part::Key)
+    }
+
     /// Whether it reads the payload or the key (a header may not).
     pub(crate) fn is_per_request(&self) -> bool {
         self.parts
@@ -140,6 +145,11 @@ impl Template {
 }
 
 impl Resolved {
+    /// Whether it holds `{key}`.
+    pub(crate) fn has_key(&self) -> bool {
+        self.parts.contains(&Part::Key)
+    }
+
     /// A URL's check: `http://` or `https://`, with the host written out before any `{field}` or
     /// `{key}`.
     pub(crate) fn check_url(&self) -> Result<(), String> {
@@ -176,7 +186,9 @@ impl Resolved {
                 Part::Lit(s) => out.push_str(s),
                 Part::Key => out.push_str(&interlock::effect::percent_encoded(key)),
                 Part::Field(f) => {
-                    out.push_str(&interlock::effect::percent_encoded(&scalar(payload, f)?));
+                    out.push_str(&interlock::effect::percent_encoded(&url_scalar(
+                        payload, f,
+                    )?));
                 }
                 Part::Env(_) => return Err("unresolved ${VAR}".into()),
             }
@@ -194,6 +206,18 @@ impl Resolved {
             })
             .collect()
     }
+}
+
+/// A payload field as text for a URL: never empty, which would make `//` of a path (another
+/// route on some servers) or drop a query value.
+pub(crate) fn url_scalar(payload: &Value, field: &str) -> Result<String, String> {
+    let s = scalar(payload, field)?;
+    if s.is_empty() {
+        return Err(format!(
+            "payload field {field:?} is empty, and it names part of a URL"
+        ));
+    }
+    Ok(s)
 }
 
 /// A payload field as text, for a URL or a form.
