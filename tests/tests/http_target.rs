@@ -440,3 +440,54 @@ fn the_payments_api_configured_as_an_http_target_dedupes_at_tier_1() {
     );
     assert_eq!(sim.refunded("pi_1"), 5_000);
 }
+
+/// `verify` against the service's own records, listed as the table's `[records]` says: one credit
+/// under the key holds; a second one made under the same key by other means fails it; a credit
+/// under a key no journal knows is a stranger.
+#[test]
+fn verify_asks_the_service_s_own_records_and_finds_a_second_credit_under_the_key() {
+    use interlock::verify::{Sources, strangers, verify};
+    let w = world(tier2, 10_000);
+    assert!(interlock::target::TargetRecords::records_for(&w.target, &credit(1)).is_ok());
+    assert!(matches!(
+        submit(&w, "req-v", &credit(400)),
+        Outcome::Committed { .. }
+    ));
+    let key = EffectKey::fixed("req-v").unwrap();
+    let happened_once = |w: &World| {
+        let v = verify(
+            w.journal.as_ref(),
+            &key,
+            &Sources {
+                records: Some(&w.target),
+                ..Sources::default()
+            },
+        );
+        v.columns
+            .into_iter()
+            .find(|c| c.name == "happened once")
+            .map(|c| (c.holds, c.detail))
+    };
+    let once = happened_once(&w);
+    assert_eq!(once.as_ref().map(|c| c.0), Some(Some(true)), "{once:?}");
+
+    let post = |key: &str| {
+        ureq::post(format!("{}/credits", w.ledger.base_url))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .header("Content-Type", "application/json")
+            .send(json!({"account": "acct_1", "amount": 400, "request_key": key}).to_string())
+            .unwrap();
+    };
+    post("req-v"); // by hand, under the same key
+    let twice = happened_once(&w);
+    assert_eq!(twice.as_ref().map(|c| c.0), Some(Some(false)), "{twice:?}");
+
+    post("req-nobody-knows");
+    let known = std::collections::HashMap::from([(
+        "req-v".to_owned(),
+        json!({"account": "acct_1", "amount": 400}),
+    )]);
+    let found = strangers(&w.target, &known).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "req-nobody-knows");
+}

@@ -33,6 +33,8 @@ pub struct HttpTargetConfig {
     /// The premises, by name: each read before the decision and again before every send.
     #[serde(default)]
     pub premises: BTreeMap<String, PremiseConfig>,
+    /// Where the service lists its own records, for `verify`'s "happened once" against them.
+    pub records: Option<RecordsConfig>,
     /// Rules over the premises (`"limit - credited >= payload.amount"`), judged at decide, at
     /// every dispatch and at recovery.
     #[serde(default)]
@@ -203,6 +205,27 @@ fn default_id() -> String {
     "/id".into()
 }
 
+/// The service's own records of effects, as `verify` asks for them.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsConfig {
+    /// The URL of a `GET` listing every effect that could be a payload's (`{field}` from the
+    /// payload: the credits of `{account}`), with or without a key.
+    pub url: String,
+    /// A JSON pointer to the list in the answer (default `""`: the answer itself).
+    #[serde(default)]
+    pub records: String,
+    /// A JSON pointer, inside a record, to the key it carries; a record without one is listed as
+    /// made by other means.
+    pub key: String,
+    /// A JSON pointer to a boolean that is false when the list is whole: required, since a
+    /// partial list could hide a second effect under the key.
+    pub has_more: String,
+    /// A URL listing every record that carries a key, whatever the journal knows, for audits
+    /// (`interlock verify --all`'s strangers); no `{field}` or `{key}`.
+    pub tagged_url: Option<String>,
+}
+
 /// One premise: a `GET` and where its value is in the answer.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -350,6 +373,48 @@ impl HttpTargetConfig {
                     }
                 }
                 _ => {}
+            }
+        }
+        if let Some(r) = &self.records {
+            if Template::parse(&r.url).is_ok_and(|t| t.has_key()) {
+                return Err(mistake(
+                    "records.url",
+                    "it lists a payload's records, whatever their key: no {key}",
+                ));
+            }
+            urls.push(("records.url".into(), &r.url));
+            pointer("records.records", &r.records)?;
+            pointer("records.key", &r.key)?;
+            pointer("records.has_more", &r.has_more)?;
+            if r.key.is_empty() || r.has_more.is_empty() {
+                return Err(mistake(
+                    "records",
+                    "name where a record keeps its key (key) and where the answer says the list \
+                     goes on (has_more)",
+                ));
+            }
+            if let (Some(k), BodyKind::Json | BodyKind::Form) =
+                (&self.send.key_field, self.send.body)
+            {
+                let at = key_pointer(k, self.send.body);
+                if r.key != at {
+                    return Err(mistake(
+                        "records.key",
+                        format!("the send puts the key at {at:?}: set records.key = {at:?}"),
+                    ));
+                }
+            }
+            if let Some(t) = &r.tagged_url {
+                let parsed = Template::parse(t).map_err(|m| mistake("records.tagged_url", m))?;
+                if parsed.is_per_request() {
+                    return Err(mistake(
+                        "records.tagged_url",
+                        "it lists every record, so it takes no {field} or {key}",
+                    ));
+                }
+                parsed
+                    .check_url_shape(t)
+                    .map_err(|m| mistake("records.tagged_url", m))?;
             }
         }
         for (name, p) in &self.premises {
@@ -530,6 +595,18 @@ mod tests {
     #[test]
     fn every_mistake_names_its_field() {
         for (text, field) in [
+            (
+                "[send]\nurl = \"http://x/\"\n[records]\nurl = \"http://x/?k={key}\"\nkey = \"/k\"\nhas_more = \"/m\"\n",
+                "records.url",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[records]\nurl = \"http://x/\"\nkey = \"/k\"\nhas_more = \"/m\"\ntagged_url = \"http://x/{a}\"\n",
+                "records.tagged_url",
+            ),
+            (
+                "[send]\nurl = \"http://x/\"\n[records]\nurl = \"http://x/\"\nkey = \"/k\"\n",
+                "missing field `has_more`",
+            ),
             (
                 "[send]\nurl = \"http://x/\"\n[lookup]\nurl = \"http://x/?k={key}\"\nkey = \"/k\"\n",
                 "send.key_field",

@@ -53,6 +53,6 @@ mod template;
 
 pub use config::{
     AnswerOutcome, AnswerRule, BodyKind, ConfigMistake, ErrorFields, FieldKind, FieldType,
-    HttpTargetConfig, Idempotency, LookupConfig, Method, PremiseConfig, SendConfig,
+    HttpTargetConfig, Idempotency, LookupConfig, Method, PremiseConfig, RecordsConfig, SendConfig,
 };
 pub use target::{HttpPremises, HttpTarget, HttpTargetError};

@@ -11,12 +11,15 @@ use interlock::core::{Premises, Tier};
 use interlock::effect::EffectKey;
 use interlock::gate::{Bound, Gate};
 use interlock::premise::{PremiseError, PremiseReader};
-use interlock::target::{CanonicalError, LookupAnswer, SendAnswer, SendRequest, Target};
+use interlock::target::{
+    CanonicalError, LookupAnswer, SendAnswer, SendRequest, Target, TargetRecords,
+};
 use serde_json::{Map, Value};
 
 use crate::answer::{Reply, classify};
 use crate::config::{
-    AnswerRule, BodyKind, ErrorFields, FieldKind, FieldType, HttpTargetConfig, LookupConfig, Method,
+    AnswerRule, BodyKind, ErrorFields, FieldKind, FieldType, HttpTargetConfig, LookupConfig,
+    Method, RecordsConfig,
 };
 use crate::template::{Resolved, Template, scalar, url_scalar};
 
@@ -61,6 +64,8 @@ struct Inner {
     replayed_header: Option<String>,
     lookup: Option<(Resolved, LookupConfig)>,
     premises: Vec<(String, Resolved, String)>,
+    /// The records' listing, its table and the audit listing.
+    records: Option<(Resolved, RecordsConfig, Option<Resolved>)>,
     answers: Vec<AnswerRule>,
     errors: ErrorFields,
     read_timeout: Duration,
@@ -141,6 +146,17 @@ impl HttpTarget {
                 c.pointer.clone(),
             ));
         }
+        let records = match &cfg.records {
+            Some(r) => Some((
+                url("records.url", &r.url, env)?,
+                r.clone(),
+                match &r.tagged_url {
+                    Some(t) => Some(url("records.tagged_url", t, env)?),
+                    None => None,
+                },
+            )),
+            None => None,
+        };
         let mut url_fields: Vec<String> = Vec::new();
         let templates = std::iter::once(&cfg.send.url)
             .chain(cfg.lookup.iter().map(|l| &l.url))
@@ -180,6 +196,7 @@ impl HttpTarget {
                     .and_then(|i| i.replayed_header.clone()),
                 lookup,
                 premises,
+                records,
                 answers: cfg.answers.clone(),
                 errors: cfg.errors.clone(),
                 read_timeout: Duration::from_millis(cfg.read_timeout_ms),
@@ -511,6 +528,73 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> Lookup
         0 => LookupAnswer::NotFound,
         1 => LookupAnswer::Found(mine.remove(0)),
         _ => LookupAnswer::Several(mine),
+    }
+}
+
+impl HttpTarget {
+    /// Whether the configuration names where the service lists its records.
+    pub fn has_records(&self) -> bool {
+        self.inner.records.is_some()
+    }
+
+    fn listed(&self, url: &str, cfg: &RecordsConfig) -> Result<Vec<Value>, String> {
+        let reply = self.request("GET", url, None, &[], self.inner.read_timeout)?;
+        if !(200..300).contains(&reply.status) {
+            return Err(format!(
+                "the records' listing answered HTTP {}",
+                reply.status
+            ));
+        }
+        if reply.body.pointer(&cfg.has_more) != Some(&Value::Bool(false)) {
+            return Err(format!(
+                "the records' listing may go on past one page ({} is not false)",
+                cfg.has_more
+            ));
+        }
+        match reply.body.pointer(&cfg.records) {
+            Some(Value::Array(items)) => Ok(items.clone()),
+            _ => Err(format!(
+                "the records' listing has no list at {:?} (records.records)",
+                cfg.records
+            )),
+        }
+    }
+}
+
+impl TargetRecords for HttpTarget {
+    fn records_for(&self, payload: &Value) -> Result<Vec<Value>, String> {
+        let (url, cfg, _) = self
+            .inner
+            .records
+            .as_ref()
+            .ok_or_else(|| format!("target {} lists no records", self.inner.name))?;
+        // The listing takes no key: the URL was checked to hold none.
+        let filled = url.fill("", payload)?;
+        self.listed(&filled, cfg)
+    }
+
+    fn tagged(&self) -> Result<Vec<Value>, String> {
+        let (_, cfg, tagged) = self
+            .inner
+            .records
+            .as_ref()
+            .ok_or_else(|| format!("target {} lists no records", self.inner.name))?;
+        let tagged = tagged.as_ref().ok_or_else(|| {
+            format!(
+                "target {} names no records.tagged_url to list every keyed record",
+                self.inner.name
+            )
+        })?;
+        Ok(self
+            .listed(&tagged.fixed(), cfg)?
+            .into_iter()
+            .filter(|r| self.key_of(r).is_some())
+            .collect())
+    }
+
+    fn key_of<'a>(&self, record: &'a Value) -> Option<&'a str> {
+        let (_, cfg, _) = self.inner.records.as_ref()?;
+        record.pointer(&cfg.key).and_then(Value::as_str)
     }
 }
 

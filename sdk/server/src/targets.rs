@@ -175,7 +175,9 @@ fn build(gate: &Gate, name: &str, cfg: &TargetConfig) -> Result<TargetEntry, Str
             tracing::info!(name, tier = ?target.tier(), "http target");
             Ok(TargetEntry {
                 bound,
-                records: None,
+                records: target
+                    .has_records()
+                    .then(|| Arc::new(target.clone()) as Arc<dyn TargetRecords>),
                 // The target's canonical form refuses a payload of another shape
                 // (`REFUSED:invalid_payload`) before anything is journaled.
                 check_payload: None,

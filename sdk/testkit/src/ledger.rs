@@ -185,10 +185,12 @@ fn handle(books: &Mutex<Books>, auth: &str, mut req: Request) {
         }
         (Method::Get, "/credits") => {
             let key = query(&url, "request_key");
+            let account = query(&url, "account");
             let data: Vec<Value> = lock(books)
                 .credits
                 .iter()
                 .filter(|c| key.is_none() || c.request_key == key)
+                .filter(|c| account.as_ref().is_none_or(|a| &c.account == a))
                 .map(Credit::as_json)
                 .collect();
             answer(req, 200, &json!({"data": data, "has_more": false}));
@@ -220,7 +222,8 @@ fn handle(books: &Mutex<Books>, auth: &str, mut req: Request) {
 
 /// The gate server's table for the ledger as target `name`, its address and token read from
 /// `LEDGER_URL` and `LEDGER_TOKEN`: tier 2 with `lookup` (credits listed by key), tier 3 without.
-/// Premises: the account's limit and what was credited to it by other requests; one rule.
+/// Premises: the account's limit and what was credited to it by other requests; one rule; the
+/// credits of an account as the service's own records, for `verify`.
 pub fn target_table(name: &str, lookup: bool) -> String {
     let mut t = format!(
         "[targets.{name}]\n\
@@ -241,6 +244,14 @@ pub fn target_table(name: &str, lookup: bool) -> String {
          url = \"${{LEDGER_URL}}/accounts/{{account}}?excluding={{key}}\"\n\
          pointer = \"/credited\"\n"
     );
+    t.push_str(&format!(
+        "[targets.{name}.records]\n\
+         url = \"${{LEDGER_URL}}/credits?account={{account}}\"\n\
+         records = \"/data\"\n\
+         key = \"/request_key\"\n\
+         has_more = \"/has_more\"\n\
+         tagged_url = \"${{LEDGER_URL}}/credits\"\n"
+    ));
     if lookup {
         t.push_str(&format!(
             "[targets.{name}.lookup]\n\
