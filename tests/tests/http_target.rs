@@ -471,18 +471,12 @@ fn verify_asks_the_service_s_own_records_and_finds_a_second_credit_under_the_key
     let once = happened_once(&w);
     assert_eq!(once.as_ref().map(|c| c.0), Some(Some(true)), "{once:?}");
 
-    let post = |key: &str| {
-        ureq::post(format!("{}/credits", w.ledger.base_url))
-            .header("Authorization", format!("Bearer {TOKEN}"))
-            .header("Content-Type", "application/json")
-            .send(json!({"account": "acct_1", "amount": 400, "request_key": key}).to_string())
-            .unwrap();
-    };
-    post("req-v"); // by hand, under the same key
+    w.ledger.credit_by_hand("acct_1", 400, Some("req-v"));
     let twice = happened_once(&w);
     assert_eq!(twice.as_ref().map(|c| c.0), Some(Some(false)), "{twice:?}");
 
-    post("req-nobody-knows");
+    w.ledger
+        .credit_by_hand("acct_1", 400, Some("req-nobody-knows"));
     let known = std::collections::HashMap::from([(
         "req-v".to_owned(),
         json!({"account": "acct_1", "amount": 400}),

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use interlock::journal::Journal;
 use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
+use interlock::target::TargetRecords;
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
 use interlock::{EffectKey, JournalStore, SqliteJournal, SystemClock};
 use interlock_stripe::{StripeConfig, StripeRefunds};
@@ -80,9 +81,15 @@ pub(crate) struct VerifyArgs {
     /// The directory group whose members may settle an ambiguous effect.
     #[arg(long, default_value = interlock::settle::DEFAULT_GROUP)]
     settle_group: String,
-    /// Ask the Stripe target (STRIPE_API_BASE, STRIPE_SECRET_KEY) for its own records.
+    /// Ask the target for its own records: the Stripe target from the environment
+    /// (STRIPE_API_BASE, STRIPE_SECRET_KEY), or, with --config, each effect's own target.
     #[arg(long)]
     ask_target: bool,
+    /// The gate server's file (`interlock serve --config`): with --ask-target, each effect's
+    /// records are asked of the target of the file that has the name it was journaled under
+    /// (an HTTP target's `[records]`, or a Stripe account).
+    #[arg(long, value_name = "FILE", requires = "ask_target")]
+    config: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -101,6 +108,9 @@ fn hmac_key(file: Option<&PathBuf>) -> anyhow::Result<Option<Vec<u8>>> {
         _ => Ok(None),
     }
 }
+
+/// A target's records, or why they cannot be asked.
+type Asked = Result<Arc<dyn TargetRecords>, String>;
 
 fn keys(j: &dyn JournalStore, key: Option<String>, all: bool) -> anyhow::Result<Vec<String>> {
     match (key, all) {
@@ -236,16 +246,46 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
         (None, Some(f)) => Some(VerifyingKeyKind::ed25519_from_hex(&read_key(f)?)?),
         (None, None) => None,
     };
-    let target = if args.ask_target {
-        Some(StripeRefunds::new(StripeConfig::from_env().context(
-            "--ask-target reads the Stripe target from the environment",
-        )?))
+    // The targets asked: every target of the file (by the name an effect was journaled under),
+    // or the Stripe target from the environment for every effect.
+    let by_name: Option<BTreeMap<String, Asked>> = match &args.config {
+        Some(path) => Some(
+            interlock_server::ServerConfig::load(path)?
+                .targets
+                .iter()
+                .map(|(name, cfg)| {
+                    (
+                        name.clone(),
+                        interlock_server::targets::records_of(name, cfg),
+                    )
+                })
+                .collect(),
+        ),
+        None => None,
+    };
+    let target: Option<Arc<dyn TargetRecords>> = if args.ask_target && by_name.is_none() {
+        Some(Arc::new(StripeRefunds::new(
+            StripeConfig::from_env().context(
+                "--ask-target reads the Stripe target from the environment (or pass --config)",
+            )?,
+        )))
     } else {
         None
     };
-    let records = target
-        .as_ref()
-        .map(|t| t as &dyn interlock::target::TargetRecords);
+    let records_for_key = |key: &EffectKey| -> Result<Option<Arc<dyn TargetRecords>>, String> {
+        let Some(by_name) = &by_name else {
+            return Ok(target.clone());
+        };
+        let name = crate::recovery::journaled_target(j, key).map_err(|e| format!("{e:#}"))?;
+        match by_name.get(&name) {
+            Some(Ok(r)) => Ok(Some(r.clone())),
+            Some(Err(why)) => Err(format!("the target's records could not be asked: {why}")),
+            None => Err(format!(
+                "the effect was journaled under target {name:?}, which --config does not \
+                 configure: add [targets.{name}] to it"
+            )),
+        }
+    };
     let budgets = j
         .budget_changes()
         .context("reading the journal's budget changes")?;
@@ -291,7 +331,7 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
         .filter(|k| !in_journal.contains(k))
         .cloned()
         .collect();
-    ks.extend(only_in_receipts);
+    ks.extend(only_in_receipts.iter().cloned());
     for k in &ks {
         if let Some(why) = doubtful.remove(k) {
             out.push(Verification::failed(k.clone(), why));
@@ -315,12 +355,21 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
                 continue;
             }
         };
+        let asked = match records_for_key(&key) {
+            Ok(asked) => asked,
+            // Only in a receipt: verify says what the journal lost.
+            Err(_) if only_in_receipts.contains(k) => None,
+            Err(why) => {
+                out.push(Verification::failed(k.clone(), why));
+                continue;
+            }
+        };
         out.push(verify_key(
             j,
             &key,
             &Sources {
                 leases: Some(j),
-                records,
+                records: asked.as_deref(),
                 receipt: receipt.as_ref(),
                 key: verifier.as_ref(),
                 accept_unchecked_signatures: args.accept_unchecked_signatures,
@@ -330,7 +379,15 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
             },
         ));
     }
-    if let (Some(records), true) = (records, args.all) {
+    let asked_all: Vec<(String, Arc<dyn TargetRecords>)> = match (&by_name, &target) {
+        (Some(by_name), _) => by_name
+            .iter()
+            .filter_map(|(n, r)| r.as_ref().ok().map(|r| (n.clone(), r.clone())))
+            .collect(),
+        (None, Some(t)) => vec![("the target".to_owned(), t.clone())],
+        (None, None) => Vec::new(),
+    };
+    if args.all && !asked_all.is_empty() {
         let mut known = HashMap::new();
         journaled_payloads(j, &ks, &mut known);
         for path in &args.also_journals {
@@ -338,12 +395,17 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
                 .with_context(|| format!("opening --also-journal {}", path.display()))?;
             journaled_payloads(&other, &other.keys()?, &mut known);
         }
-        match strangers(records, &known) {
-            Ok(found) => out.extend(found),
-            Err(e) => out.push(Verification::failed(
-                "(the target's records)",
-                format!("the target's refunds could not be listed, so unknown keys were not looked for: {e}"),
-            )),
+        for (name, records) in &asked_all {
+            match strangers(records.as_ref(), &known) {
+                Ok(found) => out.extend(found),
+                Err(e) => out.push(Verification::failed(
+                    format!("({name}'s records)"),
+                    format!(
+                        "the target's records could not be listed, so unknown keys were not \
+                         looked for: {e}"
+                    ),
+                )),
+            }
         }
     }
     let all_hold = out.iter().all(Verification::holds);

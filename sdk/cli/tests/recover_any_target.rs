@@ -131,6 +131,34 @@ fn recover_finds_an_http_target_by_its_journaled_name_in_the_server_s_file() {
     let again = recover(&journal, &ledger, &["--config", file.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
     assert_eq!(ledger.credits().len(), 1, "a second recovery sends nothing");
+
+    // verify asks the same target, found the same way, for the service's own records.
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_interlock"))
+            .arg("--journal")
+            .arg(&journal)
+            .args(["verify", "req-1", "--ask-target", "--config"])
+            .arg(&file)
+            .env("LEDGER_URL", &ledger.base_url)
+            .env("LEDGER_TOKEN", TOKEN)
+            .output()
+            .unwrap()
+    };
+    let holds = verify();
+    assert_eq!(holds.status.code(), Some(0), "{}", text(&holds));
+    assert!(
+        text(&holds).contains("1 effect(s) at the target carry the key"),
+        "{}",
+        text(&holds)
+    );
+    ledger.credit_by_hand("acct_1", 700, Some("req-1"));
+    let twice = verify();
+    assert_eq!(twice.status.code(), Some(1), "{}", text(&twice));
+    assert!(
+        text(&twice).contains("2 effect(s) at the target carry the key"),
+        "{}",
+        text(&twice)
+    );
 }
 
 /// A free loopback port (bound and released: another process could take it, but rarely does).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use interlock::target::{Target, TargetRecords};
 use interlock::{Bound, Gate, Tier};
 use interlock_http::HttpTarget;
-use interlock_stripe::{RefundPayload, StripeConfig, StripeRefundsSetup};
+use interlock_stripe::{RefundPayload, StripeConfig, StripeRefunds, StripeRefundsSetup};
 use serde_json::Value;
 
 use crate::config::TargetConfig;
@@ -129,6 +129,39 @@ pub fn check_name(name: &str) -> Result<(), String> {
         Err(format!(
             "target name {name:?} must be 1–64 letters, digits, '_', '-' or '.'"
         ))
+    }
+}
+
+/// The records of the target configured as `name`, for `verify` to ask (no gate needed): a
+/// Stripe account's refunds, or an HTTP target's `[records]`; why not, if it lists none or
+/// cannot be built (a secret not set).
+pub fn records_of(name: &str, cfg: &TargetConfig) -> Result<Arc<dyn TargetRecords>, String> {
+    match cfg {
+        TargetConfig::StripeRefunds {
+            api_base,
+            secret_key_env,
+            ..
+        } => {
+            let secret = std::env::var(secret_key_env).map_err(|_| {
+                format!(
+                    "{secret_key_env} is not set: export the Stripe secret key of target {name}"
+                )
+            })?;
+            let stripe =
+                StripeConfig::as_allowed(api_base.clone(), secret).map_err(|e| e.to_string())?;
+            Ok(Arc::new(StripeRefunds::new(stripe).named(name)))
+        }
+        TargetConfig::Http(http) => {
+            let target = HttpTarget::from_config(name, http).map_err(|e| e.to_string())?;
+            if target.has_records() {
+                Ok(Arc::new(target))
+            } else {
+                Err(format!(
+                    "target {name} names no [records] table: the service's own records cannot be \
+                     asked"
+                ))
+            }
+        }
     }
 }
 

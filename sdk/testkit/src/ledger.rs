@@ -99,6 +99,18 @@ impl Ledger {
         lock(&self.books).credits.clone()
     }
 
+    /// A credit made by other means than the gate (a person, another system), under `key`.
+    pub fn credit_by_hand(&self, account: &str, amount: i64, key: Option<&str>) {
+        let mut b = lock(&self.books);
+        let id = format!("cr_{}", b.credits.len() + 1);
+        b.credits.push(Credit {
+            id,
+            account: account.to_owned(),
+            amount,
+            request_key: key.map(str::to_owned),
+        });
+    }
+
     /// The next credit is applied and its answer held for `hold`.
     pub fn hold_next_answer(&self, hold: Duration) {
         lock(&self.books).hold_after_apply = Some(hold);
