@@ -484,4 +484,22 @@ fn verify_asks_the_service_s_own_records_and_finds_a_second_credit_under_the_key
     let found = strangers(&w.target, &known).unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].key, "req-nobody-knows");
+
+    // A service that cannot answer does not let an audit that asked it pass.
+    let World {
+        ledger,
+        journal,
+        target,
+        ..
+    } = w;
+    drop(ledger);
+    let v = verify(
+        journal.as_ref(),
+        &key,
+        &Sources {
+            records: Some(&target),
+            ..Sources::default()
+        },
+    );
+    assert!(!v.holds(), "{v:?}");
 }

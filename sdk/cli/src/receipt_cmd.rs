@@ -12,7 +12,7 @@ use interlock::receipt::{Receipt, SigningKeyKind, VerifyingKeyKind, build};
 use interlock::target::TargetRecords;
 use interlock::verify::{Sources, Verification, strangers, verify as verify_key};
 use interlock::{EffectKey, JournalStore, SqliteJournal, SystemClock};
-use interlock_stripe::{StripeConfig, StripeRefunds};
+use interlock_stripe::{RefundPayload, StripeConfig, StripeRefunds};
 
 #[derive(Subcommand)]
 pub(crate) enum ReceiptCmd {
@@ -274,7 +274,18 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
     };
     let records_for_key = |key: &EffectKey| -> Result<Option<Arc<dyn TargetRecords>>, String> {
         let Some(by_name) = &by_name else {
-            return Ok(target.clone());
+            // The Stripe target from the environment answers for refunds only: an effect of
+            // another kind (an MCP tool's, an HTTP target's) is not asked (--config asks each
+            // effect's own target).
+            let is_refund = j
+                .state(key)
+                .ok()
+                .and_then(|s| {
+                    s.first()
+                        .map(|p| RefundPayload::from_value(&p.payload).is_ok())
+                })
+                .unwrap_or(false);
+            return Ok(target.clone().filter(|_| is_refund));
         };
         let name = crate::recovery::journaled_target(j, key).map_err(|e| format!("{e:#}"))?;
         match by_name.get(&name) {
@@ -379,12 +390,12 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
             },
         ));
     }
-    let asked_all: Vec<(String, Arc<dyn TargetRecords>)> = match (&by_name, &target) {
+    let asked_all: Vec<(String, Asked)> = match (&by_name, &target) {
         (Some(by_name), _) => by_name
             .iter()
-            .filter_map(|(n, r)| r.as_ref().ok().map(|r| (n.clone(), r.clone())))
+            .map(|(n, r)| (n.clone(), r.clone()))
             .collect(),
-        (None, Some(t)) => vec![("the target".to_owned(), t.clone())],
+        (None, Some(t)) => vec![("the target".to_owned(), Ok(t.clone()))],
         (None, None) => Vec::new(),
     };
     if args.all && !asked_all.is_empty() {
@@ -396,7 +407,11 @@ pub(crate) fn verify(j: &dyn JournalStore, args: VerifyArgs) -> anyhow::Result<b
             journaled_payloads(&other, &other.keys()?, &mut known);
         }
         for (name, records) in &asked_all {
-            match strangers(records.as_ref(), &known) {
+            let listed = records
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|r| strangers(r.as_ref(), &known));
+            match listed {
                 Ok(found) => out.extend(found),
                 Err(e) => out.push(Verification::failed(
                     format!("({name}'s records)"),

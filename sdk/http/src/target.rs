@@ -551,13 +551,28 @@ impl HttpTarget {
                 cfg.has_more
             ));
         }
-        match reply.body.pointer(&cfg.records) {
-            Some(Value::Array(items)) => Ok(items.clone()),
-            _ => Err(format!(
+        let Some(Value::Array(items)) = reply.body.pointer(&cfg.records) else {
+            return Err(format!(
                 "the records' listing has no list at {:?} (records.records)",
                 cfg.records
-            )),
+            ));
+        };
+        // A record must say which key it carries (null: none, made by other means) and name
+        // itself: a wrong pointer would make every record look untagged and hide a second
+        // effect under the key.
+        for r in items {
+            if !matches!(r.pointer(&cfg.key), Some(Value::String(_) | Value::Null)) {
+                return Err(format!(
+                    "a record has no key field at {:?} (records.key; null for a record made \
+                     without a key)",
+                    cfg.key
+                ));
+            }
+            if !r.get("id").is_some_and(Value::is_string) {
+                return Err("a record has no string \"id\": records are told apart by it".into());
+            }
         }
+        Ok(items.clone())
     }
 }
 

@@ -505,11 +505,13 @@ fn happened_once(
     };
     let all = match records.records_for(&derived.payload) {
         Ok(all) => all,
+        // Asked and not answered (down, a partial list, a record that cannot be read): what
+        // the target holds is unknown, and an audit that was told to ask does not pass on it.
         Err(e) => {
             return col(
                 "happened once",
-                None,
-                format!("the target could not be asked: {e}"),
+                Some(false),
+                format!("the target was asked and could not answer: {e}; ask again when it can"),
             );
         }
     };
