@@ -63,13 +63,13 @@ fn rule_matches(rule: &AnswerRule, reply: &Reply) -> bool {
 /// since the first send (401, 403, 404, 405, 407, 421), the request was cut short (408, 431) or
 /// the first request under the key may still run (409, 425, 429). A resend answered so may
 /// follow a first send that landed, so it is unknown, never a failure.
-pub(crate) const UNCERTAIN_4XX: [u16; 10] = [401, 403, 404, 405, 407, 408, 409, 421, 425, 429];
+pub(crate) const UNCERTAIN_4XX: [u16; 11] = [401, 403, 404, 405, 407, 408, 409, 421, 425, 429, 431];
 
 fn default_outcome(reply: &Reply) -> AnswerOutcome {
     match reply.status {
         200..=299 if reply.replayed => AnswerOutcome::Replayed,
         200..=299 => AnswerOutcome::Done,
-        s if UNCERTAIN_4XX.contains(&s) || s == 431 => AnswerOutcome::Unknown,
+        s if UNCERTAIN_4XX.contains(&s) => AnswerOutcome::Unknown,
         400..=499 => AnswerOutcome::Failed,
         _ => AnswerOutcome::Unknown,
     }
@@ -79,7 +79,7 @@ fn default_outcome(reply: &Reply) -> AnswerOutcome {
 /// only for a 4xx that is certain (or a 2xx whose body says so), "done" only for a 2xx,
 /// "replayed" for a 2xx or a 4xx. Anything may be unknown.
 pub(crate) fn allowed(status: StatusMatch, outcome: AnswerOutcome) -> Result<(), String> {
-    let certain_4xx = |n: u16| (400..500).contains(&n) && !UNCERTAIN_4XX.contains(&n) && n != 431;
+    let certain_4xx = |n: u16| (400..500).contains(&n) && !UNCERTAIN_4XX.contains(&n);
     let ok = match (outcome, status) {
         (AnswerOutcome::Unknown, _) => true,
         (AnswerOutcome::Done, StatusMatch::Class(c)) => c == 2,

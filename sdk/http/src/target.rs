@@ -157,15 +157,12 @@ impl HttpTarget {
             )),
             None => None,
         };
-        let mut url_fields: Vec<String> = Vec::new();
-        let templates = std::iter::once(&cfg.send.url)
-            .chain(cfg.lookup.iter().map(|l| &l.url))
-            .chain(cfg.premises.values().map(|p| &p.url));
-        for t in templates {
-            if let Ok(t) = Template::parse(t) {
-                url_fields.extend(t.fields().map(str::to_owned));
-            }
-        }
+        let mut url_fields: Vec<String> = std::iter::once(&send_url)
+            .chain(lookup.iter().map(|(l, _)| l))
+            .chain(premises.iter().map(|(_, p, _)| p))
+            .flat_map(Resolved::fields)
+            .map(str::to_owned)
+            .collect();
         url_fields.sort();
         url_fields.dedup();
         let agent: ureq::Agent = ureq::Agent::config_builder()

@@ -145,6 +145,14 @@ impl Template {
 }
 
 impl Resolved {
+    /// The payload fields it reads.
+    pub(crate) fn fields(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Field(f) => Some(f.as_str()),
+            _ => None,
+        })
+    }
+
     /// Whether it holds `{key}`.
     pub(crate) fn has_key(&self) -> bool {
         self.parts.contains(&Part::Key)

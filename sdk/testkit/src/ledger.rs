@@ -42,6 +42,20 @@ struct Books {
     fail_before_apply: Option<u16>,
 }
 
+impl Books {
+    /// Record a credit (`cr_N`, in order) and return it.
+    fn credit(&mut self, account: &str, amount: i64, key: Option<&str>) -> Credit {
+        let credit = Credit {
+            id: format!("cr_{}", self.credits.len() + 1),
+            account: account.to_owned(),
+            amount,
+            request_key: key.map(str::to_owned),
+        };
+        self.credits.push(credit.clone());
+        credit
+    }
+}
+
 /// The service, running on a loopback port; stops when dropped.
 pub struct Ledger {
     server: Arc<Server>,
@@ -101,14 +115,7 @@ impl Ledger {
 
     /// A credit made by other means than the gate (a person, another system), under `key`.
     pub fn credit_by_hand(&self, account: &str, amount: i64, key: Option<&str>) {
-        let mut b = lock(&self.books);
-        let id = format!("cr_{}", b.credits.len() + 1);
-        b.credits.push(Credit {
-            id,
-            account: account.to_owned(),
-            amount,
-            request_key: key.map(str::to_owned),
-        });
+        lock(&self.books).credit(account, amount, key);
     }
 
     /// The next credit is applied and its answer held for `hold`.
@@ -178,16 +185,8 @@ fn handle(books: &Mutex<Books>, auth: &str, mut req: Request) {
                     drop(b);
                     return answer(req, 404, &error("no_such_account", account));
                 }
-                let credit = Credit {
-                    id: format!("cr_{}", b.credits.len() + 1),
-                    account: account.to_owned(),
-                    amount,
-                    request_key: body
-                        .get("request_key")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                };
-                b.credits.push(credit.clone());
+                let key = body.get("request_key").and_then(Value::as_str);
+                let credit = b.credit(account, amount, key);
                 (credit, b.hold_after_apply.take())
             };
             if let Some(hold) = hold {
