@@ -426,7 +426,9 @@ impl interlock::LeaseStore for Unreachable {
     }
 }
 
-fn a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous(kind: Kind) {
+fn a_fence_at_tier_3_withdraws_the_dispatch_and_the_next_attempt_re_checks_and_sends_it_once(
+    kind: Kind,
+) {
     let b = Bench::new(kind, Tier::Two);
     // Proposed through a binding that claims tier 3; the lease store is down, so the proposal
     // waits, journaled at tier 3.
@@ -444,21 +446,43 @@ fn a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous(kin
     });
     let out = b.bind(&down, blind).submit(&b.effect()).unwrap();
     assert!(matches!(out, Outcome::Retry { .. }), "{out:?}");
-    // A binding of the same service with a lookup continues it, fenced after its dispatch: the
-    // effect recovers at tier 3 (the worse of the journaled and the bound), where "not sent"
-    // cannot be learnt, so the dispatched send goes out.
+    // A binding of the same service continues it, fenced after its dispatch (its caller went
+    // away): the effect recovers at tier 3 (the worse of the journaled and the bound), where the
+    // service cannot say "not sent", but the attempt's own withdrawal does. It sends nothing,
+    // so a lease revoked while its caller is gone is read by the next attempt, not sent under.
     let out = b.stalled_after_dispatch(b.sim_target(), true, false);
+    assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
+    assert_eq!(b.sim.requests(), 0, "sent after its caller went away");
+    // The next attempt sends it, once, never marking it ambiguous.
+    let out = b
+        .bind(&b.gate("next", None), b.sim_target())
+        .submit(&b.effect())
+        .unwrap();
+    assert_eq!(out.label(), "COMMITTED/first_send", "{out:?}");
+    assert_eq!(b.refunded(), AMOUNT);
+}
+
+fn a_fence_at_tier_3_after_a_revocation_sends_nothing_and_the_next_attempt_refuses(kind: Kind) {
+    let b = Bench::new(kind, Tier::Three);
+    let blind: Arc<dyn Target> = Arc::new(Claims {
+        inner: SimTarget(b.sim.clone()),
+        tier: Tier::Three,
+        name: "sim-payments",
+    });
+    // Its caller goes away and the approval is revoked while the attempt stalls between its
+    // dispatch and its send.
+    let out = b.stalled_after_dispatch(blind.clone(), true, true);
+    assert!(matches!(out, Outcome::Superseded { .. }), "{out:?}");
+    assert_eq!(b.sim.requests(), 0, "sent after its lease was revoked");
+    let out = b
+        .bind(&b.gate("next", None), blind)
+        .recover(&World::key())
+        .unwrap();
     assert!(
-        matches!(
-            out,
-            Outcome::Committed {
-                via: Via::FirstSend,
-                ..
-            }
-        ),
+        matches!(&out, Outcome::Refused(r) if r.code == RefusalCode::LeaseAtRecovery),
         "{out:?}"
     );
-    assert_eq!(b.refunded(), AMOUNT);
+    assert_eq!(b.refunded(), 0);
 }
 
 /// A premise reader during whose read the attempt is cancelled (its caller goes away).
@@ -615,7 +639,8 @@ interlock_tests::every_store!(
     a_cancelled_attempt_dispatches_takes_over_and_resends_nothing,
     an_attempt_fenced_between_its_dispatch_and_its_send_sends_nothing,
     a_cancellation_after_the_dispatch_sends_it_and_the_effect_resolves,
-    a_fence_never_leaves_an_effect_journaled_at_tier_3_to_be_marked_ambiguous,
+    a_fence_at_tier_3_withdraws_the_dispatch_and_the_next_attempt_re_checks_and_sends_it_once,
+    a_fence_at_tier_3_after_a_revocation_sends_nothing_and_the_next_attempt_refuses,
     an_attempt_cancelled_while_its_premises_are_read_journals_nothing_at_any_tier,
     a_tier_1_target_that_ignores_its_key_is_recorded_as_applying_twice_and_trusted_as_tier_2,
 );

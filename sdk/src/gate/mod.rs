@@ -756,10 +756,10 @@ impl Bound {
     /// once) and leaves the effect in flight, for the next attempt to recover as after a crash at
     /// that point (with the lease and the premises read again), without waiting out the claim.
     /// Only where another attempt is sure to follow — a gate server whose caller's
-    /// connection broke, or that is draining — and only where recovery can ask the target (not
-    /// at tier 3, where the effect could only be marked ambiguous); a cancellation that ends the
-    /// effect's attempts for good (a workflow cancelled) must not fence, or the effect stays in
-    /// flight until someone recovers it.
+    /// connection broke, or that is draining; a cancellation that ends the effect's attempts for
+    /// good (a workflow cancelled) must not fence, or the effect stays in flight until someone
+    /// recovers it. At tier 3 too: the withdrawal says nothing left, so the next attempt sends
+    /// or refuses, never marks the effect ambiguous.
     pub fn with_fence(mut self, fence: StopCheck) -> Self {
         self.fence = Some(fence);
         self

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use crate::core::transition::{self, Holding};
-use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Tier, Via};
+use crate::core::{EffectState, Event, LeaseVerdict, Proposed, SendAnswer, Via};
 use crate::effect::EffectKey;
 use crate::faults::FaultPoint;
 use crate::journal::Verified;
@@ -67,13 +67,13 @@ impl Bound {
             }));
         }
         // A fenced attempt (its gate server's caller went away, or the server is draining)
-        // stops here even after its own dispatch, where recovery can ask the target: the record
-        // stays in flight, the lock is released on return, and the next attempt recovers it as
-        // after a crash at this point, re-reading the lease and the premises, which may have moved
-        // while this attempt stalled. At tier 3 the dispatched send goes out.
-        let recoverable = transition::recovery_tier(first.tier, self.tier()) != Tier::Three
-            && self.target.has_lookup();
-        if recoverable && self.fenced() {
+        // stops here even after its own dispatch: the record stays in flight, the lock is
+        // released on return, and the next attempt recovers it as after a crash at this point,
+        // re-reading the lease and the premises, which may have moved while this attempt
+        // stalled. At every tier: the withdrawal is this holder's word that nothing left under
+        // its claim, so even at tier 3, where the service cannot be asked, the next attempt
+        // sends or refuses and never marks the effect ambiguous.
+        if self.fenced() {
             // This holder's own word that nothing left under its claim ends that send's window
             // at once: the next attempt's lookup is conclusive, not a wait for the deadline.
             self.withdraw(

@@ -226,6 +226,16 @@ pub fn models(quick: bool) -> Vec<Config> {
             },
             b(1, 1, 6),
         ),
+        model(
+            "tier 3, 2 workers, fenced callers, revocations",
+            Tier::Three,
+            w(Tier::Three, 2),
+            Faults {
+                fences: 1,
+                ..revoke
+            },
+            b(1, 1, 6),
+        ),
     ]);
     if !quick {
         out.push(model(

@@ -834,9 +834,9 @@ pub fn actions(cfg: &Config, s: &State) -> Vec<Action> {
     if cfg.settles && resolution(s) == Some("AMBIGUOUS") {
         out.push(Action::Settle);
     }
-    if s.fences_left > 0 && cfg.has_lookup() {
+    if s.fences_left > 0 {
         for (i, a) in s.actors.iter().enumerate() {
-            if matches!(a.pc, Pc::Send { .. }) && cfg.bindings[i].tier != Tier::Three {
+            if matches!(a.pc, Pc::Send { .. }) {
                 out.push(Action::Fence(u8::try_from(i).unwrap_or(u8::MAX)));
             }
         }
@@ -1350,8 +1350,8 @@ fn send_breach(cfg: &Config, n: &State, token: u64) -> Option<Breach> {
 }
 
 /// Actor `i`'s caller goes away while its attempt is between its dispatch and its send: the
-/// shell's fence, where recovery can ask the target (the action is offered only there). The
-/// attempt withdraws its dispatch and ends; its send's window must be closed at once.
+/// shell's fence, at every tier. The attempt withdraws its dispatch and ends; its send's window
+/// must be closed at once.
 fn fence(n: &mut State, i: u8) -> Option<Breach> {
     n.fences_left -= 1;
     let idx = usize::from(i);
