@@ -364,6 +364,11 @@ fn the_payments_api_configured_as_an_http_target_dedupes_at_tier_1() {
         records = "/data"
         key = "/metadata/interlock_key"
         has_more = "/has_more"
+        [records]
+        url = "${BASE}/v1/refunds?payment_intent={payment_intent}&limit=100"
+        records = "/data"
+        key = "/metadata/interlock_key"
+        has_more = "/has_more"
         [premises.amount_paid]
         url = "${BASE}/v1/payment_intents/{payment_intent}"
         pointer = "/amount"
@@ -439,6 +444,20 @@ fn the_payments_api_configured_as_an_http_target_dedupes_at_tier_1() {
         "{again:?}"
     );
     assert_eq!(sim.refunded("pi_1"), 5_000);
+
+    // A refund made by hand has no key in its metadata: the lookup passes it by and finds the
+    // gate's refund, and the records list it as a refund of no key.
+    sim.hand_refund("pi_1", 500);
+    let found = target.lookup(&key, &payload);
+    assert!(
+        matches!(found, interlock::core::LookupAnswer::Found(_)),
+        "{found:?}"
+    );
+    use interlock::target::TargetRecords;
+    let records = target.records_for(&payload).unwrap();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let keys: Vec<_> = records.iter().map(|r| target.key_of(r)).collect();
+    assert_eq!(keys.iter().filter(|k| k.is_none()).count(), 1, "{keys:?}");
 }
 
 /// `verify` against the service's own records, listed as the table's `[records]` says: one credit

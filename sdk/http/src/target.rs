@@ -462,6 +462,26 @@ impl Target for HttpTarget {
     }
 }
 
+/// The key a listed record carries at `pointer`: a string, or none when the field is null or is
+/// absent from an object that is there (Stripe's `metadata` of a refund made by hand has no
+/// `interlock_key` at all). Anything else — a number, or no object to hold the field — is an
+/// error: the pointer does not point where the service keeps keys, and every record would look
+/// untagged. The lookup's pointer is checked at start to be where the send puts the key.
+fn record_key<'a>(record: &'a Value, pointer: &str) -> Result<Option<&'a str>, ()> {
+    match record.pointer(pointer) {
+        Some(Value::String(k)) => Ok(Some(k)),
+        Some(Value::Null) => Ok(None),
+        Some(_) => Err(()),
+        None => {
+            let parent = pointer.rsplit_once('/').map_or("", |(p, _)| p);
+            match record.pointer(parent) {
+                Some(Value::Object(_)) if !parent.is_empty() => Ok(None),
+                _ => Err(()),
+            }
+        }
+    }
+}
+
 /// What a lookup's answer says of `key` (`filtered`: the lookup asked for that key alone).
 fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> LookupAnswer {
     if cfg.not_found_status.contains(&reply.status) {
@@ -489,18 +509,18 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> Lookup
     };
     let mut mine: Vec<Value> = Vec::new();
     for r in records {
-        match r.pointer(&cfg.key) {
-            Some(Value::String(k)) if k == key => {}
-            Some(Value::String(_)) if filtered => {
+        match record_key(r, &cfg.key) {
+            Ok(Some(k)) if k == key => {}
+            Ok(_) if filtered => {
                 return LookupAnswer::Unknown(format!(
-                    "the lookup by key listed a record with another key at {:?}: the service \
-                     does not filter by lookup.url's {{key}} as configured, so a record missing \
-                     from the list proves nothing",
+                    "the lookup by key listed a record with another key (or none) at {:?}: the \
+                     service does not filter by lookup.url's {{key}} as configured, so a record \
+                     missing from the list proves nothing",
                     cfg.key
                 ));
             }
-            Some(Value::String(_)) => continue,
-            _ => {
+            Ok(_) => continue,
+            Err(()) => {
                 return LookupAnswer::Unknown(format!(
                     "a record has no key at {:?} (lookup.key): a lookup that cannot see keys \
                      would find nothing and resend",
@@ -554,14 +574,14 @@ impl HttpTarget {
                 cfg.records
             ));
         };
-        // A record must say which key it carries (null: none, made by other means) and name
-        // itself: a wrong pointer would make every record look untagged and hide a second
-        // effect under the key.
+        // A record must say which key it carries (see `record_key`) and name itself: a wrong
+        // pointer would make every record look untagged and hide a second effect under the key.
         for r in items {
-            if !matches!(r.pointer(&cfg.key), Some(Value::String(_) | Value::Null)) {
+            if record_key(r, &cfg.key).is_err() {
                 return Err(format!(
-                    "a record has no key field at {:?} (records.key; null for a record made \
-                     without a key)",
+                    "a record has no key field at {:?} (records.key): it must hold a string, \
+                     null, or be absent from an object that is there (a record made without a \
+                     key)",
                     cfg.key
                 ));
             }
@@ -660,5 +680,33 @@ impl PremiseReader for HttpPremises {
             out.insert(name.clone(), value);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record_key;
+    use serde_json::json;
+
+    #[test]
+    fn a_record_made_without_a_key_is_keyless_only_where_its_tags_are_there_to_be_read() {
+        let p = "/metadata/interlock_key";
+        let ours = json!({"id": "re_1", "metadata": {"interlock_key": "k"}});
+        assert_eq!(record_key(&ours, p), Ok(Some("k")));
+        // A refund made by hand: its metadata holds no key at all, or a null one.
+        assert_eq!(record_key(&json!({"metadata": {}}), p), Ok(None));
+        assert_eq!(
+            record_key(&json!({"metadata": {"interlock_key": null}}), p),
+            Ok(None)
+        );
+        // No metadata to read, a key that is not text, or a top-level field that is not there:
+        // the pointer does not point where the service keeps keys.
+        assert_eq!(record_key(&json!({"id": "re_2"}), p), Err(()));
+        assert_eq!(
+            record_key(&json!({"metadata": {"interlock_key": 7}}), p),
+            Err(())
+        );
+        assert_eq!(record_key(&json!({"id": "re_3"}), "/key"), Err(()));
+        assert_eq!(record_key(&json!({"key": null}), "/key"), Ok(None));
     }
 }
