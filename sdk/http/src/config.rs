@@ -549,7 +549,7 @@ pub(crate) const MAX_WINDOW_HOURS: u64 = 24 * 366;
 
 /// Where a record keeps the key the send put in body field `field`, as a JSON pointer: the field
 /// itself for a JSON body, and a form's `a[b]` as `/a/b`.
-fn key_pointer(field: &str, body: BodyKind) -> String {
+pub(crate) fn key_pointer(field: &str, body: BodyKind) -> String {
     let escape = |s: &str| s.replace('~', "~0").replace('/', "~1");
     match body {
         BodyKind::Form => field

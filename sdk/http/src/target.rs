@@ -456,22 +456,31 @@ impl Target for HttpTarget {
             return LookupAnswer::Unknown(format!("target {} offers no lookup", self.inner.name));
         };
         match self.get(url, key, payload) {
-            Ok(reply) => found(&reply, cfg, key.as_str(), url.has_key()),
+            Ok(reply) => found(
+                &reply,
+                cfg,
+                key.as_str(),
+                url.has_key(),
+                self.keeps_key_at(&cfg.key),
+            ),
             Err(why) => LookupAnswer::Unknown(why),
         }
     }
 }
 
-/// The key a listed record carries at `pointer`: a string, or none when the field is null or is
-/// absent from an object that is there (Stripe's `metadata` of a refund made by hand has no
-/// `interlock_key` at all). Anything else — a number, or no object to hold the field — is an
-/// error: the pointer does not point where the service keeps keys, and every record would look
-/// untagged. The lookup's pointer is checked at start to be where the send puts the key.
-fn record_key<'a>(record: &'a Value, pointer: &str) -> Result<Option<&'a str>, ()> {
+/// The key a listed record carries at `pointer`: a string, or none when the field is null, or
+/// (`proven`) absent from an object that is there (Stripe's `metadata` of a refund made by hand
+/// has no `interlock_key` at all). Anything else — a number, no object to hold the field, or an
+/// absent field where the pointer is not proven — is an error: the pointer may not point where
+/// the service keeps keys, and every record, the gate's own among them, would look untagged
+/// (a lookup's "not found", then a second send at tier 2). `proven`: the send puts the key in
+/// its body at `send.key_field`, and the pointer is where that field lands.
+fn record_key<'a>(record: &'a Value, pointer: &str, proven: bool) -> Result<Option<&'a str>, ()> {
     match record.pointer(pointer) {
         Some(Value::String(k)) => Ok(Some(k)),
         Some(Value::Null) => Ok(None),
         Some(_) => Err(()),
+        None if !proven => Err(()),
         None => {
             let parent = pointer.rsplit_once('/').map_or("", |(p, _)| p);
             match record.pointer(parent) {
@@ -482,8 +491,15 @@ fn record_key<'a>(record: &'a Value, pointer: &str) -> Result<Option<&'a str>, (
     }
 }
 
-/// What a lookup's answer says of `key` (`filtered`: the lookup asked for that key alone).
-fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> LookupAnswer {
+/// What a lookup's answer says of `key` (`filtered`: the lookup asked for that key alone;
+/// `proven`: the send puts the key where `cfg.key` points, see [`record_key`]).
+fn found(
+    reply: &Reply,
+    cfg: &LookupConfig,
+    key: &str,
+    filtered: bool,
+    proven: bool,
+) -> LookupAnswer {
     if cfg.not_found_status.contains(&reply.status) {
         return LookupAnswer::NotFound;
     }
@@ -509,7 +525,7 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> Lookup
     };
     let mut mine: Vec<Value> = Vec::new();
     for r in records {
-        match record_key(r, &cfg.key) {
+        match record_key(r, &cfg.key, proven) {
             Ok(Some(k)) if k == key => {}
             Ok(_) if filtered => {
                 return LookupAnswer::Unknown(format!(
@@ -550,6 +566,18 @@ fn found(reply: &Reply, cfg: &LookupConfig, key: &str, filtered: bool) -> Lookup
 
 impl HttpTarget {
     /// Whether the configuration names where the service lists its records.
+    /// Whether the send puts the key in its body where `pointer` points: a record's key is
+    /// then read there with confidence, and its absence means a record made without one.
+    fn keeps_key_at(&self, pointer: &str) -> bool {
+        let inner = &self.inner;
+        matches!(inner.body, BodyKind::Json | BodyKind::Form)
+            && inner
+                .key_field
+                .as_deref()
+                .is_some_and(|k| crate::config::key_pointer(k, inner.body) == pointer)
+    }
+
+    /// Whether the configuration names the service's own records (`[records]`).
     pub fn has_records(&self) -> bool {
         self.inner.records.is_some()
     }
@@ -577,7 +605,7 @@ impl HttpTarget {
         // A record must say which key it carries (see `record_key`) and name itself: a wrong
         // pointer would make every record look untagged and hide a second effect under the key.
         for r in items {
-            if record_key(r, &cfg.key).is_err() {
+            if record_key(r, &cfg.key, self.keeps_key_at(&cfg.key)).is_err() {
                 return Err(format!(
                     "a record has no key field at {:?} (records.key): it must hold a string, \
                      null, or be absent from an object that is there (a record made without a \
@@ -689,24 +717,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_record_made_without_a_key_is_keyless_only_where_its_tags_are_there_to_be_read() {
+    fn a_record_made_without_a_key_is_keyless_only_where_the_send_is_known_to_put_keys_there() {
         let p = "/metadata/interlock_key";
         let ours = json!({"id": "re_1", "metadata": {"interlock_key": "k"}});
-        assert_eq!(record_key(&ours, p), Ok(Some("k")));
+        assert_eq!(record_key(&ours, p, true), Ok(Some("k")));
         // A refund made by hand: its metadata holds no key at all, or a null one.
-        assert_eq!(record_key(&json!({"metadata": {}}), p), Ok(None));
-        assert_eq!(
-            record_key(&json!({"metadata": {"interlock_key": null}}), p),
-            Ok(None)
-        );
+        assert_eq!(record_key(&json!({"metadata": {}}), p, true), Ok(None));
+        let null = json!({"metadata": {"interlock_key": null}});
+        assert_eq!(record_key(&null, p, false), Ok(None));
+        // An absent key where the send is not known to put it there: the pointer may be wrong.
+        assert_eq!(record_key(&json!({"metadata": {}}), p, false), Err(()));
         // No metadata to read, a key that is not text, or a top-level field that is not there:
         // the pointer does not point where the service keeps keys.
-        assert_eq!(record_key(&json!({"id": "re_2"}), p), Err(()));
-        assert_eq!(
-            record_key(&json!({"metadata": {"interlock_key": 7}}), p),
-            Err(())
-        );
-        assert_eq!(record_key(&json!({"id": "re_3"}), "/key"), Err(()));
-        assert_eq!(record_key(&json!({"key": null}), "/key"), Ok(None));
+        assert_eq!(record_key(&json!({"id": "re_2"}), p, true), Err(()));
+        let seven = json!({"metadata": {"interlock_key": 7}});
+        assert_eq!(record_key(&seven, p, true), Err(()));
+        assert_eq!(record_key(&json!({"id": "re_3"}), "/key", true), Err(()));
+        assert_eq!(record_key(&json!({"key": null}), "/key", false), Ok(None));
     }
 }

@@ -1,8 +1,8 @@
 //! The RPCs. Each runs the blocking gate on tokio's blocking pool; the request's task only waits.
 //! When a caller goes away (its worker was killed, its deadline passed) or the server drains, the
 //! attempt is told through [`Bound::with_stop`] and [`Bound::with_fence`] and stops before the next
-//! step that could lead to a send, a dispatch of its own not yet sent included (where the target
-//! can be asked), which the caller's next attempt recovers; a send already under way goes out and
+//! step that could lead to a send, a dispatch of its own not yet sent included (at every tier),
+//! which the caller's next attempt recovers; a send already under way goes out and
 //! its answer is journaled, so the next attempt replays it instead of guessing.
 
 use std::sync::Arc;
