@@ -115,7 +115,7 @@ impl E2eCase {
 
 /// Whether `system` reaches the gate through the gate server (the Python worker's systems).
 pub fn through_server(system: &str) -> bool {
-    system.starts_with("gated_py")
+    system.starts_with("gated_py") || crate::http_systems::is_http(system)
 }
 
 const fn case(name: &'static str, kill: Kill, outage: Outage, setup: Setup) -> E2eCase {

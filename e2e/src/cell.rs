@@ -31,8 +31,10 @@ use crate::procs::{DevServer, StarterProc, WorkerProc, now_ms};
 pub type SystemName = &'static str;
 
 /// Every system, in table order, with the tier the payments API acts as for it. The `gated_py`
-/// systems are the Python worker (`worker-examples/python`) through the gate server.
-pub const SYSTEMS: [(SystemName, u8); 8] = [
+/// systems are the Python worker (`worker-examples/python`) through the gate server; the
+/// `gated_http` systems the same, with the refund an HTTP target table
+/// ([`crate::http_systems`]).
+pub const SYSTEMS: [(SystemName, u8); 11] = [
     ("naive", 1),
     ("keyed", 1),
     ("checked", 1),
@@ -41,6 +43,9 @@ pub const SYSTEMS: [(SystemName, u8); 8] = [
     ("gated_t3", 3),
     ("gated_py_t1", 1),
     ("gated_py_t2", 2),
+    ("gated_http_t1", 1),
+    ("gated_http_t2", 2),
+    ("gated_http_t3", 3),
 ];
 
 /// The harness's clock: the system clock plus a skew it shares with the workers through a file.
@@ -180,12 +185,23 @@ impl Env {
     /// their worker with a fresh one). Empty (refused by the server) if it cannot be made.
     fn gate_token(&self) -> String {
         self.idp
-            .token(PYTHON_WORKER_SUBJECT, &["refunds", "refunds_t2"], 6 * 3_600)
+            .token(
+                PYTHON_WORKER_SUBJECT,
+                &[
+                    "refunds",
+                    "refunds_t2",
+                    "refunds_http_t1",
+                    "refunds_http_t2",
+                    "refunds_http_t3",
+                ],
+                6 * 3_600,
+            )
             .unwrap_or_default()
     }
 
     /// A gate server's configuration listening on `socket`, with targets `refunds` (tier 1) and
-    /// `refunds_t2` (the Python worker's defaults) and the Rust worker's timings.
+    /// `refunds_t2` (the Python worker's defaults), with a shop the HTTP targets
+    /// `refunds_http_t1` to `_t3`, and the Rust worker's timings.
     pub fn server_config(&self, socket: &Path) -> anyhow::Result<String> {
         let q = |s: &str| serde_json::to_string(s);
         let shop = match &self.shop_url {
@@ -215,6 +231,10 @@ impl Env {
                 "\n[targets.{name}]\nkind = \"stripe_refunds\"\ntier = {tier}\napi_base = {}\n{shop}",
                 q(&self.base_url)?
             ));
+        }
+        if let Some(shop) = &self.shop_url {
+            cfg.push('\n');
+            cfg.push_str(&crate::http_systems::server_tables(&self.base_url, shop)?);
         }
         Ok(cfg)
     }
@@ -772,6 +792,15 @@ pub fn run_cell(
     Ok(result)
 }
 
+/// The tier `system` runs at, from [`SYSTEMS`].
+fn tier_of(system: &str) -> anyhow::Result<u8> {
+    SYSTEMS
+        .iter()
+        .find(|s| s.0 == system)
+        .map(|s| s.1)
+        .with_context(|| format!("unknown system {system}"))
+}
+
 /// The amount an answer is judged with when it is another request's $20 under the approval the
 /// first request spent.
 const ANOTHER_REQUEST: i64 = -2000;
@@ -891,7 +920,23 @@ fn judge(
 /// own records, after giving the API's webhook a moment to be recorded.
 fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Result<()> {
     let key = interlock::EffectKey::fixed(request)?;
-    let target = interlock_testkit::sim::SimTarget(env.sim.clone());
+    let sim = interlock_testkit::sim::SimTarget(env.sim.clone());
+    // An HTTP target's effects are judged by the records its own table lists.
+    let http = match crate::http_systems::is_http(&cell.system) {
+        true => Some(crate::http_systems::target(
+            &env.base_url,
+            env.shop_url
+                .as_deref()
+                .context("the HTTP systems need the shop")?,
+            tier_of(&cell.system)?,
+            &env.secret,
+        )?),
+        false => None,
+    };
+    let target: &dyn interlock::target::TargetRecords = match &http {
+        Some(h) => h,
+        None => &sim,
+    };
     let budgets = env.journal.budget_changes()?;
     let committed = cell.outcome.starts_with("COMMITTED");
     let t0 = std::time::Instant::now();
@@ -901,7 +946,7 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
             &key,
             &interlock::verify::Sources {
                 leases: Some(env.journal.as_ref()),
-                records: Some(&target),
+                records: Some(target),
                 budgets: Some(&budgets),
                 ..interlock::verify::Sources::default()
             },
@@ -936,7 +981,7 @@ fn verify_cell(env: &Env, request: &str, cell: &mut CellResult) -> anyhow::Resul
         .collect();
     // The proposer is the caller the worker was known as, never a name it wrote: the Python
     // worker by its token at the gate server, the Rust worker by its configured principal.
-    let wanted = if cell.system.contains("_py") {
+    let wanted = if crate::cases::through_server(&cell.system) {
         PYTHON_WORKER
     } else {
         RUST_WORKER

@@ -5,6 +5,7 @@ pub mod cases;
 pub mod cell;
 pub mod classes;
 pub mod day;
+pub mod http_systems;
 pub mod idp;
 pub mod mcp;
 pub mod metrics;

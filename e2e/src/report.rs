@@ -121,8 +121,20 @@ pub fn markdown(cells: &[CellResult], command: &str) -> String {
          are the Python worker (`worker-examples/python`) calling the gate server (`interlock serve`) over \
          gRPC: there the kill points are reached in the server, the worker is what is killed, and the \
          server's attempt stops at its next step once its caller is gone; the `server_killed_*` rows \
-         SIGKILL the server instead (– where a row does not apply).\n\n| case | wanted |"
+         SIGKILL the server instead (– where a row does not apply)."
     );
+    if systems.iter().any(|s| crate::http_systems::is_http(s)) {
+        out.push_str(
+            " The `gated_http` systems are the same worker and server with the refund described to \
+             the server as an HTTP target table (`kind = \"http\"`, `e2e/src/http_systems.rs`, \
+             reference in `docs/targets.md`) instead of the Stripe target's code: an idempotency \
+             header at tier 1, a lookup by the refunds' listing at tiers 1 and 2, neither at 3, \
+             and `verify` asks the records the table's `[records]` lists. The table's payload is \
+             the payment intent alone, so a payment named by its charge is a payload of another \
+             shape, refused before anything is journaled.",
+        );
+    }
+    out.push_str("\n\n| case | wanted |");
     for s in &systems {
         out.push_str(&format!(" {s} |"));
     }

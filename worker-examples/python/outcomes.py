@@ -65,12 +65,20 @@ SUPERSEDED_DELAY = timedelta(milliseconds=200)
 # `Status` labels that end an effect, as `Reported` (model.rs) takes them; others are ERROR.
 FINAL_OUTCOMES = frozenset({"COMMITTED", "REFUSED", "FAILED", "AMBIGUOUS", "APPLIED_TWICE"})
 
-# The systems this worker runs, and the gate target tier each one uses.
-SYSTEM_TIERS: dict[str, str] = {"gated_py_t1": "t1", "gated_py_t2": "t2"}
+# The systems this worker runs, and the gate server's target each one uses: the Stripe target at
+# tier 1 or 2 (``t1``, ``t2``), or the refund described to the server as an HTTP target table at
+# tier 1, 2 or 3 (``http_t1`` … ``http_t3``; see ``e2e/src/http_systems.rs``).
+SYSTEM_TIERS: dict[str, str] = {
+    "gated_py_t1": "t1",
+    "gated_py_t2": "t2",
+    "gated_http_t1": "http_t1",
+    "gated_http_t2": "http_t2",
+    "gated_http_t3": "http_t3",
+}
 
 
 def tier_of(system: str) -> str:
-    """The target tier (``t1`` or ``t2``) a request's ``system`` runs at.
+    """The target (``t1``, ``t2`` or ``http_t1`` … ``http_t3``) a request's ``system`` runs at.
 
     Raises a non-retryable ``ApplicationError`` (type ``UnknownSystem``) for any other system:
     this worker runs only the gated refund, and running a baseline's request through the gate

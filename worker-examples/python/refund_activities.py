@@ -50,8 +50,12 @@ class GateSettings:
     target_t2: str = "refunds_t2"
 
     def target(self, system: str) -> str:
-        """The server's target name for a request's ``system``."""
-        return self.target_t2 if outcomes.tier_of(system) == "t2" else self.target_t1
+        """The server's target name for a request's ``system``: the Stripe target's configured
+        names, or ``refunds_http_t1`` … ``_t3`` for the HTTP target's systems."""
+        tier = outcomes.tier_of(system)
+        if tier.startswith("http_"):
+            return f"refunds_{tier}"
+        return self.target_t2 if tier == "t2" else self.target_t1
 
     def metadata(self) -> Sequence[tuple[str, str]]:
         """Call metadata: the bearer token, when there is one, and the current span's trace

@@ -40,14 +40,20 @@ class RefundWorkflow:
     async def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run the refund; answer the ``RefundReport`` as a JSON object."""
         outcomes.tier_of(request["system"])  # fail now on a system this worker does not run
-        decision = await workflow.execute_activity(
-            "decide",
-            request,
-            activity_id="decide",
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_retry(5),
-            result_type=dict,
-        )
+        try:
+            decision = await workflow.execute_activity(
+                "decide",
+                request,
+                activity_id="decide",
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_retry(5),
+                result_type=dict,
+            )
+        except ActivityError as e:
+            # The server refused to fix the effect (a payload the target does not take, an
+            # unknown target) or could not be asked: nothing was journaled; the person who
+            # started the workflow reads why in the report.
+            return outcomes.report_of_failure(e.cause, e.message)
         # The same timeouts as the Rust worker: by default heartbeat 2 s, retry every 1 s; the
         # request's ``step`` names others (it travels in the input so a replay schedules alike).
         step = request.get("step") or {}

@@ -311,6 +311,7 @@ class Requests(unittest.TestCase):
     def test_only_the_python_gated_systems_run_here(self) -> None:
         self.assertEqual(outcomes.tier_of("gated_py_t1"), "t1")
         self.assertEqual(outcomes.tier_of("gated_py_t2"), "t2")
+        self.assertEqual(outcomes.tier_of("gated_http_t3"), "http_t3")
         for other in ("naive", "gated_t1", "gated_py_t3"):
             with self.subTest(system=other), self.assertRaises(ApplicationError) as cm:
                 outcomes.tier_of(other)
@@ -358,6 +359,7 @@ class Settings(unittest.TestCase):
             (s.target("gated_py_t1"), s.target("gated_py_t2"), s.address),
             ("refunds", "refunds_b", "127.0.0.1:50051"),
         )
+        self.assertEqual(s.target("gated_http_t2"), "refunds_http_t2")
         self.assertEqual(tuple(refund_worker.gate_settings({}).metadata()), ())
 
 

@@ -10,6 +10,7 @@ use clap::Parser;
 use e2e_worker::StepTimings;
 use interlock_e2e::cases::{ALL, QUICK, through_server};
 use interlock_e2e::cell::{SYSTEMS, run_cell};
+use interlock_e2e::http_systems::is_http;
 use interlock_e2e::{results, stack};
 
 /// The kill matrix on a real Temporal dev server.
@@ -24,10 +25,15 @@ struct Args {
     /// Only these systems, comma-separated.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
-    /// The CI subset: gated tiers 1 and 2, the Python worker's tier 1 and the keyed baseline on
-    /// eleven cases, once.
+    /// The CI subset: gated tiers 1 and 2, the Python worker's tier 1 through the Stripe target
+    /// and tier 2 through the HTTP target, and the keyed baseline, on twelve cases, once.
     #[arg(long)]
     quick: bool,
+    /// The HTTP target's matrix: the Python worker through the gate server with the refund as an
+    /// HTTP target table at tiers 1 to 3, beside the same worker through the Stripe target at
+    /// tiers 1 and 2; written to e2e_matrix_http.md and .json.
+    #[arg(long, conflicts_with_all = ["quick", "systems"])]
+    http: bool,
     /// Where to write e2e_matrix.md and .json (default results/, or target/e2e-quick/).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -124,12 +130,34 @@ fn main() -> anyhow::Result<()> {
     } else if quick {
         SYSTEMS
             .iter()
-            .filter(|s| ["keyed", "gated_t1", "gated_t2", "gated_py_t1"].contains(&s.0))
+            .filter(|s| {
+                [
+                    "keyed",
+                    "gated_t1",
+                    "gated_t2",
+                    "gated_py_t1",
+                    "gated_http_t2",
+                ]
+                .contains(&s.0)
+            })
+            .copied()
+            .collect()
+    } else if args.http {
+        SYSTEMS
+            .iter()
+            .filter(|s| s.0.starts_with("gated_py") || is_http(s.0))
             .copied()
             .collect()
     } else {
-        SYSTEMS.to_vec()
+        // The HTTP target's systems have a matrix of their own (--http).
+        SYSTEMS.iter().filter(|s| !is_http(s.0)).copied().collect()
     };
+    if args.no_shop && systems.iter().any(|s| is_http(s.0)) {
+        bail!(
+            "the HTTP target's systems read the refunds by others from the shop's order service: \
+             run them without --no-shop"
+        );
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let out_dir = args.out.clone().unwrap_or_else(|| {
         if quick {
@@ -208,6 +236,10 @@ fn main() -> anyhow::Result<()> {
             "e2e_matrix_postgres".to_owned(),
         ),
     };
+    if args.http {
+        flag.push_str(" --http");
+        stem.push_str("_http");
+    }
     if step != StepTimings::default() {
         flag.push_str(&format!(
             " --heartbeat-ms {} --retry-ms {}",

@@ -257,8 +257,8 @@ impl RefundActivities {
         d: Decision,
     ) -> Result<RefundReport, ActivityError> {
         let bound = match d.request.system {
-            System::GatedT2 | System::GatedPyT2 => &self.deps.gates[1],
-            System::GatedT3 => &self.deps.gates[2],
+            System::GatedT2 | System::GatedPyT2 | System::GatedHttpT2 => &self.deps.gates[1],
+            System::GatedT3 | System::GatedHttpT3 => &self.deps.gates[2],
             _ => &self.deps.gates[0],
         };
         let effect = GatedEffect {

@@ -25,11 +25,17 @@ pub enum System {
     GatedPyT1,
     /// The Python worker through the gate server, tier 2.
     GatedPyT2,
+    /// The Python worker through the gate server, the refund an HTTP target table at tier 1.
+    GatedHttpT1,
+    /// The same at tier 2.
+    GatedHttpT2,
+    /// The same at tier 3.
+    GatedHttpT3,
 }
 
 impl System {
     /// Every system, in table order.
-    pub const ALL: [System; 8] = [
+    pub const ALL: [System; 11] = [
         System::Naive,
         System::Keyed,
         System::Checked,
@@ -38,6 +44,9 @@ impl System {
         System::GatedT3,
         System::GatedPyT1,
         System::GatedPyT2,
+        System::GatedHttpT1,
+        System::GatedHttpT2,
+        System::GatedHttpT3,
     ];
 
     /// Stable name.
@@ -51,14 +60,17 @@ impl System {
             System::GatedT3 => "gated_t3",
             System::GatedPyT1 => "gated_py_t1",
             System::GatedPyT2 => "gated_py_t2",
+            System::GatedHttpT1 => "gated_http_t1",
+            System::GatedHttpT2 => "gated_http_t2",
+            System::GatedHttpT3 => "gated_http_t3",
         }
     }
 
     /// The tier the payments API must act as for this system.
     pub fn service_tier(self) -> u8 {
         match self {
-            System::GatedT2 | System::GatedPyT2 => 2,
-            System::GatedT3 => 3,
+            System::GatedT2 | System::GatedPyT2 | System::GatedHttpT2 => 2,
+            System::GatedT3 | System::GatedHttpT3 => 3,
             _ => 1,
         }
     }

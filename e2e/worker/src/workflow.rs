@@ -126,7 +126,10 @@ impl RefundWorkflow {
             | System::GatedT2
             | System::GatedT3
             | System::GatedPyT1
-            | System::GatedPyT2 => report_of(
+            | System::GatedPyT2
+            | System::GatedHttpT1
+            | System::GatedHttpT2
+            | System::GatedHttpT3 => report_of(
                 ctx.execute_activity(RefundActivities::refund_gated, decision, opts)
                     .await,
             ),

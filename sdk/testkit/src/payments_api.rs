@@ -5,7 +5,8 @@
 //! refunds listed newest first with `has_more` and `starting_after`, Bearer authentication.
 //!
 //! Beside Stripe's API it serves the shop's own facts (`GET /shop/orders/{payment_intent}`: is the
-//! order eligible for a refund, is the customer flagged) and admin endpoints for the harness, none
+//! order eligible for a refund, is the customer flagged; with `?excluding=KEY`, how much others
+//! than the request KEY refunded on it) and admin endpoints for the harness, none
 //! of which a refund target ever calls: payments, hand refunds without a key, eligibility,
 //! flagged customers, disputes, expiring keys,
 //! the tier the service acts as, holding a request before or after applying it, a 5xx after
@@ -230,6 +231,14 @@ fn read_json(req: &mut Request) -> Result<Value, (u16, Value, bool)> {
     })
 }
 
+/// The value of `name` in `url`'s query, decoded.
+fn query_param(url: &str, name: &str) -> Option<String> {
+    let query = url.split_once('?').map_or("", |x| x.1);
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
 /// The harness's side door, and the shop's own order facts.
 fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16, Value, bool) {
     if let Some(id) = path.strip_prefix("/shop/orders/") {
@@ -237,19 +246,27 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
         let pi = sim
             .intent_of(&Refunded::PaymentIntent(id.to_owned()))
             .or_else(|| sim.intent_of(&Refunded::Charge(id.to_owned())));
+        // `?excluding=KEY`: the order's refunds by everyone but the request KEY, the fact a
+        // target configured from a table reads (it cannot add up Stripe's list itself).
+        let excluding = query_param(req.url(), "excluding");
         return match pi
             .as_deref()
             .and_then(|pi| sim.read_order(pi).map(|f| (pi, f)))
         {
-            Some((pi, (eligible, flagged))) => (
-                200,
-                json!({
+            Some((pi, (eligible, flagged))) => {
+                let mut order = json!({
                     "payment_intent": pi,
                     "eligible": eligible,
                     "customer_flagged": flagged,
-                }),
-                false,
-            ),
+                });
+                if let Some(key) = &excluding {
+                    let others = sim
+                        .refund_premises(pi, Some(key))
+                        .and_then(|p| p.get("refunded_by_others").cloned());
+                    order["refunded_by_others"] = others.unwrap_or(Value::Null);
+                }
+                (200, order, false)
+            }
             None => error(
                 404,
                 "invalid_request_error",
@@ -259,12 +276,7 @@ fn admin(sim: &SimPayments, held: &Held, req: &mut Request, path: &str) -> (u16,
         };
     }
     if req.method() == &Method::Get && path == "/admin/refunds" {
-        let url = req.url().to_owned();
-        let query = url.split_once('?').map(|x| x.1).unwrap_or("");
-        let q: BTreeMap<String, String> = form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect();
-        let pi = q.get("payment_intent").cloned().unwrap_or_default();
+        let pi = query_param(req.url(), "payment_intent").unwrap_or_default();
         return (
             200,
             json!({ "refunds": sim.refunds(&pi), "requests": sim.requests() }),

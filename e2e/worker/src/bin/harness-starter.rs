@@ -36,7 +36,8 @@ struct Args {
     /// The approved request's id (the effect's key).
     request_id: String,
     /// How to refund: naive, keyed, checked, gated_t1, gated_t2, gated_t3 (the Rust worker), or
-    /// gated_py_t1, gated_py_t2 (the Python worker through the gate server).
+    /// gated_py_t1, gated_py_t2 (the Python worker through the gate server), gated_http_t1,
+    /// gated_http_t2, gated_http_t3 (the same with an HTTP target table).
     system: String,
     /// The refund step's heartbeat timeout, ms (the workflow's default: 2000).
     #[arg(long)]
@@ -51,10 +52,8 @@ async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let workflow_id = &args.workflow_id;
     let system: System = serde_json::from_value(json!(args.system)).map_err(|_| {
-        anyhow!(
-            "system must be one of naive, keyed, checked, gated_t1, gated_t2, gated_t3, \
-             gated_py_t1, gated_py_t2"
-        )
+        let names: Vec<&str> = System::ALL.iter().map(|s| s.name()).collect();
+        anyhow!("system must be one of {}", names.join(", "))
     })?;
     let request = RefundRequest {
         request_id: args.request_id.clone(),
