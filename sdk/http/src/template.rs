@@ -99,10 +99,7 @@ impl Template {
 
     /// The payload fields the template reads.
     pub(crate) fn fields(&self) -> impl Iterator<Item = &str> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Field(f) => Some(f.as_str()),
-            _ => None,
-        })
+        fields_of(&self.parts)
     }
 
     /// Whether it holds `{key}`.
@@ -144,13 +141,18 @@ impl Template {
     }
 }
 
+/// The payload fields `parts` read, a template's before and after its `${VAR}`s are resolved.
+fn fields_of(parts: &[Part]) -> impl Iterator<Item = &str> {
+    parts.iter().filter_map(|p| match p {
+        Part::Field(f) => Some(f.as_str()),
+        _ => None,
+    })
+}
+
 impl Resolved {
     /// The payload fields it reads.
     pub(crate) fn fields(&self) -> impl Iterator<Item = &str> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Field(f) => Some(f.as_str()),
-            _ => None,
-        })
+        fields_of(&self.parts)
     }
 
     /// Whether it holds `{key}`.
