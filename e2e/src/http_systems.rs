@@ -28,6 +28,7 @@ pub fn table(base: &str, shop: &str, tier: u8) -> anyhow::Result<toml::Table> {
         r#"
         headers = {{ Authorization = "Bearer ${{STRIPE_SECRET_KEY}}" }}
         payload = {{ payment_intent = "string", amount = "integer", currency = "string" }}
+        rules = ["amount_paid - refunded_by_others >= payload.amount", "order_eligible == true"]
 
         [send]
         url = "{base}/v1/refunds"

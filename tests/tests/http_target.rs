@@ -324,6 +324,31 @@ fn a_credit_of_another_request_moving_the_facts_refuses_the_send() {
     assert_eq!(w.ledger.credits().len(), 1);
 }
 
+#[test]
+fn facts_that_moved_but_still_pass_the_rules_refuse_the_send_and_offer_the_same_payload() {
+    let w = world(tier2, 3_000);
+    let payload = credit(2_000);
+    let effect = w
+        .bound
+        .decide(EffectKey::fixed("req-a").unwrap(), &payload, "ticket-1")
+        .unwrap();
+    // Another request credits 500 in between: the facts moved, the limit still has room.
+    assert!(matches!(
+        submit(&w, "req-b", &credit(500)),
+        Outcome::Committed { .. }
+    ));
+    match w.bound.submit(&effect).unwrap() {
+        Outcome::Refused(r) => {
+            assert_eq!(r.code, RefusalCode::StalePremise, "{r:?}");
+            let kinds: Vec<_> = r.repairs.iter().map(|p| p.kind.as_str()).collect();
+            assert_eq!(kinds, ["rules_hold"], "{r:?}");
+            assert_eq!(r.repairs[0].payload, json!({"account": "acct_1", "amount": 2_000}));
+        }
+        other => panic!("must be refused: {other:?}"),
+    }
+    assert_eq!(w.ledger.credits().len(), 1, "only the other request's credit");
+}
+
 /// Tier 1 against the payments API, which dedupes `Idempotency-Key` for 24 h as Stripe does: a
 /// refund configured in the table alone, a resend replayed, a reused key with another amount a
 /// conflict.

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use interlock::core::{Premises, Tier};
+use interlock::core::rules::{Rule, judge_all};
+use interlock::core::{Premises, Repair, Tier};
 use interlock::effect::EffectKey;
 use interlock::gate::{Bound, Gate};
 use interlock::premise::{PremiseError, PremiseReader};
@@ -202,9 +203,10 @@ impl HttpTarget {
         })
     }
 
-    /// The premise reader over the same service, with the same headers.
+    /// The premise reader over the same service, with the same headers. It offers no repair;
+    /// the reader [`HttpTarget::bind`] gives the gate offers one where the rules still hold.
     pub fn premises(&self) -> HttpPremises {
-        HttpPremises(self.clone())
+        HttpPremises(self.clone(), Vec::new())
     }
 
     /// The names of the premises the reader reads: a decision must carry each.
@@ -218,14 +220,17 @@ impl HttpTarget {
 
     /// The target and its premises bound to `gate`, with the configured rules.
     pub fn bind(&self, gate: &Gate, rules: &[String]) -> Result<Bound, HttpTargetError> {
-        let bound = gate.bind(Arc::new(self.clone()), Arc::new(self.premises()))?;
-        bound
-            .with_rules(rules)
-            .map_err(|e| crate::config::ConfigMistake {
-                field: "rules".into(),
-                message: e.to_string(),
-            })
-            .map_err(HttpTargetError::from)
+        let mistake = |e: interlock::core::rules::RuleError| crate::config::ConfigMistake {
+            field: "rules".into(),
+            message: e.to_string(),
+        };
+        let parsed = rules
+            .iter()
+            .map(|r| r.parse().map_err(mistake))
+            .collect::<Result<Vec<_>, _>>()?;
+        let reader = HttpPremises(self.clone(), parsed);
+        let bound = gate.bind(Arc::new(self.clone()), Arc::new(reader))?;
+        Ok(bound.with_rules(rules).map_err(mistake)?)
     }
 
     fn request(
@@ -659,9 +664,10 @@ impl TargetRecords for HttpTarget {
 }
 
 /// The premises an [`HttpTarget`]'s configuration names, each read by its own `GET` (one per
-/// distinct URL).
+/// distinct URL). Bound with the table's rules, it offers the one repair a table can justify: when
+/// facts moved but every rule still holds on them, the same payload decided again.
 #[derive(Clone, Debug)]
-pub struct HttpPremises(HttpTarget);
+pub struct HttpPremises(HttpTarget, Vec<Rule>);
 
 impl PremiseReader for HttpPremises {
     fn read(&self, key: &EffectKey, payload: &Value) -> Result<Premises, PremiseError> {
@@ -709,12 +715,61 @@ impl PremiseReader for HttpPremises {
         }
         Ok(out)
     }
+
+    fn repairs(&self, payload: &Value, now: &Premises) -> Vec<Repair> {
+        rules_hold(&self.1, payload, now).into_iter().collect()
+    }
+}
+
+/// The repair a table can offer from its rules alone: every rule still holds on the facts read
+/// now, so deciding the same payload again would pass them. None without rules, or when one breaks.
+fn rules_hold(rules: &[Rule], payload: &Value, now: &Premises) -> Option<Repair> {
+    let texts: Vec<&str> = rules.iter().map(Rule::text).collect();
+    if texts.is_empty() || !judge_all(texts.iter().copied(), now, payload).is_empty() {
+        return None;
+    }
+    Some(Repair {
+        kind: "rules_hold".into(),
+        summary: format!(
+            "the facts moved, but every rule still holds on them ({}): decide the same payload \
+             again on the facts read now, if the change was not this effect's own",
+            texts.join("; ")
+        ),
+        payload: payload.clone(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::record_key;
+    use super::{Rule, record_key, rules_hold};
+    use interlock::core::Premises;
     use serde_json::json;
+
+    #[test]
+    fn a_repair_is_offered_only_when_every_rule_still_holds_on_the_facts_now() {
+        let rules: Vec<Rule> = ["paid - others >= payload.amount", "open == true"]
+            .iter()
+            .map(|r| r.parse().unwrap())
+            .collect();
+        let payload = json!({"amount": 20});
+        let now = |others: i64, open: bool| -> Premises {
+            [
+                ("paid".to_owned(), json!(50)),
+                ("others".to_owned(), json!(others)),
+                ("open".to_owned(), json!(open)),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let fits = rules_hold(&rules, &payload, &now(5, true)).expect("both rules hold");
+        assert_eq!((fits.kind.as_str(), &fits.payload), ("rules_hold", &payload));
+        assert!(fits.summary.contains("paid - others >= payload.amount; open == true"));
+        assert_eq!(rules_hold(&rules, &payload, &now(40, true)), None);
+        assert_eq!(rules_hold(&rules, &payload, &now(5, false)), None);
+        // A fact not read at all breaks a rule that names it; no rules, no repair.
+        assert_eq!(rules_hold(&rules, &payload, &Premises::new()), None);
+        assert_eq!(rules_hold(&[], &payload, &now(5, true)), None);
+    }
 
     #[test]
     fn a_record_made_without_a_key_is_keyless_only_where_the_send_is_known_to_put_keys_there() {
