@@ -9,91 +9,23 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use interlock::{SystemClock, Tier};
+use interlock_e2e::mcp::raw::{RawProxy, call};
 use interlock_testkit::payments_api::PaymentsApi;
 use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};
 
-struct Proxy {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    answers: Receiver<Value>,
-}
-
-impl Proxy {
-    fn start(interlock: &Path, config: &Path, api: &PaymentsApi, log: &Path) -> Self {
-        let server = interlock_e2e::mcp::example("payments_server.py");
-        let mut child = Command::new(interlock)
-            .args(["mcp-proxy", "--config"])
-            .arg(config)
-            .arg("--")
-            .arg("python3")
-            .arg(server)
-            .env("STRIPE_API_BASE", &api.base_url)
-            .env("STRIPE_SECRET_KEY", "sk_test_local")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, answers) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("the proxy wrote a line that is not JSON ({e}): {line}")
-                });
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            stdin: child.stdin.take(),
-            child,
-            answers,
-        }
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(bytes).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn send(&mut self, v: &Value) {
-        self.write(v.to_string().as_bytes());
-    }
-
-    fn next(&self) -> Value {
-        match self.answers.recv_timeout(Duration::from_secs(30)) {
-            Ok(v) => v,
-            Err(RecvTimeoutError::Timeout) => panic!("the proxy did not answer in 30 s"),
-            Err(RecvTimeoutError::Disconnected) => panic!("the proxy closed its output"),
-        }
-    }
-
-    /// The error code of the next answer, which must be an error for `id`.
-    fn error_code(&self, id: &Value) -> i64 {
-        let a = self.next();
-        assert_eq!(&a["id"], id, "{a}");
-        a["error"]["code"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("not an error: {a}"))
-    }
-}
-
-fn call(id: Value, tool: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+/// The error code of the next answer, which must be an error for `id`.
+fn error_code(p: &RawProxy, id: &Value) -> i64 {
+    let a = p.next().unwrap();
+    assert_eq!(&a["id"], id, "{a}");
+    a["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {a}"))
 }
 
 #[test]
@@ -122,13 +54,14 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
         .unwrap();
     assert!(granted.status.success(), "{granted:?}");
     let log = dir.path().join("proxy.log");
-    let mut p = Proxy::start(&interlock, &config, &api, &log);
+    let mut p = RawProxy::start(&interlock, &config, &api.base_url, &log).unwrap();
     let refund = |amount: i64| json!({"payment_intent": "pi_hostile", "amount": amount, "request_id": "r-1", "approval": "lease-1"});
 
     // A gated call before `initialize`: the server will not serve the proxy's reads before its
     // handshake, so the call is answered with nothing sent.
-    p.send(&call(json!("early"), "create_refund", refund(1000)));
-    let early = p.next();
+    p.send(&call(json!("early"), "create_refund", refund(1000)))
+        .unwrap();
+    let early = p.next().unwrap();
     assert_eq!(early["id"], "early", "{early}");
     assert!(
         early["error"].is_object() || early["result"]["isError"] == true,
@@ -136,24 +69,27 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
     );
 
     // Frames that are not messages.
-    p.write(b"this is not json");
-    assert_eq!(p.error_code(&Value::Null), -32700);
-    p.write(b"[]");
-    assert_eq!(p.error_code(&Value::Null), -32600);
-    p.write(b"42");
-    assert_eq!(p.error_code(&Value::Null), -32600);
-    p.send(&json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}));
-    assert_eq!(p.error_code(&json!(1)), -32600);
-    p.send(&json!({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"}));
-    assert_eq!(p.error_code(&Value::Null), -32600);
-    p.send(&json!({"jsonrpc": "2.0", "id": 2, "method": 7}));
-    assert_eq!(p.error_code(&json!(2)), -32600);
+    p.write(b"this is not json").unwrap();
+    assert_eq!(error_code(&p, &Value::Null), -32700);
+    p.write(b"[]").unwrap();
+    assert_eq!(error_code(&p, &Value::Null), -32600);
+    p.write(b"42").unwrap();
+    assert_eq!(error_code(&p, &Value::Null), -32600);
+    p.send(&json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}))
+        .unwrap();
+    assert_eq!(error_code(&p, &json!(1)), -32600);
+    p.send(&json!({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"}))
+        .unwrap();
+    assert_eq!(error_code(&p, &Value::Null), -32600);
+    p.send(&json!({"jsonrpc": "2.0", "id": 2, "method": 7}))
+        .unwrap();
+    assert_eq!(error_code(&p, &json!(2)), -32600);
     // Ten megabytes on one line: refused unread, and the next line is read as usual.
     let mut huge = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"create_refund\",\"arguments\":{\"pad\":\"".to_vec();
     huge.extend(std::iter::repeat_n(b'x', 10 << 20));
     huge.extend(b"\"}}}");
-    p.write(&huge);
-    let too_long = p.next();
+    p.write(&huge).unwrap();
+    let too_long = p.next().unwrap();
     assert_eq!(too_long["error"]["code"], -32600, "{too_long}");
     assert!(
         too_long["error"]["message"]
@@ -164,55 +100,62 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
 
     // The handshake, passed through.
     p.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hostile", "version": "0"}}}));
-    let init = p.next();
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hostile", "version": "0"}}})).unwrap();
+    let init = p.next().unwrap();
     assert_eq!(init["id"], 0, "{init}");
     assert!(init["result"]["serverInfo"].is_object(), "{init}");
-    p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .unwrap();
 
     // Gated calls missing what the gate needs, or carrying what the proxy fills.
     let mut missing = refund(1000);
     missing.as_object_mut().unwrap().remove("request_id");
-    p.send(&call(json!(10), "create_refund", missing));
-    assert_eq!(p.error_code(&json!(10)), -32602);
+    p.send(&call(json!(10), "create_refund", missing)).unwrap();
+    assert_eq!(error_code(&p, &json!(10)), -32602);
     let mut no_lease = refund(1000);
     no_lease["approval"] = json!("");
-    p.send(&call(json!(11), "create_refund", no_lease));
-    assert_eq!(p.error_code(&json!(11)), -32602);
+    p.send(&call(json!(11), "create_refund", no_lease)).unwrap();
+    assert_eq!(error_code(&p, &json!(11)), -32602);
     let mut own_key = refund(1000);
     own_key["idempotency_key"] = json!("mine");
-    p.send(&call(json!(12), "create_refund", own_key));
-    assert_eq!(p.error_code(&json!(12)), -32602);
+    p.send(&call(json!(12), "create_refund", own_key)).unwrap();
+    assert_eq!(error_code(&p, &json!(12)), -32602);
     p.send(&call(
         json!(13),
         "create_refund",
         json!(["not", "an", "object"]),
-    ));
-    assert_eq!(p.error_code(&json!(13)), -32602);
+    ))
+    .unwrap();
+    assert_eq!(error_code(&p, &json!(13)), -32602);
     let mut wrong_type = refund(1000);
     wrong_type["request_id"] = json!({"nested": true});
-    p.send(&call(json!(14), "create_refund", wrong_type));
-    assert_eq!(p.error_code(&json!(14)), -32602);
+    p.send(&call(json!(14), "create_refund", wrong_type))
+        .unwrap();
+    assert_eq!(error_code(&p, &json!(14)), -32602);
     // An unknown method goes to the server, whose own error comes back under the client's id.
-    p.send(&json!({"jsonrpc": "2.0", "id": "u", "method": "no/such/method"}));
-    assert_eq!(p.error_code(&json!("u")), -32601);
+    p.send(&json!({"jsonrpc": "2.0", "id": "u", "method": "no/such/method"}))
+        .unwrap();
+    assert_eq!(error_code(&p, &json!("u")), -32601);
 
     // Ids chosen to collide with the proxy's own (it numbers its requests to the server from
     // 1): a gated call — whose premise read and send are the proxy's own requests — beside
     // requests numbered as the proxy numbers, and the same numbers as strings. Each answer comes
     // back once, to its own id.
-    p.send(&call(json!(1), "create_refund", refund(1000)));
+    p.send(&call(json!(1), "create_refund", refund(1000)))
+        .unwrap();
     for id in [json!(2), json!(3), json!("1"), json!("2")] {
-        p.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+        p.send(&json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+            .unwrap();
     }
     p.send(&call(
         json!(4),
         "get_order",
         json!({"payment_intent": "pi_hostile"}),
-    ));
+    ))
+    .unwrap();
     let mut seen = Vec::new();
     for _ in 0..6 {
-        let a = p.next();
+        let a = p.next().unwrap();
         assert!(a.get("result").is_some(), "{a}");
         seen.push(a["id"].clone());
         if a["id"] == 1 {
@@ -236,8 +179,9 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
     assert_eq!(seen, want, "each id answered once");
 
     // Still up, and the payments API saw exactly the one valid refund.
-    p.send(&json!({"jsonrpc": "2.0", "id": "last", "method": "ping"}));
-    assert_eq!(p.next()["id"], "last");
+    p.send(&json!({"jsonrpc": "2.0", "id": "last", "method": "ping"}))
+        .unwrap();
+    assert_eq!(p.next().unwrap()["id"], "last");
     let refunds = api.sim.refunds("pi_hostile");
     assert_eq!(
         refunds.iter().map(|r| r.amount).collect::<Vec<_>>(),

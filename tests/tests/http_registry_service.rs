@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use interlock::core::{LookupAnswer, RefusalCode, Via};
 use interlock::target::Target;
 use interlock::{
-    Bound, EffectKey, Gate, GateConfig, Grant, Journal, Outcome, SqliteJournal, SystemClock, Tier,
+    Bound, EffectKey, Gate, GateConfig, Grant, Outcome, SqliteJournal, SystemClock, Tier,
 };
 use interlock_http::{HttpTarget, HttpTargetConfig};
 use interlock_server::config::TargetConfig;
@@ -59,7 +59,13 @@ impl JsonServer {
             .unwrap()
             .port();
         let child = Command::new(json_server_bin())
-            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--quiet"])
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--quiet",
+            ])
             .args(["--delay", &delay_ms.to_string()])
             .arg(&db)
             .stdout(Stdio::null())
@@ -77,7 +83,10 @@ impl JsonServer {
             .call()
             .is_err()
         {
-            assert!(Instant::now() < deadline, "json-server did not answer in 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "json-server did not answer in 20 s"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         server

@@ -342,11 +342,18 @@ fn facts_that_moved_but_still_pass_the_rules_refuse_the_send_and_offer_the_same_
             assert_eq!(r.code, RefusalCode::StalePremise, "{r:?}");
             let kinds: Vec<_> = r.repairs.iter().map(|p| p.kind.as_str()).collect();
             assert_eq!(kinds, ["rules_hold"], "{r:?}");
-            assert_eq!(r.repairs[0].payload, json!({"account": "acct_1", "amount": 2_000}));
+            assert_eq!(
+                r.repairs[0].payload,
+                json!({"account": "acct_1", "amount": 2_000})
+            );
         }
         other => panic!("must be refused: {other:?}"),
     }
-    assert_eq!(w.ledger.credits().len(), 1, "only the other request's credit");
+    assert_eq!(
+        w.ledger.credits().len(),
+        1,
+        "only the other request's credit"
+    );
 }
 
 /// Tier 1 against the payments API, which dedupes `Idempotency-Key` for 24 h as Stripe does: a

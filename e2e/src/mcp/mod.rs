@@ -7,6 +7,7 @@
 //! process) and repeating the call.
 
 pub mod client;
+pub mod raw;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,8 @@ pub use report::{markdown, to_json};
 use client::{Client, kill9};
 
 /// The payments API's secret in the rig.
-const SECRET: &str = "sk_test_local";
+/// The payments API's secret key in these rigs.
+pub const SECRET: &str = "sk_test_local";
 /// Every payment in the matrix, in cents.
 const PAID: i64 = 5000;
 /// The refund the agent decides on, in the cases where the payment is not fully refunded.

@@ -762,8 +762,14 @@ mod tests {
             .collect()
         };
         let fits = rules_hold(&rules, &payload, &now(5, true)).expect("both rules hold");
-        assert_eq!((fits.kind.as_str(), &fits.payload), ("rules_hold", &payload));
-        assert!(fits.summary.contains("paid - others >= payload.amount; open == true"));
+        assert_eq!(
+            (fits.kind.as_str(), &fits.payload),
+            ("rules_hold", &payload)
+        );
+        assert!(
+            fits.summary
+                .contains("paid - others >= payload.amount; open == true")
+        );
         assert_eq!(rules_hold(&rules, &payload, &now(40, true)), None);
         assert_eq!(rules_hold(&rules, &payload, &now(5, false)), None);
         // A fact not read at all breaks a rule that names it; no rules, no repair.

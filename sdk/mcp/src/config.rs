@@ -64,6 +64,13 @@ pub struct GatedTool {
     pub lookup: Option<Lookup>,
     /// A read tool whose answer the call was decided on, read again before every send.
     pub premises: Option<PremiseRead>,
+    /// An HTTP target table (the gate server's `kind = "http"` table, `docs/targets.md`): the
+    /// proxy offers the tool itself and sends its calls to the HTTP service the table
+    /// describes, never to the MCP server. The call's arguments, less the lease argument, are
+    /// the table's payload; the table says how the service dedupes, is looked up and is read.
+    pub http: Option<Box<interlock_http::HttpTargetConfig>>,
+    /// What the tool does, for the model (a tool with `http` only; the server describes its own).
+    pub description: Option<String>,
 }
 
 fn yes() -> bool {
@@ -126,6 +133,9 @@ impl GatedTool {
     /// The tier that follows from what the server can do: 1 when it deduplicates on the
     /// effect's id, 2 when a lookup finds it, 3 when neither.
     pub fn tier(&self) -> Tier {
+        if let Some(http) = &self.http {
+            return http.tier();
+        }
         match (&self.idempotency_argument, self.dedupes, &self.lookup) {
             (Some(_), true, _) => Tier::One,
             (Some(_), false, Some(_)) => Tier::Two,
@@ -279,6 +289,18 @@ impl ProxyConfig {
                     "is empty: leave it out to use the tool's name".into(),
                 ));
             }
+            if let Some(http) = &t.http {
+                t.check_http(http).map_err(|(f, m)| invalid(at(&f), m))?;
+                continue;
+            }
+            if t.description.is_some() {
+                return Err(invalid(
+                    at("description"),
+                    "is for a tool the proxy offers itself (with http): the MCP server \
+                     describes its own tools"
+                        .into(),
+                ));
+            }
             let id_arg = t.idempotency_argument.as_deref();
             if id_arg.is_some_and(blank) {
                 return Err(invalid(
@@ -427,6 +449,53 @@ impl ProxyConfig {
                         ));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GatedTool {
+    /// A tool sent through an HTTP table: the table says what the MCP fields would, and the
+    /// arguments that name the request are fields of its payload.
+    fn check_http(&self, http: &interlock_http::HttpTargetConfig) -> Result<(), (String, String)> {
+        let server_side = [
+            ("idempotency_argument", self.idempotency_argument.is_some()),
+            ("definite_error_field", self.definite_error_field.is_some()),
+            ("dedupes", self.dedupes),
+            ("dedupe_window_hours", self.dedupe_window_hours.is_some()),
+            ("lookup", self.lookup.is_some()),
+            ("premises", self.premises.is_some()),
+        ];
+        if let Some((f, _)) = server_side.iter().find(|(_, set)| *set) {
+            return Err((
+                (*f).to_owned(),
+                "is for a tool of the MCP server; this tool is sent through http: say it in the \
+                 table (http.idempotency, http.lookup, http.premises, http.answers)"
+                    .to_owned(),
+            ));
+        }
+        http.check()
+            .map_err(|m| (format!("http.{}", m.field), m.message))?;
+        if !http.payload.is_empty() {
+            if http.payload.contains_key(&self.lease) {
+                return Err((
+                    "lease".into(),
+                    format!(
+                        "{:?} is a field of http.payload: the lease argument names the approval \
+                         and is not sent, so it needs a name of its own",
+                        self.lease
+                    ),
+                ));
+            }
+            if let Some(k) = self.key.iter().find(|k| !http.payload.contains_key(*k)) {
+                return Err((
+                    "key".into(),
+                    format!(
+                        "{k:?} is not a field of http.payload: the arguments that name the \
+                         request must be sent with it"
+                    ),
+                ));
             }
         }
         Ok(())
@@ -616,6 +685,57 @@ repair = { argument = "amount", at_most = "refund.remaining" }
         assert_eq!(field, "tools.other.target");
         let (field, _) = refused(r#"journal = "j.db""#);
         assert_eq!(field, "tools");
+    }
+
+    #[test]
+    fn a_tool_sent_over_http_takes_the_table_and_refuses_what_only_a_server_tool_has() {
+        const HTTP: &str = r#"
+[tools.credit]
+key = ["request_id"]
+lease = "approval"
+description = "Credit an account."
+[tools.credit.http]
+payload = { request_id = "string", amount = "integer" }
+send = { url = "http://ledger.internal/credits", key_field = "key" }
+lookup = { url = "http://ledger.internal/credits?key={key}", key = "/key" }
+"#;
+        let cfg = parse(HTTP).unwrap();
+        assert_eq!(cfg.tools["credit"].tier(), Tier::Two);
+        for (from, to, field) in [
+            (
+                "lease = \"approval\"",
+                "lease = \"approval\"\nidempotency_argument = \"id\"",
+                "tools.credit.idempotency_argument",
+            ),
+            (
+                "lease = \"approval\"",
+                "lease = \"approval\"\nlookup = { tool = \"find\", argument = \"id\" }",
+                "tools.credit.lookup",
+            ),
+            (
+                "lease = \"approval\"",
+                "lease = \"amount\"",
+                "tools.credit.lease",
+            ),
+            (
+                "key = [\"request_id\"]",
+                "key = [\"order\"]",
+                "tools.credit.key",
+            ),
+            (
+                "http://ledger.internal/credits\"",
+                "ledger.internal/credits\"",
+                "tools.credit.http.send.url",
+            ),
+        ] {
+            let (got, message) = refused(&HTTP.replace(from, to));
+            assert_eq!(got, field, "{to}: {message}");
+        }
+        let (field, _) = refused(&FULL.replace(
+            "lease = \"approval\"",
+            "lease = \"approval\"\ndescription = \"x\"",
+        ));
+        assert_eq!(field, "tools.create_refund.description");
     }
 
     #[test]

@@ -8,12 +8,14 @@
 //!
 //! The parts: the configuration ([`config`]); the judging of every client frame before anything
 //! is sent ([`frame`]); which effect a call is ([`key`]); the server as a child process
-//! ([`upstream`]); a gated tool as the gate's target and premise reader ([`tool`]); what the
+//! ([`upstream`]); a gated tool as the gate's target and premise reader ([`tool`]), or a tool
+//! the proxy offers itself and sends over HTTP ([`http_tool`]); what the
 //! agent hears back ([`answer`]); and the run that ties them ([`proxy`]).
 
 pub mod answer;
 pub mod config;
 pub mod frame;
+pub mod http_tool;
 pub mod key;
 pub mod proxy;
 pub mod tool;

@@ -52,6 +52,14 @@ pub enum ProxyError {
         /// Why.
         source: GateError,
     },
+    /// A tool's HTTP table does not make a target (a `${VAR}` not set, a window too short).
+    #[error("the HTTP target of tool {tool}: {source}")]
+    Http {
+        /// The tool.
+        tool: String,
+        /// Why.
+        source: interlock_http::HttpTargetError,
+    },
     /// The server could not be started.
     #[error("{0}")]
     Start(std::io::Error),
@@ -74,6 +82,8 @@ struct Tool {
     cfg: GatedTool,
     bound: Bound,
     premises: Option<Arc<ToolPremises>>,
+    /// For a tool sent through an HTTP table: its reader, for the facts at the call's arrival.
+    http_reader: Option<Arc<dyn interlock::PremiseReader>>,
     tier: u8,
 }
 
@@ -153,6 +163,29 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
     let upstream = Arc::new(upstream);
     let mut tools = BTreeMap::new();
     for (name, cfg) in &config.tools {
+        if let Some(table) = &cfg.http {
+            let (bound, reader, tier) =
+                crate::http_tool::bind(&gate, name, cfg, table).map_err(|source| {
+                    upstream.shut_down(Duration::from_secs(1));
+                    ProxyError::Http {
+                        tool: name.clone(),
+                        source,
+                    }
+                })?;
+            let tier = u8::from(tier);
+            tracing::info!(tool = %name, tier, journal = %shown, "gating tool sent over HTTP");
+            tools.insert(
+                name.clone(),
+                Tool {
+                    cfg: cfg.clone(),
+                    bound,
+                    premises: None,
+                    http_reader: Some(reader),
+                    tier,
+                },
+            );
+            continue;
+        }
         let target: Arc<dyn Target> = Arc::new(ToolTarget::new(name, cfg, upstream.clone()));
         let premises = cfg
             .premises
@@ -180,6 +213,7 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
                 cfg: cfg.clone(),
                 bound,
                 premises,
+                http_reader: None,
                 tier,
             },
         );
@@ -507,9 +541,30 @@ impl Shared {
     /// Mark the gated tools in a `tools/list` answer: what the gate does, in words a model
     /// reads and in `_meta`; the argument the proxy fills is not the agent's to give.
     fn mark_gated(&self, result: &mut Value) {
+        let last_page = result.get("nextCursor").is_none_or(Value::is_null);
         let Some(list) = result.get_mut("tools").and_then(Value::as_array_mut) else {
             return;
         };
+        // The tools the proxy offers itself: a server's tool of the same name is hidden (its
+        // calls would never reach it), and the proxy's are listed once, on the last page.
+        list.retain(|t| {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+            let own = self.tools.get(name).is_some_and(|t| t.cfg.http.is_some());
+            if own {
+                tracing::warn!(
+                    tool = name,
+                    "the MCP server lists a tool the proxy sends over HTTP; the server's is hidden"
+                );
+            }
+            !own
+        });
+        if last_page {
+            for (name, tool) in &self.tools {
+                if let Some(table) = &tool.cfg.http {
+                    list.push(crate::http_tool::listing(name, &tool.cfg, table));
+                }
+            }
+        }
         for t in list {
             let Some(name) = t.get("name").and_then(Value::as_str).map(str::to_owned) else {
                 continue;
@@ -518,7 +573,19 @@ impl Shared {
                 continue;
             };
             let cfg = &tool.cfg;
-            let reads = cfg.premises.as_ref().map(|p| p.tool.clone());
+            let reads = match &cfg.http {
+                Some(table) if !table.premises.is_empty() => Some(format!(
+                    "the service's {}, read when the call arrives,",
+                    table
+                        .premises
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                Some(_) => None,
+                None => cfg.premises.as_ref().map(|p| p.tool.clone()),
+            };
             let note = format!(
                 "\n\nGated by Interlock (tier {}): calls with the same {} are one request, carried \
                  out at most once; argument {:?} must name a live approval{}. A refused call \
@@ -682,6 +749,10 @@ impl Shared {
             return Gated::Error(format!("tool {tool_name} is not gated"));
         };
         let base = key::base(tool_name, key_values);
+        let payload = match &tool.cfg.http {
+            Some(_) => crate::http_tool::payload(&tool.cfg, &payload),
+            None => payload,
+        };
         let answer = |key: &EffectKey, outcome: &Outcome, receipt: Option<Value>| {
             let call = Call {
                 tool: tool_name,
@@ -775,6 +846,11 @@ impl Shared {
         base: &EffectKey,
         payload: &Value,
     ) -> Result<Premises, String> {
+        if let Some(reader) = &tool.http_reader {
+            return reader
+                .read(base, payload)
+                .map_err(|e| format!("the facts the call stands on could not be read: {e}"));
+        }
         let Some(p) = &tool.premises else {
             return Ok(Premises::new());
         };

@@ -1,0 +1,201 @@
+//! A tool the MCP proxy offers itself from an HTTP target table (`[tools.NAME.http]`): the agent
+//! sees it in `tools/list` with a schema made from the table, and its calls go through the gate to
+//! the payments API over HTTP, never to the MCP server. Judged by the payments API's records: one
+//! refund per request, a repeat replayed, a dead approval and a broken rule send nothing, and a
+//! proxy SIGKILLed with the refund on the wire is recovered at its next start without a second.
+//!
+//! Needs `interlock` beside the test's binaries (`cargo build -p interlock-cli`, which
+//! `scripts/test` runs first) and the example server's Python package (`scripts/setup`).
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use interlock::{SystemClock, Tier};
+use interlock_e2e::mcp::client::kill9;
+use interlock_e2e::mcp::raw::RawProxy;
+use interlock_testkit::faults::Stall;
+use interlock_testkit::payments_api::PaymentsApi;
+use interlock_testkit::sim::SimPayments;
+use serde_json::{Value, json};
+
+/// The proxy's file: the payments API's refunds as an HTTP table, tier 1 (the API dedupes
+/// `Idempotency-Key` for 24 h) with a lookup by the refunds' listing.
+fn config(journal: &Path) -> String {
+    format!(
+        r#"
+journal = {journal:?}
+
+[tools.refund_by_http]
+description = "Refund part of a payment."
+key = ["payment_intent"]
+lease = "approval"
+
+[tools.refund_by_http.http]
+headers = {{ Authorization = "Bearer ${{STRIPE_SECRET_KEY}}" }}
+payload = {{ payment_intent = "string", amount = "integer", currency = "string" }}
+rules = ["amount_paid >= payload.amount"]
+
+[tools.refund_by_http.http.send]
+url = "${{STRIPE_API_BASE}}/v1/refunds"
+body = "form"
+key_field = "metadata[interlock_key]"
+
+[tools.refund_by_http.http.idempotency]
+header = "Idempotency-Key"
+window_hours = 24
+
+[tools.refund_by_http.http.lookup]
+url = "${{STRIPE_API_BASE}}/v1/refunds?payment_intent={{payment_intent}}&limit=100"
+records = "/data"
+key = "/metadata/interlock_key"
+has_more = "/has_more"
+
+[tools.refund_by_http.http.premises.amount_paid]
+url = "${{STRIPE_API_BASE}}/v1/payment_intents/{{payment_intent}}"
+pointer = "/amount"
+"#,
+        journal = journal.display().to_string()
+    )
+}
+
+fn refund(pi: &str, amount: i64, approval: &str) -> Value {
+    json!({"payment_intent": pi, "amount": amount, "currency": "usd", "approval": approval})
+}
+
+fn label(answer: &Value) -> String {
+    answer["result"]["_meta"]["interlock/outcome"]["label"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no outcome: {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
+    let interlock = interlock_e2e::mcp::interlock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(86_400),
+        Arc::new(SystemClock),
+    );
+    for pi in ["pi_h1", "pi_h2", "pi_h3", "pi_kill"] {
+        sim.add_payment(pi, 5000);
+    }
+    let api = PaymentsApi::start(sim, interlock_e2e::mcp::SECRET).unwrap();
+    let journal = dir.path().join("journal.db");
+    let file = dir.path().join("interlock.mcp.toml");
+    std::fs::write(&file, config(&journal)).unwrap();
+    let granted = Command::new(&interlock)
+        .arg("--journal")
+        .arg(&journal)
+        .args([
+            "lease",
+            "grant",
+            "lease-1",
+            "--approver",
+            "ops@example.com",
+            "--uses",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(granted.status.success(), "{granted:?}");
+    let log = dir.path().join("proxy.log");
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut p = RawProxy::start(&interlock, &file, &api.base_url, &log).unwrap();
+    p.handshake().unwrap();
+
+    // Listed beside the server's own tools, with the table's payload as its schema.
+    p.send(&json!({"jsonrpc": "2.0", "id": "list", "method": "tools/list"}))
+        .unwrap();
+    let listed = p.next().unwrap();
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(
+        names.contains(&"create_refund") && names.contains(&"refund_by_http"),
+        "{names:?}"
+    );
+    let ours = tools
+        .iter()
+        .find(|t| t["name"] == "refund_by_http")
+        .unwrap();
+    assert_eq!(
+        ours["inputSchema"]["required"],
+        json!(["approval", "amount", "currency", "payment_intent"])
+    );
+    assert!(
+        ours["description"]
+            .as_str()
+            .unwrap()
+            .contains("Gated by Interlock (tier 1)")
+    );
+
+    // One refund, and the same request again answered from the journal.
+    let first = p
+        .call("1", "refund_by_http", refund("pi_h1", 1500, "lease-1"))
+        .unwrap();
+    assert_eq!(label(&first), "COMMITTED/first_send", "{first}");
+    let again = p
+        .call("2", "refund_by_http", refund("pi_h1", 1500, "lease-1"))
+        .unwrap();
+    assert!(label(&again).starts_with("COMMITTED"), "{again}");
+    assert_eq!(
+        again["result"]["_meta"]["interlock/outcome"]["replayed"],
+        true
+    );
+    let landed = api.sim.refunds("pi_h1");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert!(landed[0].idempotency_key.is_some());
+
+    // A dead approval, and an amount the payment's facts do not allow: nothing sent.
+    let unapproved = p
+        .call("3", "refund_by_http", refund("pi_h2", 500, "no-such-lease"))
+        .unwrap();
+    assert_eq!(unapproved["result"]["isError"], true, "{unapproved}");
+    assert!(label(&unapproved).starts_with("REFUSED"), "{unapproved}");
+    let over = p
+        .call("4", "refund_by_http", refund("pi_h3", 9000, "lease-1"))
+        .unwrap();
+    assert_eq!(label(&over), "REFUSED:premise_rule", "{over}");
+    assert!(api.sim.refunds("pi_h2").is_empty() && api.sim.refunds("pi_h3").is_empty());
+
+    // SIGKILL with the refund applied and its answer on the wire; the next start recovers it.
+    let stall = Stall::new();
+    api.sim.hold_response_on("pi_kill", stall.clone());
+    p.send(&interlock_e2e::mcp::raw::call(
+        json!("k"),
+        "refund_by_http",
+        refund("pi_kill", 2000, "lease-1"),
+    ))
+    .unwrap();
+    stall.wait_reached();
+    kill9(p.child.id());
+    drop(p);
+    stall.release();
+    let mut p = RawProxy::start(&interlock, &file, &api.base_url, &log).unwrap();
+    p.handshake().unwrap();
+    let after = p
+        .call("k2", "refund_by_http", refund("pi_kill", 2000, "lease-1"))
+        .unwrap();
+    assert!(
+        label(&after).starts_with("COMMITTED"),
+        "{after}\n{}",
+        logs()
+    );
+    let landed = api.sim.refunds("pi_kill");
+    assert_eq!(
+        landed.iter().map(|r| r.amount).collect::<Vec<_>>(),
+        [2000],
+        "one refund through the kill; the proxy's log: {}",
+        logs()
+    );
+    assert!(
+        logs().contains("recovered an effect left in flight"),
+        "the start's recovery settled it: {}",
+        logs()
+    );
+}
