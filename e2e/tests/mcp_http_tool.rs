@@ -1,8 +1,9 @@
 //! A tool the MCP proxy offers itself from an HTTP target table (`[tools.NAME.http]`): the agent
 //! sees it in `tools/list` with a schema made from the table, and its calls go through the gate to
 //! the payments API over HTTP, never to the MCP server. Judged by the payments API's records: one
-//! refund per request, a repeat replayed, a dead approval and a broken rule send nothing, and a
-//! proxy SIGKILLed with the refund on the wire is recovered at its next start without a second.
+//! refund per request, a repeat replayed, a dead approval and a broken rule send nothing (and the
+//! request made again under a live approval is sent), and a proxy SIGKILLed with the refund on
+//! the wire is recovered at its next start without a second.
 //!
 //! Needs `interlock` beside the test's binaries (`cargo build -p interlock-cli`, which
 //! `scripts/test` runs first) and the example server's Python package (`scripts/setup`).
@@ -162,6 +163,20 @@ fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
         .unwrap();
     assert_eq!(label(&over), "REFUSED:premise_rule", "{over}");
     assert!(api.sim.refunds("pi_h2").is_empty() && api.sim.refunds("pi_h3").is_empty());
+    // The lease is not part of the payload, yet the same request under a live approval is a
+    // new decision, not the refusal replayed.
+    let regranted = Command::new(&interlock)
+        .arg("--journal")
+        .arg(&journal)
+        .args(["lease", "grant", "lease-2", "--approver", "ops@example.com"])
+        .output()
+        .unwrap();
+    assert!(regranted.status.success(), "{regranted:?}");
+    let approved = p
+        .call("5", "refund_by_http", refund("pi_h2", 500, "lease-2"))
+        .unwrap();
+    assert_eq!(label(&approved), "COMMITTED/first_send", "{approved}");
+    assert_eq!(api.sim.refunds("pi_h2").len(), 1);
 
     // SIGKILL with the refund applied and its answer on the wire; the next start recovers it.
     let stall = Stall::new();

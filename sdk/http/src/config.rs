@@ -360,9 +360,10 @@ impl HttpTargetConfig {
                          the body field that does (or put {key} in send.url)",
                     ));
                 }
-                (Some(k), body) if body != BodyKind::None => {
-                    let at = key_pointer(k, body);
-                    if l.key != at {
+                (Some(k), _) => {
+                    if let Some(at) = self.send.key_pointer()
+                        && l.key != at
+                    {
                         return Err(mistake(
                             "lookup.key",
                             format!(
@@ -372,7 +373,7 @@ impl HttpTargetConfig {
                         ));
                     }
                 }
-                _ => {}
+                (None, _) => {}
             }
         }
         if let Some(r) = &self.records {
@@ -393,16 +394,13 @@ impl HttpTargetConfig {
                      goes on (has_more)",
                 ));
             }
-            if let (Some(k), BodyKind::Json | BodyKind::Form) =
-                (&self.send.key_field, self.send.body)
+            if let Some(at) = self.send.key_pointer()
+                && r.key != at
             {
-                let at = key_pointer(k, self.send.body);
-                if r.key != at {
-                    return Err(mistake(
-                        "records.key",
-                        format!("the send puts the key at {at:?}: set records.key = {at:?}"),
-                    ));
-                }
+                return Err(mistake(
+                    "records.key",
+                    format!("the send puts the key at {at:?}: set records.key = {at:?}"),
+                ));
             }
             if let Some(t) = &r.tagged_url {
                 let parsed = Template::parse(t).map_err(|m| mistake("records.tagged_url", m))?;
@@ -549,7 +547,19 @@ pub(crate) const MAX_WINDOW_HOURS: u64 = 24 * 366;
 
 /// Where a record keeps the key the send put in body field `field`, as a JSON pointer: the field
 /// itself for a JSON body, and a form's `a[b]` as `/a/b`.
-pub(crate) fn key_pointer(field: &str, body: BodyKind) -> String {
+impl SendConfig {
+    /// Where a record keeps the key the send's body carries (`send.key_field` as a JSON
+    /// pointer), or none when the body carries no key. A record's key is read there with
+    /// confidence, and its absence means a record made without one.
+    pub fn key_pointer(&self) -> Option<String> {
+        match (&self.key_field, self.body) {
+            (Some(k), BodyKind::Json | BodyKind::Form) => Some(key_pointer(k, self.body)),
+            _ => None,
+        }
+    }
+}
+
+fn key_pointer(field: &str, body: BodyKind) -> String {
     let escape = |s: &str| s.replace('~', "~0").replace('/', "~1");
     match body {
         BodyKind::Form => field

@@ -61,6 +61,8 @@ struct Inner {
     send_url: Resolved,
     body: BodyKind,
     key_field: Option<String>,
+    /// Where a record keeps the key the body carries.
+    key_at: Option<String>,
     idempotency_header: Option<String>,
     replayed_header: Option<String>,
     lookup: Option<(Resolved, LookupConfig)>,
@@ -187,6 +189,7 @@ impl HttpTarget {
                 send_url,
                 body: cfg.send.body,
                 key_field: cfg.send.key_field.clone(),
+                key_at: cfg.send.key_pointer(),
                 idempotency_header: cfg.idempotency.as_ref().map(|i| i.header.clone()),
                 replayed_header: cfg
                     .idempotency
@@ -570,16 +573,10 @@ fn found(
 }
 
 impl HttpTarget {
-    /// Whether the configuration names where the service lists its records.
-    /// Whether the send puts the key in its body where `pointer` points: a record's key is
-    /// then read there with confidence, and its absence means a record made without one.
+    /// Whether the send puts the key in its body where `pointer` points
+    /// ([`SendConfig::key_pointer`](crate::SendConfig::key_pointer)).
     fn keeps_key_at(&self, pointer: &str) -> bool {
-        let inner = &self.inner;
-        matches!(inner.body, BodyKind::Json | BodyKind::Form)
-            && inner
-                .key_field
-                .as_deref()
-                .is_some_and(|k| crate::config::key_pointer(k, inner.body) == pointer)
+        self.inner.key_at.as_deref() == Some(pointer)
     }
 
     /// Whether the configuration names the service's own records (`[records]`).

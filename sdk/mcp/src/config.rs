@@ -143,11 +143,16 @@ impl GatedTool {
         }
     }
 
-    /// The effect's target name: `target`, or `mcp:TOOL` (a name no target of `interlock
-    /// serve` or a worker takes by accident: an effect is recovered only through a target of the
-    /// name it was journaled under).
+    /// The effect's target name: `target`, or `mcp:TOOL` (`http:TOOL` for a tool sent over
+    /// HTTP) — a name no target of `interlock serve` or a worker takes by accident: an effect is
+    /// recovered only through a target of the name it was journaled under, so a tool moved from
+    /// the MCP server to an HTTP table never recovers the server's calls over HTTP (where its
+    /// lookup would not find them, and would resend).
     pub fn target_name(&self, tool: &str) -> String {
-        self.target.clone().unwrap_or_else(|| format!("mcp:{tool}"))
+        let kind = if self.http.is_some() { "http" } else { "mcp" };
+        self.target
+            .clone()
+            .unwrap_or_else(|| format!("{kind}:{tool}"))
     }
 }
 
@@ -281,6 +286,16 @@ impl ProxyConfig {
                 return Err(invalid(
                     at("lease"),
                     "is empty: name the argument that carries the approval's lease id".into(),
+                ));
+            }
+            if t.key.contains(&t.lease) {
+                return Err(invalid(
+                    at("key"),
+                    format!(
+                        "names the lease argument {:?}: an approval does not name the request \
+                         (another approval for the same request is the same request)",
+                        t.lease
+                    ),
                 ));
             }
             if t.target.as_deref().is_some_and(blank) {
@@ -477,26 +492,37 @@ impl GatedTool {
         }
         http.check()
             .map_err(|m| (format!("http.{}", m.field), m.message))?;
-        if !http.payload.is_empty() {
-            if http.payload.contains_key(&self.lease) {
-                return Err((
-                    "lease".into(),
-                    format!(
-                        "{:?} is a field of http.payload: the lease argument names the approval \
-                         and is not sent, so it needs a name of its own",
-                        self.lease
-                    ),
-                ));
-            }
-            if let Some(k) = self.key.iter().find(|k| !http.payload.contains_key(*k)) {
-                return Err((
-                    "key".into(),
-                    format!(
-                        "{k:?} is not a field of http.payload: the arguments that name the \
-                         request must be sent with it"
-                    ),
-                ));
-            }
+        if http.payload.is_empty() {
+            return Err((
+                "http.payload".into(),
+                "is missing: an agent's call is the payload, so declare its fields and types \
+                 (they are the tool's schema, and any other argument is refused)"
+                    .into(),
+            ));
+        }
+        if http.payload.contains_key(&self.lease) {
+            return Err((
+                "lease".into(),
+                format!(
+                    "{:?} is a field of http.payload: the lease argument names the approval and \
+                     is not sent, so it needs a name of its own",
+                    self.lease
+                ),
+            ));
+        }
+        for k in &self.key {
+            let why = match http.payload.get(k) {
+                None => {
+                    "is not a field of http.payload: the arguments that name the request \
+                         must be sent with it"
+                }
+                Some(ty) if ty.optional => {
+                    "is optional in http.payload: the arguments that name the request must \
+                     always be given"
+                }
+                Some(_) => continue,
+            };
+            return Err(("key".into(), format!("{k:?} {why}")));
         }
         Ok(())
     }
@@ -701,6 +727,7 @@ lookup = { url = "http://ledger.internal/credits?key={key}", key = "/key" }
 "#;
         let cfg = parse(HTTP).unwrap();
         assert_eq!(cfg.tools["credit"].tier(), Tier::Two);
+        assert_eq!(cfg.tools["credit"].target_name("credit"), "http:credit");
         for (from, to, field) in [
             (
                 "lease = \"approval\"",
@@ -727,10 +754,31 @@ lookup = { url = "http://ledger.internal/credits?key={key}", key = "/key" }
                 "ledger.internal/credits\"",
                 "tools.credit.http.send.url",
             ),
+            (
+                "request_id = \"string\", ",
+                "request_id = \"string?\", ",
+                "tools.credit.key",
+            ),
+            (
+                "payload = { request_id = \"string\", amount = \"integer\" }\n",
+                "",
+                "tools.credit.http.payload",
+            ),
+            (
+                "key = [\"request_id\"]",
+                "key = [\"request_id\", \"approval\"]",
+                "tools.credit.key",
+            ),
         ] {
             let (got, message) = refused(&HTTP.replace(from, to));
             assert_eq!(got, field, "{to}: {message}");
         }
+        // The field the gate fills with the effect's key: no call could give it (the table's
+        // own check).
+        let filled = HTTP
+            .replace("key_field = \"key\"", "key_field = \"request_id\"")
+            .replace("key = \"/key\"", "key = \"/request_id\"");
+        assert_eq!(refused(&filled).0, "tools.credit.http.send.key_field");
         let (field, _) = refused(&FULL.replace(
             "lease = \"approval\"",
             "lease = \"approval\"\ndescription = \"x\"",

@@ -64,28 +64,42 @@ pub fn nth(base: &EffectKey, n: usize) -> EffectKey {
     EffectKey::fixed(format!("{base}.{n}")).unwrap_or_else(|_| base.clone())
 }
 
-/// Whether a call (its payload's hash, the facts it was decided on) belongs to an effect in
-/// `state`, or is a new decision after one that was never carried out. An effect that ended
-/// refused or failed but `landed_late` (a late success, or the target's confirmation, came after
-/// it) was carried out after all: every call for the request stays with it.
-pub fn belongs(
-    state: &EffectState,
-    landed_late: bool,
-    payload_hash: &str,
-    decided: &Premises,
-) -> bool {
+/// A call as the choice of its effect sees it: its payload's hash, the facts it was decided on
+/// and the approval it names.
+#[derive(Clone, Copy, Debug)]
+pub struct Decision<'a> {
+    /// The hash of the payload as the call gave it.
+    pub payload_hash: &'a str,
+    /// The facts it was decided on.
+    pub decided: &'a Premises,
+    /// The lease id it runs under.
+    pub lease: &'a str,
+}
+
+/// Whether a call belongs to an effect in `state`, or is a new decision after one that was
+/// never carried out: other arguments, facts read again, or another approval (a call refused for
+/// a dead lease may be made again under a live one, also where the lease is not part of the
+/// payload). An effect that ended refused or failed but `landed_late` (a late success, or the
+/// target's confirmation, came after it) was carried out after all: every call for the request
+/// stays with it.
+pub fn belongs(state: &EffectState, landed_late: bool, call: &Decision<'_>) -> bool {
     if landed_late {
         return true;
     }
+    let same = |first: &interlock::core::Proposed| {
+        let hash = first.payload_hash == call.payload_hash
+            || first.given_hash.as_deref() == Some(call.payload_hash);
+        hash && &first.premises == call.decided && first.lease == call.lease
+    };
     match state {
         EffectState::Resolved {
             first,
             resolution: Resolution::Refused(r),
-        } if r.is_final => first.payload_hash == payload_hash && &first.premises == decided,
+        } if r.is_final => same(first),
         EffectState::Resolved {
             first,
             resolution: Resolution::Failed(_),
-        } => first.payload_hash == payload_hash && &first.premises == decided,
+        } => same(first),
         _ => true,
     }
 }
@@ -94,14 +108,13 @@ pub fn belongs(
 /// effect's state and whether it landed late (see [`belongs`]).
 pub fn choose(
     base: &EffectKey,
-    payload_hash: &str,
-    decided: &Premises,
+    call: &Decision<'_>,
     mut read: impl FnMut(&EffectKey) -> Result<(EffectState, bool), JournalError>,
 ) -> Result<EffectKey, JournalError> {
     for n in 1..=MAX_DECISIONS {
         let key = nth(base, n);
         let (state, landed_late) = read(&key)?;
-        if belongs(&state, landed_late, payload_hash, decided) {
+        if belongs(&state, landed_late, call) {
             return Ok(key);
         }
     }
@@ -150,8 +163,22 @@ mod tests {
     }
 
     fn pick(states: &HashMap<String, EffectState>, hash: &str, decided: &Premises) -> String {
+        pick_under(states, hash, decided, "l")
+    }
+
+    fn pick_under(
+        states: &HashMap<String, EffectState>,
+        payload_hash: &str,
+        decided: &Premises,
+        lease: &str,
+    ) -> String {
         let base = base("create_refund", &[json!("r-1")]);
-        choose(&base, hash, decided, |k| {
+        let call = Decision {
+            payload_hash,
+            decided,
+            lease,
+        };
+        choose(&base, &call, |k| {
             Ok((states.get(k.as_str()).cloned().unwrap_or_default(), false))
         })
         .unwrap()
@@ -215,7 +242,32 @@ mod tests {
         assert_eq!(pick(&states, "h2", &was), "mcp:create_refund:r-1.2");
         // Unless it landed after all (a late success, the target's confirmation): then it was
         // carried out, and the request has no next effect.
-        assert!(belongs(&failed, true, "h2", &now));
-        assert!(!belongs(&failed, false, "h2", &now));
+        let call = Decision {
+            payload_hash: "h2",
+            decided: &now,
+            lease: "l",
+        };
+        assert!(belongs(&failed, true, &call));
+        assert!(!belongs(&failed, false, &call));
+    }
+
+    #[test]
+    fn a_call_under_another_approval_or_spelt_as_first_given_is_told_apart() {
+        let facts = Premises::from([("refundable".to_owned(), json!(5000))]);
+        let mut first = refused("canonical", &facts);
+        if let EffectState::Resolved { first, .. } = &mut first {
+            first.given_hash = Some("as_given".into());
+        }
+        let states = HashMap::from([("mcp:create_refund:r-1".to_owned(), first)]);
+        // Refused under lease "l" (dead, say): the same call under a live lease is a new decision.
+        assert_eq!(
+            pick_under(&states, "canonical", &facts, "l2"),
+            "mcp:create_refund:r-1.2"
+        );
+        // The same call spelt as first given (before its canonical form) is the refused effect.
+        assert_eq!(
+            pick_under(&states, "as_given", &facts, "l"),
+            "mcp:create_refund:r-1"
+        );
     }
 }

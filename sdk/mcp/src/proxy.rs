@@ -156,7 +156,14 @@ pub fn run(config: ProxyConfig, journal: &str, command: &[String]) -> Result<(),
     };
     let gate_cfg = gate_cfg.build().map_err(|e| gate_err(e.into()))?;
     let retry_after = gate_cfg.retry_after;
-    let drain = gate_cfg.send_timeout + gate_cfg.settle + 2 * crate::tool::READ_TIMEOUT;
+    // A read (a lookup, a premise) may take the longest any tool allows it.
+    let longest_read = config
+        .tools
+        .values()
+        .filter_map(|t| t.http.as_ref())
+        .map(|h| Duration::from_millis(h.read_timeout_ms))
+        .fold(crate::tool::READ_TIMEOUT, Duration::max);
+    let drain = gate_cfg.send_timeout + gate_cfg.settle + 2 * longest_read;
     let store = opened.store;
     let gate = Gate::new(store.clone(), store.clone(), clock, gate_cfg).map_err(gate_err)?;
     let (upstream, server_out) = Upstream::spawn(command).map_err(ProxyError::Start)?;
@@ -541,7 +548,10 @@ impl Shared {
     /// Mark the gated tools in a `tools/list` answer: what the gate does, in words a model
     /// reads and in `_meta`; the argument the proxy fills is not the agent's to give.
     fn mark_gated(&self, result: &mut Value) {
-        let last_page = result.get("nextCursor").is_none_or(Value::is_null);
+        // A cursor that is null or empty goes nowhere: that page is the last.
+        let last_page = result
+            .get("nextCursor")
+            .is_none_or(|c| c.is_null() || c.as_str() == Some(""));
         let Some(list) = result.get_mut("tools").and_then(Value::as_array_mut) else {
             return;
         };
@@ -573,29 +583,30 @@ impl Shared {
                 continue;
             };
             let cfg = &tool.cfg;
-            let reads = match &cfg.http {
-                Some(table) if !table.premises.is_empty() => Some(format!(
-                    "the service's {}, read when the call arrives,",
+            let reads = cfg.premises.as_ref().map(|p| p.tool.clone());
+            let facts = match &cfg.http {
+                Some(table) if !table.premises.is_empty() => format!(
+                    "; the service's {} are read when the call arrives and must not have \
+                     changed when it is sent",
                     table
                         .premises
                         .keys()
                         .cloned()
                         .collect::<Vec<_>>()
                         .join(", ")
-                )),
-                Some(_) => None,
-                None => cfg.premises.as_ref().map(|p| p.tool.clone()),
+                ),
+                Some(_) => String::new(),
+                None => reads.as_ref().map_or_else(String::new, |r| {
+                    format!("; the facts read with {r} must not have changed since you read them")
+                }),
             };
             let note = format!(
                 "\n\nGated by Interlock (tier {}): calls with the same {} are one request, carried \
-                 out at most once; argument {:?} must name a live approval{}. A refused call \
+                 out at most once; argument {:?} must name a live approval{facts}. A refused call \
                  answers with what changed and what would still fit.",
                 tool.tier,
                 cfg.key.join(", "),
                 cfg.lease,
-                reads.as_ref().map_or_else(String::new, |r| format!(
-                    "; the facts read with {r} must not have changed since you read them"
-                )),
             );
             let description = t
                 .get("description")
@@ -773,7 +784,12 @@ impl Shared {
             Err(why) => return retry(why, &base),
         };
         let hash = interlock::effect::sha256_hex(&canonical_json(&payload));
-        let key = match key::choose(&base, &hash, &decided, |k| {
+        let call = key::Decision {
+            payload_hash: &hash,
+            decided: &decided,
+            lease: &lease,
+        };
+        let key = match key::choose(&base, &call, |k| {
             let seen = self.journal.read(k)?;
             let events = seen.records().iter().map(|r| &r.event);
             let landed = !interlock::core::state::landed_late(seen.state(), events).is_empty();
