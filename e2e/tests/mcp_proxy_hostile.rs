@@ -194,3 +194,63 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
     let status = p.child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Clients in strict function-calling modes send optional arguments as null: the agent's read
+/// `get_order {payment_intent, excluding: null}` is still the read its refund was decided on, so
+/// a refund made by hand after it refuses the call instead of passing on facts read at call time.
+#[test]
+fn a_read_with_null_arguments_is_what_the_next_call_is_decided_on() {
+    let interlock = interlock_e2e::mcp::interlock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimPayments::new(
+        Tier::One,
+        Duration::from_secs(86_400),
+        Arc::new(SystemClock),
+    );
+    sim.add_payment("pi_strict", 5000);
+    let api = PaymentsApi::start(sim, "sk_test_local").unwrap();
+    let journal = dir.path().join("journal.db");
+    let config = dir.path().join("interlock.mcp.toml");
+    std::fs::write(
+        &config,
+        interlock_e2e::mcp::example_config(&journal).unwrap(),
+    )
+    .unwrap();
+    let granted = Command::new(&interlock)
+        .arg("--journal")
+        .arg(&journal)
+        .args(["lease", "grant", "lease-1", "--approver", "ops@example.com"])
+        .output()
+        .unwrap();
+    assert!(granted.status.success(), "{granted:?}");
+    let log = dir.path().join("proxy.log");
+    let mut p = RawProxy::start(&interlock, &config, &api.base_url, &log).unwrap();
+    p.handshake().unwrap();
+    let read = p
+        .call(
+            "read",
+            "get_order",
+            json!({"payment_intent": "pi_strict", "excluding": null}),
+        )
+        .unwrap();
+    assert_ne!(read["result"]["isError"], true, "{read}");
+    // A person refunds $30 by hand after the agent read $50 refundable.
+    api.sim.hand_refund("pi_strict", 3000);
+    let refund = p
+        .call(
+            "refund",
+            "create_refund",
+            json!({"payment_intent": "pi_strict", "amount": 1000, "request_id": "r-strict",
+                   "approval": "lease-1"}),
+        )
+        .unwrap();
+    let outcome = &refund["result"]["_meta"]["interlock/outcome"];
+    assert_eq!(outcome["label"], "REFUSED:stale_premise", "{refund}");
+    assert_eq!(outcome["changes"][0]["field"], "refundable", "{refund}");
+    assert_eq!(
+        api.sim.refunds("pi_strict").len(),
+        1,
+        "only the hand refund; the proxy's log: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}

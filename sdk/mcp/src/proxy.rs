@@ -130,6 +130,23 @@ fn id_key(id: &Value) -> Vec<u8> {
     canonical_json(id)
 }
 
+/// A read's arguments as the proxy matches them: an argument given as null is an argument left
+/// out (clients in strict function-calling modes send every optional argument, null when unset),
+/// so `{payment_intent, excluding: null}` is the read the proxy makes with `{payment_intent}`.
+fn read_key(args: &Value) -> Vec<u8> {
+    match args {
+        Value::Object(m) => {
+            let given: Map<String, Value> = m
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            canonical_json(&Value::Object(given))
+        }
+        other => canonical_json(other),
+    }
+}
+
 /// Run the proxy on this process's stdin and stdout in front of the server `command`, until the
 /// client closes its side (then `Ok`) or the server exits (then an error). `journal` is used
 /// when the configuration names none.
@@ -536,7 +553,7 @@ impl Shared {
                 if result.get("isError") != Some(&json!(true))
                     && let Some(v) = content_value(result)
                 {
-                    lock(&self.seen).insert((tool, canonical_json(&args)), v);
+                    lock(&self.seen).insert((tool, read_key(&args)), v);
                 }
             }
             (Some(Watch::List), Some(result)) => self.mark_gated(result),
@@ -829,7 +846,7 @@ impl Shared {
             if let Ok(args) = p.arguments(&payload) {
                 let mut seen = lock(&self.seen);
                 if let Some(facts) =
-                    seen.get_mut(&(p.tool().to_owned(), canonical_json(&Value::Object(args))))
+                    seen.get_mut(&(p.tool().to_owned(), read_key(&Value::Object(args))))
                 {
                     for c in &r.changes {
                         crate::tool::set_path(facts, &c.field, c.now.clone());
@@ -850,7 +867,7 @@ impl Shared {
         let p = self.tools.get(tool)?.premises.as_ref()?;
         let args = p.arguments(payload).ok()?;
         lock(&self.seen)
-            .get(&(p.tool().to_owned(), canonical_json(&Value::Object(args))))
+            .get(&(p.tool().to_owned(), read_key(&Value::Object(args))))
             .cloned()
     }
 
@@ -895,6 +912,15 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
+
+    #[test]
+    fn a_read_argument_given_as_null_is_the_argument_left_out() {
+        let strict = json!({"payment_intent": "pi_1", "excluding": null});
+        let plain = json!({"payment_intent": "pi_1"});
+        assert_eq!(read_key(&strict), read_key(&plain));
+        let other = json!({"payment_intent": "pi_1", "excluding": "k"});
+        assert_ne!(read_key(&other), read_key(&plain));
+    }
 
     #[test]
     fn a_line_over_the_limit_is_skipped_unread_and_the_next_is_read_whole() {
