@@ -200,9 +200,21 @@ impl ProxyConfig {
 
     /// Parse and check configuration text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let cfg: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string(),
+        let cfg: Self = toml::from_str(text).map_err(|e| {
+            let json = text.trim_start().starts_with('{')
+                || path
+                    .extension()
+                    .is_some_and(|x| x.eq_ignore_ascii_case("json"));
+            let hint = if json {
+                "\nThis looks like JSON; the proxy reads TOML (interlock.mcp.toml, docs/mcp.md): \
+                 each gated tool is a [tools.NAME] table"
+            } else {
+                ""
+            };
+            ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!("{e}{hint}"),
+            }
         })?;
         cfg.check(path)?;
         Ok(cfg)
@@ -784,6 +796,19 @@ lookup = { url = "http://ledger.internal/credits?key={key}", key = "/key" }
             "lease = \"approval\"\ndescription = \"x\"",
         ));
         assert_eq!(field, "tools.create_refund.description");
+    }
+
+    #[test]
+    fn a_json_configuration_is_refused_with_a_hint_that_the_proxy_reads_toml() {
+        let json = r#"{"tools": {"create_refund": {"key": ["request_id"], "lease": "approval"}}}"#;
+        for path in ["interlock.mcp.json", "proxy.conf"] {
+            match ProxyConfig::parse(json, Path::new(path)) {
+                Err(ConfigError::Parse { message, .. }) => {
+                    assert!(message.contains("the proxy reads TOML"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -184,6 +184,15 @@ fn one(message: Value, config: &ProxyConfig) -> FromClient {
     let Some(gated) = config.tools.get(tool) else {
         return FromClient::Request { id, message };
     };
+    if id.is_null() {
+        // MCP forbids a null id; a gated call's answer, and its cancellation, need one.
+        return refuse(
+            code::INVALID_REQUEST,
+            format!(
+                "tools/call {tool}: a gated call needs an id (a string or a number, not null); nothing was sent"
+            ),
+        );
+    }
     let arguments = match params.and_then(|p| p.get("arguments")) {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(a)) => a.clone(),
@@ -374,6 +383,9 @@ dedupe_window_hours = 24
                 other => panic!("{args}: {other:?}"),
             }
         }
+        // A null id: nothing to answer a gated call to, or to cancel it by.
+        let null_id = r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"create_refund","arguments":{"request_id":"r-1","approval":"lease-1"}}}"#;
+        assert_eq!(refused_code(null_id), (Value::Null, code::INVALID_REQUEST));
     }
 
     #[test]
