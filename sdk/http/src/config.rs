@@ -545,8 +545,6 @@ impl HttpTargetConfig {
 /// The longest dedupe window a table may state: a year.
 pub(crate) const MAX_WINDOW_HOURS: u64 = 24 * 366;
 
-/// Where a record keeps the key the send put in body field `field`, as a JSON pointer: the field
-/// itself for a JSON body, and a form's `a[b]` as `/a/b`.
 impl SendConfig {
     /// Where a record keeps the key the send's body carries (`send.key_field` as a JSON
     /// pointer), or none when the body carries no key. A record's key is read there with
@@ -559,6 +557,8 @@ impl SendConfig {
     }
 }
 
+/// Where a record keeps the key the send put in body field `field`, as a JSON pointer: the field
+/// itself for a JSON body, and a form's `a[b]` as `/a/b`.
 fn key_pointer(field: &str, body: BodyKind) -> String {
     let escape = |s: &str| s.replace('~', "~0").replace('/', "~1");
     match body {
