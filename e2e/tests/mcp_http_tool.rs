@@ -11,16 +11,10 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
 use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
-use std::time::Duration;
 
-use interlock::{SystemClock, Tier};
 use interlock_e2e::mcp::client::kill9;
-use interlock_e2e::mcp::raw::RawProxy;
+use interlock_e2e::mcp::raw::RawRig;
 use interlock_testkit::faults::Stall;
-use interlock_testkit::payments_api::PaymentsApi;
-use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};
 
 /// The proxy's file: the payments API's refunds as an HTTP table, tier 1 (the API dedupes
@@ -76,38 +70,12 @@ fn label(answer: &Value) -> String {
 
 #[test]
 fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
-    let interlock = interlock_e2e::mcp::interlock().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let sim = SimPayments::new(
-        Tier::One,
-        Duration::from_secs(86_400),
-        Arc::new(SystemClock),
-    );
-    for pi in ["pi_h1", "pi_h2", "pi_h3", "pi_kill"] {
-        sim.add_payment(pi, 5000);
-    }
-    let api = PaymentsApi::start(sim, interlock_e2e::mcp::SECRET).unwrap();
-    let journal = dir.path().join("journal.db");
-    let file = dir.path().join("interlock.mcp.toml");
-    std::fs::write(&file, config(&journal)).unwrap();
-    let granted = Command::new(&interlock)
-        .arg("--journal")
-        .arg(&journal)
-        .args([
-            "lease",
-            "grant",
-            "lease-1",
-            "--approver",
-            "ops@example.com",
-            "--uses",
-            "10",
-        ])
-        .output()
-        .unwrap();
-    assert!(granted.status.success(), "{granted:?}");
-    let log = dir.path().join("proxy.log");
-    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-    let mut p = RawProxy::start(&interlock, &file, &api.base_url, &log).unwrap();
+    let payments = ["pi_h1", "pi_h2", "pi_h3", "pi_kill"].map(|pi| (pi, 5000));
+    let rig = RawRig::new(&payments, |j| Ok(config(j))).unwrap();
+    rig.grant("lease-1", 10).unwrap();
+    let api = &rig.api;
+    let logs = || rig.logs();
+    let mut p = rig.start().unwrap();
     p.handshake().unwrap();
 
     // Listed beside the server's own tools, with the table's payload as its schema.
@@ -165,13 +133,7 @@ fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
     assert!(api.sim.refunds("pi_h2").is_empty() && api.sim.refunds("pi_h3").is_empty());
     // The lease is not part of the payload, yet the same request under a live approval is a
     // new decision, not the refusal replayed.
-    let regranted = Command::new(&interlock)
-        .arg("--journal")
-        .arg(&journal)
-        .args(["lease", "grant", "lease-2", "--approver", "ops@example.com"])
-        .output()
-        .unwrap();
-    assert!(regranted.status.success(), "{regranted:?}");
+    rig.grant("lease-2", 1).unwrap();
     let approved = p
         .call("5", "refund_by_http", refund("pi_h2", 500, "lease-2"))
         .unwrap();
@@ -191,7 +153,7 @@ fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
     kill9(p.child.id());
     drop(p);
     stall.release();
-    let mut p = RawProxy::start(&interlock, &file, &api.base_url, &log).unwrap();
+    let mut p = rig.start().unwrap();
     p.handshake().unwrap();
     let after = p
         .call("k2", "refund_by_http", refund("pi_kill", 2000, "lease-1"))

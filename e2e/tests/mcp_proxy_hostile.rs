@@ -9,14 +9,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // in tests, a panic is the report
 
-use std::process::Command;
-use std::sync::Arc;
-use std::time::Duration;
-
-use interlock::{SystemClock, Tier};
-use interlock_e2e::mcp::raw::{RawProxy, call};
-use interlock_testkit::payments_api::PaymentsApi;
-use interlock_testkit::sim::SimPayments;
+use interlock_e2e::mcp::raw::{RawProxy, RawRig, call};
 use serde_json::{Value, json};
 
 /// The error code of the next answer, which must be an error for `id`.
@@ -30,31 +23,12 @@ fn error_code(p: &RawProxy, id: &Value) -> i64 {
 
 #[test]
 fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
-    let interlock = interlock_e2e::mcp::interlock().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let sim = SimPayments::new(
-        Tier::One,
-        Duration::from_secs(86_400),
-        Arc::new(SystemClock),
-    );
-    sim.add_payment("pi_hostile", 5000);
-    let api = PaymentsApi::start(sim, "sk_test_local").unwrap();
-    let journal = dir.path().join("journal.db");
-    let config = dir.path().join("interlock.mcp.toml");
-    std::fs::write(
-        &config,
-        interlock_e2e::mcp::example_config(&journal).unwrap(),
-    )
+    let rig = RawRig::new(&[("pi_hostile", 5000)], |j| {
+        interlock_e2e::mcp::example_config(j)
+    })
     .unwrap();
-    let granted = Command::new(&interlock)
-        .arg("--journal")
-        .arg(&journal)
-        .args(["lease", "grant", "lease-1", "--approver", "ops@example.com"])
-        .output()
-        .unwrap();
-    assert!(granted.status.success(), "{granted:?}");
-    let log = dir.path().join("proxy.log");
-    let mut p = RawProxy::start(&interlock, &config, &api.base_url, &log).unwrap();
+    rig.grant("lease-1", 1).unwrap();
+    let mut p = rig.start().unwrap();
     let refund = |amount: i64| json!({"payment_intent": "pi_hostile", "amount": amount, "request_id": "r-1", "approval": "lease-1"});
 
     // A gated call before `initialize`: the server will not serve the proxy's reads before its
@@ -182,12 +156,12 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
     p.send(&json!({"jsonrpc": "2.0", "id": "last", "method": "ping"}))
         .unwrap();
     assert_eq!(p.next().unwrap()["id"], "last");
-    let refunds = api.sim.refunds("pi_hostile");
+    let refunds = rig.api.sim.refunds("pi_hostile");
     assert_eq!(
         refunds.iter().map(|r| r.amount).collect::<Vec<_>>(),
         vec![1000],
         "only the valid call refunded; the proxy's log: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        rig.logs()
     );
     // The client closing its side ends the proxy cleanly.
     p.stdin.take();
@@ -200,31 +174,12 @@ fn a_hostile_client_is_answered_and_nothing_it_sends_refunds() {
 /// a refund made by hand after it refuses the call instead of passing on facts read at call time.
 #[test]
 fn a_read_with_null_arguments_is_what_the_next_call_is_decided_on() {
-    let interlock = interlock_e2e::mcp::interlock().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let sim = SimPayments::new(
-        Tier::One,
-        Duration::from_secs(86_400),
-        Arc::new(SystemClock),
-    );
-    sim.add_payment("pi_strict", 5000);
-    let api = PaymentsApi::start(sim, "sk_test_local").unwrap();
-    let journal = dir.path().join("journal.db");
-    let config = dir.path().join("interlock.mcp.toml");
-    std::fs::write(
-        &config,
-        interlock_e2e::mcp::example_config(&journal).unwrap(),
-    )
+    let rig = RawRig::new(&[("pi_strict", 5000)], |j| {
+        interlock_e2e::mcp::example_config(j)
+    })
     .unwrap();
-    let granted = Command::new(&interlock)
-        .arg("--journal")
-        .arg(&journal)
-        .args(["lease", "grant", "lease-1", "--approver", "ops@example.com"])
-        .output()
-        .unwrap();
-    assert!(granted.status.success(), "{granted:?}");
-    let log = dir.path().join("proxy.log");
-    let mut p = RawProxy::start(&interlock, &config, &api.base_url, &log).unwrap();
+    rig.grant("lease-1", 1).unwrap();
+    let mut p = rig.start().unwrap();
     p.handshake().unwrap();
     let read = p
         .call(
@@ -235,7 +190,7 @@ fn a_read_with_null_arguments_is_what_the_next_call_is_decided_on() {
         .unwrap();
     assert_ne!(read["result"]["isError"], true, "{read}");
     // A person refunds $30 by hand after the agent read $50 refundable.
-    api.sim.hand_refund("pi_strict", 3000);
+    rig.api.sim.hand_refund("pi_strict", 3000);
     let refund = p
         .call(
             "refund",
@@ -248,9 +203,9 @@ fn a_read_with_null_arguments_is_what_the_next_call_is_decided_on() {
     assert_eq!(outcome["label"], "REFUSED:stale_premise", "{refund}");
     assert_eq!(outcome["changes"][0]["field"], "refundable", "{refund}");
     assert_eq!(
-        api.sim.refunds("pi_strict").len(),
+        rig.api.sim.refunds("pi_strict").len(),
         1,
         "only the hand refund; the proxy's log: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        rig.logs()
     );
 }

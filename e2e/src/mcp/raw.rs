@@ -2,13 +2,87 @@
 //! as given, each answer read back as JSON, the process at hand to SIGKILL.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
+use interlock::{SystemClock, Tier};
+use interlock_testkit::payments_api::PaymentsApi;
+use interlock_testkit::sim::SimPayments;
 use serde_json::{Value, json};
+
+/// What a proxy runs against: the payments API (tier 1, keys kept 24 h) holding `payments`, a
+/// journal, the proxy's file, and its log, in a directory of their own.
+pub struct RawRig {
+    /// The `interlock` binary.
+    pub interlock: PathBuf,
+    /// The payments API.
+    pub api: PaymentsApi,
+    /// The journal file.
+    pub journal: PathBuf,
+    /// The proxy's configuration file.
+    pub config: PathBuf,
+    /// The proxy's stderr.
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RawRig {
+    /// The rig with `payments` (id, amount in cents) and the file `config` writes for the journal
+    /// it is given.
+    pub fn new(
+        payments: &[(&str, i64)],
+        config: impl FnOnce(&Path) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Self> {
+        let interlock = super::interlock()?;
+        let dir = tempfile::tempdir()?;
+        let sim = SimPayments::new(
+            Tier::One,
+            Duration::from_secs(86_400),
+            Arc::new(SystemClock),
+        );
+        for (id, amount) in payments {
+            sim.add_payment(id, *amount);
+        }
+        let api = PaymentsApi::start(sim, super::SECRET)?;
+        let journal = dir.path().join("journal.db");
+        let file = dir.path().join("interlock.mcp.toml");
+        std::fs::write(&file, config(&journal)?)?;
+        Ok(Self {
+            interlock,
+            api,
+            journal,
+            config: file,
+            log: dir.path().join("proxy.log"),
+            _dir: dir,
+        })
+    }
+
+    /// Grant approval `lease`, good for `uses` effects, with `interlock lease grant`.
+    pub fn grant(&self, lease: &str, uses: u32) -> anyhow::Result<()> {
+        let out = Command::new(&self.interlock)
+            .arg("--journal")
+            .arg(&self.journal)
+            .args(["lease", "grant", lease, "--approver", "ops@example.com"])
+            .args(["--uses", &uses.to_string()])
+            .output()?;
+        ensure!(out.status.success(), "interlock lease grant: {out:?}");
+        Ok(())
+    }
+
+    /// Start the proxy (again: the journal and the log are kept).
+    pub fn start(&self) -> anyhow::Result<RawProxy> {
+        RawProxy::start(&self.interlock, &self.config, &self.api.base_url, &self.log)
+    }
+
+    /// The proxy's log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
 
 /// `interlock mcp-proxy` in front of the example MCP server.
 pub struct RawProxy {
@@ -39,7 +113,12 @@ impl RawProxy {
             .env("STRIPE_SECRET_KEY", super::SECRET)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log)?)
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)?,
+            )
             .spawn()
             .context("starting interlock mcp-proxy")?;
         let stdout = child.stdout.take().context("the proxy's stdout")?;
