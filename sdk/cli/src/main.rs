@@ -233,7 +233,10 @@ enum Exit {
     Holds = 0,
     /// `verify`: a column failed.
     DoesNotHold = 1,
-    // 2 is a usage error (a flag or an argument the command does not take), as clap exits.
+    /// A usage error: a flag or an argument the command does not take (as clap exits), or a
+    /// configuration the command cannot use. Running it again unchanged will not help, so a host
+    /// that restarts on [`Exit::Error`] does not loop on it.
+    Usage = 2,
     /// A runtime error: the journal, the target or a file could not be used (the message says
     /// which, and the fix).
     Error = 3,
@@ -337,7 +340,12 @@ fn main() -> ExitCode {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(Exit::Error as u8)
+            let exit = if mcp_cmd::is_configuration(&e) {
+                Exit::Usage
+            } else {
+                Exit::Error
+            };
+            ExitCode::from(exit as u8)
         }
     };
     // The spans still batched are sent before the process ends.

@@ -616,6 +616,18 @@ fn exit_codes_tell_usage_runtime_and_unsettled_apart() {
         "no Debug output: {}",
         text(&runtime)
     );
+    // An MCP proxy configuration that cannot be used is a usage error, not the runtime error a
+    // host restarts the proxy on.
+    let file = dir.path().join("interlock.mcp.json");
+    std::fs::write(&file, r#"{"tools": {}}"#).unwrap();
+    let config = file.to_str().unwrap();
+    let unusable = cli(&path, &["mcp-proxy", "--config", config, "--", "true"]);
+    assert_eq!(unusable.status.code(), Some(2), "{}", text(&unusable));
+    assert!(
+        text(&unusable).contains("reads TOML"),
+        "{}",
+        text(&unusable)
+    );
 }
 
 #[test]
