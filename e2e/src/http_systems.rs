@@ -23,69 +23,30 @@ pub fn target_name(tier: u8) -> String {
 /// shop at `shop`, at `tier`: an idempotency header at 1, a lookup at 1 and 2, neither at 3. The
 /// secret is `${STRIPE_SECRET_KEY}` from the server's environment.
 pub fn table(base: &str, shop: &str, tier: u8) -> anyhow::Result<toml::Table> {
-    let listing = format!("{base}/v1/refunds?payment_intent={{payment_intent}}&limit=100");
-    let mut text = format!(
+    let mut t = interlock_testkit::payments_api::refunds_table(base, "STRIPE_SECRET_KEY", tier)
+        .context("the HTTP target's table")?;
+    let shop_premises: toml::Table = toml::from_str(&format!(
         r#"
-        headers = {{ Authorization = "Bearer ${{STRIPE_SECRET_KEY}}" }}
-        payload = {{ payment_intent = "string", amount = "integer", currency = "string" }}
-        rules = ["amount_paid - refunded_by_others >= payload.amount", "order_eligible == true"]
-
-        [send]
-        url = "{base}/v1/refunds"
-        body = "form"
-        key_field = "metadata[interlock_key]"
-
-        [errors]
-        code = "/error/code"
-        message = "/error/message"
-
-        [records]
-        url = "{listing}"
-        records = "/data"
-        key = "/metadata/interlock_key"
-        has_more = "/has_more"
-
-        [premises.amount_paid]
-        url = "{base}/v1/payment_intents/{{payment_intent}}"
-        pointer = "/amount"
-
-        [premises.order_eligible]
+        [order_eligible]
         url = "{shop}/shop/orders/{{payment_intent}}"
         pointer = "/eligible"
 
-        [premises.refunded_by_others]
+        [refunded_by_others]
         url = "{shop}/shop/orders/{{payment_intent}}?excluding={{key}}"
         pointer = "/refunded_by_others"
         "#
-    );
-    if tier == 1 {
-        text.push_str(
-            r#"
-            [idempotency]
-            header = "Idempotency-Key"
-            window_hours = 24
-            replayed_header = "Idempotent-Replayed"
-
-            [[answers]]
-            status = "400"
-            pointer = "/error/type"
-            equals = "idempotency_error"
-            outcome = "conflict"
-            "#,
-        );
-    }
-    if tier <= 2 {
-        text.push_str(&format!(
-            r#"
-            [lookup]
-            url = "{listing}"
-            records = "/data"
-            key = "/metadata/interlock_key"
-            has_more = "/has_more"
-            "#
-        ));
-    }
-    toml::from_str(&text).context("the HTTP target's table")
+    ))
+    .context("the shop's premises")?;
+    t.get_mut("premises")
+        .and_then(toml::Value::as_table_mut)
+        .context("the refunds table's premises")?
+        .extend(shop_premises);
+    let rules = [
+        "amount_paid - refunded_by_others >= payload.amount",
+        "order_eligible == true",
+    ];
+    t.insert("rules".into(), rules.map(toml::Value::from).to_vec().into());
+    Ok(t)
 }
 
 /// The gate server's configuration lines for the HTTP targets of tiers 1 to 3.

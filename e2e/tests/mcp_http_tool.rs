@@ -15,46 +15,25 @@ use std::path::Path;
 use interlock_e2e::mcp::client::kill9;
 use interlock_e2e::mcp::raw::RawRig;
 use interlock_testkit::faults::Stall;
+use interlock_testkit::payments_api::refunds_table;
 use serde_json::{Value, json};
 
 /// The proxy's file: the payments API's refunds as an HTTP table, tier 1 (the API dedupes
 /// `Idempotency-Key` for 24 h) with a lookup by the refunds' listing.
-fn config(journal: &Path) -> String {
-    format!(
-        r#"
-journal = {journal:?}
-
-[tools.refund_by_http]
-description = "Refund part of a payment."
-key = ["payment_intent"]
-lease = "approval"
-
-[tools.refund_by_http.http]
-headers = {{ Authorization = "Bearer ${{STRIPE_SECRET_KEY}}" }}
-payload = {{ payment_intent = "string", amount = "integer", currency = "string" }}
-rules = ["amount_paid >= payload.amount"]
-
-[tools.refund_by_http.http.send]
-url = "${{STRIPE_API_BASE}}/v1/refunds"
-body = "form"
-key_field = "metadata[interlock_key]"
-
-[tools.refund_by_http.http.idempotency]
-header = "Idempotency-Key"
-window_hours = 24
-
-[tools.refund_by_http.http.lookup]
-url = "${{STRIPE_API_BASE}}/v1/refunds?payment_intent={{payment_intent}}&limit=100"
-records = "/data"
-key = "/metadata/interlock_key"
-has_more = "/has_more"
-
-[tools.refund_by_http.http.premises.amount_paid]
-url = "${{STRIPE_API_BASE}}/v1/payment_intents/{{payment_intent}}"
-pointer = "/amount"
-"#,
-        journal = journal.display().to_string()
-    )
+fn config(journal: &Path) -> anyhow::Result<String> {
+    let mut http = refunds_table("${STRIPE_API_BASE}", "STRIPE_SECRET_KEY", 1)?;
+    http.insert("rules".into(), vec!["amount_paid >= payload.amount"].into());
+    let mut tool = toml::Table::new();
+    tool.insert("description".into(), "Refund part of a payment.".into());
+    tool.insert("key".into(), vec!["payment_intent"].into());
+    tool.insert("lease".into(), "approval".into());
+    tool.insert("http".into(), http.into());
+    let mut tools = toml::Table::new();
+    tools.insert("refund_by_http".into(), tool.into());
+    let mut file = toml::Table::new();
+    file.insert("journal".into(), journal.display().to_string().into());
+    file.insert("tools".into(), tools.into());
+    Ok(toml::to_string(&file)?)
 }
 
 fn refund(pi: &str, amount: i64, approval: &str) -> Value {
@@ -71,7 +50,7 @@ fn label(answer: &Value) -> String {
 #[test]
 fn an_http_tool_of_the_proxy_refunds_once_and_survives_a_sigkill_mid_send() {
     let payments = ["pi_h1", "pi_h2", "pi_h3", "pi_kill"].map(|pi| (pi, 5000));
-    let rig = RawRig::new(&payments, |j| Ok(config(j))).unwrap();
+    let rig = RawRig::new(&payments, config).unwrap();
     rig.grant("lease-1", 10).unwrap();
     let api = &rig.api;
     let logs = || rig.logs();

@@ -370,43 +370,9 @@ fn the_payments_api_configured_as_an_http_target_dedupes_at_tier_1() {
     );
     sim.add_payment("pi_1", 10_000);
     let api = PaymentsApi::start(sim.clone(), "sk_test_http").unwrap();
-    let cfg: HttpTargetConfig = toml::from_str(
-        r#"
-        headers = { Authorization = "Bearer ${KEY}" }
-        payload = { payment_intent = "string", amount = "integer", currency = "string" }
-        rules = ["amount_paid >= payload.amount"]
-        [send]
-        url = "${BASE}/v1/refunds"
-        body = "form"
-        key_field = "metadata[interlock_key]"
-        [idempotency]
-        header = "Idempotency-Key"
-        window_hours = 24
-        replayed_header = "Idempotent-Replayed"
-        [[answers]]
-        status = "400"
-        pointer = "/error/type"
-        equals = "idempotency_error"
-        outcome = "conflict"
-        [errors]
-        code = "/error/code"
-        message = "/error/message"
-        [lookup]
-        url = "${BASE}/v1/refunds?payment_intent={payment_intent}&limit=100"
-        records = "/data"
-        key = "/metadata/interlock_key"
-        has_more = "/has_more"
-        [records]
-        url = "${BASE}/v1/refunds?payment_intent={payment_intent}&limit=100"
-        records = "/data"
-        key = "/metadata/interlock_key"
-        has_more = "/has_more"
-        [premises.amount_paid]
-        url = "${BASE}/v1/payment_intents/{payment_intent}"
-        pointer = "/amount"
-        "#,
-    )
-    .unwrap();
+    let mut table = interlock_testkit::payments_api::refunds_table("${BASE}", "KEY", 1).unwrap();
+    table.insert("rules".into(), vec!["amount_paid >= payload.amount"].into());
+    let cfg: HttpTargetConfig = table.try_into().unwrap();
     let base = api.base_url.clone();
     let env = move |v: &str| match v {
         "BASE" => Some(base.clone()),

@@ -611,3 +611,70 @@ fn list(sim: &SimPayments, q: &BTreeMap<String, String>) -> (u16, Value, bool) {
         false,
     )
 }
+
+/// The payments API's refunds as an HTTP target table (`docs/targets.md`), as a team would
+/// describe Stripe's refunds with no code: the API at `base` (a URL, or `${VAR}`), the secret
+/// from `${secret_var}`, the key in the refund's metadata; at `tier` 1 the idempotency header
+/// (with its replay header and reused-key conflict), at 1 and 2 the lookup by the payment's
+/// refunds; the same listing as the records `verify` asks; the payment's amount as premise
+/// `amount_paid`. No rules: each caller states its own, and adds its own premises.
+pub fn refunds_table(
+    base: &str,
+    secret_var: &str,
+    tier: u8,
+) -> Result<toml::Table, toml::de::Error> {
+    let listing = format!("{base}/v1/refunds?payment_intent={{payment_intent}}&limit=100");
+    let mut text = format!(
+        r#"
+        headers = {{ Authorization = "Bearer ${{{secret_var}}}" }}
+        payload = {{ payment_intent = "string", amount = "integer", currency = "string" }}
+
+        [send]
+        url = "{base}/v1/refunds"
+        body = "form"
+        key_field = "metadata[interlock_key]"
+
+        [errors]
+        code = "/error/code"
+        message = "/error/message"
+
+        [records]
+        url = "{listing}"
+        records = "/data"
+        key = "/metadata/interlock_key"
+        has_more = "/has_more"
+
+        [premises.amount_paid]
+        url = "{base}/v1/payment_intents/{{payment_intent}}"
+        pointer = "/amount"
+        "#
+    );
+    if tier == 1 {
+        text.push_str(
+            r#"
+            [idempotency]
+            header = "Idempotency-Key"
+            window_hours = 24
+            replayed_header = "Idempotent-Replayed"
+
+            [[answers]]
+            status = "400"
+            pointer = "/error/type"
+            equals = "idempotency_error"
+            outcome = "conflict"
+            "#,
+        );
+    }
+    if tier <= 2 {
+        text.push_str(&format!(
+            r#"
+            [lookup]
+            url = "{listing}"
+            records = "/data"
+            key = "/metadata/interlock_key"
+            has_more = "/has_more"
+            "#
+        ));
+    }
+    toml::from_str(&text)
+}
